@@ -1,0 +1,24 @@
+# The two set-up commands of the README: `make run` and `make test`.
+# Both install what is missing (uv, Python 3.12 packages into .venv) first.
+
+UV := $(shell bin/ensure-uv)
+ifeq ($(UV),)
+$(error uv is missing and could not be installed)
+endif
+
+PYTEST_ARGS ?=
+
+.PHONY: install test migrate check
+
+install:
+	$(UV) sync --frozen
+
+test: install
+	$(UV) run --frozen pytest $(PYTEST_ARGS)
+
+migrate: install
+	$(UV) run --frozen python manage.py migrate --noinput
+
+check: install
+	$(UV) run --frozen python manage.py check
+	$(UV) run --frozen python manage.py makemigrations --check --dry-run

@@ -1,0 +1,146 @@
+import uuid
+
+from django.db import models
+from django.db.models import Q
+
+
+def new_task_id() -> str:
+    return uuid.uuid4().hex
+
+
+class TaskStatus(models.TextChoices):
+    # Waiting to be claimed once execute_after has passed.
+    PENDING = "pending", "Pending"
+    # Claimed by a dispatcher (lease_owner) until lease_until; not started yet.
+    LEASED = "leased", "Leased"
+    # Its executor is running under the lease; the worker renews the lease.
+    RUNNING = "running", "Running"
+    # A retryable failure with attempts left; due again at execute_after.
+    RETRY_WAIT = "retry_wait", "Waiting to retry"
+    # Done; result_json holds the executor's result. Terminal.
+    SUCCEEDED = "succeeded", "Succeeded"
+    # A terminal failure, attempts used up, or rejected by an operator. Terminal.
+    FAILED = "failed", "Failed"
+    # Held for operator approval; never advances by itself.
+    BLOCKED = "blocked", "Blocked"
+    # Ended by an operator. Terminal.
+    CANCELLED = "cancelled", "Cancelled"
+
+
+TERMINAL_STATUSES = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+LEASE_HOLDING_STATUSES = frozenset({TaskStatus.LEASED, TaskStatus.RUNNING})
+
+
+class AutomationTask(models.Model):
+    """One unit of work for the dispatcher (SPEC §2.1). Times are epoch milliseconds.
+
+    Status changes only through ``automation.services.transitions``.
+    """
+
+    task_id = models.CharField(primary_key=True, max_length=64, default=new_task_id)
+    kind = models.CharField(max_length=64)
+    status = models.CharField(max_length=16, choices=TaskStatus.choices)
+    priority = models.IntegerField(default=0)
+    dedupe_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    payload_json = models.TextField(default="{}")
+    result_json = models.TextField(null=True, blank=True)
+
+    # Routing: set at creation from the conversation's latest link, never cleared.
+    target_client_id = models.CharField(max_length=64, null=True, blank=True)
+    target_platform = models.CharField(max_length=16, null=True, blank=True)
+    target_conversation_id = models.CharField(
+        max_length=255, null=True, blank=True, help_text="The platform's conversation id."
+    )
+
+    execute_after = models.BigIntegerField()
+    attempt_count = models.PositiveIntegerField(default=0)
+    max_attempts = models.PositiveIntegerField()
+    lease_owner = models.CharField(max_length=128, null=True, blank=True)
+    lease_until = models.BigIntegerField(null=True, blank=True)
+    last_error = models.TextField(null=True, blank=True)
+
+    created_at = models.BigIntegerField()
+    updated_at = models.BigIntegerField()
+    started_at = models.BigIntegerField(null=True, blank=True)
+    finished_at = models.BigIntegerField(null=True, blank=True)
+
+    conversation = models.ForeignKey(
+        "conversations.Conversation",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="tasks",
+    )
+    message = models.ForeignKey(
+        "conversations.Message",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="tasks",
+    )
+    instruction = models.ForeignKey(
+        "ingest.Instruction",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="tasks",
+    )
+
+    class Meta:
+        db_table = "automation_tasks"
+        indexes = [
+            models.Index(fields=["status", "execute_after"], name="task_status_due_idx"),
+            models.Index(
+                fields=["kind", "status", "execute_after"], name="task_kind_status_due_idx"
+            ),
+            models.Index(
+                fields=["target_client_id", "target_platform", "status", "execute_after"],
+                name="task_target_status_due_idx",
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=TaskStatus.values), name="task_status_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(status__in=LEASE_HOLDING_STATUSES) | Q(lease_owner__isnull=False),
+                name="task_in_flight_has_lease_owner",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.task_id} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def has_route(self) -> bool:
+        return bool(self.target_client_id and self.target_platform)
+
+
+class TaskEvent(models.Model):
+    """One entry in a task's timeline: a status change or a lease action.
+
+    ``actor`` is the dispatcher's lease owner, ``ingest``, or an operator's username.
+    """
+
+    task = models.ForeignKey(AutomationTask, on_delete=models.CASCADE, related_name="events")
+    action = models.CharField(max_length=32)
+    status_from = models.CharField(max_length=16, null=True, blank=True)
+    status_to = models.CharField(max_length=16)
+    actor = models.CharField(max_length=150)
+    at = models.BigIntegerField(help_text="Epoch milliseconds.")
+    jitter_ms = models.PositiveIntegerField(null=True, blank=True)
+    backoff_ms = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(null=True, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        db_table = "automation_task_events"
+        indexes = [models.Index(fields=["task", "at"], name="task_event_timeline_idx")]
+        ordering = ["at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.action}: {self.status_from} -> {self.status_to} by {self.actor}"

@@ -1,0 +1,435 @@
+"""Transition services for ``AutomationTask`` (SPEC §2.2).
+
+One function per edge of the state diagram. Each runs in a transaction, checks
+the starting state, applies fencing when the task leaves ``leased`` or
+``running`` (only the holding ``lease_owner`` may move it), writes one
+``TaskEvent`` with its actor and one structured log line, and raises a
+``TransitionError`` subclass when the move is not allowed. Nothing else in the
+code base assigns ``status``.
+
+Routing fields (``target_*``) are never touched here; ``task_retarget`` in
+``automation.services.tasks`` is the one service that changes them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Collection
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+
+from automation.clock import now_ms
+from automation.models import LEASE_HOLDING_STATUSES, AutomationTask, TaskEvent, TaskStatus
+from conductor_site.logfmt import log_event
+
+logger = logging.getLogger(__name__)
+
+S = TaskStatus
+
+INTERRUPTED_ERROR = "interrupted: the worker running this task stopped before it finished"
+
+
+class TransitionError(Exception):
+    """A task could not be moved as asked. Subclasses say why."""
+
+    def __init__(self, task_id: str, message: str) -> None:
+        super().__init__(f"task {task_id}: {message}")
+        self.task_id = task_id
+
+
+class TaskNotFound(TransitionError):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(task_id, "no such task")
+
+
+class InvalidTransition(TransitionError):
+    """The task is not in a state the transition starts from, or a guard refused it."""
+
+    def __init__(self, task_id: str, action: str, status: str, reason: str = "") -> None:
+        detail = reason or f"cannot {action} a task that is {status}"
+        super().__init__(task_id, detail)
+        self.action = action
+        self.status = status
+
+
+class LeaseLost(TransitionError):
+    """Fencing: the caller no longer holds the task's lease.
+
+    Another dispatcher reclaimed it, an operator cancelled it, or it finished.
+    A worker that sees this must stop and write nothing more.
+    """
+
+    def __init__(self, task_id: str, lease_owner: str, holder: str | None, status: str) -> None:
+        super().__init__(
+            task_id,
+            f"lease not held by {lease_owner} (status {status}, holder {holder or 'none'})",
+        )
+        self.status = status
+
+
+Changes = dict[str, Any] | Callable[[AutomationTask], dict[str, Any]]
+
+
+def _transition(
+    task_id: str,
+    *,
+    action: str,
+    allowed_from: Collection[str],
+    to_status: str | Callable[[AutomationTask], str],
+    actor: str,
+    now: int | None,
+    fenced_owner: str | None = None,
+    guard: Callable[[AutomationTask, int], str | None] | None = None,
+    changes: Changes | None = None,
+    error: str | None = None,
+    jitter_ms: int | None = None,
+    backoff_ms: int | None = None,
+    detail: dict[str, Any] | None = None,
+) -> AutomationTask:
+    """Apply one transition; the single place where ``status`` is written after creation.
+
+    ``fenced_owner``: the transition applies only while that owner holds the
+    lease. ``guard(task, now)`` returns a refusal reason or None. ``changes``
+    are the other field updates, or a function of the locked task returning them.
+    """
+    now = now_ms() if now is None else now
+    with transaction.atomic():
+        # A row lock on PostgreSQL; on SQLite the IMMEDIATE transaction already
+        # holds the write lock. The conditional update below re-checks anyway.
+        task = AutomationTask.objects.select_for_update().filter(pk=task_id).first()
+        if task is None:
+            raise TaskNotFound(task_id)
+        if fenced_owner is not None and (
+            task.status not in LEASE_HOLDING_STATUSES or task.lease_owner != fenced_owner
+        ):
+            raise LeaseLost(task_id, fenced_owner, task.lease_owner, task.status)
+        if task.status not in allowed_from:
+            raise InvalidTransition(task_id, action, task.status)
+        if guard is not None and (reason := guard(task, now)):
+            raise InvalidTransition(task_id, action, task.status, reason)
+
+        status_from = task.status
+        status_to = to_status(task) if callable(to_status) else to_status
+        values = changes(task) if callable(changes) else dict(changes or {})
+        values.update(status=status_to, updated_at=now)
+        if error is not None:
+            values["last_error"] = error
+        updated = AutomationTask.objects.filter(
+            pk=task_id, status=status_from, lease_owner=task.lease_owner
+        ).update(**values)
+        if updated != 1:
+            # Only reachable on a database that ignored the lock above.
+            raise InvalidTransition(task_id, action, status_from, "changed concurrently")
+        TaskEvent.objects.create(
+            task_id=task_id,
+            action=action,
+            status_from=status_from,
+            status_to=status_to,
+            actor=actor,
+            at=now,
+            jitter_ms=jitter_ms,
+            backoff_ms=backoff_ms,
+            error=error,
+            detail=detail or {},
+        )
+        task.refresh_from_db()
+    log_event(
+        logger,
+        action,
+        task_id=task_id,
+        kind=task.kind,
+        status_from=status_from,
+        status_to=status_to,
+        actor=actor,
+        lease_owner=task.lease_owner,
+        attempt=task.attempt_count,
+        jitter_ms=jitter_ms,
+        backoff_ms=backoff_ms,
+        error=error,
+    )
+    return task
+
+
+_CLEAR_LEASE = {"lease_owner": None, "lease_until": None}
+
+
+def _due(task: AutomationTask, now: int) -> str | None:
+    if task.execute_after > now:
+        return f"not due until {task.execute_after}"
+    return None
+
+
+def _lease_expired(task: AutomationTask, now: int) -> str | None:
+    if task.lease_until is not None and task.lease_until >= now:
+        return f"lease of {task.lease_owner} is valid until {task.lease_until}"
+    return None
+
+
+def _attempts_left(task: AutomationTask, now: int) -> str | None:
+    if task.attempt_count >= task.max_attempts:
+        return f"no attempts left ({task.attempt_count} of {task.max_attempts} used)"
+    return None
+
+
+def task_lease(task_id: str, *, lease_owner: str, lease_until: int, now: int | None = None) -> AutomationTask:
+    """pending / retry_wait -> leased, for a due task. Called only by the dispatcher's claim path."""
+    return _transition(
+        task_id,
+        action="lease",
+        allowed_from={S.PENDING, S.RETRY_WAIT},
+        to_status=S.LEASED,
+        actor=lease_owner,
+        now=now,
+        guard=_due,
+        changes={"lease_owner": lease_owner, "lease_until": lease_until},
+        detail={"lease_until": lease_until},
+    )
+
+
+def task_release(
+    task_id: str, *, lease_owner: str, reason: str, now: int | None = None
+) -> AutomationTask:
+    """leased -> pending, using no attempt: the holder gives the task back unstarted."""
+    return _transition(
+        task_id,
+        action="release",
+        allowed_from={S.LEASED},
+        to_status=S.PENDING,
+        actor=lease_owner,
+        now=now,
+        fenced_owner=lease_owner,
+        changes=_CLEAR_LEASE,
+        detail={"reason": reason},
+    )
+
+
+def task_start(
+    task_id: str, *, lease_owner: str, lease_until: int, now: int | None = None
+) -> AutomationTask:
+    """leased -> running; counts the run as an attempt."""
+    now = now_ms() if now is None else now
+    return _transition(
+        task_id,
+        action="start",
+        allowed_from={S.LEASED},
+        to_status=S.RUNNING,
+        actor=lease_owner,
+        now=now,
+        fenced_owner=lease_owner,
+        changes={"attempt_count": F("attempt_count") + 1, "started_at": now, "lease_until": lease_until},
+    )
+
+
+def task_heartbeat(
+    task_id: str, *, lease_owner: str, lease_until: int, now: int | None = None
+) -> AutomationTask:
+    """Renew the lease of a task its owner still holds; the status does not change.
+
+    Raises ``LeaseLost`` when the task was cancelled or reclaimed meanwhile:
+    the worker must then stop the task's work.
+    """
+    return _transition(
+        task_id,
+        action="heartbeat",
+        allowed_from=LEASE_HOLDING_STATUSES,
+        to_status=lambda task: task.status,
+        actor=lease_owner,
+        now=now,
+        fenced_owner=lease_owner,
+        changes={"lease_until": lease_until},
+        detail={"lease_until": lease_until},
+    )
+
+
+def task_succeed(
+    task_id: str, *, lease_owner: str, result: Any, now: int | None = None
+) -> AutomationTask:
+    """running -> succeeded, storing the executor's result."""
+    now = now_ms() if now is None else now
+    return _transition(
+        task_id,
+        action="succeed",
+        allowed_from={S.RUNNING},
+        to_status=S.SUCCEEDED,
+        actor=lease_owner,
+        now=now,
+        fenced_owner=lease_owner,
+        changes={**_CLEAR_LEASE, "result_json": json.dumps(result), "finished_at": now},
+    )
+
+
+def task_retry_later(
+    task_id: str,
+    *,
+    lease_owner: str,
+    error: str,
+    retry_at: int,
+    backoff_ms: int,
+    jitter_ms: int,
+    now: int | None = None,
+) -> AutomationTask:
+    """running -> retry_wait after a retryable failure, due again at ``retry_at``.
+
+    Refused when the task has used all its attempts: the caller must fail it.
+    """
+    return _transition(
+        task_id,
+        action="retry_later",
+        allowed_from={S.RUNNING},
+        to_status=S.RETRY_WAIT,
+        actor=lease_owner,
+        now=now,
+        fenced_owner=lease_owner,
+        guard=_attempts_left,
+        changes={**_CLEAR_LEASE, "execute_after": retry_at},
+        error=error,
+        backoff_ms=backoff_ms,
+        jitter_ms=jitter_ms,
+    )
+
+
+def task_fail(
+    task_id: str,
+    *,
+    lease_owner: str,
+    error: str,
+    result: Any = None,
+    now: int | None = None,
+) -> AutomationTask:
+    """running -> failed: a terminal failure, or a retryable one with no attempts left."""
+    now = now_ms() if now is None else now
+    changes: dict[str, Any] = {**_CLEAR_LEASE, "finished_at": now}
+    if result is not None:
+        changes["result_json"] = json.dumps(result)
+    return _transition(
+        task_id,
+        action="fail",
+        allowed_from={S.RUNNING},
+        to_status=S.FAILED,
+        actor=lease_owner,
+        now=now,
+        fenced_owner=lease_owner,
+        changes=changes,
+        error=error,
+    )
+
+
+def task_reclaim_unstarted(task_id: str, *, actor: str, now: int | None = None) -> AutomationTask:
+    """leased -> pending when the lease expired before the task started: no side effect, no attempt."""
+    return _transition(
+        task_id,
+        action="reclaim",
+        allowed_from={S.LEASED},
+        to_status=S.PENDING,
+        actor=actor,
+        now=now,
+        guard=_lease_expired,
+        changes=_CLEAR_LEASE,
+    )
+
+
+def task_reclaim_interrupted(
+    task_id: str,
+    *,
+    actor: str,
+    retry_at: int | None,
+    backoff_ms: int | None = None,
+    jitter_ms: int | None = None,
+    now: int | None = None,
+) -> AutomationTask:
+    """running -> retry_wait or failed when the worker died (its lease expired).
+
+    The run already counted as an attempt. ``retry_at`` is given by the caller
+    only when the task's kind or tool is idempotent: the task then waits to be
+    retried if it has attempts left. Otherwise it fails with an error saying it
+    was interrupted and not re-run; an operator may still retry it.
+    """
+    now = now_ms() if now is None else now
+
+    def outcome(task: AutomationTask) -> str:
+        if retry_at is not None and task.attempt_count < task.max_attempts:
+            return S.RETRY_WAIT
+        return S.FAILED
+
+    def changes(task: AutomationTask) -> dict[str, Any]:
+        if outcome(task) == S.RETRY_WAIT:
+            return {**_CLEAR_LEASE, "execute_after": retry_at}
+        return {**_CLEAR_LEASE, "finished_at": now}
+
+    return _transition(
+        task_id,
+        action="reclaim",
+        allowed_from={S.RUNNING},
+        to_status=outcome,
+        actor=actor,
+        now=now,
+        guard=_lease_expired,
+        changes=changes,
+        error=INTERRUPTED_ERROR,
+        backoff_ms=backoff_ms if retry_at is not None else None,
+        jitter_ms=jitter_ms if retry_at is not None else None,
+    )
+
+
+def task_approve(task_id: str, *, actor: str, now: int | None = None) -> AutomationTask:
+    """blocked -> pending, due at once: an operator allowed the held instruction."""
+    now = now_ms() if now is None else now
+    return _transition(
+        task_id,
+        action="approve",
+        allowed_from={S.BLOCKED},
+        to_status=S.PENDING,
+        actor=actor,
+        now=now,
+        changes={"execute_after": now},
+    )
+
+
+def task_reject(task_id: str, *, actor: str, reason: str, now: int | None = None) -> AutomationTask:
+    """blocked -> failed: an operator refused the held instruction."""
+    now = now_ms() if now is None else now
+    return _transition(
+        task_id,
+        action="reject",
+        allowed_from={S.BLOCKED},
+        to_status=S.FAILED,
+        actor=actor,
+        now=now,
+        changes={"finished_at": now},
+        error=f"rejected by {actor}: {reason}" if reason else f"rejected by {actor}",
+    )
+
+
+def task_cancel(task_id: str, *, actor: str, now: int | None = None) -> AutomationTask:
+    """pending / retry_wait / blocked / running -> cancelled, by an operator.
+
+    Not fenced: the operator overrides the lease. A worker running the task
+    finds out at its next heartbeat (``LeaseLost``) and stops the tool.
+    """
+    now = now_ms() if now is None else now
+    return _transition(
+        task_id,
+        action="cancel",
+        allowed_from={S.PENDING, S.RETRY_WAIT, S.BLOCKED, S.RUNNING},
+        to_status=S.CANCELLED,
+        actor=actor,
+        now=now,
+        changes={**_CLEAR_LEASE, "finished_at": now},
+    )
+
+
+def task_retry(task_id: str, *, actor: str, now: int | None = None) -> AutomationTask:
+    """failed / cancelled -> pending by an operator, with a fresh set of attempts."""
+    now = now_ms() if now is None else now
+    return _transition(
+        task_id,
+        action="retry",
+        allowed_from={S.FAILED, S.CANCELLED},
+        to_status=S.PENDING,
+        actor=actor,
+        now=now,
+        changes={"attempt_count": 0, "execute_after": now, "finished_at": None},
+    )

@@ -1,0 +1,82 @@
+"""Conductor's own settings (SPEC §8), parsed from the environment.
+
+Kept apart from ``settings.py`` as a pure function so that parsing, defaults
+and validation can be tested without re-importing Django's settings module.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import environ
+from django.core.exceptions import ImproperlyConfigured
+
+
+def _positive_int(env: environ.Env, name: str, default: int, *, minimum: int = 1) -> int:
+    value = env.int(name, default=default)
+    if value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def _positive_float(env: environ.Env, name: str, default: float) -> float:
+    value = env.float(name, default=default)
+    if value <= 0:
+        raise ImproperlyConfigured(f"{name} must be greater than 0, got {value}")
+    return value
+
+
+def _backoff_seconds(env: environ.Env) -> tuple[int, ...]:
+    name = "CONDUCTOR_RETRY_BACKOFF_SECONDS"
+    raw = env.str(name, default="5,15,45")
+    try:
+        values = tuple(int(part) for part in raw.split(",") if part.strip())
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"{name} must be a comma-separated list of whole seconds, got {raw!r}"
+        ) from None
+    if not values or any(value < 0 for value in values):
+        raise ImproperlyConfigured(
+            f"{name} must list at least one non-negative number of seconds, got {raw!r}"
+        )
+    return values
+
+
+def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
+    """Return every ``CONDUCTOR_*`` setting of SPEC §8, read from ``env``.
+
+    Raises ``ImproperlyConfigured`` with the setting's name when a value is
+    out of range, so a typo fails at start-up instead of at the first task.
+    """
+    return {
+        "CONDUCTOR_WORKSPACE": Path(
+            env.str("CONDUCTOR_WORKSPACE", default=str(data_dir / "workspace"))
+        ).resolve(),
+        "CONDUCTOR_TICK_SECONDS": _positive_float(env, "CONDUCTOR_TICK_SECONDS", 2.0),
+        "CONDUCTOR_MAX_TASKS_PER_TICK": _positive_int(env, "CONDUCTOR_MAX_TASKS_PER_TICK", 20),
+        "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": _positive_int(
+            env, "CONDUCTOR_OUTBOUND_JITTER_MAX_MS", 800, minimum=0
+        ),
+        "CONDUCTOR_RETRY_BACKOFF_SECONDS": _backoff_seconds(env),
+        "CONDUCTOR_RETRY_JITTER_MAX_MS": _positive_int(
+            env, "CONDUCTOR_RETRY_JITTER_MAX_MS", 1000, minimum=0
+        ),
+        "CONDUCTOR_MAX_ATTEMPTS": _positive_int(env, "CONDUCTOR_MAX_ATTEMPTS", 3),
+        "CONDUCTOR_LEASE_SECONDS": _positive_int(env, "CONDUCTOR_LEASE_SECONDS", 60),
+        "CONDUCTOR_DELIVERY_TIMEOUT_SECONDS": _positive_int(
+            env, "CONDUCTOR_DELIVERY_TIMEOUT_SECONDS", 30
+        ),
+        "CONDUCTOR_RESULT_MAX_CHARS": _positive_int(env, "CONDUCTOR_RESULT_MAX_CHARS", 20000),
+        "CONDUCTOR_PLUGIN_ORIGINS": tuple(env.list("CONDUCTOR_PLUGIN_ORIGINS", default=[])),
+        "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": _positive_int(
+            env, "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR", 120
+        ),
+        "CONDUCTOR_MAX_FRAMES_PER_SECOND": _positive_int(
+            env, "CONDUCTOR_MAX_FRAMES_PER_SECOND", 50
+        ),
+        "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS": _positive_int(
+            env, "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS", 300
+        ),
+        "CONDUCTOR_RETENTION_DAYS": _positive_int(env, "CONDUCTOR_RETENTION_DAYS", 30),
+    }

@@ -1,0 +1,126 @@
+from django.db import models
+from django.db.models import Q
+
+
+class Platform(models.TextChoices):
+    """The chat web apps a plugin can watch (SPEC §6)."""
+
+    CLAUDE = "claude", "Claude"
+    CHATGPT = "chatgpt", "ChatGPT"
+    GEMINI = "gemini", "Gemini"
+
+
+class Conversation(models.Model):
+    """One chat on one platform, identified by the platform's own id."""
+
+    platform = models.CharField(max_length=16, choices=Platform.choices)
+    remote_id = models.CharField(
+        max_length=255, help_text="The platform's conversation id, as the plugin reports it."
+    )
+    title = models.CharField(max_length=500, blank=True)
+    paused = models.BooleanField(
+        default=False,
+        help_text="While paused, the conversation's tasks are not claimed; messages are still stored.",
+    )
+    renewal_enabled = models.BooleanField(default=False)
+    renewal_idle_seconds = models.PositiveIntegerField(
+        default=1800, help_text="Send the renewal text after this long without activity."
+    )
+    renewal_text = models.TextField(default="Please continue.", blank=True)
+    renewal_daily_cap = models.PositiveIntegerField(
+        default=12, help_text="At most this many renewals per day (UTC)."
+    )
+    last_activity_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["platform", "remote_id"], name="conversation_platform_remote_id_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.title or f"{self.platform}:{self.remote_id}"
+
+
+class ConversationLink(models.Model):
+    """Where a conversation was seen: which plugin client, on which page.
+
+    The most recently seen link is the conversation's route for deliveries.
+    """
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="links")
+    client = models.ForeignKey(
+        "ingest.PluginClient", on_delete=models.CASCADE, related_name="conversation_links"
+    )
+    page_url = models.URLField(max_length=2000, blank=True)
+    organization_id = models.CharField(max_length=255, blank=True)
+    last_assistant_message_id = models.CharField(
+        max_length=255, blank=True, help_text="The message a delivery replies under."
+    )
+    last_seen_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "client"], name="conversation_link_client_uniq"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["conversation", "-last_seen_at"], name="conversation_link_recent_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.conversation} via {self.client_id}"
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        ASSISTANT = "assistant", "Assistant"
+        USER = "user", "User"
+
+    class Source(models.TextChoices):
+        PLUGIN = "plugin", "Plugin"  # seen in the chat page and sent by the plugin
+        REPLAY = "replay", "Replay"  # fed from a file by `manage.py replay`
+        CONDUCTOR = "conductor", "Conductor"  # a text Conductor delivered into the chat
+
+    conversation = models.ForeignKey(
+        Conversation, on_delete=models.CASCADE, related_name="messages"
+    )
+    role = models.CharField(max_length=16, choices=Role.choices)
+    source = models.CharField(max_length=16, choices=Source.choices)
+    remote_message_id = models.CharField(max_length=255, blank=True)
+    parent_message_id = models.CharField(max_length=255, blank=True)
+    dedupe_key = models.CharField(
+        max_length=80,
+        null=True,
+        blank=True,
+        help_text="Identity of an ingested message within its conversation: its remote id, "
+        "or a hash of its text when it has none. Null for texts Conductor sent.",
+    )
+    text = models.TextField()
+    raw_frame = models.JSONField(null=True, blank=True)
+    client = models.ForeignKey(
+        "ingest.PluginClient",
+        on_delete=models.SET_NULL,
+        null=True,
+        blank=True,
+        related_name="messages",
+    )
+    received_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["conversation", "dedupe_key"],
+                condition=Q(dedupe_key__isnull=False),
+                name="message_conversation_dedupe_uniq",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["conversation", "received_at"], name="message_conversation_time_idx")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role} message {self.pk} in {self.conversation}"

@@ -1,0 +1,68 @@
+from django.core.validators import RegexValidator
+from django.db import models
+
+
+class PluginClient(models.Model):
+    """A browser plugin allowed to open the WebSocket, known by its ``client_id``."""
+
+    client_id = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[RegexValidator(r"^[a-z0-9][a-z0-9_.-]*$")],
+        help_text="The id the plugin sends in its hello frame.",
+    )
+    name = models.CharField(max_length=200)
+    # Only the hash is stored; see ingest/tokens.py. Never log or display it.
+    token_hash = models.CharField(max_length=100, editable=False)
+    enabled = models.BooleanField(default=True, help_text="A revoked client cannot connect.")
+    connected = models.BooleanField(default=False)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.client_id
+
+    def __repr__(self) -> str:
+        return f"<PluginClient {self.client_id}>"
+
+
+class Instruction(models.Model):
+    """One ```baa block of an assistant message, valid or not."""
+
+    class Status(models.TextChoices):
+        # Valid and queued as an instruction.execute task.
+        PENDING = "pending", "Pending"
+        # Valid, held until an operator approves it (its task is blocked).
+        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+        # Its tool ran and returned a result.
+        SUCCEEDED = "succeeded", "Succeeded"
+        # Its tool ran and failed, or an operator rejected it.
+        FAILED = "failed", "Failed"
+        # Never queued: it did not parse, names an unknown tool, is denied or over a limit.
+        REJECTED = "rejected", "Rejected"
+        # An operator cancelled its task.
+        CANCELLED = "cancelled", "Cancelled"
+
+    message = models.ForeignKey(
+        "conversations.Message", on_delete=models.CASCADE, related_name="instructions"
+    )
+    block_index = models.PositiveIntegerField(
+        help_text="Position of the block in its message, counting from 1."
+    )
+    raw_text = models.TextField()
+    target = models.CharField(max_length=100, blank=True)
+    tool = models.CharField(max_length=100, blank=True)
+    params = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=32, choices=Status.choices)
+    error = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["message", "block_index"], name="instruction_message_block_uniq"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"block {self.block_index} of message {self.message_id}: {self.tool or '?'}"

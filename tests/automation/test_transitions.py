@@ -1,0 +1,312 @@
+import logging
+
+import pytest
+
+from automation.models import AutomationTask, TaskEvent, TaskStatus
+from automation.services import transitions as tr
+from tests.factories import LEASE_MS, OWNER, T0, make_task
+
+S = TaskStatus
+LATER = T0 + 10 * LEASE_MS  # every lease and retry time of make_task has passed
+ROUTE = {
+    "target_client_id": "laptop-chrome",
+    "target_platform": "claude",
+    "target_conversation_id": "conv-abc",
+}
+
+# name -> (call, allowed starting states, resulting state)
+TRANSITIONS = {
+    "lease": (
+        lambda t: tr.task_lease(t, lease_owner="dispatcher-2", lease_until=LATER + LEASE_MS, now=LATER),
+        {S.PENDING, S.RETRY_WAIT},
+        S.LEASED,
+    ),
+    "release": (
+        lambda t: tr.task_release(t, lease_owner=OWNER, reason="client offline", now=LATER),
+        {S.LEASED},
+        S.PENDING,
+    ),
+    "start": (
+        lambda t: tr.task_start(t, lease_owner=OWNER, lease_until=LATER + LEASE_MS, now=LATER),
+        {S.LEASED},
+        S.RUNNING,
+    ),
+    "heartbeat": (
+        lambda t: tr.task_heartbeat(t, lease_owner=OWNER, lease_until=LATER + LEASE_MS, now=LATER),
+        {S.LEASED, S.RUNNING},
+        None,  # unchanged
+    ),
+    "succeed": (
+        lambda t: tr.task_succeed(t, lease_owner=OWNER, result={"answer": 42}, now=LATER),
+        {S.RUNNING},
+        S.SUCCEEDED,
+    ),
+    "retry_later": (
+        lambda t: tr.task_retry_later(
+            t, lease_owner=OWNER, error="timeout", retry_at=LATER + 5000,
+            backoff_ms=5000, jitter_ms=120, now=LATER,
+        ),
+        {S.RUNNING},
+        S.RETRY_WAIT,
+    ),
+    "fail": (
+        lambda t: tr.task_fail(t, lease_owner=OWNER, error="tool error", now=LATER),
+        {S.RUNNING},
+        S.FAILED,
+    ),
+    "reclaim_unstarted": (
+        lambda t: tr.task_reclaim_unstarted(t, actor="dispatcher-2", now=LATER),
+        {S.LEASED},
+        S.PENDING,
+    ),
+    "reclaim_interrupted": (
+        lambda t: tr.task_reclaim_interrupted(
+            t, actor="dispatcher-2", retry_at=LATER + 5000, backoff_ms=5000, jitter_ms=0, now=LATER
+        ),
+        {S.RUNNING},
+        S.RETRY_WAIT,
+    ),
+    "approve": (
+        lambda t: tr.task_approve(t, actor="alice", now=LATER),
+        {S.BLOCKED},
+        S.PENDING,
+    ),
+    "reject": (
+        lambda t: tr.task_reject(t, actor="alice", reason="too risky", now=LATER),
+        {S.BLOCKED},
+        S.FAILED,
+    ),
+    "cancel": (
+        lambda t: tr.task_cancel(t, actor="alice", now=LATER),
+        {S.PENDING, S.RETRY_WAIT, S.BLOCKED, S.RUNNING},
+        S.CANCELLED,
+    ),
+    "retry": (
+        lambda t: tr.task_retry(t, actor="alice", now=LATER),
+        {S.FAILED, S.CANCELLED},
+        S.PENDING,
+    ),
+}
+
+FENCED = {"release", "start", "heartbeat", "succeed", "retry_later", "fail"}
+
+CASES = [
+    pytest.param(name, status, id=f"{name}-from-{status}")
+    for name in TRANSITIONS
+    for status in S.values
+]
+
+
+def _snapshot(task_id):
+    return AutomationTask.objects.values().get(pk=task_id)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name,status", CASES)
+def test_transition_applies_only_from_its_starting_states(name, status):
+    call, allowed, to_status = TRANSITIONS[name]
+    task = make_task(status, **ROUTE)
+    before = _snapshot(task.pk)
+    events_before = TaskEvent.objects.filter(task=task).count()
+
+    if status in allowed:
+        moved = call(task.pk)
+        assert moved.status == (to_status or status)
+        event = TaskEvent.objects.filter(task=task).last()
+        assert (event.action, event.status_from, event.status_to) == (
+            name.split("_")[0] if name.startswith("reclaim") else name,
+            status,
+            moved.status,
+        )
+        assert event.actor
+        assert TaskEvent.objects.filter(task=task).count() == events_before + 1
+    else:
+        # A fenced caller whose task left leased/running has lost its lease;
+        # one that still holds it but asks for the wrong edge is refused.
+        lease_gone = name in FENCED and status not in (S.LEASED, S.RUNNING)
+        expected = tr.LeaseLost if lease_gone else tr.InvalidTransition
+        with pytest.raises(expected):
+            call(task.pk)
+        assert _snapshot(task.pk) == before
+        assert TaskEvent.objects.filter(task=task).count() == events_before
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name,status", [c for c in CASES if c.values[1] in TRANSITIONS[c.values[0]][1]])
+def test_transition_keeps_routing_fields(name, status):
+    call, _, _ = TRANSITIONS[name]
+    task = make_task(status, **ROUTE)
+    moved = call(task.pk)
+    assert {key: getattr(moved, key) for key in ROUTE} == ROUTE
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name", sorted(FENCED))
+def test_stale_lease_owner_changes_nothing(name):
+    call, allowed, _ = TRANSITIONS[name]
+    status = S.RUNNING if S.RUNNING in allowed else S.LEASED
+    task = make_task(status, owner="dispatcher-other")
+    before = _snapshot(task.pk)
+    events_before = TaskEvent.objects.filter(task=task).count()
+
+    with pytest.raises(tr.LeaseLost):
+        call(task.pk)
+
+    assert _snapshot(task.pk) == before
+    assert TaskEvent.objects.filter(task=task).count() == events_before
+
+
+@pytest.mark.django_db
+def test_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
+    task = make_task(S.LEASED, owner="dispatcher-a")
+    tr.task_reclaim_unstarted(task.pk, actor="dispatcher-b", now=LATER)
+    tr.task_lease(task.pk, lease_owner="dispatcher-b", lease_until=LATER + LEASE_MS, now=LATER)
+    tr.task_start(task.pk, lease_owner="dispatcher-b", lease_until=LATER + LEASE_MS, now=LATER)
+
+    with pytest.raises(tr.LeaseLost):
+        tr.task_succeed(task.pk, lease_owner="dispatcher-a", result="stale", now=LATER)
+
+    task.refresh_from_db()
+    assert (task.status, task.lease_owner, task.result_json) == (S.RUNNING, "dispatcher-b", None)
+
+
+@pytest.mark.django_db
+def test_heartbeat_after_cancel_tells_the_worker_to_stop():
+    task = make_task(S.RUNNING)
+    tr.task_cancel(task.pk, actor="alice", now=T0 + 1000)
+
+    with pytest.raises(tr.LeaseLost) as excinfo:
+        tr.task_heartbeat(task.pk, lease_owner=OWNER, lease_until=T0 + 2 * LEASE_MS, now=T0 + 2000)
+    assert excinfo.value.status == S.CANCELLED
+
+
+@pytest.mark.django_db
+def test_lease_writes_owner_and_until_and_refuses_a_task_not_yet_due():
+    task = make_task(S.RETRY_WAIT)  # due at T0 + 5000
+    with pytest.raises(tr.InvalidTransition, match="not due"):
+        tr.task_lease(task.pk, lease_owner="d", lease_until=T0 + LEASE_MS, now=T0 + 4999)
+
+    leased = tr.task_lease(task.pk, lease_owner="d", lease_until=T0 + 65000, now=T0 + 5000)
+    assert (leased.lease_owner, leased.lease_until) == ("d", T0 + 65000)
+
+
+@pytest.mark.django_db
+def test_start_counts_an_attempt_and_release_does_not():
+    task = make_task(S.LEASED)
+    assert task.attempt_count == 0
+    released = tr.task_release(task.pk, lease_owner=OWNER, reason="client offline", now=T0)
+    assert (released.attempt_count, released.lease_owner, released.lease_until) == (0, None, None)
+
+    tr.task_lease(task.pk, lease_owner=OWNER, lease_until=T0 + LEASE_MS, now=T0)
+    started = tr.task_start(task.pk, lease_owner=OWNER, lease_until=T0 + LEASE_MS, now=T0 + 10)
+    assert (started.attempt_count, started.started_at) == (1, T0 + 10)
+
+
+@pytest.mark.django_db
+def test_retry_later_is_refused_when_no_attempts_are_left():
+    task = make_task(S.RUNNING, max_attempts=1)
+    with pytest.raises(tr.InvalidTransition, match="no attempts left"):
+        tr.task_retry_later(
+            task.pk, lease_owner=OWNER, error="e", retry_at=T0 + 5000, backoff_ms=5000,
+            jitter_ms=0, now=T0,
+        )
+    failed = tr.task_fail(task.pk, lease_owner=OWNER, error="e", now=T0)
+    assert failed.status == S.FAILED
+
+
+@pytest.mark.django_db
+def test_retry_later_records_backoff_jitter_and_error():
+    task = make_task(S.RUNNING)
+    waiting = tr.task_retry_later(
+        task.pk, lease_owner=OWNER, error="timeout", retry_at=T0 + 5321, backoff_ms=5000,
+        jitter_ms=321, now=T0,
+    )
+    assert (waiting.execute_after, waiting.last_error, waiting.lease_owner) == (T0 + 5321, "timeout", None)
+    event = waiting.events.last()
+    assert (event.backoff_ms, event.jitter_ms, event.error) == (5000, 321, "timeout")
+
+
+@pytest.mark.django_db
+def test_succeed_stores_the_result_and_finish_time():
+    task = make_task(S.RUNNING)
+    done = tr.task_succeed(task.pk, lease_owner=OWNER, result={"text": "hi"}, now=T0 + 7)
+    assert (done.result_json, done.finished_at, done.lease_owner) == ('{"text": "hi"}', T0 + 7, None)
+
+
+@pytest.mark.django_db
+def test_reclaim_refuses_a_lease_that_has_not_expired():
+    leased = make_task(S.LEASED)
+    running = make_task(S.RUNNING)
+    with pytest.raises(tr.InvalidTransition, match="valid until"):
+        tr.task_reclaim_unstarted(leased.pk, actor="d2", now=T0 + LEASE_MS)
+    with pytest.raises(tr.InvalidTransition, match="valid until"):
+        tr.task_reclaim_interrupted(running.pk, actor="d2", retry_at=None, now=T0 + LEASE_MS)
+
+
+@pytest.mark.django_db
+def test_reclaimed_non_idempotent_task_fails_as_interrupted():
+    task = make_task(S.RUNNING)
+    failed = tr.task_reclaim_interrupted(task.pk, actor="d2", retry_at=None, now=LATER)
+    assert failed.status == S.FAILED
+    assert "interrupted" in failed.last_error
+    assert failed.attempt_count == 1
+
+
+@pytest.mark.django_db
+def test_reclaimed_idempotent_task_without_attempts_left_fails():
+    task = make_task(S.RUNNING, max_attempts=1)
+    failed = tr.task_reclaim_interrupted(task.pk, actor="d2", retry_at=LATER + 5000, now=LATER)
+    assert failed.status == S.FAILED
+
+
+@pytest.mark.django_db
+def test_operator_retry_resets_attempts_and_makes_the_task_due():
+    task = make_task(S.FAILED)
+    assert task.attempt_count == 1
+    again = tr.task_retry(task.pk, actor="alice", now=LATER)
+    assert (again.status, again.attempt_count, again.execute_after, again.finished_at) == (
+        S.PENDING, 0, LATER, None,
+    )
+    assert again.events.last().actor == "alice"
+
+
+@pytest.mark.django_db
+def test_approve_makes_the_task_due_now_and_reject_fails_it_with_the_reason():
+    approved = tr.task_approve(make_task(S.BLOCKED).pk, actor="alice", now=LATER)
+    assert (approved.status, approved.execute_after) == (S.PENDING, LATER)
+
+    rejected = tr.task_reject(make_task(S.BLOCKED).pk, actor="bob", reason="no shell today", now=LATER)
+    assert rejected.status == S.FAILED
+    assert rejected.last_error == "rejected by bob: no shell today"
+
+
+@pytest.mark.django_db
+def test_unknown_task_raises_task_not_found():
+    with pytest.raises(tr.TaskNotFound):
+        tr.task_cancel("no-such-task", actor="alice")
+
+
+@pytest.mark.django_db
+def test_each_transition_logs_one_structured_line(caplog):
+    task = make_task(S.LEASED)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="automation.services.transitions"):
+        tr.task_start(task.pk, lease_owner=OWNER, lease_until=LATER, now=T0)
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "automation.services.transitions"]
+    assert len(lines) == 1
+    assert lines[0].startswith(f"action=start task_id={task.pk} kind=test.local ")
+    assert "status_from=leased status_to=running" in lines[0]
+    assert f"lease_owner={OWNER}" in lines[0]
+
+
+@pytest.mark.django_db
+def test_event_timeline_records_every_step_in_order():
+    task = make_task(S.SUCCEEDED)
+    steps = list(task.events.values_list("action", "status_from", "status_to", "actor"))
+    assert steps == [
+        ("create", None, "pending", "test"),
+        ("lease", "pending", "leased", OWNER),
+        ("start", "leased", "running", OWNER),
+        ("succeed", "running", "succeeded", OWNER),
+    ]

@@ -1,0 +1,112 @@
+"""Factories for the test suite (factory-boy), and a helper to put a task in any state.
+
+Tasks are created and moved only through the services, exactly as the
+product does, so every task a test sees has a consistent event log.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import factory
+from django.utils import timezone
+
+from automation.models import AutomationTask, TaskStatus
+from automation.services import transitions as tr
+from automation.services.tasks import task_create
+from conversations.models import Conversation, ConversationLink, Message, Platform
+from ingest.models import Instruction, PluginClient
+from ingest.tokens import token_hash
+
+T0 = 1_800_000_000_000  # a fixed "now" in epoch milliseconds
+LEASE_MS = 60_000
+OWNER = "dispatcher-1"
+TEST_TOKEN = "test-token-" + "x" * 32
+
+
+class PluginClientFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = PluginClient
+
+    client_id = factory.Sequence(lambda n: f"client-{n}")
+    name = factory.LazyAttribute(lambda o: o.client_id)
+    token_hash = token_hash(TEST_TOKEN)
+
+
+class ConversationFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Conversation
+
+    platform = Platform.CLAUDE
+    remote_id = factory.Sequence(lambda n: f"conv-{n}")
+    title = factory.Sequence(lambda n: f"Conversation {n}")
+
+
+class ConversationLinkFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = ConversationLink
+
+    conversation = factory.SubFactory(ConversationFactory)
+    client = factory.SubFactory(PluginClientFactory)
+    page_url = factory.LazyAttribute(lambda o: f"https://claude.ai/chat/{o.conversation.remote_id}")
+    last_seen_at = factory.LazyFunction(timezone.now)
+
+
+class MessageFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Message
+
+    conversation = factory.SubFactory(ConversationFactory)
+    role = Message.Role.ASSISTANT
+    source = Message.Source.PLUGIN
+    remote_message_id = factory.Sequence(lambda n: f"msg-{n}")
+    dedupe_key = factory.LazyAttribute(lambda o: f"id:{o.remote_message_id}")
+    text = "Hello"
+    received_at = factory.LazyFunction(lambda: timezone.now() - dt.timedelta(seconds=1))
+
+
+class InstructionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Instruction
+
+    message = factory.SubFactory(MessageFactory)
+    block_index = factory.Sequence(lambda n: n + 1)
+    raw_text = "echo\n{}"
+    target = "conductor"
+    tool = "echo"
+    params = factory.LazyFunction(dict)
+    status = Instruction.Status.PENDING
+
+
+def make_task(
+    status: str = TaskStatus.PENDING,
+    *,
+    kind: str = "test.local",
+    owner: str = OWNER,
+    now: int = T0,
+    **create_kwargs,
+) -> AutomationTask:
+    """Create a task and drive it through real transitions into ``status``.
+
+    Leased and running tasks are held by ``owner`` until ``now + LEASE_MS``.
+    """
+    initial = TaskStatus.BLOCKED if status == TaskStatus.BLOCKED else TaskStatus.PENDING
+    task, _ = task_create(kind=kind, payload={}, actor="test", status=initial, now=now, **create_kwargs)
+    if status in (TaskStatus.PENDING, TaskStatus.BLOCKED):
+        return task
+    if status == TaskStatus.CANCELLED:
+        return tr.task_cancel(task.pk, actor="operator", now=now)
+    task = tr.task_lease(task.pk, lease_owner=owner, lease_until=now + LEASE_MS, now=now)
+    if status == TaskStatus.LEASED:
+        return task
+    task = tr.task_start(task.pk, lease_owner=owner, lease_until=now + LEASE_MS, now=now)
+    outcomes = {
+        TaskStatus.RUNNING: lambda: task,
+        TaskStatus.SUCCEEDED: lambda: tr.task_succeed(task.pk, lease_owner=owner, result={"ok": 1}, now=now),
+        TaskStatus.FAILED: lambda: tr.task_fail(task.pk, lease_owner=owner, error="boom", now=now),
+        TaskStatus.RETRY_WAIT: lambda: tr.task_retry_later(
+            task.pk, lease_owner=owner, error="flaky", retry_at=now + 5000,
+            backoff_ms=5000, jitter_ms=0, now=now,
+        ),
+    }
+    return outcomes[status]()
