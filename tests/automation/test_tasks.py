@@ -1,0 +1,70 @@
+import pytest
+
+from automation.models import TaskEvent, TaskStatus
+from automation.services.tasks import task_create, task_retarget
+from tests.factories import T0, ConversationFactory, make_task
+
+S = TaskStatus
+
+
+@pytest.mark.django_db
+def test_create_writes_the_first_event_with_its_actor(settings):
+    settings.CONDUCTOR_MAX_ATTEMPTS = 4
+    task, created = task_create(kind="k", payload={"a": 1}, actor="ingest", now=T0)
+    assert created
+    assert (task.status, task.execute_after, task.max_attempts, task.payload_json) == (
+        S.PENDING, T0, 4, '{"a": 1}',
+    )
+    event = TaskEvent.objects.get(task=task)
+    assert (event.action, event.status_from, event.status_to, event.actor) == (
+        "create", None, "pending", "ingest",
+    )
+
+
+@pytest.mark.django_db
+def test_create_with_an_existing_dedupe_key_returns_the_first_task():
+    first, created = task_create(kind="k", payload={}, actor="ingest", dedupe_key="deliver:7")
+    again, created_again = task_create(kind="k", payload={"other": 1}, actor="ingest", dedupe_key="deliver:7")
+    assert (created, created_again) == (True, False)
+    assert again.pk == first.pk
+    assert TaskEvent.objects.filter(task=first).count() == 1
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", [S.LEASED, S.RUNNING, S.SUCCEEDED, S.RETRY_WAIT])
+def test_create_refuses_any_status_but_pending_or_blocked(status):
+    with pytest.raises(ValueError):
+        task_create(kind="k", payload={}, actor="ingest", status=status)
+
+
+@pytest.mark.django_db
+def test_retarget_moves_only_unstarted_outbound_tasks_of_the_conversation():
+    conversation, other = ConversationFactory(), ConversationFactory()
+    route = dict(target_client_id="old", target_platform="claude", conversation_id=conversation.pk)
+    movable = [make_task(status, **route) for status in (S.PENDING, S.RETRY_WAIT, S.BLOCKED)]
+    staying = [make_task(status, **route) for status in (S.LEASED, S.RUNNING, S.SUCCEEDED, S.FAILED)]
+    local = make_task(S.PENDING, conversation_id=conversation.pk)  # no route: not outbound
+    elsewhere = make_task(S.PENDING, target_client_id="old", target_platform="claude",
+                          conversation_id=other.pk)
+
+    moved = task_retarget(conversation_id=conversation.pk, client_id="new", actor="ingest", now=T0)
+
+    assert sorted(moved) == sorted(t.pk for t in movable)
+    for task in movable:
+        task.refresh_from_db()
+        assert (task.target_client_id, task.target_platform) == ("new", "claude")
+        event = task.events.last()
+        assert (event.action, event.status_from, event.status_to, event.detail) == (
+            "retarget", task.status, task.status, {"from_client_id": "old", "to_client_id": "new"},
+        )
+    for task in [*staying, elsewhere]:
+        task.refresh_from_db()
+        assert task.target_client_id == "old"
+    local.refresh_from_db()
+    assert local.target_client_id is None
+
+
+@pytest.mark.django_db
+def test_retarget_never_clears_the_route():
+    with pytest.raises(ValueError):
+        task_retarget(conversation_id=1, client_id="", actor="ingest")

@@ -1,0 +1,137 @@
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import environ
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from conductor_site.config import conductor_settings
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = Path("/srv/conductor-data")
+
+
+def parse(**values):
+    env = environ.Env()
+    env.ENVIRON = {key: str(value) for key, value in values.items()}
+    return conductor_settings(env, data_dir=DATA)
+
+
+def test_defaults_match_the_spec():
+    assert parse() == {
+        "CONDUCTOR_WORKSPACE": DATA / "workspace",
+        "CONDUCTOR_TICK_SECONDS": 2.0,
+        "CONDUCTOR_MAX_TASKS_PER_TICK": 20,
+        "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": 800,
+        "CONDUCTOR_RETRY_BACKOFF_SECONDS": (5, 15, 45),
+        "CONDUCTOR_RETRY_JITTER_MAX_MS": 1000,
+        "CONDUCTOR_MAX_ATTEMPTS": 3,
+        "CONDUCTOR_LEASE_SECONDS": 60,
+        "CONDUCTOR_DELIVERY_TIMEOUT_SECONDS": 30,
+        "CONDUCTOR_RESULT_MAX_CHARS": 20000,
+        "CONDUCTOR_PLUGIN_ORIGINS": (),
+        "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": 120,
+        "CONDUCTOR_MAX_FRAMES_PER_SECOND": 50,
+        "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS": 300,
+        "CONDUCTOR_RETENTION_DAYS": 30,
+    }
+
+
+def test_values_come_from_the_environment(tmp_path):
+    parsed = parse(
+        CONDUCTOR_WORKSPACE=tmp_path,
+        CONDUCTOR_TICK_SECONDS="0.5",
+        CONDUCTOR_RETRY_BACKOFF_SECONDS="1, 2,3",
+        CONDUCTOR_PLUGIN_ORIGINS="https://a.example,https://b.example",
+        CONDUCTOR_MAX_ATTEMPTS="5",
+        CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0",
+    )
+    assert parsed["CONDUCTOR_WORKSPACE"] == tmp_path.resolve()
+    assert parsed["CONDUCTOR_TICK_SECONDS"] == 0.5
+    assert parsed["CONDUCTOR_RETRY_BACKOFF_SECONDS"] == (1, 2, 3)
+    assert parsed["CONDUCTOR_PLUGIN_ORIGINS"] == ("https://a.example", "https://b.example")
+    assert parsed["CONDUCTOR_MAX_ATTEMPTS"] == 5
+    assert parsed["CONDUCTOR_OUTBOUND_JITTER_MAX_MS"] == 0
+
+
+@pytest.mark.parametrize(
+    "name,value,message",
+    [
+        ("CONDUCTOR_MAX_ATTEMPTS", "0", "CONDUCTOR_MAX_ATTEMPTS must be at least 1"),
+        ("CONDUCTOR_TICK_SECONDS", "0", "CONDUCTOR_TICK_SECONDS must be greater than 0"),
+        ("CONDUCTOR_RETRY_BACKOFF_SECONDS", "5,soon", "comma-separated list"),
+        ("CONDUCTOR_RETRY_BACKOFF_SECONDS", ",", "at least one"),
+        ("CONDUCTOR_RETRY_JITTER_MAX_MS", "-1", "CONDUCTOR_RETRY_JITTER_MAX_MS must be at least 0"),
+    ],
+)
+def test_bad_values_fail_naming_the_setting(name, value, message):
+    with pytest.raises(ImproperlyConfigured, match=message):
+        parse(**{name: value})
+
+
+def test_bad_integer_fails_at_start_up():
+    with pytest.raises(ValueError):
+        parse(CONDUCTOR_LEASE_SECONDS="a minute")
+
+
+def _run_settings(env, code):
+    full_env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "REDIS_URL")}
+    full_env.update(env)
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from django.conf import settings; " + code],
+        cwd=ROOT, env={**full_env, "DJANGO_SETTINGS_MODULE": "conductor_site.settings"},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_embedded_default_is_sqlite_in_the_data_folder_with_the_orm_broker(tmp_path):
+    out = _run_settings(
+        {"CONDUCTOR_DATA_DIR": str(tmp_path)},
+        "import json; db = settings.DATABASES['default']; print(json.dumps({'engine': db['ENGINE'], "
+        "'name': str(db['NAME']), 'mode': db['OPTIONS']['transaction_mode'], 'q': settings.Q_CLUSTER, "
+        "'debug': settings.DEBUG, 'workspace': str(settings.CONDUCTOR_WORKSPACE)}))",
+    )
+    values = json.loads(out)
+    assert values["engine"] == "django.db.backends.sqlite3"
+    assert values["name"] == str(tmp_path / "conductor.sqlite3")
+    assert values["mode"] == "IMMEDIATE"
+    assert values["q"]["orm"] == "default" and "redis" not in values["q"]
+    assert values["debug"] is False
+    assert values["workspace"] == str(tmp_path / "workspace")
+    assert (tmp_path / "secret_key").stat().st_mode & 0o077 == 0
+
+
+def test_redis_url_and_database_url_switch_the_backends(tmp_path):
+    out = _run_settings(
+        {
+            "CONDUCTOR_DATA_DIR": str(tmp_path),
+            "DATABASE_URL": "postgres://postgres@127.0.0.1:5432/conductor",
+            "REDIS_URL": "redis://127.0.0.1:6379/3",
+        },
+        "import json; print(json.dumps({'engine': settings.DATABASES['default']['ENGINE'], "
+        "'q': settings.Q_CLUSTER}))",
+    )
+    values = json.loads(out)
+    assert values["engine"] == "django.db.backends.postgresql"
+    assert values["q"]["redis"] == "redis://127.0.0.1:6379/3" and "orm" not in values["q"]
+
+
+def test_check_deploy_is_clean_with_debug_off_a_real_key_and_hosts(tmp_path):
+    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(
+        CONDUCTOR_DATA_DIR=str(tmp_path),
+        DEBUG="false",
+        SECRET_KEY="k7#" + "q8Zr2vLm9Tn4Xw6Yp1Bs5Cd3Fg7Hj0Kl" * 2,
+        ALLOWED_HOSTS="conductor.example.com",
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "System check identified no issues" in result.stdout
