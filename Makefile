@@ -7,8 +7,11 @@ $(error uv is missing and could not be installed)
 endif
 
 PYTEST_ARGS ?=
+HOST ?= 127.0.0.1
+PORT ?= 8000
+export HOST PORT
 
-.PHONY: install test migrate check
+.PHONY: install test migrate run check
 
 install:
 	$(UV) sync --frozen
@@ -17,7 +20,11 @@ test: install
 	$(UV) run --frozen pytest $(PYTEST_ARGS)
 
 migrate: install
-	$(UV) run --frozen python manage.py migrate --noinput
+	$(UV) run --frozen python manage.py migrate_all
+
+run: migrate
+	$(UV) run --frozen python manage.py collectstatic --noinput --verbosity 0
+	$(UV) run --frozen python manage.py serve --host $(HOST) --port $(PORT)
 
 check: install
 	$(UV) run --frozen python manage.py check

@@ -10,11 +10,12 @@ django_asgi_app = get_asgi_application()
 
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
-websocket_urlpatterns: list = []
+from ingest.origins import PluginOriginValidator  # noqa: E402
+from ingest.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
         "http": django_asgi_app,
-        "websocket": URLRouter(websocket_urlpatterns),
+        "websocket": PluginOriginValidator(URLRouter(websocket_urlpatterns)),
     }
 )

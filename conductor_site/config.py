@@ -79,4 +79,17 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
             env, "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS", 300
         ),
         "CONDUCTOR_RETENTION_DAYS": _positive_int(env, "CONDUCTOR_RETENTION_DAYS", 30),
+        # Beyond SPEC §8: how often a live socket refreshes its client's
+        # presence (a client counts as gone after twice this, at most 60 s),
+        # how long a new socket may wait before its hello, and the largest
+        # WebSocket message the server reads (frames over 1 MiB get too_large).
+        "CONDUCTOR_PING_INTERVAL_SECONDS": _positive_float(
+            env, "CONDUCTOR_PING_INTERVAL_SECONDS", 20.0
+        ),
+        "CONDUCTOR_HELLO_TIMEOUT_SECONDS": _positive_float(
+            env, "CONDUCTOR_HELLO_TIMEOUT_SECONDS", 10.0
+        ),
+        "CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES": _positive_int(
+            env, "CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES", 16 * 1024 * 1024
+        ),
     }

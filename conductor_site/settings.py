@@ -15,7 +15,8 @@ from conductor_site.config import conductor_settings
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
-environ.Env.read_env(BASE_DIR / ".env")
+if (BASE_DIR / ".env").exists():
+    environ.Env.read_env(BASE_DIR / ".env")
 
 DATA_DIR = Path(env.str("CONDUCTOR_DATA_DIR", default=str(BASE_DIR / "data"))).resolve()
 DATA_DIR.mkdir(parents=True, exist_ok=True)
@@ -45,6 +46,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "django_q",
+    "conductor_site",
     "conversations",
     "ingest",
     "automation",
@@ -52,6 +54,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Serves the admin's static files: daphne serves none by itself.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -103,19 +107,67 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis, channel layer and django-q2 ------------------------------------
 
+# The WebSocket consumers live in the ASGI server and the dispatcher in
+# django-q2 worker processes, so the channel layer must cross processes.
 REDIS_URL = env.str("REDIS_URL", default="") or None
 
 Q_CLUSTER = {
     "name": "conductor",
-    "workers": 2,
+    "workers": env.int("CONDUCTOR_Q_WORKERS", default=2),
+    # The longest task (a bounded dispatcher run) must finish well inside
+    # `timeout`, and `retry` must exceed `timeout`, or the broker hands the
+    # same task out twice.
     "timeout": 300,
     "retry": 360,
+    "max_attempts": 1,
     "catch_up": False,
-    "orm": "default",
+    "ack_failures": True,
+    "save_limit": 1000,
 }
+
 if REDIS_URL:
-    del Q_CLUSTER["orm"]
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {
+                # redis-py 8 times a read out after 5 s by default, which kills a
+                # receiver that waits on an idle channel (channels_redis issue 422).
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "prefix": env.str("CONDUCTOR_CHANNEL_PREFIX", default="conductor"),
+                "capacity": 1000,
+                "expiry": 60,
+            },
+        }
+    }
     Q_CLUSTER["redis"] = REDIS_URL
+else:
+    # channels-lite's ORM layer on its own SQLite file, so its polling never
+    # contends with the application's writes. (Its aiosqlite variant mixes
+    # naive local and UTC timestamps and loses messages: not used.)
+    INSTALLED_APPS.append("channels_lite")
+    DATABASES["channels"] = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(DATA_DIR / "channels.sqlite3"),
+        "OPTIONS": {
+            "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        },
+        "TEST": {"NAME": str(DATA_DIR / "test-channels.sqlite3")},
+    }
+    DATABASE_ROUTERS = ["conductor_site.routers.ChannelLayerRouter"]
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_lite.layers.core.SQLiteChannelLayer",
+            "CONFIG": {
+                "database": "channels",
+                "polling_interval": 0.02,
+                "capacity": 1000,
+                "expiry": 60,
+            },
+        }
+    }
+    Q_CLUSTER["orm"] = "default"
 
 # --- Auth, i18n, static ----------------------------------------------------
 

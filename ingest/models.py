@@ -2,6 +2,12 @@ from django.core.validators import RegexValidator
 from django.db import models
 
 
+def plugin_group_name(client_pk: int) -> str:
+    """Channel-layer group of a client's socket. Built from the primary key:
+    group names allow only letters, digits, '-', '_' and '.'."""
+    return f"plugin-client.{client_pk}"
+
+
 class PluginClient(models.Model):
     """A browser plugin allowed to open the WebSocket, known by its ``client_id``."""
 
@@ -15,8 +21,13 @@ class PluginClient(models.Model):
     # Only the hash is stored; see ingest/tokens.py. Never log or display it.
     token_hash = models.CharField(max_length=100, editable=False)
     enabled = models.BooleanField(default=True, help_text="A revoked client cannot connect.")
+    # Presence (SPEC §4): a client counts as connected while `connected` is set
+    # and `last_seen_at` is fresher than the presence window (see selectors).
     connected = models.BooleanField(default=False)
     last_seen_at = models.DateTimeField(null=True, blank=True)
+    connection_channel = models.CharField(
+        max_length=255, blank=True, help_text="Channel-layer name of the client's current socket."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
@@ -24,6 +35,10 @@ class PluginClient(models.Model):
 
     def __repr__(self) -> str:
         return f"<PluginClient {self.client_id}>"
+
+    @property
+    def group_name(self) -> str:
+        return plugin_group_name(self.pk)
 
 
 class Instruction(models.Model):

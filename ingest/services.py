@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import logging
 
+import datetime as dt
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 from django.utils.text import slugify
 
 from conductor_site.logfmt import log_event
@@ -33,3 +39,64 @@ def plugin_client_create(*, name: str, token: str | None = None) -> tuple[Plugin
         client.save()
     log_event(logger, "plugin_client_create", client_id=client.client_id)
     return client, token
+
+
+def plugin_client_connect(
+    *, client: PluginClient, channel_name: str, now: dt.datetime | None = None
+) -> str:
+    """Make ``channel_name`` the client's socket and mark it present.
+
+    Returns the channel name of the socket it replaces ("" if none): the
+    newest socket is the client's, so the caller closes the older one.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        previous = (
+            PluginClient.objects.select_for_update()
+            .values_list("connection_channel", flat=True)
+            .get(pk=client.pk)
+        )
+        PluginClient.objects.filter(pk=client.pk).update(
+            connected=True, connection_channel=channel_name, last_seen_at=now
+        )
+    log_event(logger, "plugin_connect", client_id=client.client_id, replaced=bool(previous))
+    return previous if previous != channel_name else ""
+
+
+def plugin_client_touch(
+    *, client_pk: int, channel_name: str, now: dt.datetime | None = None
+) -> bool:
+    """Refresh the presence of the client's current socket.
+
+    Returns False when ``channel_name`` is no longer the client's socket
+    (a newer one replaced it, or the client was disconnected): nothing changes.
+    """
+    return bool(
+        PluginClient.objects.filter(pk=client_pk, connection_channel=channel_name).update(
+            connected=True, last_seen_at=now or timezone.now()
+        )
+    )
+
+
+def plugin_client_disconnect(*, client_pk: int, channel_name: str) -> bool:
+    """Mark the client gone if ``channel_name`` is still its socket; a newer socket stays."""
+    updated = PluginClient.objects.filter(pk=client_pk, connection_channel=channel_name).update(
+        connected=False, connection_channel=""
+    )
+    if updated:
+        log_event(logger, "plugin_disconnect", client_pk=client_pk)
+    return bool(updated)
+
+
+def plugin_client_revoke(*, client: PluginClient, actor: str) -> None:
+    """Disable the client for good; its open socket is closed with 4403 once this commits."""
+    with transaction.atomic():
+        PluginClient.objects.filter(pk=client.pk).update(
+            enabled=False, connected=False, connection_channel=""
+        )
+        transaction.on_commit(
+            lambda: async_to_sync(get_channel_layer().group_send)(
+                client.group_name, {"type": "plugin.revoked"}
+            )
+        )
+    log_event(logger, "plugin_client_revoke", client_id=client.client_id, actor=actor)

@@ -1,0 +1,32 @@
+"""What /healthz reports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import DatabaseError, connection
+
+from ingest.selectors import plugin_clients_connected
+
+
+def dispatcher_last_tick_age_seconds() -> float | None:
+    """Age of the dispatcher's last tick; None until a dispatcher has ticked."""
+    return None
+
+
+def health_report() -> dict[str, Any]:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except DatabaseError as exc:
+        return {
+            "database": False,
+            "database_error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            "dispatcher_last_tick_age_seconds": None,
+            "connected_clients": None,
+        }
+    return {
+        "database": True,
+        "dispatcher_last_tick_age_seconds": dispatcher_last_tick_age_seconds(),
+        "connected_clients": plugin_clients_connected().count(),
+    }
