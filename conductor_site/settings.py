@@ -147,7 +147,7 @@ else:
     INSTALLED_APPS.append("channels_lite")
     DATABASES["channels"] = {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": str(DATA_DIR / "channels.sqlite3"),
+        "NAME": env.str("CONDUCTOR_CHANNEL_LAYER_DB", default=str(DATA_DIR / "channels.sqlite3")),
         "OPTIONS": {
             "init_command": "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL",
             "transaction_mode": "IMMEDIATE",

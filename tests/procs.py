@@ -1,28 +1,45 @@
-"""Run test code in several real OS processes against the test database.
+"""Run test code in several real OS processes against the test databases.
 
 Children are started with ``spawn``: fresh interpreters that share nothing with
-the test process but the database, as separate dispatchers or servers would.
-The test calling this must use ``transaction=True`` so that its rows are
-committed and visible to the children; on SQLite the test database is a file
-(see settings) for the same reason.
+the test process but the databases (and Redis), as separate dispatchers or
+servers would. The test calling this must use ``transaction=True`` so that its
+rows are committed and visible to the children; on SQLite the test databases
+are files (see settings) for the same reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from multiprocessing.pool import AsyncResult
 from typing import Any
 
-from django.db import connection
+from django.db import connections
 
 
-def _child(database_name: str, target: str, args: tuple[Any, ...]) -> Any:
+def test_database_names() -> dict[str, str]:
+    """The test database name of every alias, as the test process sees them."""
+    return {alias: str(connections[alias].settings_dict["NAME"]) for alias in connections}
+
+
+def database_url(alias: str = "default") -> str:
+    """A DATABASE_URL that points a child process at this alias's test database."""
+    config = connections[alias].settings_dict
+    if config["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{config['NAME']}"
+    auth = config["USER"] + (f":{config['PASSWORD']}" if config["PASSWORD"] else "")
+    return f"postgres://{auth}@{config['HOST'] or '127.0.0.1'}:{config['PORT'] or 5432}/{config['NAME']}"
+
+
+def _child(database_names: dict[str, str], target: str, args: tuple[Any, ...]) -> Any:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
     from django.conf import settings
 
-    settings.DATABASES["default"]["NAME"] = database_name
+    for alias, name in database_names.items():
+        settings.DATABASES[alias]["NAME"] = name
     import django
 
     django.setup()
@@ -36,15 +53,27 @@ def _child(database_name: str, target: str, args: tuple[Any, ...]) -> Any:
         connections.close_all()
 
 
-def run_in_processes(target: str, args_per_process: Sequence[tuple[Any, ...]], timeout: float = 120) -> list[Any]:
-    """Call ``target`` ("module:function") once per args tuple, each in its own process.
+@contextlib.contextmanager
+def started_in_processes(
+    target: str, args_per_process: Sequence[tuple[Any, ...]]
+) -> Iterator[list[AsyncResult]]:
+    """Start ``target`` ("module:function") once per args tuple, each in its own process.
 
-    Returns the results in order. Raises if any child raised or timed out.
+    Yields the pending results, so the test can work beside the children; the
+    processes are ended when the block exits.
     """
-    database_name = str(connection.settings_dict["NAME"])
+    names = test_database_names()
     context = multiprocessing.get_context("spawn")
     with context.Pool(processes=len(args_per_process)) as pool:
-        pending = [
-            pool.apply_async(_child, (database_name, target, args)) for args in args_per_process
-        ]
+        yield [pool.apply_async(_child, (names, target, args)) for args in args_per_process]
+
+
+def run_in_processes(
+    target: str, args_per_process: Sequence[tuple[Any, ...]], timeout: float = 120
+) -> list[Any]:
+    """Call ``target`` once per args tuple, each in its own process; return the results in order.
+
+    Raises if any child raised or timed out.
+    """
+    with started_in_processes(target, args_per_process) as pending:
         return [result.get(timeout=timeout) for result in pending]

@@ -1,0 +1,143 @@
+"""Start Conductor as a user would (``make run`` or ``manage.py serve``) for a test.
+
+The server gets its own data folder but points at the test databases, so the
+test and the server see the same rows and the same embedded channel layer.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import requests
+from django.db import connections
+
+from tests.procs import database_url
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class RunningServer:
+    process: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/ws/plugin/"
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def interrupt(self, timeout: float = 30) -> float:
+        """Send SIGINT to the whole process group, as Ctrl-C does; return seconds until exit."""
+        started = time.monotonic()
+        os.killpg(self.process.pid, signal.SIGINT)
+        self.process.wait(timeout=timeout)
+        return time.monotonic() - started
+
+    def kill(self) -> None:
+        """SIGKILL every process of the server at once: its sockets die without a close."""
+        for pid in [self.process.pid, *descendants(self.process.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+    def processes(self) -> list[int]:
+        """The server's process and all its descendants still alive."""
+        return [pid for pid in [self.process.pid, *descendants(self.process.pid)] if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state != "Z"
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid`` (children run in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(FileNotFoundError, IndexError, ValueError):
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(parent, []).append(int(entry.name))
+    found, stack = [], [pid]
+    while stack:
+        for child in children.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST")}
+    env.update(
+        CONDUCTOR_DATA_DIR=str(data_dir),
+        DATABASE_URL=database_url("default"),
+        **extra,
+    )
+    if "channels" in connections:
+        env["CONDUCTOR_CHANNEL_LAYER_DB"] = str(connections["channels"].settings_dict["NAME"])
+    return env
+
+
+@contextlib.contextmanager
+def running_server(
+    data_dir: Path, *, command: str = "serve", ready_timeout: float = 90, **extra_env: str
+) -> Iterator[RunningServer]:
+    """Start the server, wait until /healthz answers, yield it, then stop it.
+
+    ``command`` is "make" for ``make run`` or "serve" for ``manage.py serve
+    --no-cluster`` (the ASGI server alone, quicker to start).
+    """
+    port = free_port()
+    env = server_env(data_dir, **extra_env)
+    if command == "make":
+        argv = ["make", "run", f"PORT={port}"]
+    else:
+        argv = [sys.executable, "manage.py", "serve", "--no-cluster", "--port", str(port)]
+    log_path = data_dir / "server.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    server = RunningServer(process=process, port=port, log_path=log_path)
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(f"server exited early:\n{server.log()}")
+            try:
+                if requests.get(f"{server.base_url}/healthz", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server did not answer /healthz:\n{server.log()}")
+            time.sleep(0.2)
+        yield server
+    finally:
+        if process.poll() is None:
+            server.kill()
