@@ -1,0 +1,88 @@
+"""Cross-process round trip through the configured channel layer.
+
+A peer process echoes every message; this process sends one at a time and
+waits for the reply. Prints the median and p99 round trip and the messages
+lost (no reply within the timeout).
+
+    uv run python bench/channel_layer_roundtrip.py [--messages 200]
+    REDIS_URL=redis://127.0.0.1:6379/15 uv run python bench/channel_layer_roundtrip.py
+
+Uses the configured databases (the embedded layer's SQLite file by default).
+"""
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
+
+
+def peer(parent_channel: str, count: int) -> None:
+    import django
+
+    django.setup()
+    from channels.layers import channel_layers
+
+    async def main() -> None:
+        layer = channel_layers.make_backend("default")
+        me = await layer.new_channel()
+        await layer.send(parent_channel, {"type": "ready", "channel": me})
+        for _ in range(count):
+            message = await layer.receive(me)
+            await layer.send(parent_channel, {"type": "reply", "n": message["n"]})
+
+    asyncio.run(main())
+
+
+async def measure(layer, me: str, count: int, timeout: float) -> tuple[list[float], int]:
+    ready = await asyncio.wait_for(layer.receive(me), timeout=60)
+    times, lost = [], 0
+    for n in range(count):
+        started = time.perf_counter()
+        await layer.send(ready["channel"], {"type": "ping", "n": n})
+        try:
+            while (await asyncio.wait_for(layer.receive(me), timeout=timeout))["n"] != n:
+                pass
+        except TimeoutError:
+            lost += 1
+            continue
+        times.append((time.perf_counter() - started) * 1000)
+    return times, lost
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=200)
+    parser.add_argument("--timeout", type=float, default=5.0)
+    args = parser.parse_args()
+
+    import django
+
+    django.setup()
+    from channels.layers import channel_layers
+    from django.conf import settings
+    from django.core.management import call_command
+
+    for alias in settings.DATABASES:
+        call_command("migrate", database=alias, verbosity=0)
+    layer = channel_layers.make_backend("default")
+    me = asyncio.run(layer.new_channel())
+    child = multiprocessing.get_context("spawn").Process(target=peer, args=(me, args.messages))
+    child.start()
+    times, lost = asyncio.run(measure(layer, me, args.messages, args.timeout))
+    child.join(timeout=30)
+
+    backend = settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1]
+    quantiles = statistics.quantiles(times, n=100) if len(times) > 1 else times * 99
+    print(f"layer={backend} messages={args.messages} lost={lost}")
+    print(f"round_trip_ms median={statistics.median(times):.1f} p99={quantiles[98]:.1f} max={max(times):.1f}")
+
+
+if __name__ == "__main__":
+    main()
