@@ -3,6 +3,8 @@ import uuid
 from django.db import models
 from django.db.models import Q
 
+from automation.tools.registry import Policy, tools
+
 
 def new_task_id() -> str:
     return uuid.uuid4().hex
@@ -144,3 +146,81 @@ class TaskEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action}: {self.status_from} -> {self.status_to} by {self.actor}"
+
+
+class ToolPolicy(models.Model):
+    """Permission for a tool, globally or for one plugin client and/or conversation.
+
+    The most specific row wins (client and conversation, then conversation,
+    then client, then global); without a row, the tool's default applies.
+    """
+
+    tool = models.CharField(max_length=100, help_text="A registered tool name, e.g. shell.run.")
+    client = models.ForeignKey(
+        "ingest.PluginClient", on_delete=models.CASCADE, null=True, blank=True,
+        related_name="tool_policies",
+    )
+    conversation = models.ForeignKey(
+        "conversations.Conversation", on_delete=models.CASCADE, null=True, blank=True,
+        related_name="tool_policies",
+    )
+    policy = models.CharField(max_length=16, choices=Policy.CHOICES)
+    note = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "tool policies"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tool"], condition=Q(client__isnull=True, conversation__isnull=True),
+                name="tool_policy_global_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["tool", "client"], condition=Q(client__isnull=False, conversation__isnull=True),
+                name="tool_policy_client_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["tool", "conversation"],
+                condition=Q(client__isnull=True, conversation__isnull=False),
+                name="tool_policy_conversation_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["tool", "client", "conversation"],
+                condition=Q(client__isnull=False, conversation__isnull=False),
+                name="tool_policy_client_conversation_uniq",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        scope = " ".join(
+            part for part in (
+                f"client {self.client}" if self.client_id else "",
+                f"conversation {self.conversation}" if self.conversation_id else "",
+            ) if part
+        ) or "everywhere"
+        return f"{self.tool}: {self.policy} ({scope})"
+
+    def clean(self) -> None:
+        from django.core.exceptions import ValidationError
+
+        if self.tool not in tools:
+            raise ValidationError({"tool": f"unknown tool {self.tool!r}"})
+
+
+class DeliveryRequest(models.Model):
+    """A ``browser.proxy_delivery`` sent to a plugin client, awaiting its result.
+
+    Kept in the database, not in a server's memory: the answer may reach
+    another ASGI process than the one that sent the request, and a killed
+    server must not strand it.
+    """
+
+    request_id = models.CharField(primary_key=True, max_length=64, default=new_task_id)
+    task = models.ForeignKey(AutomationTask, on_delete=models.CASCADE, related_name="delivery_requests")
+    client = models.ForeignKey("ingest.PluginClient", on_delete=models.CASCADE, related_name="+")
+    sent_at = models.BigIntegerField()
+    answered_at = models.BigIntegerField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"delivery {self.request_id} of task {self.task_id}"

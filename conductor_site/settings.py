@@ -185,6 +185,7 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
+STATIC_ROOT.mkdir(exist_ok=True)  # filled by collectstatic (make run); served by WhiteNoise
 
 # --- Security (effective when DEBUG is off) ---------------------------------
 

@@ -93,7 +93,7 @@ class Message(models.Model):
     remote_message_id = models.CharField(max_length=255, blank=True)
     parent_message_id = models.CharField(max_length=255, blank=True)
     dedupe_key = models.CharField(
-        max_length=80,
+        max_length=300,
         null=True,
         blank=True,
         help_text="Identity of an ingested message within its conversation: its remote id, "

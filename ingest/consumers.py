@@ -18,11 +18,17 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.db import DatabaseError
 
 from conductor_site.logfmt import log_event
-from ingest import selectors, services
+from automation.services.delivery import delivery_result_record
+from ingest import selectors
+from ingest.frames import parse_delivery_result, parse_final_message
+from ingest.services import clients
+from ingest.services.messages import ingest_final_message
 from ingest.models import plugin_group_name
 from ingest.protocol import MAX_FRAME_BYTES, CloseCode, ErrorCode, FrameError
+from ingest.ratelimit import SlidingWindowLimiter
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +64,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self._background: list[asyncio.Task] = []
+        self._limiter = SlidingWindowLimiter(settings.CONDUCTOR_MAX_FRAMES_PER_SECOND)
         await self.accept()
         self._background.append(asyncio.ensure_future(self._close_without_hello()))
 
@@ -66,7 +73,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
             task.cancel()
         if self.client_pk is not None:
             await self.channel_layer.group_discard(self._group_name, self.channel_name)
-            await database_sync_to_async(services.plugin_client_disconnect)(
+            await database_sync_to_async(clients.plugin_client_disconnect)(
                 client_pk=self.client_pk, channel_name=self.channel_name
             )
         log_event(logger, "socket_closed", client_id=self.client_id, code=code)
@@ -84,7 +91,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
             await self._touch()
 
     async def _touch(self) -> None:
-        await database_sync_to_async(services.plugin_client_touch)(
+        await database_sync_to_async(clients.plugin_client_touch)(
             client_pk=self.client_pk, channel_name=self.channel_name
         )
 
@@ -96,6 +103,11 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         try:
+            if self.client_pk is not None and not self._limiter.allow():
+                raise FrameError(
+                    ErrorCode.RATE_LIMITED,
+                    f"more than {self._limiter.limit} frames in one second; this frame was dropped",
+                )
             frame = self._decode(text_data, bytes_data)
             if self.client_pk is None:
                 await self._hello(frame)
@@ -147,7 +159,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
         self.client_pk, self.client_id = client.pk, client.client_id
         await self.channel_layer.group_add(self._group_name, self.channel_name)
-        replaced = await database_sync_to_async(services.plugin_client_connect)(
+        replaced = await database_sync_to_async(clients.plugin_client_connect)(
             client=client, channel_name=self.channel_name
         )
         if replaced:
@@ -178,6 +190,45 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     async def send_error(self, code: str, detail: str, *, frame_id: str | None = None) -> None:
         await self.send_frame({"type": "error", "id": frame_id, "code": code, "detail": detail})
+
+
+@PluginConsumer.frame_handler("browser.final_message")
+async def handle_final_message(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
+    message = parse_final_message(frame)
+    try:
+        result = await database_sync_to_async(ingest_final_message)(
+            message=message, client_pk=consumer.client_pk
+        )
+    except DatabaseError:
+        # Not stored, so not acknowledged: the plugin keeps the message and resends it.
+        logger.exception("ingest failed for frame %s", message.frame_id)
+        raise FrameError(
+            ErrorCode.SERVER_ERROR, "the message could not be stored; send it again later",
+            message.frame_id,
+        ) from None
+    await consumer.send_frame(
+        {
+            "type": "ack",
+            "id": message.frame_id,
+            "message_id": str(result.message_id),
+            "instructions": result.instructions,
+            "duplicate": result.duplicate,
+        }
+    )
+
+
+@PluginConsumer.frame_handler("browser.proxy_delivery.result")
+async def handle_delivery_result(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
+    result = parse_delivery_result(frame)
+    recorded = await database_sync_to_async(delivery_result_record)(
+        client_pk=consumer.client_pk, result=result
+    )
+    if not recorded:
+        raise FrameError(
+            ErrorCode.INVALID,
+            f"no delivery with request_id {result.request_id!r} is awaiting this client's answer",
+            frame.get("id") if isinstance(frame.get("id"), str) else None,
+        )
 
 
 @PluginConsumer.frame_handler("ping")

@@ -10,6 +10,9 @@ class ErrorCode:
     INVALID = "invalid"
     TOO_LARGE = "too_large"
     RATE_LIMITED = "rate_limited"
+    # Beyond SPEC §6: the server could not store a valid frame (its database is
+    # down). The frame was not acknowledged; the plugin should send it again.
+    SERVER_ERROR = "server_error"
 
 
 class CloseCode:

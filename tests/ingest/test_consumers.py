@@ -1,15 +1,19 @@
 import asyncio
 import json
+from unittest import mock
 
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
+from django.db import OperationalError
 
+from automation.models import DeliveryRequest
 from conductor_site.asgi import application
-from ingest.models import PluginClient
+from conversations.models import Message
+from ingest.models import Instruction, PluginClient
 from ingest.protocol import CloseCode
-from ingest.services import plugin_client_revoke
-from tests.factories import TEST_TOKEN, PluginClientFactory
+from ingest.services.clients import plugin_client_revoke
+from tests.factories import TEST_TOKEN, PluginClientFactory, make_task
 
 # Consumers run their database work in another thread, so tests commit their
 # rows (transaction=True); the embedded channel layer has its own database.
@@ -183,3 +187,147 @@ async def test_handshake_origins(client, settings, origin, allowed):
     communicator, connected, _ = await open_socket(headers)
     assert connected is allowed
     await communicator.disconnect()
+
+
+FINAL = {
+    "type": "browser.final_message", "id": "frame-1", "platform": "claude",
+    "conversation_id": "conv-1", "message_id": "msg-1",
+    "text": "Reading it now.\n```baa\nfiles.read\n{\"path\": \"notes/todo.md\"}\n```\n```baa\nnope\n```",
+}
+
+
+async def test_final_message_is_acknowledged_after_it_is_committed(client):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to(FINAL)
+    ack = await communicator.receive_json_from()
+
+    message = await Message.objects.aget()
+    assert ack == {
+        "type": "ack", "id": "frame-1", "message_id": str(message.pk), "instructions": 2, "duplicate": False,
+    }
+    assert await Instruction.objects.filter(message=message).acount() == 2
+    await communicator.disconnect()
+
+
+async def test_the_same_final_message_again_is_acknowledged_as_a_duplicate(client):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to(FINAL)
+    first = await communicator.receive_json_from()
+    await communicator.send_json_to({**FINAL, "id": "frame-2"})
+    again = await communicator.receive_json_from()
+    assert again == {**first, "id": "frame-2", "duplicate": True}
+    assert await Message.objects.acount() == 1
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    "change,detail",
+    [
+        ({"platform": None}, "'platform' is required"),
+        ({"platform": "bard"}, "unknown platform 'bard'"),
+        ({"conversation_id": ""}, "'conversation_id' must not be empty"),
+        ({"conversation_id": 42}, "'conversation_id' must be str, got int"),
+        ({"text": None}, "'text' is required"),
+        ({"text": ["a"]}, "'text' must be str, got list"),
+        ({"message_id": 5}, "'message_id' must be str"),
+        ({"observed_at": "yesterday"}, "'observed_at' is not an ISO-8601 time"),
+        ({"page_url": "https://x/" + "a" * 3000}, "'page_url' is longer than 2000"),
+    ],
+)
+async def test_a_final_message_with_bad_fields_is_invalid_and_stores_nothing(client, change, detail):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to({key: value for key, value in {**FINAL, **change}.items() if value is not None})
+    error = await communicator.receive_json_from()
+    assert (error["type"], error["code"], error["id"]) == ("error", "invalid", "frame-1")
+    assert detail in error["detail"]
+    assert not await Message.objects.aexists()
+    await communicator.send_json_to(FINAL)  # the connection keeps working
+    assert (await communicator.receive_json_from())["type"] == "ack"
+    await communicator.disconnect()
+
+
+async def test_a_final_message_the_database_cannot_store_gets_no_ack(client):
+    communicator, _ = await hello("laptop-chrome")
+    with mock.patch("ingest.consumers.ingest_final_message", side_effect=OperationalError("disk I/O error")):
+        await communicator.send_json_to(FINAL)
+        error = await communicator.receive_json_from()
+    assert (error["code"], error["id"]) == ("server_error", "frame-1")
+    await communicator.send_json_to(FINAL)
+    assert (await communicator.receive_json_from())["type"] == "ack"
+    await communicator.disconnect()
+
+
+async def test_frames_past_the_rate_limit_are_dropped_with_rate_limited(client, settings):
+    settings.CONDUCTOR_MAX_FRAMES_PER_SECOND = 5
+    communicator, _ = await hello("laptop-chrome")
+    for _ in range(8):
+        await communicator.send_json_to({"type": "ping"})
+    replies = [await communicator.receive_json_from() for _ in range(8)]
+    assert replies.count({"type": "pong"}) == 5
+    assert [r["code"] for r in replies if r["type"] == "error"] == ["rate_limited"] * 3
+    await asyncio.sleep(1.05)
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}
+    await communicator.disconnect()
+
+
+async def test_rate_limiting_one_client_leaves_others_alone(client, settings):
+    settings.CONDUCTOR_MAX_FRAMES_PER_SECOND = 2
+    await sync_to_async(PluginClientFactory)(client_id="desktop")
+    noisy, _ = await hello("laptop-chrome")
+    quiet, _ = await hello("desktop")
+    for _ in range(5):
+        await noisy.send_json_to({"type": "ping"})
+    await quiet.send_json_to({"type": "ping"})
+    assert await quiet.receive_json_from() == {"type": "pong"}
+    await noisy.disconnect()
+    await quiet.disconnect()
+
+
+DELIVERY_RESULT = {"type": "browser.proxy_delivery.result", "request_id": "req-1", "ok": True, "status": 200, "body": "{}", "error": None}
+
+
+async def test_a_result_for_a_request_never_sent_is_invalid(client):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to(DELIVERY_RESULT)
+    error = await communicator.receive_json_from()
+    assert error["code"] == "invalid" and "req-1" in error["detail"]
+    await communicator.disconnect()
+
+
+async def test_a_result_for_a_request_sent_to_another_client_is_invalid(client):
+    other = await sync_to_async(PluginClientFactory)(client_id="desktop")
+    await sync_to_async(_delivery_request)(other, "req-1")
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to(DELIVERY_RESULT)
+    assert (await communicator.receive_json_from())["code"] == "invalid"
+    await communicator.disconnect()
+
+
+async def test_a_result_for_a_request_sent_to_this_client_is_recorded(client):
+    await sync_to_async(_delivery_request)(client, "req-1")
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to(DELIVERY_RESULT)
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}  # no error came first
+    request = await DeliveryRequest.objects.aget(pk="req-1")
+    assert request.answered_at is not None
+    assert request.result == {"ok": True, "status": 200, "body": "{}", "error": None}
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    "change,detail",
+    [({"request_id": None}, "'request_id' is required"), ({"ok": "yes"}, "'ok' must be bool"), ({"status": True}, "'status' must be int")],
+)
+async def test_a_delivery_result_with_bad_fields_is_invalid(client, change, detail):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to({k: v for k, v in {**DELIVERY_RESULT, **change}.items() if v is not None})
+    error = await communicator.receive_json_from()
+    assert error["code"] == "invalid" and detail in error["detail"]
+    await communicator.disconnect()
+
+
+def _delivery_request(client, request_id):
+    task = make_task(kind="instruction.deliver", target_client_id=client.client_id, target_platform="claude")
+    return DeliveryRequest.objects.create(request_id=request_id, task=task, client=client, sent_at=1)

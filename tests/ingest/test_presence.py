@@ -9,7 +9,7 @@ from ingest.selectors import (
     plugin_clients_connected,
     presence_window,
 )
-from ingest.services import plugin_client_connect, plugin_client_disconnect, plugin_client_touch
+from ingest.services.clients import plugin_client_connect, plugin_client_disconnect, plugin_client_touch
 from tests.factories import TEST_TOKEN, PluginClientFactory
 
 

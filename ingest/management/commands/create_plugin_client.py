@@ -1,7 +1,7 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
-from ingest.services import plugin_client_create
+from ingest.services.clients import plugin_client_create
 from ingest.tokens import WeakTokenError
 
 

@@ -1,0 +1,24 @@
+"""Reads of the automation app."""
+
+from __future__ import annotations
+
+from django.db.models import Q
+
+from automation.models import ToolPolicy
+from automation.tools.registry import tools
+
+
+def tool_policy_for(*, tool: str, client_pk: int | None, conversation_pk: int | None) -> str:
+    """The policy that applies to ``tool`` for this client and conversation.
+
+    The most specific ``ToolPolicy`` row wins; without one, the tool's default.
+    Raises ``UnknownTool`` for a tool that is not registered.
+    """
+    default = tools.get(tool).default_policy
+    rows = ToolPolicy.objects.filter(
+        Q(client__isnull=True) | Q(client_id=client_pk),
+        Q(conversation__isnull=True) | Q(conversation_id=conversation_pk),
+        tool=tool,
+    ).values_list("policy", "client_id", "conversation_id")
+    ranked = sorted(rows, key=lambda row: (row[2] is not None, row[1] is not None), reverse=True)
+    return ranked[0][0] if ranked else default

@@ -1,0 +1,88 @@
+"""The tools of SPEC §5.1 (target ``conductor``): names, params, idempotency, policies."""
+
+from automation.tools.registry import Policy, ToolSpec, tools
+
+PATH = {"type": "string", "minLength": 1, "maxLength": 4096}
+
+
+def _object(properties=None, required=(), extra=False):
+    return {
+        "type": "object",
+        "properties": properties or {},
+        "required": list(required),
+        "additionalProperties": extra,
+    }
+
+
+tools.register(ToolSpec(
+    name="echo",
+    description="Returns its params unchanged.",
+    params_schema={"type": "object"},
+    is_idempotent=True,
+    default_policy=Policy.ALLOW,
+))
+tools.register(ToolSpec(
+    name="time.now",
+    description="The current time, ISO-8601 in UTC.",
+    params_schema=_object(),
+    is_idempotent=True,
+    default_policy=Policy.ALLOW,
+))
+tools.register(ToolSpec(
+    name="tasks.status",
+    description="Counts of automation tasks by kind and status.",
+    params_schema=_object(),
+    is_idempotent=True,
+    default_policy=Policy.ALLOW,
+))
+tools.register(ToolSpec(
+    name="files.list",
+    description="Entries (name, type, size) of a workspace folder matching a glob.",
+    params_schema=_object({"path": PATH, "glob": {"type": "string", "minLength": 1, "maxLength": 256}}),
+    is_idempotent=True,
+    default_policy=Policy.ALLOW,
+))
+tools.register(ToolSpec(
+    name="files.read",
+    description="A workspace file as UTF-8 text, up to max_bytes.",
+    params_schema=_object(
+        {"path": PATH, "max_bytes": {"type": "integer", "minimum": 1, "maximum": 10 * 1024 * 1024}},
+        required=["path"],
+    ),
+    is_idempotent=True,
+    default_policy=Policy.ALLOW,
+))
+tools.register(ToolSpec(
+    name="files.write",
+    description="Create, overwrite or append to a workspace file.",
+    params_schema=_object(
+        {
+            "path": PATH,
+            "content": {"type": "string"},
+            "mode": {"enum": ["create", "overwrite", "append"]},
+        },
+        required=["path", "content"],
+    ),
+    # "append" twice is not "append" once.
+    is_idempotent=False,
+    default_policy=Policy.APPROVE,
+))
+tools.register(ToolSpec(
+    name="shell.run",
+    description="Run an argv list (no shell) in the workspace with a timeout.",
+    params_schema=_object(
+        {
+            "argv": {
+                "type": "array",
+                "items": {"type": "string", "maxLength": 65536},
+                "minItems": 1,
+                "maxItems": 1024,
+            },
+            "cwd": PATH,
+            "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+        },
+        required=["argv"],
+    ),
+    is_idempotent=False,
+    default_policy=Policy.APPROVE,
+))

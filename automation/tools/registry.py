@@ -1,0 +1,95 @@
+"""The tool registry (STYLE rule 4).
+
+Each tool is registered once, by target and name, with the JSON Schema its
+params must match, whether running it twice is harmless (idempotent), and its
+default permission policy (SPEC §5.2). Ingest validates blocks against it;
+the dispatcher asks it whether an interrupted run may be retried.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+DEFAULT_TARGET = "conductor"
+
+
+class Policy:
+    """Permission of a tool (SPEC §5.2). The values are stored in ``ToolPolicy``."""
+
+    ALLOW = "allow"
+    APPROVE = "approve"  # the task is created blocked until an operator approves it
+    DENY = "deny"  # rejected at ingest
+
+    CHOICES = [(ALLOW, "Allow"), (APPROVE, "Needs approval"), (DENY, "Deny")]
+
+
+class UnknownTool(LookupError):
+    pass
+
+
+class DuplicateTool(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    params_schema: dict[str, Any]
+    is_idempotent: bool
+    default_policy: str
+    target: str = DEFAULT_TARGET
+    _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        Draft202012Validator.check_schema(self.params_schema)
+        object.__setattr__(self, "_validator", Draft202012Validator(self.params_schema))
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.target}::{self.name}"
+
+    def params_error(self, params: dict[str, Any]) -> str | None:
+        """Why ``params`` do not fit this tool, in one line, or None when they do."""
+        error = best_match(self._validator.iter_errors(params))
+        if error is None:
+            return None
+        where = "params" + "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
+        )
+        return f"{where}: {error.message}"
+
+
+class ToolRegistry:
+    def __init__(self) -> None:
+        self._tools: dict[tuple[str, str], ToolSpec] = {}
+
+    def register(self, spec: ToolSpec) -> ToolSpec:
+        key = (spec.target, spec.name)
+        if key in self._tools:
+            raise DuplicateTool(f"tool {spec.full_name} is already registered")
+        self._tools[key] = spec
+        return spec
+
+    def get(self, name: str, *, target: str = DEFAULT_TARGET) -> ToolSpec:
+        try:
+            return self._tools[(target, name)]
+        except KeyError:
+            if not any(t == target for t, _ in self._tools):
+                raise UnknownTool(f"unknown target {target!r}") from None
+            known = ", ".join(sorted(n for t, n in self._tools if t == target))
+            raise UnknownTool(f"unknown tool {name!r} for target {target!r}; known: {known}") from None
+
+    def __iter__(self) -> Iterator[ToolSpec]:
+        return iter(sorted(self._tools.values(), key=lambda spec: (spec.target, spec.name)))
+
+    def __contains__(self, name: str) -> bool:
+        return (DEFAULT_TARGET, name) in self._tools
+
+
+tools = ToolRegistry()

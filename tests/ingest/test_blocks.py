@@ -1,0 +1,182 @@
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS, parse_blocks
+
+
+def only(text):
+    blocks = parse_blocks(text)
+    assert len(blocks) == 1, blocks
+    return blocks[0]
+
+
+@pytest.mark.parametrize(
+    "text,target,tool,params",
+    [
+        ('```baa\nfiles.read\n{"path": "notes/todo.md"}\n```', "conductor", "files.read", {"path": "notes/todo.md"}),
+        ("```baa\ntime.now\n```", "conductor", "time.now", {}),
+        ("```baa\ntime.now\n   \n\n```", "conductor", "time.now", {}),
+        ("```baa\n\n  echo  \n{}\n```", "conductor", "echo", {}),
+        ('```baa\nlaptop::shell.run\n{"argv": ["ls"]}\n```', "laptop", "shell.run", {"argv": ["ls"]}),
+        ('~~~baa\necho\n{"a": 1}\n~~~', "conductor", "echo", {"a": 1}),
+        ('````baa\necho\n{"s": "```"}\n````', "conductor", "echo", {"s": "```"}),
+        ('```baa\necho\n{"s": 1}\n`````', "conductor", "echo", {"s": 1}),  # longer closing fence
+        ("```baa   \necho\n```  ", "conductor", "echo", {}),  # trailing spaces on both fences
+        ("``` baa\necho\n```", "conductor", "echo", {}),  # info string is trimmed
+        ("   ```baa\n   echo\n   ```", "conductor", "echo", {}),  # indented three spaces
+        ('```baa\r\necho\r\n{"crlf": true}\r\n```\r\n', "conductor", "echo", {"crlf": True}),
+        ('```baa\necho\n{\n  "multi": [1,\n 2]\n}\n```', "conductor", "echo", {"multi": [1, 2]}),
+        ('```baa\necho\n{"emoji": "日本語 🎉"}\n```', "conductor", "echo", {"emoji": "日本語 🎉"}),
+        ('```baa\nmy-tool_2.x\n```', "conductor", "my-tool_2.x", {}),
+    ],
+)
+def test_valid_blocks(text, target, tool, params):
+    block = only(text)
+    assert block.error == ""
+    assert (block.target, block.tool, block.params) == (target, tool, params)
+
+
+@pytest.mark.parametrize(
+    "text,error",
+    [
+        ("```baa\n```", "empty block"),
+        ("```baa\n   \n```", "empty block"),
+        ("```baa\nFiles.Read\n```", "bad header 'Files.Read'"),
+        ("```baa\nfiles read\n```", "bad header 'files read'"),
+        ("```baa\na::b::c\n```", "bad header 'a::b::c'"),
+        ("```baa\n::echo\n```", "bad header '::echo'"),
+        ("```baa\n9lives\n```", "bad header '9lives'"),
+        ('```baa\necho\n{"a": 1,}\n```', "params are not valid JSON: Expecting property name enclosed in double quotes (line 3, column 9)"),
+        ('text\n\n```baa\necho\n{\n  "a": 1\n  "b": 2\n}\n```', "params are not valid JSON: Expecting ',' delimiter (line 7, column 3)"),
+        ('```baa\necho\n{"a": 1} {"b": 2}\n```', "params are not valid JSON: Extra data (line 3, column 10)"),
+        ("```baa\necho\n[1, 2]\n```", "params must be one JSON object, got an array"),
+        ('```baa\necho\n"path"\n```', "params must be one JSON object, got a string"),
+        ("```baa\necho\n42\n```", "params must be one JSON object, got a number"),
+        ("```baa\necho\nnull\n```", "params must be one JSON object, got null"),
+        ('```baa\necho\n{"a": 1, "a": 2}\n```', "params are not valid JSON: duplicate key 'a'"),
+        ('```baa\necho\n{"a": NaN}\n```', "params are not valid JSON: NaN is not valid JSON"),
+        ("```baa\necho\n{'a': 1}\n```", "params are not valid JSON: Expecting property name"),
+        ("```baa\necho\n" + "[" * 50000 + "\n```", "params are not valid JSON: nested too deeply"),
+    ],
+)
+def test_broken_blocks_are_reported_with_a_precise_error(text, error):
+    block = only(text)
+    assert error in block.error
+    assert not block.is_valid
+    assert block.params is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "```python\n```baa\necho\n```\n```",  # inside a backtick fence: the inner ``` closes the outer
+        "````\n```baa\necho\n```\n````",  # inside a longer fence
+        "~~~\n```baa\necho\n```\n~~~",  # inside a tilde fence
+        "```md\n~~~baa\necho\n~~~\n```",
+        "```baa\necho\n",  # unclosed
+        "```baa\necho\n~~~",  # closed by the wrong character
+        "````baa\necho\n```",  # closed by a shorter fence
+        "```baa\necho\n``` x",  # text after the closing fence: not a close
+        "```\nunclosed\n```baa\necho\n```",  # the unclosed-looking outer fence is closed by ```baa? no: info string, so content
+        "    ```baa\n    echo\n    ```",  # four spaces: indented code, not a fence
+        "```baa-result\n{}\n```",
+        "```BAA\necho\n```",
+        "```baa extra\necho\n```",
+        "``baa\necho\n``",
+        "text ```baa\necho\n```",
+    ],
+)
+def test_not_blocks(text):
+    assert [b for b in parse_blocks(text) if b.tool == "echo"] == []
+
+
+def test_blocks_keep_message_order_and_line_numbers():
+    text = "Intro\n```baa\necho\n{\"n\": 1}\n```\nmiddle\n```python\nprint()\n```\n~~~baa\ntime.now\n~~~\n"
+    blocks = parse_blocks(text)
+    assert [(b.index, b.line, b.tool) for b in blocks] == [(1, 2, "echo"), (2, 10, "time.now")]
+
+
+def test_the_raw_text_is_the_content_between_the_fences():
+    assert only('```baa\necho\n{"a": 1}\n```').raw_text == 'echo\n{"a": 1}'
+
+
+def test_blocks_over_the_count_limit_are_rejected_saying_so():
+    text = "\n".join(f"```baa\necho\n{{\"n\": {n}}}\n```" for n in range(MAX_BLOCKS + 3))
+    blocks = parse_blocks(text)
+    assert len(blocks) == MAX_BLOCKS + 3
+    assert all(b.is_valid for b in blocks[:MAX_BLOCKS])
+    assert [b.error for b in blocks[MAX_BLOCKS:]] == [
+        f"too many blocks: a message may hold at most 32; this is block {n}" for n in (33, 34, 35)
+    ]
+
+
+def test_a_block_over_64_kib_is_rejected_saying_so():
+    big = "x" * MAX_BLOCK_BYTES
+    block = only(f'```baa\necho\n{{"s": "{big}"}}\n```')
+    assert block.error == f"block is {MAX_BLOCK_BYTES + 14} bytes; the limit is 65536 bytes per block"
+
+
+def test_a_block_of_exactly_64_kib_is_accepted():
+    big = "x" * (MAX_BLOCK_BYTES - 14)
+    assert only(f'```baa\necho\n{{"s": "{big}"}}\n```').is_valid
+
+
+def test_size_counts_utf8_bytes():
+    text = '```baa\necho\n{"s": "' + "é" * (MAX_BLOCK_BYTES // 2) + '"}\n```'
+    assert "the limit is 65536" in only(text).error
+
+
+# --- properties ---------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("`~ \n\r\tbaa{}[]\":,echo.:x1é")), max_size=400))
+def test_never_raises_on_fence_heavy_text(text):
+    for block in parse_blocks(text):
+        assert block.is_valid or block.error
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=300))
+def test_never_raises_on_any_text(text):
+    parse_blocks(text)
+
+
+names = st.from_regex(r"\A[a-z][a-z0-9_.-]{0,10}\Z")
+params = st.dictionaries(st.text(alphabet="abcxyz", min_size=1, max_size=5), st.integers(), max_size=3)
+plain = st.lists(
+    st.text(alphabet="abc xyz.,!\n", max_size=40).filter(lambda s: "`" not in s and "~" not in s),
+    max_size=2,
+).map(lambda parts: "\n".join(p.strip("\n") for p in parts))
+
+
+@st.composite
+def baa_block(draw):
+    import json
+
+    char = draw(st.sampled_from("`~"))
+    fence = char * draw(st.integers(3, 5))
+    tool = draw(names)
+    body = json.dumps(draw(params))
+    return ("baa", tool, f"{fence}baa\n{tool}\n{body}\n{fence}")
+
+
+@st.composite
+def other_fence_hiding_a_block(draw):
+    _, _, inner = draw(baa_block())
+    longest = max(len(run) for run in inner.replace("~", "`").split("\n") if set(run) == {"`"})
+    char = draw(st.sampled_from("`~"))
+    # A fence that only a longer run of its own character can close.
+    fence = char * (longest + draw(st.integers(1, 2)))
+    info = draw(st.sampled_from(["", "python", "md", "text"]))
+    return ("hidden", None, f"{fence}{info}\n{inner}\n{fence}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(baa_block(), other_fence_hiding_a_block(), plain.map(lambda t: ("text", None, t))), max_size=8))
+def test_finds_exactly_the_top_level_blocks_and_none_inside_other_fences(segments):
+    text = "\n".join(segment for _, _, segment in segments)
+    expected = [tool for kind, tool, _ in segments if kind == "baa"]
+    blocks = parse_blocks(text)
+    assert [b.tool for b in blocks] == expected
+    assert all(b.is_valid for b in blocks)

@@ -1,0 +1,216 @@
+import datetime as dt
+import json
+from unittest import mock
+
+import pytest
+from django.utils import timezone
+
+from automation import kinds
+from automation.models import AutomationTask, ToolPolicy
+from automation.tools.registry import Policy
+from conversations.models import Conversation, ConversationLink, Message
+from ingest.frames import parse_final_message
+from ingest.models import Instruction
+from ingest.services.messages import message_ingest
+from tests.factories import PluginClientFactory, make_task
+
+pytestmark = pytest.mark.django_db
+
+
+def block(tool, params=None, target=None):
+    header = f"{target}::{tool}" if target else tool
+    body = "" if params is None else json.dumps(params)
+    return f"```baa\n{header}\n{body}\n```"
+
+
+def frame(text, **overrides):
+    return {
+        "type": "browser.final_message", "id": "f-1", "platform": "claude",
+        "conversation_id": "conv-1", "message_id": "msg-1", "parent_message_id": "msg-0",
+        "organization_id": "org-1", "page_url": "https://claude.ai/chat/conv-1",
+        "title": "Planning", "text": text, "observed_at": "2026-11-29T12:00:00Z", **overrides,
+    }
+
+
+def ingest(text="no blocks here", client=None, **overrides):
+    return message_ingest(message=parse_final_message(frame(text, **overrides)), client=client)
+
+
+@pytest.fixture
+def client():
+    return PluginClientFactory(client_id="laptop")
+
+
+def test_stores_the_message_conversation_and_link(client):
+    result = ingest("Hello", client)
+
+    message = Message.objects.get()
+    assert (result.message_id, result.instructions, result.duplicate) == (message.pk, 0, False)
+    assert (message.role, message.source, message.text, message.remote_message_id) == (
+        "assistant", "plugin", "Hello", "msg-1",
+    )
+    assert message.raw_frame["observed_at"] == "2026-11-29T12:00:00Z"
+    conversation = message.conversation
+    assert (conversation.platform, conversation.remote_id, conversation.title) == ("claude", "conv-1", "Planning")
+    assert conversation.last_activity_at is not None
+    link = ConversationLink.objects.get()
+    assert (link.client, link.page_url, link.organization_id, link.last_assistant_message_id) == (
+        client, "https://claude.ai/chat/conv-1", "org-1", "msg-1",
+    )
+    assert not AutomationTask.objects.exists()
+
+
+def test_each_valid_block_becomes_an_instruction_and_a_task_in_order(client):
+    text = "\n".join([block("echo", {"n": 1}), "and then", block("time.now"), block("files.read", {"path": "a.md"})])
+    result = ingest(text, client)
+
+    assert result.instructions == 3
+    instructions = list(Instruction.objects.order_by("block_index"))
+    assert [(i.block_index, i.tool, i.status) for i in instructions] == [
+        (1, "echo", "pending"), (2, "time.now", "pending"), (3, "files.read", "pending"),
+    ]
+    conversation_id = instructions[0].message.conversation_id
+    for instruction in instructions:
+        task = instruction.tasks.get()
+        assert (task.kind, task.status, task.conversation_id, task.message_id) == (
+            kinds.INSTRUCTION_EXECUTE, "pending", conversation_id, instruction.message_id,
+        )
+        assert task.dedupe_key == f"execute:{instruction.pk}"
+        assert task.target_client_id is None  # runs here, not in a browser
+        payload = json.loads(task.payload_json)
+        assert (payload["tool"], payload["params"], payload["instruction_id"]) == (
+            instruction.tool, instruction.params, instruction.pk,
+        )
+        assert task.events.get().actor == "ingest"
+    # Arrival order: creation time, then instruction id (block order within a message).
+    ordered = AutomationTask.objects.order_by("created_at", "instruction_id")
+    assert [t.instruction.block_index for t in ordered] == [1, 2, 3]
+
+
+def test_tools_needing_approval_are_queued_blocked(client):
+    ingest(block("shell.run", {"argv": ["ls"]}) + "\n" + block("echo"), client)
+    shell = Instruction.objects.get(tool="shell.run")
+    assert shell.status == "awaiting_approval"
+    assert shell.tasks.get().status == "blocked"
+    assert Instruction.objects.get(tool="echo").tasks.get().status == "pending"
+
+
+@pytest.mark.parametrize(
+    "text,error",
+    [
+        (block("files.delete", {"path": "a"}), "unknown tool 'files.delete'"),
+        (block("echo", target="laptop"), "unknown target 'laptop'"),
+        (block("files.read", {"path": 1}), "invalid params for files.read: params.path: 1 is not of type 'string'"),
+        ("```baa\necho\n{broken\n```", "params are not valid JSON"),
+    ],
+)
+def test_broken_blocks_are_rejected_with_their_error_and_the_chat_is_told_at_once(client, text, error):
+    result = ingest(text, client)
+    assert result.instructions == 1
+    instruction = Instruction.objects.get()
+    assert instruction.status == "rejected"
+    assert error in instruction.error
+    assert not instruction.tasks.exists()
+    deliver = AutomationTask.objects.get()
+    assert (deliver.kind, deliver.status, deliver.dedupe_key) == (
+        kinds.INSTRUCTION_DELIVER, "pending", f"deliver:{result.message_id}",
+    )
+    assert (deliver.target_client_id, deliver.target_platform, deliver.target_conversation_id) == (
+        "laptop", "claude", "conv-1",
+    )
+
+
+def test_denied_tools_are_rejected(client):
+    ToolPolicy.objects.create(tool="echo", client=client, policy=Policy.DENY)
+    ingest(block("echo"), client)
+    assert Instruction.objects.get().error == "echo is denied by policy"
+
+
+def test_a_message_with_a_valid_block_gets_no_delivery_at_ingest(client):
+    ingest(block("echo") + "\n" + block("nope"), client)
+    assert list(AutomationTask.objects.values_list("kind", flat=True)) == [kinds.INSTRUCTION_EXECUTE]
+
+
+def test_the_same_message_id_again_is_a_duplicate(client):
+    first = ingest(block("echo"), client)
+    again = ingest(block("echo") + "edited", client)
+    assert (again.message_id, again.instructions, again.duplicate) == (first.message_id, 1, True)
+    assert Message.objects.count() == 1
+    assert AutomationTask.objects.count() == 1
+
+
+def test_without_a_message_id_the_same_text_is_a_duplicate(client):
+    first = ingest("same text", client, message_id=None)
+    assert ingest("same text", client, message_id=None).message_id == first.message_id
+    assert not ingest("other text", client, message_id=None).duplicate
+    assert Message.objects.count() == 2
+
+
+def test_the_same_message_id_in_another_conversation_is_not_a_duplicate(client):
+    ingest("a", client)
+    assert not ingest("a", client, conversation_id="conv-2").duplicate
+
+
+def test_a_duplicate_records_no_activity(client):
+    ingest("a", client)
+    conversation = Conversation.objects.get()
+    Conversation.objects.update(last_activity_at=timezone.now() - dt.timedelta(days=1))
+    ingest("a", client)
+    conversation.refresh_from_db()
+    assert conversation.last_activity_at < timezone.now() - dt.timedelta(hours=23)
+
+
+def test_force_stores_the_message_again(client):
+    first = ingest(block("echo"), client)
+    forced = message_ingest(message=parse_final_message(frame(block("echo"))), client=client, force=True)
+    assert not forced.duplicate and forced.message_id != first.message_id
+    assert AutomationTask.objects.count() == 2
+
+
+def test_a_conversation_seen_on_another_client_takes_its_waiting_deliveries_along(client):
+    ingest("first", client)
+    conversation = Conversation.objects.get()
+    waiting = make_task(kind=kinds.INSTRUCTION_DELIVER, target_client_id="laptop", target_platform="claude",
+                        target_conversation_id="conv-1", conversation_id=conversation.pk)
+    desktop = PluginClientFactory(client_id="desktop")
+
+    ingest("second", desktop, message_id="msg-2")
+
+    waiting.refresh_from_db()
+    assert waiting.target_client_id == "desktop"
+    assert waiting.events.get(action="retarget").actor == "ingest"
+    assert ConversationLink.objects.count() == 2
+
+
+def test_the_hourly_limit_rejects_valid_blocks_past_it(client, settings):
+    settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR = 3
+    ingest(block("echo") + "\n" + block("echo"), client)
+    ingest("\n".join([block("echo"), block("nope"), block("echo")]), client, message_id="msg-2")
+
+    statuses = list(Instruction.objects.order_by("message_id", "block_index").values_list("status", "error"))
+    assert [s for s, _ in statuses] == ["pending", "pending", "pending", "rejected", "rejected"]
+    assert "rate limit" in statuses[4][1] and "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR" in statuses[4][1]
+
+
+def test_the_hourly_limit_is_rolling(client, settings):
+    settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR = 1
+    ingest(block("echo"), client)
+    Instruction.objects.update(created_at=timezone.now() - dt.timedelta(minutes=61))
+    ingest(block("echo"), client, message_id="msg-2")
+    assert Instruction.objects.filter(status="pending").count() == 2
+
+
+def test_messages_of_a_paused_conversation_are_still_stored_and_queued(client):
+    Conversation.objects.create(platform="claude", remote_id="conv-1", paused=True)
+    ingest(block("echo"), client)
+    assert AutomationTask.objects.filter(kind=kinds.INSTRUCTION_EXECUTE).count() == 1
+
+
+def test_the_dispatcher_is_woken_after_commit_only_when_work_was_queued(client, django_capture_on_commit_callbacks):
+    with mock.patch("ingest.services.messages.dispatcher_wake") as wake:
+        with django_capture_on_commit_callbacks(execute=True):
+            ingest("no blocks", client)
+        wake.assert_not_called()
+        with django_capture_on_commit_callbacks(execute=True):
+            ingest(block("echo"), client, message_id="msg-2")
+        wake.assert_called_once()
