@@ -113,8 +113,8 @@ def _reject_constant(name: str) -> Any:
 def _parse_block(fence: _Fence, index: int) -> Block:
     raw = "\n".join(fence.content)
 
-    def rejected(error: str) -> Block:
-        return Block(index=index, line=fence.line, raw_text=raw, error=error)
+    def rejected(error: str, target: str = "", tool: str = "") -> Block:
+        return Block(index=index, line=fence.line, raw_text=raw, target=target, tool=tool, error=error)
 
     if index > MAX_BLOCKS:
         return rejected(
@@ -135,6 +135,7 @@ def _parse_block(fence: _Fence, index: int) -> Block:
             f"each name matching {NAME}"
         )
 
+    target, tool = match["target"] or DEFAULT_TARGET, match["tool"]
     params_text = "\n".join(fence.content[header_at + 1 :])
     params: Any = {}
     if params_text.strip():
@@ -145,22 +146,17 @@ def _parse_block(fence: _Fence, index: int) -> Block:
         except json.JSONDecodeError as exc:
             # Lines counted in the whole message, so the author can find the spot.
             line = fence.line + header_at + 1 + exc.lineno
-            return rejected(f"params are not valid JSON: {exc.msg} (line {line}, column {exc.colno})")
+            return rejected(
+                f"params are not valid JSON: {exc.msg} (line {line}, column {exc.colno})", target, tool
+            )
         except ValueError as exc:
-            return rejected(f"params are not valid JSON: {exc}")
+            return rejected(f"params are not valid JSON: {exc}", target, tool)
         except RecursionError:
-            return rejected("params are not valid JSON: nested too deeply")
+            return rejected("params are not valid JSON: nested too deeply", target, tool)
         if not isinstance(params, dict):
-            return rejected(f"params must be one JSON object, got {_json_type(params)}")
+            return rejected(f"params must be one JSON object, got {_json_type(params)}", target, tool)
 
-    return Block(
-        index=index,
-        line=fence.line,
-        raw_text=raw,
-        target=match["target"] or DEFAULT_TARGET,
-        tool=match["tool"],
-        params=params,
-    )
+    return Block(index=index, line=fence.line, raw_text=raw, target=target, tool=tool, params=params)
 
 
 def _json_type(value: Any) -> str:

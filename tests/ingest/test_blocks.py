@@ -180,3 +180,8 @@ def test_finds_exactly_the_top_level_blocks_and_none_inside_other_fences(segment
     blocks = parse_blocks(text)
     assert [b.tool for b in blocks] == expected
     assert all(b.is_valid for b in blocks)
+
+
+def test_a_block_with_broken_params_still_names_its_tool():
+    block = only('```baa\nlaptop::files.read\n{"path": }\n```')
+    assert (block.target, block.tool, block.is_valid) == ("laptop", "files.read", False)
