@@ -88,6 +88,10 @@ TEMPLATES = [
 DATABASES = {
     "default": env.db_url("DATABASE_URL", default=f"sqlite:///{DATA_DIR / 'conductor.sqlite3'}")
 }
+# Channels closes connections older than this around every consumer database
+# call; opening one per frame would cost more than the frame's own queries.
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
+DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # The ASGI server and the django-q2 workers write one file. WAL lets readers
     # run beside the writer; IMMEDIATE takes the write lock when a transaction

@@ -13,10 +13,11 @@ def conversation_get_locked(*, platform: str, remote_id: str, title: str, now: d
     Holding it serialises ingest per conversation, so per-conversation counts
     (the hourly instruction limit) hold under concurrent writers.
     """
-    conversation, _ = Conversation.objects.get_or_create(
+    # A row this transaction inserts is held by it too.
+    conversation, _ = Conversation.objects.select_for_update().get_or_create(
         platform=platform, remote_id=remote_id, defaults={"title": title, "last_activity_at": now}
     )
-    return Conversation.objects.select_for_update().get(pk=conversation.pk)
+    return conversation
 
 
 def conversation_touch(*, conversation: Conversation, title: str, now: dt.datetime) -> None:
@@ -35,7 +36,7 @@ def conversation_link_seen(
     organization_id: str,
     last_assistant_message_id: str,
     now: dt.datetime,
-) -> ConversationLink:
+) -> None:
     """Record that the conversation was seen through this plugin client, just now.
 
     Blank values do not overwrite what an earlier sighting recorded.
@@ -45,11 +46,8 @@ def conversation_link_seen(
         "organization_id": organization_id,
         "last_assistant_message_id": last_assistant_message_id,
     }
-    link, created = ConversationLink.objects.get_or_create(
-        conversation=conversation, client_id=client_pk, defaults={**values, "last_seen_at": now}
-    )
-    if not created:
-        updates = {name: value for name, value in values.items() if value}
-        ConversationLink.objects.filter(pk=link.pk).update(last_seen_at=now, **updates)
-        link.refresh_from_db()
-    return link
+    seen_before = ConversationLink.objects.filter(conversation=conversation, client_id=client_pk)
+    if not seen_before.update(last_seen_at=now, **{name: value for name, value in values.items() if value}):
+        ConversationLink.objects.get_or_create(
+            conversation=conversation, client_id=client_pk, defaults={**values, "last_seen_at": now}
+        )

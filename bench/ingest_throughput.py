@@ -1,0 +1,128 @@
+"""Ingest throughput over a real socket: final messages per second, one block each.
+
+Starts one ASGI process (`manage.py serve --no-cluster`) on the configured
+database, connects as a plugin, and sends final messages with one ```baa block
+each, keeping up to --window unacknowledged. Prints messages per second and
+the ack latency. The frame rate limit and the hourly instruction limit are
+lifted for the server under test; messages go round-robin to 20 conversations.
+
+    uv run python bench/ingest_throughput.py [--messages 2000] [--window 32]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench uv run python bench/ingest_throughput.py
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
+
+
+def prepare() -> str:
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from ingest.models import PluginClient
+    from ingest.services.clients import plugin_client_create
+
+    call_command("migrate_all", verbosity=0)
+    PluginClient.objects.filter(client_id="bench-client").delete()
+    _, token = plugin_client_create(name="bench-client")
+    return token
+
+
+async def drive(url: str, token: str, count: int, window: int) -> tuple[float, list[float]]:
+    from websockets.asyncio.client import connect
+
+    run = uuid.uuid4().hex[:8]
+    sent_at: dict[str, float] = {}
+    latencies: list[float] = []
+    async with connect(url, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "hello", "client_id": "bench-client", "token": token}))
+        assert json.loads(await ws.recv())["type"] == "hello.ok"
+        slots = asyncio.Semaphore(window)
+
+        async def receive_acks() -> None:
+            for _ in range(count):
+                frame = json.loads(await ws.recv())
+                assert frame["type"] == "ack", frame
+                latencies.append((time.perf_counter() - sent_at.pop(frame["id"])) * 1000)
+                slots.release()
+
+        started = time.perf_counter()
+        receiver = asyncio.create_task(receive_acks())
+        for n in range(count):
+            await slots.acquire()
+            frame_id = f"{run}-{n}"
+            sent_at[frame_id] = time.perf_counter()
+            await ws.send(json.dumps({
+                "type": "browser.final_message", "id": frame_id, "platform": "claude",
+                "conversation_id": f"bench-{run}-{n % 20}", "message_id": frame_id,
+                "text": f"Step {n}.\n```baa\necho\n{{\"n\": {n}}}\n```",
+            }))
+        await receiver
+        return time.perf_counter() - started, latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=2000)
+    parser.add_argument("--window", type=int, default=32)
+    parser.add_argument("--port", type=int, default=8931)
+    args = parser.parse_args()
+
+    token = prepare()
+    from django.conf import settings
+
+    with tempfile.TemporaryDirectory() as data_dir:
+        env = {
+            **os.environ,
+            "CONDUCTOR_DATA_DIR": data_dir,
+            "CONDUCTOR_MAX_FRAMES_PER_SECOND": "1000000",
+            "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": "1000000",
+            "LOG_LEVEL": "WARNING",
+        }
+        if "channels" in settings.DATABASES:
+            env["CONDUCTOR_CHANNEL_LAYER_DB"] = str(settings.DATABASES["channels"]["NAME"])
+        if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+            env["DATABASE_URL"] = f"sqlite:///{settings.DATABASES['default']['NAME']}"
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--no-cluster", "--port", str(args.port)],
+            cwd=ROOT, env=env, start_new_session=True,
+        )
+        try:
+            while True:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{args.port}/healthz", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            seconds, latencies = asyncio.run(
+                drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.messages, args.window)
+            )
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    quantiles = statistics.quantiles(latencies, n=100)
+    print(f"database={engine} messages={args.messages} window={args.window}")
+    print(f"throughput={args.messages / seconds:.0f} messages/s ({seconds:.2f} s)")
+    print(f"ack_latency_ms median={statistics.median(latencies):.1f} p99={quantiles[98]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

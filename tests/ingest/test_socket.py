@@ -1,0 +1,89 @@
+"""The plugin protocol over a real socket, against a running server (daphne)."""
+
+import json
+
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from conversations.models import Message
+from tests.factories import TEST_TOKEN, PluginClientFactory
+from tests.server import running_server
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+HELLO = {"type": "hello", "client_id": "laptop-chrome", "token": TEST_TOKEN}
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, django_db_blocker, tmp_path_factory):
+    with running_server(tmp_path_factory.mktemp("socket"), CONDUCTOR_HELLO_TIMEOUT_SECONDS="1") as server:
+        yield server
+
+
+@pytest.fixture(autouse=True)
+def client(db):
+    return PluginClientFactory(client_id="laptop-chrome")
+
+
+def closed_code(ws):
+    with pytest.raises(ConnectionClosed):
+        while True:
+            ws.recv(timeout=10)
+    return ws.close_code
+
+
+def test_final_message_is_acknowledged(server):
+    with connect(server.ws_url) as ws:
+        ws.send(json.dumps(HELLO))
+        assert json.loads(ws.recv(timeout=10))["type"] == "hello.ok"
+        ws.send(json.dumps({
+            "type": "browser.final_message", "id": "f1", "platform": "gemini",
+            "conversation_id": "c_1", "text": "```baa\ntime.now\n```",
+        }))
+        ack = json.loads(ws.recv(timeout=10))
+    assert ack == {"type": "ack", "id": "f1", "message_id": str(Message.objects.get().pk),
+                   "instructions": 1, "duplicate": False}
+
+
+def test_a_wrong_token_is_closed_with_4401(server):
+    with connect(server.ws_url) as ws:
+        ws.send(json.dumps({**HELLO, "token": "x" * 40}))
+        assert json.loads(ws.recv(timeout=10))["code"] == "unauthorized"
+        assert closed_code(ws) == 4401
+
+
+def test_no_hello_in_time_is_closed_with_4408(server):
+    with connect(server.ws_url) as ws:
+        assert closed_code(ws) == 4408
+
+
+def test_the_same_client_again_closes_the_older_socket_with_4409(server):
+    with connect(server.ws_url) as older, connect(server.ws_url) as newer:
+        older.send(json.dumps(HELLO))
+        assert json.loads(older.recv(timeout=10))["type"] == "hello.ok"
+        newer.send(json.dumps(HELLO))
+        assert json.loads(newer.recv(timeout=10))["type"] == "hello.ok"
+        assert closed_code(older) == 4409
+        newer.send(json.dumps({"type": "ping"}))
+        assert json.loads(newer.recv(timeout=10)) == {"type": "pong"}
+
+
+def test_bad_frames_leave_the_socket_and_other_clients_working(server):
+    PluginClientFactory(client_id="desktop")
+    with connect(server.ws_url) as noisy, connect(server.ws_url) as quiet:
+        for ws, client_id in ((noisy, "laptop-chrome"), (quiet, "desktop")):
+            ws.send(json.dumps({**HELLO, "client_id": client_id}))
+            assert json.loads(ws.recv(timeout=10))["type"] == "hello.ok"
+        for bad in ("{oops", b"\x00binary", "[]", json.dumps({"type": "nope"})):
+            noisy.send(bad)
+            assert json.loads(noisy.recv(timeout=10))["type"] == "error"
+        for ws in (noisy, quiet):
+            ws.send(json.dumps({"type": "ping"}))
+            assert json.loads(ws.recv(timeout=10)) == {"type": "pong"}
+
+
+def test_a_web_page_origin_gets_403(server):
+    with pytest.raises(InvalidStatus) as excinfo:
+        connect(server.ws_url, origin="https://evil.example")
+    assert excinfo.value.response.status_code == 403
