@@ -13,3 +13,17 @@ def channel_layer():
     layer = channel_layers["default"]
     yield layer
     channel_layers.backends.pop("default", None)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """Close connections after each use in tests.
+
+    Consumers run their queries in a worker thread whose persistent connection
+    (CONN_MAX_AGE) would outlive the test and keep PostgreSQL from dropping
+    the test database at the end of the run.
+    """
+    from django.db import connections
+
+    for alias in connections:
+        connections.settings[alias]["CONN_MAX_AGE"] = 0
