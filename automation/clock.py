@@ -4,8 +4,25 @@ Services take ``now`` as an argument and fall back to ``now_ms()``, so tests
 and the dispatcher drive time instead of sleeping (STYLE rule 8).
 """
 
+import threading
 import time
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+_sequence_lock = threading.Lock()
+_sequence_last = 0
+
+
+def sequence_next() -> int:
+    """A creation-order number: wall-clock nanoseconds, strictly increasing in this process.
+
+    Tasks of one conversation are created under that conversation's lock, so
+    their numbers follow creation order across processes too.
+    """
+    global _sequence_last
+    with _sequence_lock:
+        _sequence_last = max(time.time_ns(), _sequence_last + 1)
+        return _sequence_last

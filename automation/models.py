@@ -1,4 +1,6 @@
+import json
 import uuid
+from typing import Any
 
 from django.db import models
 from django.db.models import Q
@@ -31,6 +33,8 @@ class TaskStatus(models.TextChoices):
 
 TERMINAL_STATUSES = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
 LEASE_HOLDING_STATUSES = frozenset({TaskStatus.LEASED, TaskStatus.RUNNING})
+OPEN_STATUSES = frozenset(set(TaskStatus.values) - TERMINAL_STATUSES)
+CLAIMABLE_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.RETRY_WAIT})
 
 
 class AutomationTask(models.Model):
@@ -60,6 +64,11 @@ class AutomationTask(models.Model):
     lease_owner = models.CharField(max_length=128, null=True, blank=True)
     lease_until = models.BigIntegerField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
+
+    # Ordering within a conversation (SPEC §3, §4): tasks of one lane run one
+    # at a time in `sequence` order; see automation.kinds.
+    lane = models.CharField(max_length=32, null=True, blank=True)
+    sequence = models.BigIntegerField(help_text="Creation order, in nanoseconds since the epoch.")
 
     created_at = models.BigIntegerField()
     updated_at = models.BigIntegerField()
@@ -99,6 +108,7 @@ class AutomationTask(models.Model):
                 fields=["target_client_id", "target_platform", "status", "execute_after"],
                 name="task_target_status_due_idx",
             ),
+            models.Index(fields=["conversation", "lane", "sequence"], name="task_lane_order_idx"),
         ]
         constraints = [
             models.CheckConstraint(
@@ -107,6 +117,22 @@ class AutomationTask(models.Model):
             models.CheckConstraint(
                 condition=~Q(status__in=LEASE_HOLDING_STATUSES) | Q(lease_owner__isnull=False),
                 name="task_in_flight_has_lease_owner",
+            ),
+            # The dispatcher's limits, enforced by the database so that they hold
+            # across any number of dispatcher processes (SPEC §4.1): at most one
+            # outbound task in flight per target...
+            models.UniqueConstraint(
+                fields=["target_client_id", "target_platform"],
+                condition=Q(status__in=LEASE_HOLDING_STATUSES, target_client_id__isnull=False),
+                name="task_one_in_flight_per_target",
+            ),
+            # ...and at most one task in flight per conversation lane.
+            models.UniqueConstraint(
+                fields=["conversation", "lane"],
+                condition=Q(
+                    status__in=LEASE_HOLDING_STATUSES, conversation__isnull=False, lane__isnull=False
+                ),
+                name="task_one_in_flight_per_lane",
             ),
         ]
 
@@ -120,6 +146,26 @@ class AutomationTask(models.Model):
     @property
     def has_route(self) -> bool:
         return bool(self.target_client_id and self.target_platform)
+
+    @property
+    def payload(self) -> dict[str, Any]:
+        return json.loads(self.payload_json)
+
+
+class DispatcherState(models.Model):
+    """The one row of dispatcher-wide state: the global pause and the last tick."""
+
+    is_paused = models.BooleanField(default=False)
+    paused_by = models.CharField(max_length=150, blank=True)
+    paused_at = models.DateTimeField(null=True, blank=True)
+    last_tick_at = models.BigIntegerField(null=True, blank=True, help_text="Epoch milliseconds.")
+    last_tick_owner = models.CharField(max_length=128, blank=True)
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=Q(id=1), name="dispatcher_state_singleton")]
+
+    def __str__(self) -> str:
+        return "dispatcher (paused)" if self.is_paused else "dispatcher"
 
 
 class TaskEvent(models.Model):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Q
 
-from automation.models import ToolPolicy
+from automation.models import DispatcherState, ToolPolicy
 from automation.tools.registry import tools
 
 
@@ -22,3 +22,17 @@ def tool_policy_for(*, tool: str, client_pk: int | None, conversation_pk: int | 
     ).values_list("policy", "client_id", "conversation_id")
     ranked = sorted(rows, key=lambda row: (row[2] is not None, row[1] is not None), reverse=True)
     return ranked[0][0] if ranked else default
+
+
+def dispatcher_state() -> DispatcherState:
+    state, _ = DispatcherState.objects.get_or_create(pk=1)
+    return state
+
+
+def dispatcher_is_paused() -> bool:
+    return DispatcherState.objects.filter(pk=1, is_paused=True).exists()
+
+
+def dispatcher_last_tick_age_seconds(*, now_ms: int) -> float | None:
+    last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
+    return None if last is None else max(0.0, (now_ms - last) / 1000)

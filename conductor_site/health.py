@@ -6,12 +6,9 @@ from typing import Any
 
 from django.db import DatabaseError, connection
 
+from automation.clock import now_ms
+from automation.selectors import dispatcher_last_tick_age_seconds
 from ingest.selectors import plugin_clients_connected
-
-
-def dispatcher_last_tick_age_seconds() -> float | None:
-    """Age of the dispatcher's last tick; None until a dispatcher has ticked."""
-    return None
 
 
 def health_report() -> dict[str, Any]:
@@ -27,6 +24,6 @@ def health_report() -> dict[str, Any]:
         }
     return {
         "database": True,
-        "dispatcher_last_tick_age_seconds": dispatcher_last_tick_age_seconds(),
+        "dispatcher_last_tick_age_seconds": dispatcher_last_tick_age_seconds(now_ms=now_ms()),
         "connected_clients": plugin_clients_connected().count(),
     }

@@ -1,6 +1,8 @@
 import pytest
 from channels.layers import channel_layers
 
+import tests.kinds  # noqa: F401  (registers the test-only task kinds)
+
 
 @pytest.fixture
 def channel_layer():

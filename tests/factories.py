@@ -81,7 +81,7 @@ class InstructionFactory(factory.django.DjangoModelFactory):
 def make_task(
     status: str = TaskStatus.PENDING,
     *,
-    kind: str = "test.local",
+    kind: str = "test.instruction",
     owner: str = OWNER,
     now: int = T0,
     **create_kwargs,

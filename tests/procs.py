@@ -43,6 +43,8 @@ def _child(database_names: dict[str, str], target: str, args: tuple[Any, ...]) -
     import django
 
     django.setup()
+    import tests.kinds  # noqa: F401  (the test-only task kinds, as in the test process)
+
     module_name, function_name = target.split(":")
     function = getattr(importlib.import_module(module_name), function_name)
     try:

@@ -14,9 +14,11 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from automation.clock import now_ms
+from automation.clock import now_ms, sequence_next
+from automation.kinds import kinds
 from automation.models import AutomationTask, TaskEvent, TaskStatus
 from conductor_site.logfmt import log_event
+from conversations.selectors import conversation_route
 
 logger = logging.getLogger(__name__)
 
@@ -45,11 +47,23 @@ def task_create(
 ) -> tuple[AutomationTask, bool]:
     """Create a task in ``pending`` or ``blocked`` and write its first event.
 
+    The kind's policy decides the rest: its ordering lane, and for an outbound
+    kind its route, taken from the conversation's most recent link unless
+    given. Only guarded kinds (instructions) may start ``blocked``: guardrails
+    never apply to deliveries. Raises ``UnknownKind`` for an unregistered kind.
+
     Returns ``(task, created)``. With a ``dedupe_key`` that already exists,
     nothing is written and the existing task is returned with ``created=False``.
     """
+    spec = kinds.get(kind)
     if status not in INITIAL_STATUSES:
         raise ValueError(f"a task starts pending or blocked, not {status!r}")
+    if status == TaskStatus.BLOCKED and not spec.is_guarded:
+        raise ValueError(f"{kind} tasks are never held for approval")
+    if spec.is_outbound and target_client_id is None and conversation_id is not None:
+        route = conversation_route(conversation_id=conversation_id)
+        if route is not None:
+            target_client_id, target_platform, target_conversation_id = route
     now = now_ms() if now is None else now
     task = AutomationTask(
         kind=kind,
@@ -61,6 +75,8 @@ def task_create(
         target_platform=target_platform,
         target_conversation_id=target_conversation_id,
         execute_after=now if execute_after is None else execute_after,
+        lane=spec.lane,
+        sequence=sequence_next(),
         max_attempts=settings.CONDUCTOR_MAX_ATTEMPTS if max_attempts is None else max_attempts,
         created_at=now,
         updated_at=now,

@@ -207,9 +207,14 @@ def task_release(
 
 
 def task_start(
-    task_id: str, *, lease_owner: str, lease_until: int, now: int | None = None
+    task_id: str,
+    *,
+    lease_owner: str,
+    lease_until: int,
+    jitter_ms: int | None = None,
+    now: int | None = None,
 ) -> AutomationTask:
-    """leased -> running; counts the run as an attempt."""
+    """leased -> running; counts the run as an attempt. ``jitter_ms``: the wait before it."""
     now = now_ms() if now is None else now
     return _transition(
         task_id,
@@ -220,6 +225,7 @@ def task_start(
         now=now,
         fenced_owner=lease_owner,
         changes={"attempt_count": F("attempt_count") + 1, "started_at": now, "lease_until": lease_until},
+        jitter_ms=jitter_ms,
     )
 
 

@@ -19,7 +19,6 @@ from automation.services.wake import dispatcher_wake
 from automation.tools.registry import Policy, UnknownTool, tools
 from conductor_site.logfmt import log_event
 from conversations.models import Conversation, Message
-from conversations.selectors import conversation_route
 from conversations.services import (
     conversation_get_locked,
     conversation_link_seen,
@@ -151,14 +150,12 @@ def _queue_blocks(
         queued += 1
     if blocks and not queued:
         # Every block was rejected: the chat hears why at once.
-        route = conversation_route(conversation=conversation)
         task_create(
             kind=kinds.INSTRUCTION_DELIVER,
             payload={"message_id": stored.pk},
             actor=ACTOR,
             dedupe_key=f"deliver:{stored.pk}",
             conversation_id=conversation.pk, message_id=stored.pk,
-            **(route.as_task_fields() if route else {}),
         )
         queued += 1
     return queued

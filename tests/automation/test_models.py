@@ -31,7 +31,7 @@ def test_dedupe_key_is_unique_when_set():
 
     def row(dedupe_key):
         return AutomationTask(
-            kind="k", status=TaskStatus.PENDING, dedupe_key=dedupe_key, execute_after=T0,
+            kind="k", status=TaskStatus.PENDING, dedupe_key=dedupe_key, execute_after=T0, sequence=1,
             max_attempts=3, created_at=T0, updated_at=T0,
         )
 
@@ -44,7 +44,7 @@ def test_dedupe_key_is_unique_when_set():
 
 @pytest.mark.django_db
 def test_database_refuses_an_unknown_status_and_an_in_flight_task_without_owner():
-    base = dict(kind="k", execute_after=T0, max_attempts=3, created_at=T0, updated_at=T0)
+    base = dict(kind="k", execute_after=T0, max_attempts=3, created_at=T0, updated_at=T0, sequence=1)
     with pytest.raises(IntegrityError), transaction.atomic():
         AutomationTask(status="done", **base).save(force_insert=True)
     with pytest.raises(IntegrityError), transaction.atomic():

@@ -10,7 +10,7 @@ S = TaskStatus
 @pytest.mark.django_db
 def test_create_writes_the_first_event_with_its_actor(settings):
     settings.CONDUCTOR_MAX_ATTEMPTS = 4
-    task, created = task_create(kind="k", payload={"a": 1}, actor="ingest", now=T0)
+    task, created = task_create(kind="test.local", payload={"a": 1}, actor="ingest", now=T0)
     assert created
     assert (task.status, task.execute_after, task.max_attempts, task.payload_json) == (
         S.PENDING, T0, 4, '{"a": 1}',
@@ -23,8 +23,8 @@ def test_create_writes_the_first_event_with_its_actor(settings):
 
 @pytest.mark.django_db
 def test_create_with_an_existing_dedupe_key_returns_the_first_task():
-    first, created = task_create(kind="k", payload={}, actor="ingest", dedupe_key="deliver:7")
-    again, created_again = task_create(kind="k", payload={"other": 1}, actor="ingest", dedupe_key="deliver:7")
+    first, created = task_create(kind="test.local", payload={}, actor="ingest", dedupe_key="deliver:7")
+    again, created_again = task_create(kind="test.local", payload={"other": 1}, actor="ingest", dedupe_key="deliver:7")
     assert (created, created_again) == (True, False)
     assert again.pk == first.pk
     assert TaskEvent.objects.filter(task=first).count() == 1
@@ -34,18 +34,19 @@ def test_create_with_an_existing_dedupe_key_returns_the_first_task():
 @pytest.mark.parametrize("status", [S.LEASED, S.RUNNING, S.SUCCEEDED, S.RETRY_WAIT])
 def test_create_refuses_any_status_but_pending_or_blocked(status):
     with pytest.raises(ValueError):
-        task_create(kind="k", payload={}, actor="ingest", status=status)
+        task_create(kind="test.local", payload={}, actor="ingest", status=status)
 
 
 @pytest.mark.django_db
-def test_retarget_moves_only_unstarted_outbound_tasks_of_the_conversation():
+@pytest.mark.parametrize("staying_status", [S.LEASED, S.RUNNING, S.SUCCEEDED, S.FAILED])
+def test_retarget_moves_only_unstarted_outbound_tasks_of_the_conversation(staying_status):
     conversation, other = ConversationFactory(), ConversationFactory()
-    route = dict(target_client_id="old", target_platform="claude", conversation_id=conversation.pk)
-    movable = [make_task(status, **route) for status in (S.PENDING, S.RETRY_WAIT, S.BLOCKED)]
-    staying = [make_task(status, **route) for status in (S.LEASED, S.RUNNING, S.SUCCEEDED, S.FAILED)]
+    route = dict(kind="test.outbound", target_client_id="old", target_platform="claude",
+                 conversation_id=conversation.pk)
+    movable = [make_task(status, **route) for status in (S.PENDING, S.RETRY_WAIT)]
+    staying = make_task(staying_status, **route)
     local = make_task(S.PENDING, conversation_id=conversation.pk)  # no route: not outbound
-    elsewhere = make_task(S.PENDING, target_client_id="old", target_platform="claude",
-                          conversation_id=other.pk)
+    elsewhere = make_task(S.PENDING, **{**route, "conversation_id": other.pk})
 
     moved = task_retarget(conversation_id=conversation.pk, client_id="new", actor="ingest", now=T0)
 
@@ -53,15 +54,23 @@ def test_retarget_moves_only_unstarted_outbound_tasks_of_the_conversation():
     for task in movable:
         task.refresh_from_db()
         assert (task.target_client_id, task.target_platform) == ("new", "claude")
-        event = task.events.last()
-        assert (event.action, event.status_from, event.status_to, event.detail) == (
-            "retarget", task.status, task.status, {"from_client_id": "old", "to_client_id": "new"},
+        event = task.events.get(action="retarget")
+        assert (event.status_from, event.status_to, event.actor, event.detail) == (
+            task.status, task.status, "ingest", {"from_client_id": "old", "to_client_id": "new"},
         )
-    for task in [*staying, elsewhere]:
+    for task in [staying, elsewhere]:
         task.refresh_from_db()
         assert task.target_client_id == "old"
     local.refresh_from_db()
     assert local.target_client_id is None
+
+
+@pytest.mark.django_db
+def test_retarget_moves_blocked_instructions_with_a_route():
+    conversation = ConversationFactory()
+    blocked = make_task(S.BLOCKED, kind="test.instruction", target_client_id="old",
+                        target_platform="claude", conversation_id=conversation.pk)
+    assert task_retarget(conversation_id=conversation.pk, client_id="new", actor="ingest") == [blocked.pk]
 
 
 @pytest.mark.django_db

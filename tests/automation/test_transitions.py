@@ -295,7 +295,7 @@ def test_each_transition_logs_one_structured_line(caplog):
 
     lines = [r.getMessage() for r in caplog.records if r.name == "automation.services.transitions"]
     assert len(lines) == 1
-    assert lines[0].startswith(f"action=start task_id={task.pk} kind=test.local ")
+    assert lines[0].startswith(f"action=start task_id={task.pk} kind=test.instruction ")
     assert "status_from=leased status_to=running" in lines[0]
     assert f"lease_owner={OWNER}" in lines[0]
 

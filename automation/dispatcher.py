@@ -1,0 +1,249 @@
+"""The dispatcher: ticks that reclaim, claim and run tasks (SPEC §4).
+
+One ``Dispatcher`` per process. Each tick reclaims expired leases, claims due
+tasks through the one claim path, and hands each claimed task to a thread of
+its own, so a slow target never delays another. A running task renews its
+lease (heartbeat) and is told to stop when it finds itself cancelled. The
+executor returns an outcome; only the dispatcher turns it into a state,
+through the fenced transitions. Clock and random source are injected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from automation.clock import now_ms
+from automation.kinds import KindSpec, kinds
+from automation.models import AutomationTask
+from automation.outcomes import ExecutionContext, Outcome, RetryableFailure, Success, TerminalFailure
+from automation.retry import outbound_jitter_ms, retry_delay
+from automation.services.claim import tasks_claim, tasks_reclaim_expired
+from automation.services.dispatcher_state import dispatcher_tick_record
+from automation.services.transitions import (
+    TransitionError,
+    task_fail,
+    task_heartbeat,
+    task_release,
+    task_retry_later,
+    task_start,
+    task_succeed,
+)
+from conductor_site.logfmt import log_event
+from ingest.selectors import plugin_client_is_connected
+
+logger = logging.getLogger(__name__)
+
+# After the stop grace, how long cancelled tasks get to return.
+STOP_AFTER_CANCEL_SECONDS = 5.0
+
+
+def new_owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+@dataclass(frozen=True)
+class DispatcherConfig:
+    max_tasks_per_tick: int
+    lease_ms: int
+    outbound_jitter_max_ms: int
+    retry_backoff_seconds: tuple[int, ...]
+    retry_jitter_max_ms: int
+
+    @classmethod
+    def from_settings(cls) -> DispatcherConfig:
+        return cls(
+            max_tasks_per_tick=settings.CONDUCTOR_MAX_TASKS_PER_TICK,
+            lease_ms=settings.CONDUCTOR_LEASE_SECONDS * 1000,
+            outbound_jitter_max_ms=settings.CONDUCTOR_OUTBOUND_JITTER_MAX_MS,
+            retry_backoff_seconds=settings.CONDUCTOR_RETRY_BACKOFF_SECONDS,
+            retry_jitter_max_ms=settings.CONDUCTOR_RETRY_JITTER_MAX_MS,
+        )
+
+    @property
+    def heartbeat_seconds(self) -> float:
+        # Well before the lease runs out, with room for two missed beats.
+        return self.lease_ms / 1000 / 3
+
+
+@dataclass
+class TickReport:
+    reclaimed: list[str] = field(default_factory=list)
+    claimed: list[str] = field(default_factory=list)
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        *,
+        owner: str | None = None,
+        config: DispatcherConfig | None = None,
+        clock: Callable[[], int] = now_ms,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.owner = owner or new_owner()
+        self.config = config or DispatcherConfig.from_settings()
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.stopping = threading.Event()
+        self._pool = ThreadPoolExecutor(
+            max_workers=self.config.max_tasks_per_tick, thread_name_prefix="conductor-task"
+        )
+        self._running: dict[str, tuple[Future, ExecutionContext]] = {}
+        self._lock = threading.Lock()
+
+    # --- ticks ---------------------------------------------------------------
+
+    def tick(self) -> TickReport:
+        """Reclaim expired leases, claim what is due, start running it. Returns at once."""
+        now = self.clock()
+        reclaimed = tasks_reclaim_expired(actor=self.owner, now=now, rng=self.rng)
+        free_slots = self.config.max_tasks_per_tick - self.in_flight()
+        claimed = [] if self.stopping.is_set() else tasks_claim(
+            lease_owner=self.owner, now=now, limit=free_slots, lease_ms=self.config.lease_ms
+        )
+        dispatcher_tick_record(lease_owner=self.owner, now=now)
+        for task in claimed:
+            ctx = ExecutionContext(task=task, lease_owner=self.owner)
+            with self._lock:
+                self._running[task.pk] = (self._pool.submit(self._run, ctx), ctx)
+        if reclaimed or claimed:
+            log_event(logger, "tick", lease_owner=self.owner, reclaimed=len(reclaimed), claimed=len(claimed))
+        return TickReport(reclaimed=[t.pk for t in reclaimed], claimed=[t.pk for t in claimed])
+
+    def in_flight(self) -> int:
+        with self._lock:
+            for task_id in [tid for tid, (future, _) in self._running.items() if future.done()]:
+                del self._running[task_id]
+            return len(self._running)
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait for every task this dispatcher started; True when all finished in time."""
+        with self._lock:
+            futures = [future for future, _ in self._running.values()]
+        _, not_done = wait(futures, timeout=timeout)
+        return not not_done
+
+    def stop(self, *, grace: float) -> bool:
+        """Claim nothing more; give running tasks ``grace`` seconds; True when all finished.
+
+        Tasks still waiting out their jitter are given back unstarted. Tasks
+        still running after the grace are told to stop and their outcomes are
+        discarded: they keep their lease until it expires and are then
+        reclaimed as interrupted, as if this process had died.
+        """
+        self.stopping.set()
+        finished = self.wait_idle(grace)
+        if not finished:
+            with self._lock:
+                contexts = [ctx for _, ctx in self._running.values()]
+            for ctx in contexts:
+                ctx.cancelled.set()
+            self.wait_idle(STOP_AFTER_CANCEL_SECONDS)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        return finished
+
+    # --- running one task ------------------------------------------------------
+
+    def _run(self, ctx: ExecutionContext) -> None:
+        task = ctx.task
+        close_old_connections()
+        try:
+            spec = kinds.get(task.kind)
+            jitter = self._wait_jitter(spec)
+            if jitter is None:
+                task_release(task.pk, lease_owner=self.owner, reason="dispatcher stopping", now=self.clock())
+                return
+            if spec.is_outbound and not plugin_client_is_connected(client_id=task.target_client_id):
+                # Gone since the claim: the task waits for its hello, using no attempt.
+                task_release(task.pk, lease_owner=self.owner, reason="client offline", now=self.clock())
+                return
+            task = ctx.task = task_start(
+                task.pk, lease_owner=self.owner, lease_until=self.clock() + self.config.lease_ms,
+                jitter_ms=jitter if spec.is_outbound else None, now=self.clock(),
+            )
+            outcome = self._execute(spec, ctx)
+            if ctx.is_cancelled():
+                log_event(logger, "outcome_discarded", task_id=task.pk, kind=task.kind, lease_owner=self.owner)
+                return
+            self._record(task, outcome)
+        except TransitionError as exc:
+            # Fencing: the task was cancelled, reclaimed or finished elsewhere.
+            log_event(logger, "lease_lost", level=logging.WARNING, task_id=task.pk, kind=task.kind,
+                      lease_owner=self.owner, error=str(exc))
+        except Exception:
+            logger.exception("dispatcher failed running task %s", task.pk)
+        finally:
+            close_old_connections()
+
+    def _wait_jitter(self, spec: KindSpec) -> int | None:
+        """Wait the outbound jitter; None when the dispatcher began stopping meanwhile."""
+        if not spec.is_outbound:
+            return 0
+        jitter = outbound_jitter_ms(jitter_max_ms=self.config.outbound_jitter_max_ms, rng=self.rng)
+        return None if self.stopping.wait(jitter / 1000) else jitter
+
+    def _execute(self, spec: KindSpec, ctx: ExecutionContext) -> Outcome:
+        """Run the executor while a heartbeat keeps the lease; unexpected errors are terminal."""
+        done = threading.Event()
+        heartbeat = threading.Thread(
+            target=self._heartbeat, args=(ctx, done), name=f"heartbeat-{ctx.task.pk}", daemon=True
+        )
+        heartbeat.start()
+        try:
+            return spec.executor(ctx)
+        except Exception as exc:
+            logger.exception("executor of %s raised on task %s", spec.name, ctx.task.pk)
+            return TerminalFailure(f"executor error: {type(exc).__name__}: {exc}")
+        finally:
+            done.set()
+            heartbeat.join()
+
+    def _heartbeat(self, ctx: ExecutionContext, done: threading.Event) -> None:
+        try:
+            while not done.wait(self.config.heartbeat_seconds):
+                try:
+                    task_heartbeat(
+                        ctx.task.pk, lease_owner=self.owner,
+                        lease_until=self.clock() + self.config.lease_ms, now=self.clock(),
+                    )
+                except TransitionError:
+                    # Cancelled by an operator or reclaimed: stop the work.
+                    ctx.cancelled.set()
+                    return
+        finally:
+            close_old_connections()
+
+    def _record(self, task: AutomationTask, outcome: Outcome) -> None:
+        now = self.clock()
+        match outcome:
+            case Success(result=result):
+                task_succeed(task.pk, lease_owner=self.owner, result=result, now=now)
+            case RetryableFailure(error=error) if task.attempt_count < task.max_attempts:
+                delay = retry_delay(
+                    attempt_count=task.attempt_count,
+                    backoff_seconds=self.config.retry_backoff_seconds,
+                    jitter_max_ms=self.config.retry_jitter_max_ms,
+                    rng=self.rng,
+                )
+                task_retry_later(
+                    task.pk, lease_owner=self.owner, error=error, retry_at=now + delay.total_ms,
+                    backoff_ms=delay.backoff_ms, jitter_ms=delay.jitter_ms, now=now,
+                )
+            case RetryableFailure(error=error, result=result):
+                task_fail(
+                    task.pk, lease_owner=self.owner, now=now, result=result,
+                    error=f"{error} (attempt {task.attempt_count} of {task.max_attempts}, none left)",
+                )
+            case TerminalFailure(error=error, result=result):
+                task_fail(task.pk, lease_owner=self.owner, error=error, result=result, now=now)

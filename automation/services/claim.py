@@ -1,0 +1,153 @@
+"""The one claim path (STYLE rule 2, SPEC §4.1) and the reclaim of expired leases (§4.4)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+from collections.abc import Collection
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Exists, OuterRef, Q
+
+from automation.kinds import kinds
+from automation.models import (
+    CLAIMABLE_STATUSES,
+    LEASE_HOLDING_STATUSES,
+    OPEN_STATUSES,
+    AutomationTask,
+    TaskStatus,
+)
+from automation.retry import retry_delay
+from automation.selectors import dispatcher_is_paused
+from automation.services.transitions import (
+    TransitionError,
+    task_lease,
+    task_reclaim_interrupted,
+    task_reclaim_unstarted,
+)
+from ingest.models import PluginClient
+from ingest.selectors import presence_window
+
+logger = logging.getLogger(__name__)
+
+# Candidates read per claimed slot: some are dropped because an earlier
+# candidate took their target.
+OVERSCAN = 4
+
+
+def _claimable(now: int, runnable_kinds: Collection[str]):
+    """Due tasks that may run now, best first.
+
+    A task is held back while its conversation is paused, while an earlier
+    task of its conversation lane is unfinished (instructions one at a time in
+    arrival order; a blocked instruction or a delivery waiting to retry holds
+    back the rest), and, when it is outbound, while another task is in flight
+    to its target or its target client is not connected.
+    """
+    earlier_in_lane = AutomationTask.objects.filter(
+        conversation_id=OuterRef("conversation_id"),
+        lane=OuterRef("lane"),
+        sequence__lt=OuterRef("sequence"),
+        status__in=OPEN_STATUSES,
+    )
+    target_busy = AutomationTask.objects.filter(
+        target_client_id=OuterRef("target_client_id"),
+        target_platform=OuterRef("target_platform"),
+        status__in=LEASE_HOLDING_STATUSES,
+    )
+    seen_after = dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC) - presence_window()
+    target_connected = PluginClient.objects.filter(
+        client_id=OuterRef("target_client_id"), enabled=True, connected=True,
+        last_seen_at__gte=seen_after,
+    )
+    return (
+        AutomationTask.objects.filter(
+            status__in=CLAIMABLE_STATUSES, execute_after__lte=now, kind__in=list(runnable_kinds)
+        )
+        .filter(Q(conversation__isnull=True) | Q(conversation__paused=False))
+        .filter(Q(lane__isnull=True) | Q(conversation__isnull=True) | ~Exists(earlier_in_lane))
+        .filter(Q(target_client_id__isnull=True) | (~Exists(target_busy) & Exists(target_connected)))
+        .order_by("-priority", "execute_after", "sequence")
+    )
+
+
+def tasks_claim(*, lease_owner: str, now: int, limit: int, lease_ms: int) -> list[AutomationTask]:
+    """Lease up to ``limit`` due tasks for ``lease_owner``, atomically; return them.
+
+    On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` so
+    concurrent dispatchers take different rows; on SQLite the claim runs in an
+    IMMEDIATE transaction, which holds the write lock. Either way each lease is
+    a conditional update, and the partial unique indexes over in-flight tasks
+    refuse a second task for one target or one conversation lane: a dispatcher
+    that loses such a race skips the task.
+    """
+    if limit <= 0 or dispatcher_is_paused():
+        return []
+    claimed: list[AutomationTask] = []
+    with transaction.atomic():
+        candidates = _claimable(now, kinds.runnable())
+        if connection.features.has_select_for_update_skip_locked:
+            candidates = candidates.select_for_update(skip_locked=True, of=("self",))
+        rows = list(
+            candidates.values_list("task_id", "target_client_id", "target_platform")[: limit * OVERSCAN]
+        )
+        taken_targets: set[tuple[str, str]] = set()
+        for task_id, client_id, platform in rows:
+            if len(claimed) == limit:
+                break
+            if client_id is not None:
+                if (client_id, platform) in taken_targets:
+                    continue
+                taken_targets.add((client_id, platform))
+            try:
+                with transaction.atomic():
+                    claimed.append(
+                        task_lease(task_id, lease_owner=lease_owner, lease_until=now + lease_ms, now=now)
+                    )
+            except (IntegrityError, TransitionError) as exc:
+                # Another dispatcher took this task, its target or its lane first.
+                logger.debug("claim skipped task %s: %s", task_id, exc)
+    return claimed
+
+
+def tasks_reclaim_expired(
+    *, actor: str, now: int, rng: random.Random, limit: int = 100
+) -> list[AutomationTask]:
+    """Take back tasks whose lease expired (SPEC §4.4); return them in their new state.
+
+    A leased task that never started goes back to pending. A running task
+    whose worker died used an attempt: it waits to be retried when its kind or
+    tool is idempotent and attempts remain, and fails as interrupted otherwise.
+    """
+    expired = list(
+        AutomationTask.objects.filter(status__in=LEASE_HOLDING_STATUSES, lease_until__lt=now)
+        .order_by("lease_until")[:limit]
+    )
+    reclaimed = []
+    for task in expired:
+        try:
+            if task.status == TaskStatus.LEASED:
+                reclaimed.append(task_reclaim_unstarted(task.pk, actor=actor, now=now))
+                continue
+            delay = None
+            if kinds.get(task.kind).is_idempotent(task) and task.attempt_count < task.max_attempts:
+                delay = retry_delay(
+                    attempt_count=task.attempt_count,
+                    backoff_seconds=settings.CONDUCTOR_RETRY_BACKOFF_SECONDS,
+                    jitter_max_ms=settings.CONDUCTOR_RETRY_JITTER_MAX_MS,
+                    rng=rng,
+                )
+            reclaimed.append(
+                task_reclaim_interrupted(
+                    task.pk, actor=actor, now=now,
+                    retry_at=now + delay.total_ms if delay else None,
+                    backoff_ms=delay.backoff_ms if delay else None,
+                    jitter_ms=delay.jitter_ms if delay else None,
+                )
+            )
+        except TransitionError as exc:
+            # Its worker renewed the lease, or another dispatcher reclaimed it.
+            logger.debug("reclaim skipped task %s: %s", task.pk, exc)
+    return reclaimed

@@ -1,0 +1,33 @@
+"""Dispatcher-wide state: the global pause and the record of the last tick."""
+
+from __future__ import annotations
+
+import logging
+
+from django.utils import timezone
+
+from automation.models import DispatcherState
+from conductor_site.logfmt import log_event
+
+logger = logging.getLogger(__name__)
+
+
+def dispatcher_tick_record(*, lease_owner: str, now: int) -> None:
+    updated = DispatcherState.objects.filter(pk=1).update(last_tick_at=now, last_tick_owner=lease_owner)
+    if not updated:
+        DispatcherState.objects.get_or_create(
+            pk=1, defaults={"last_tick_at": now, "last_tick_owner": lease_owner}
+        )
+
+
+def dispatcher_pause_set(*, is_paused: bool, actor: str) -> bool:
+    """Switch the global pause; returns whether it changed. While paused nothing is claimed."""
+    DispatcherState.objects.get_or_create(pk=1)
+    changed = bool(
+        DispatcherState.objects.filter(pk=1)
+        .exclude(is_paused=is_paused)
+        .update(is_paused=is_paused, paused_by=actor, paused_at=timezone.now() if is_paused else None)
+    )
+    if changed:
+        log_event(logger, "dispatcher_pause" if is_paused else "dispatcher_resume", actor=actor)
+    return changed

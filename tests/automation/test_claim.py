@@ -1,0 +1,233 @@
+"""The claim path: what may run now, and what must wait (SPEC §3, §4)."""
+
+import datetime as dt
+import random
+
+import pytest
+from django.utils import timezone
+
+from automation.clock import now_ms
+from automation.models import AutomationTask, TaskStatus
+from automation.services import transitions as tr
+from automation.services.claim import tasks_claim, tasks_reclaim_expired
+from automation.services.dispatcher_state import dispatcher_pause_set
+from automation.services.tasks import task_create
+from tests.factories import ConversationFactory, PluginClientFactory
+
+pytestmark = pytest.mark.django_db
+
+S = TaskStatus
+LEASE = 60_000
+
+
+@pytest.fixture
+def now():
+    return now_ms()
+
+
+def claim(now, limit=20, owner="d1"):
+    return [t.pk for t in tasks_claim(lease_owner=owner, now=now, limit=limit, lease_ms=LEASE)]
+
+
+def connected(client_id):
+    return PluginClientFactory(
+        client_id=client_id, connected=True, last_seen_at=timezone.now() + dt.timedelta(hours=1)
+    )
+
+
+def create(kind="test.local", now=None, **kwargs):
+    task, _ = task_create(kind=kind, payload=kwargs.pop("payload", {}), actor="test", now=now, **kwargs)
+    return task
+
+
+def outbound(conversation, client_id="laptop", now=None, target_platform="claude", **kwargs):
+    return create("test.outbound", now=now, conversation_id=conversation.pk, target_client_id=client_id,
+                  target_platform=target_platform, target_conversation_id=conversation.remote_id, **kwargs)
+
+
+def finish(task_id, now, owner="d1"):
+    tr.task_start(task_id, lease_owner=owner, lease_until=now + LEASE, now=now)
+    return tr.task_succeed(task_id, lease_owner=owner, result=None, now=now)
+
+
+def test_claims_due_tasks_only_and_leases_them(now):
+    due = create(now=now)
+    create(now=now, execute_after=now + 1000)
+    assert claim(now) == [due.pk]
+    due.refresh_from_db()
+    assert (due.status, due.lease_owner, due.lease_until) == (S.LEASED, "d1", now + LEASE)
+
+
+def test_at_most_the_limit_per_tick_in_priority_then_due_order(now):
+    low = [create(now=now - 10) for _ in range(3)]
+    high = create(now=now, priority=5)
+    assert claim(now, limit=2) == [high.pk, low[0].pk]
+
+
+def test_tasks_of_kinds_without_an_executor_are_left_alone(now):
+    create("test.unrunnable", now=now)
+    assert claim(now) == []
+
+
+def test_a_leased_task_is_not_claimed_twice(now):
+    create(now=now)
+    assert len(claim(now, owner="d1")) == 1
+    assert claim(now, owner="d2") == []
+
+
+def test_one_outbound_task_in_flight_per_target(now):
+    connected("laptop")
+    first = outbound(ConversationFactory(), now=now)
+    second = outbound(ConversationFactory(), now=now)
+    other_target = outbound(ConversationFactory(), now=now, target_platform="gemini")
+
+    assert claim(now) == [first.pk, other_target.pk]
+    assert claim(now) == []
+    finish(first.pk, now)
+    assert claim(now) == [second.pk]
+
+
+def test_instructions_of_a_conversation_run_one_at_a_time_in_arrival_order(now):
+    conversation = ConversationFactory()
+    first, second = (create("test.instruction", now=now, conversation_id=conversation.pk) for _ in range(2))
+    other = create("test.instruction", now=now, conversation_id=ConversationFactory().pk)
+
+    assert claim(now) == [first.pk, other.pk]
+    tr.task_start(first.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
+    tr.task_fail(first.pk, lease_owner="d1", error="tool error", now=now)
+    assert claim(now) == [second.pk]  # a failed block does not stop the later ones
+
+
+def test_a_blocked_instruction_never_runs_and_holds_back_the_later_ones(now):
+    conversation = ConversationFactory()
+    blocked = create("test.instruction", now=now, conversation_id=conversation.pk, status=S.BLOCKED)
+    later = create("test.instruction", now=now, conversation_id=conversation.pk)
+
+    for minutes in (0, 10, 60 * 24):
+        assert claim(now + minutes * 60_000) == []
+    assert tasks_reclaim_expired(actor="d1", now=now + 10**9, rng=random.Random()) == []
+    blocked.refresh_from_db()
+    assert blocked.status == S.BLOCKED
+
+    tr.task_approve(blocked.pk, actor="alice", now=now)
+    assert claim(now) == [blocked.pk]
+    finish(blocked.pk, now)
+    assert claim(now) == [later.pk]
+
+
+def test_a_blocked_instruction_does_not_hold_back_deliveries(now):
+    connected("laptop")
+    conversation = ConversationFactory()
+    create("test.instruction", now=now, conversation_id=conversation.pk, status=S.BLOCKED)
+    delivery = outbound(conversation, now=now)
+    assert claim(now) == [delivery.pk]
+
+
+def test_a_delivery_waiting_to_retry_holds_back_later_deliveries_of_its_conversation(now):
+    connected("laptop")
+    conversation = ConversationFactory()
+    first, second = outbound(conversation, now=now), outbound(conversation, now=now)
+    assert claim(now) == [first.pk]
+    tr.task_start(first.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
+    tr.task_retry_later(first.pk, lease_owner="d1", error="HTTP 502", retry_at=now + 5000,
+                        backoff_ms=5000, jitter_ms=0, now=now)
+
+    assert claim(now + 1000) == []  # `second` waits behind the retry
+    assert claim(now + 5000) == [first.pk]  # the retry keeps its place in line
+    finish(first.pk, now + 5000)
+    assert claim(now + 5000) == [second.pk]
+
+
+def test_a_retry_never_bypasses_the_per_target_limit(now):
+    connected("laptop")
+    waiting = outbound(ConversationFactory(), now=now)
+    busy = outbound(ConversationFactory(), now=now)
+    claim(now, limit=1)  # takes `waiting`
+    tr.task_start(waiting.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
+    tr.task_retry_later(waiting.pk, lease_owner="d1", error="timeout", retry_at=now + 5000,
+                        backoff_ms=5000, jitter_ms=0, now=now)
+    assert claim(now) == [busy.pk]
+    assert claim(now + 5000) == []  # due again, but its target is busy
+    finish(busy.pk, now + 5000)
+    assert claim(now + 5000) == [waiting.pk]
+
+
+def test_tasks_of_a_paused_conversation_wait_until_it_resumes(now):
+    conversation = ConversationFactory(paused=True)
+    task = create("test.instruction", now=now, conversation_id=conversation.pk)
+    assert claim(now) == []
+    task.refresh_from_db()
+    assert task.status == S.PENDING
+    conversation.paused = False
+    conversation.save()
+    assert claim(now) == [task.pk]
+
+
+def test_the_global_pause_stops_all_claiming(now):
+    task = create(now=now)
+    dispatcher_pause_set(is_paused=True, actor="alice")
+    assert claim(now) == []
+    dispatcher_pause_set(is_paused=False, actor="alice")
+    assert claim(now) == [task.pk]
+
+
+@pytest.mark.parametrize(
+    "client_state",
+    [
+        {"connected": False, "last_seen_at": None},
+        {"connected": True, "last_seen_at": timezone.now() - dt.timedelta(minutes=5)},  # presence expired
+        {"connected": True, "last_seen_at": timezone.now(), "enabled": False},
+    ],
+)
+def test_outbound_tasks_wait_for_a_connected_client_without_using_an_attempt(now, client_state):
+    client = PluginClientFactory(client_id="laptop", **client_state)
+    task = outbound(ConversationFactory(), now=now)
+    assert claim(now) == []
+    task.refresh_from_db()
+    assert (task.status, task.attempt_count) == (S.PENDING, 0)
+
+    client.connected, client.enabled, client.last_seen_at = True, True, timezone.now()
+    client.save()
+    assert claim(now_ms()) == [task.pk]
+
+
+def test_reclaim_returns_unstarted_tasks_and_keeps_their_target(now):
+    connected("laptop")
+    task = outbound(ConversationFactory(), now=now)
+    claim(now)
+    [reclaimed] = tasks_reclaim_expired(actor="d2", now=now + LEASE + 1, rng=random.Random())
+    assert (reclaimed.status, reclaimed.attempt_count, reclaimed.target_client_id) == (S.PENDING, 0, "laptop")
+
+
+@pytest.mark.parametrize("idempotent,status", [(True, S.RETRY_WAIT), (False, S.FAILED)])
+def test_reclaim_of_an_interrupted_run_retries_only_idempotent_work(now, idempotent, status):
+    task = create(now=now, payload={"idempotent": idempotent})
+    claim(now)
+    tr.task_start(task.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
+
+    assert tasks_reclaim_expired(actor="d2", now=now + LEASE - 1, rng=random.Random()) == []
+    [reclaimed] = tasks_reclaim_expired(actor="d2", now=now + LEASE + 1, rng=random.Random(4))
+    assert (reclaimed.status, reclaimed.attempt_count) == (status, 1)
+    event = reclaimed.events.last()
+    assert (event.action, event.actor) == ("reclaim", "d2")
+    if idempotent:
+        assert event.backoff_ms == 5000 and 0 <= event.jitter_ms <= 1000
+        assert reclaimed.execute_after == now + LEASE + 1 + event.backoff_ms + event.jitter_ms
+    else:
+        assert "interrupted" in reclaimed.last_error
+
+
+def test_the_database_refuses_a_second_in_flight_task_per_target_and_lane(now):
+    from django.db import IntegrityError, transaction
+
+    connected("laptop")
+    conversation = ConversationFactory()
+    first, second = outbound(conversation, now=now), outbound(ConversationFactory(), now=now)
+    claim(now, limit=1)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        AutomationTask.objects.filter(pk=second.pk).update(status=S.LEASED, lease_owner="rogue")
+    lane_a, lane_b = (create("test.instruction", now=now, conversation_id=conversation.pk) for _ in range(2))
+    claim(now)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        AutomationTask.objects.filter(pk=lane_b.pk).update(status=S.LEASED, lease_owner="rogue")
+    assert first.pk and lane_a.pk
