@@ -96,11 +96,18 @@ class Dispatcher:
         self.clock = clock
         self.rng = rng or random.Random()
         self.stopping = threading.Event()
+        # One thread, and so at most one database connection, per task in flight.
         self._pool = ThreadPoolExecutor(
             max_workers=self.config.max_tasks_per_tick, thread_name_prefix="conductor-task"
         )
         self._running: dict[str, tuple[Future, ExecutionContext]] = {}
+        self._heartbeat_due: set[str] = set()
         self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._heartbeat = threading.Thread(
+            target=self._heartbeat_loop, name="conductor-heartbeat", daemon=True
+        )
+        self._heartbeat.start()
 
     # --- ticks ---------------------------------------------------------------
 
@@ -150,6 +157,7 @@ class Dispatcher:
             for ctx in contexts:
                 ctx.cancelled.set()
             self.wait_idle(STOP_AFTER_CANCEL_SECONDS)
+        self._closed.set()
         self._pool.shutdown(wait=False, cancel_futures=True)
         return finished
 
@@ -194,34 +202,38 @@ class Dispatcher:
         return None if self.stopping.wait(jitter / 1000) else jitter
 
     def _execute(self, spec: KindSpec, ctx: ExecutionContext) -> Outcome:
-        """Run the executor while a heartbeat keeps the lease; unexpected errors are terminal."""
-        done = threading.Event()
-        heartbeat = threading.Thread(
-            target=self._heartbeat, args=(ctx, done), name=f"heartbeat-{ctx.task.pk}", daemon=True
-        )
-        heartbeat.start()
+        """Run the executor while the heartbeat keeps its lease; unexpected errors are terminal."""
+        with self._lock:
+            self._heartbeat_due.add(ctx.task.pk)
         try:
             return spec.executor(ctx)
         except Exception as exc:
             logger.exception("executor of %s raised on task %s", spec.name, ctx.task.pk)
             return TerminalFailure(f"executor error: {type(exc).__name__}: {exc}")
         finally:
-            done.set()
-            heartbeat.join()
+            with self._lock:
+                self._heartbeat_due.discard(ctx.task.pk)
 
-    def _heartbeat(self, ctx: ExecutionContext, done: threading.Event) -> None:
-        try:
-            while not done.wait(self.config.heartbeat_seconds):
+    def _heartbeat_loop(self) -> None:
+        """Renew the lease of every task this dispatcher is running, well before it runs out.
+
+        One thread (and one database connection) for all of them. A task found
+        cancelled or reclaimed is told to stop.
+        """
+        while not self._closed.wait(self.config.heartbeat_seconds):
+            with self._lock:
+                beating = [(task_id, self._running[task_id][1]) for task_id in self._heartbeat_due]
+            for task_id, ctx in beating:
                 try:
                     task_heartbeat(
-                        ctx.task.pk, lease_owner=self.owner,
+                        task_id, lease_owner=self.owner,
                         lease_until=self.clock() + self.config.lease_ms, now=self.clock(),
                     )
                 except TransitionError:
-                    # Cancelled by an operator or reclaimed: stop the work.
                     ctx.cancelled.set()
-                    return
-        finally:
+                except Exception:
+                    # A database hiccup: the lease has two more beats of slack.
+                    logger.exception("heartbeat failed for task %s", task_id)
             close_old_connections()
 
     def _record(self, task: AutomationTask, outcome: Outcome) -> None:

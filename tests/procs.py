@@ -79,3 +79,11 @@ def run_in_processes(
     """
     with started_in_processes(target, args_per_process) as pending:
         return [result.get(timeout=timeout) for result in pending]
+
+
+def spawn_process(target: str, args: tuple[Any, ...]) -> multiprocessing.Process:
+    """Start ``target`` in one process of its own and return it (to kill it, say)."""
+    context = multiprocessing.get_context("spawn")
+    process = context.Process(target=_child, args=(test_database_names(), target, args), daemon=True)
+    process.start()
+    return process

@@ -32,11 +32,6 @@ from ingest.selectors import presence_window
 
 logger = logging.getLogger(__name__)
 
-# Candidates read per claimed slot: some are dropped because an earlier
-# candidate took their target.
-OVERSCAN = 4
-
-
 def _claimable(now: int, runnable_kinds: Collection[str]):
     """Due tasks that may run now, best first.
 
@@ -74,41 +69,39 @@ def _claimable(now: int, runnable_kinds: Collection[str]):
 
 
 def tasks_claim(*, lease_owner: str, now: int, limit: int, lease_ms: int) -> list[AutomationTask]:
-    """Lease up to ``limit`` due tasks for ``lease_owner``, atomically; return them.
+    """Lease up to ``limit`` due tasks for ``lease_owner``, best first; return them.
 
-    On PostgreSQL the candidates are locked with ``FOR UPDATE SKIP LOCKED`` so
-    concurrent dispatchers take different rows; on SQLite the claim runs in an
-    IMMEDIATE transaction, which holds the write lock. Either way each lease is
-    a conditional update, and the partial unique indexes over in-flight tasks
-    refuse a second task for one target or one conversation lane: a dispatcher
-    that loses such a race skips the task.
+    Each lease is its own short transaction: the best claimable task is
+    locked (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so concurrent
+    dispatchers take different rows; on SQLite the IMMEDIATE transaction holds
+    the write lock) and leased by a conditional update. The partial unique
+    indexes over in-flight tasks refuse a second task for one target or one
+    conversation lane; a dispatcher that loses such a race waits only for the
+    winner's one-row transaction, and skips. Leasing one task per transaction
+    keeps two dispatchers from ever waiting on each other in a cycle.
     """
     if limit <= 0 or dispatcher_is_paused():
         return []
+    runnable = kinds.runnable()
     claimed: list[AutomationTask] = []
-    with transaction.atomic():
-        candidates = _claimable(now, kinds.runnable())
-        if connection.features.has_select_for_update_skip_locked:
-            candidates = candidates.select_for_update(skip_locked=True, of=("self",))
-        rows = list(
-            candidates.values_list("task_id", "target_client_id", "target_platform")[: limit * OVERSCAN]
-        )
-        taken_targets: set[tuple[str, str]] = set()
-        for task_id, client_id, platform in rows:
-            if len(claimed) == limit:
-                break
-            if client_id is not None:
-                if (client_id, platform) in taken_targets:
-                    continue
-                taken_targets.add((client_id, platform))
-            try:
-                with transaction.atomic():
-                    claimed.append(
-                        task_lease(task_id, lease_owner=lease_owner, lease_until=now + lease_ms, now=now)
-                    )
-            except (IntegrityError, TransitionError) as exc:
-                # Another dispatcher took this task, its target or its lane first.
-                logger.debug("claim skipped task %s: %s", task_id, exc)
+    for _ in range(limit * 2):  # each round leases one task, or loses one race
+        if len(claimed) == limit:
+            break
+        try:
+            with transaction.atomic():
+                candidates = _claimable(now, runnable)
+                if connection.features.has_select_for_update_skip_locked:
+                    candidates = candidates.select_for_update(skip_locked=True, of=("self",))
+                task_id = candidates.values_list("task_id", flat=True).first()
+                if task_id is None:
+                    break
+                claimed.append(
+                    task_lease(task_id, lease_owner=lease_owner, lease_until=now + lease_ms, now=now)
+                )
+        except (IntegrityError, TransitionError) as exc:
+            # Another dispatcher took this task's target or lane first; it is
+            # busy now, so the next look-up passes it by.
+            logger.debug("claim lost a race for a task: %s", exc)
     return claimed
 
 

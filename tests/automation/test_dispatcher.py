@@ -1,0 +1,244 @@
+"""Running claimed tasks: outcomes, retries, heartbeats, cancellation, lost leases."""
+
+import datetime as dt
+import random
+import threading
+import time
+
+import pytest
+from django.utils import timezone
+
+from automation.clock import now_ms
+from automation.dispatcher import Dispatcher, DispatcherConfig
+from automation.models import AutomationTask, TaskStatus
+from automation.services import transitions as tr
+from automation.services.tasks import task_create
+from tests.factories import ConversationFactory, PluginClientFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+S = TaskStatus
+
+
+class Clock:
+    """A clock tests move by hand; it starts at the real time."""
+
+    def __init__(self):
+        self.now = now_ms()
+
+    def __call__(self):
+        return self.now
+
+
+def make_dispatcher(clock=None, owner="d1", seed=1, **overrides):
+    config = {
+        "max_tasks_per_tick": 20, "lease_ms": 60_000, "outbound_jitter_max_ms": 0,
+        "retry_backoff_seconds": (5, 15, 45), "retry_jitter_max_ms": 1000, **overrides,
+    }
+    return Dispatcher(owner=owner, config=DispatcherConfig(**config), clock=clock or now_ms,
+                      rng=random.Random(seed))
+
+
+def create(kind="test.local", **payload_and_fields):
+    fields = {k: payload_and_fields.pop(k) for k in list(payload_and_fields)
+              if k in ("conversation_id", "target_client_id", "target_platform", "max_attempts", "now")}
+    task, _ = task_create(kind=kind, payload=payload_and_fields, actor="test", **fields)
+    return task
+
+
+def run_tick(dispatcher):
+    report = dispatcher.tick()
+    assert dispatcher.wait_idle(30)
+    return report
+
+
+def reload(task):
+    return AutomationTask.objects.get(pk=task.pk)
+
+
+def test_success_stores_the_result():
+    task = create(n=7)
+    dispatcher = make_dispatcher()
+    assert run_tick(dispatcher).claimed == [task.pk]
+    done = reload(task)
+    assert (done.status, done.result_json, done.attempt_count) == (S.SUCCEEDED, '{"echo": 7}', 1)
+    assert [e.action for e in done.events.all()] == ["create", "lease", "start", "succeed"]
+
+
+def test_a_retryable_failure_waits_the_backoff_plus_jitter_then_fails_when_attempts_run_out():
+    clock = Clock()
+    task = create(outcome="retryable", now=clock.now)
+    dispatcher = make_dispatcher(clock)
+
+    expected_backoffs = [5000, 15000]
+    for backoff in expected_backoffs:
+        run_tick(dispatcher)
+        waiting = reload(task)
+        event = waiting.events.last()
+        assert (waiting.status, event.backoff_ms) == (S.RETRY_WAIT, backoff)
+        assert 0 <= event.jitter_ms <= 1000
+        assert waiting.execute_after == clock.now + backoff + event.jitter_ms
+        assert run_tick(dispatcher).claimed == []  # not due yet
+        clock.now = waiting.execute_after
+
+    run_tick(dispatcher)
+    failed = reload(task)
+    assert (failed.status, failed.attempt_count) == (S.FAILED, 3)
+    assert failed.last_error == "flaky (attempt 3 of 3, none left)"
+
+
+def test_a_terminal_failure_is_not_retried():
+    task = create(outcome="terminal")
+    run_tick(make_dispatcher())
+    failed = reload(task)
+    assert (failed.status, failed.attempt_count, failed.last_error) == (S.FAILED, 1, "broken")
+
+
+def test_an_executor_that_raises_fails_its_task_and_the_dispatcher_goes_on():
+    bad, good = create(**{"raise": "boom"}), create(n=1)
+    run_tick(make_dispatcher())
+    assert reload(bad).status == S.FAILED
+    assert reload(bad).last_error == "executor error: RuntimeError: boom"
+    assert reload(good).status == S.SUCCEEDED
+
+
+def test_a_slow_target_does_not_delay_another():
+    for client_id in ("slow", "fast"):
+        PluginClientFactory(client_id=client_id, connected=True, last_seen_at=timezone.now() + dt.timedelta(hours=1))
+    slow = create("test.outbound", sleep=2, target_client_id="slow", target_platform="claude",
+                  conversation_id=ConversationFactory().pk)
+    fast = create("test.outbound", target_client_id="fast", target_platform="claude",
+                  conversation_id=ConversationFactory().pk)
+    dispatcher = make_dispatcher()
+    dispatcher.tick()
+    deadline = time.monotonic() + 1.5
+    while reload(fast).status != S.SUCCEEDED and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reload(fast).status == S.SUCCEEDED
+    assert reload(slow).status == S.RUNNING
+    assert dispatcher.wait_idle(10)
+    assert reload(slow).status == S.SUCCEEDED
+
+
+def test_outbound_jitter_is_waited_and_recorded():
+    PluginClientFactory(client_id="laptop", connected=True, last_seen_at=timezone.now() + dt.timedelta(hours=1))
+    task = create("test.outbound", target_client_id="laptop", target_platform="claude",
+                  conversation_id=ConversationFactory().pk)
+    run_tick(make_dispatcher(outbound_jitter_max_ms=300, seed=5))
+    start = reload(task).events.get(action="start")
+    assert 0 <= start.jitter_ms <= 300
+    assert start.jitter_ms == random.Random(5).randint(0, 300)
+
+
+def test_a_client_gone_between_claim_and_send_gets_its_task_back_unstarted():
+    client = PluginClientFactory(client_id="laptop", connected=True,
+                                 last_seen_at=timezone.now() + dt.timedelta(hours=1))
+    task = create("test.outbound", target_client_id="laptop", target_platform="claude",
+                  conversation_id=ConversationFactory().pk)
+    dispatcher = make_dispatcher(outbound_jitter_max_ms=500, seed=3)  # jitter > 0: time to vanish
+    dispatcher.tick()
+    client.connected = False
+    client.save()
+    assert dispatcher.wait_idle(5)
+
+    released = reload(task)
+    assert (released.status, released.attempt_count, released.target_client_id) == (S.PENDING, 0, "laptop")
+    assert released.events.last().detail == {"reason": "client offline"}
+
+
+def test_a_heartbeat_renews_the_lease_of_a_long_task():
+    task = create(sleep=1.2)
+    dispatcher = make_dispatcher(lease_ms=600)  # heartbeat every 0.2 s
+    dispatcher.tick()
+    first_until = None
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        current = reload(task)
+        if current.status == S.RUNNING:
+            first_until = first_until or current.lease_until
+            if current.lease_until > first_until:
+                break
+        time.sleep(0.05)
+    assert dispatcher.wait_idle(10)
+    done = reload(task)
+    assert done.status == S.SUCCEEDED
+    assert done.events.filter(action="heartbeat").count() >= 2
+
+
+def test_cancelling_a_running_task_stops_it_at_the_next_heartbeat():
+    task = create(sleep=30)
+    dispatcher = make_dispatcher(lease_ms=600)
+    dispatcher.tick()
+    while reload(task).status != S.RUNNING:
+        time.sleep(0.02)
+    started = time.monotonic()
+    tr.task_cancel(task.pk, actor="alice")
+    assert dispatcher.wait_idle(5)
+    assert time.monotonic() - started < 2
+    cancelled = reload(task)
+    assert (cancelled.status, cancelled.result_json) == (S.CANCELLED, None)
+    assert cancelled.events.last().action == "cancel"
+
+
+def test_a_worker_that_lost_its_lease_cannot_overwrite_the_outcome():
+    clock = Clock()
+    task = create(sleep=1.0, n=1, now=clock.now)
+    slow = make_dispatcher(clock, owner="slow")  # heartbeat every 20 s: none before it ends
+    slow.tick()
+    while reload(task).status != S.RUNNING:
+        time.sleep(0.02)
+
+    # Its lease expires (on the injected clock); another dispatcher reclaims and reruns it.
+    clock.now += 61_000
+    other = make_dispatcher(clock, owner="other")
+    other.tick()
+    clock.now += 10 * 60_000
+    AutomationTask.objects.filter(pk=task.pk).update(payload_json='{"n": 2}')
+    report = other.tick()
+    assert report.claimed == [task.pk]
+    assert other.wait_idle(10) and slow.wait_idle(10)
+
+    final = reload(task)
+    assert (final.status, final.result_json, final.lease_owner) == (S.SUCCEEDED, '{"echo": 2}', None)
+    assert final.events.filter(action="succeed").get().actor == "other"
+
+
+def test_stop_gives_back_tasks_waiting_out_their_jitter():
+    PluginClientFactory(client_id="laptop", connected=True, last_seen_at=timezone.now() + dt.timedelta(hours=1))
+    task = create("test.outbound", target_client_id="laptop", target_platform="claude",
+                  conversation_id=ConversationFactory().pk)
+    dispatcher = make_dispatcher(outbound_jitter_max_ms=5000, seed=9)
+    dispatcher.tick()
+    time.sleep(0.1)
+    assert dispatcher.stop(grace=5)
+    released = reload(task)
+    assert (released.status, released.attempt_count) == (S.PENDING, 0)
+    assert released.events.last().detail == {"reason": "dispatcher stopping"}
+
+
+def test_stop_waits_for_running_tasks_then_claims_nothing():
+    task = create(sleep=0.3)
+    dispatcher = make_dispatcher()
+    dispatcher.tick()
+    assert dispatcher.stop(grace=5)
+    assert reload(task).status == S.SUCCEEDED
+    later = create()
+    assert dispatcher.tick().claimed == []
+    assert reload(later).status == S.PENDING
+
+
+def test_the_last_tick_is_recorded_for_health(client):
+    make_dispatcher().tick()
+    age = client.get("/healthz").json()["dispatcher_last_tick_age_seconds"]
+    assert age is not None and 0 <= age < 5
+
+
+def test_a_tick_runs_no_more_than_the_free_slots():
+    for _ in range(5):
+        create(sleep=0.5)
+    dispatcher = make_dispatcher(max_tasks_per_tick=3)
+    assert len(dispatcher.tick().claimed) == 3
+    assert dispatcher.tick().claimed == []  # all three slots still busy
+    assert dispatcher.wait_idle(5)
+    assert len(dispatcher.tick().claimed) == 2
+    assert dispatcher.wait_idle(5)
