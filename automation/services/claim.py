@@ -32,6 +32,9 @@ from ingest.selectors import presence_window
 
 logger = logging.getLogger(__name__)
 
+# Candidates read per free slot: some share a target or lane with a better one.
+CANDIDATES_PER_SLOT = 4
+
 def _claimable(now: int, runnable_kinds: Collection[str]):
     """Due tasks that may run now, best first.
 
@@ -71,37 +74,48 @@ def _claimable(now: int, runnable_kinds: Collection[str]):
 def tasks_claim(*, lease_owner: str, now: int, limit: int, lease_ms: int) -> list[AutomationTask]:
     """Lease up to ``limit`` due tasks for ``lease_owner``, best first; return them.
 
-    Each lease is its own short transaction: the best claimable task is
-    locked (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so concurrent
-    dispatchers take different rows; on SQLite the IMMEDIATE transaction holds
-    the write lock) and leased by a conditional update. The partial unique
-    indexes over in-flight tasks refuse a second task for one target or one
-    conversation lane; a dispatcher that loses such a race waits only for the
-    winner's one-row transaction, and skips. Leasing one task per transaction
-    keeps two dispatchers from ever waiting on each other in a cycle.
+    One query picks the best candidates; then each is leased in its own short
+    transaction that re-checks it is still claimable and locks it
+    (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so concurrent dispatchers take
+    different rows; on SQLite the IMMEDIATE transaction holds the write lock)
+    before a conditional update. The partial unique indexes over in-flight
+    tasks refuse a second task for one target or one conversation lane: a
+    dispatcher that loses such a race waits only for the winner's one-row
+    transaction, and skips. Leasing one task per transaction keeps two
+    dispatchers from ever waiting on each other in a cycle.
     """
     if limit <= 0 or dispatcher_is_paused():
         return []
     runnable = kinds.runnable()
+    candidates = _claimable(now, runnable).values_list(
+        "task_id", "target_client_id", "target_platform", "conversation_id", "lane"
+    )[: limit * CANDIDATES_PER_SLOT]
     claimed: list[AutomationTask] = []
-    for _ in range(limit * 2):  # each round leases one task, or loses one race
+    taken: set[tuple] = set()
+    for task_id, client_id, platform, conversation_id, lane in candidates:
         if len(claimed) == limit:
             break
+        # At most one task per target and per lane can be in flight: skip the
+        # rest without a round trip.
+        keys = {("target", client_id, platform)} if client_id else set()
+        if conversation_id and lane:
+            keys.add(("lane", conversation_id, lane))
+        if keys & taken:
+            continue
         try:
             with transaction.atomic():
-                candidates = _claimable(now, runnable)
+                still_claimable = _claimable(now, runnable).filter(pk=task_id)
                 if connection.features.has_select_for_update_skip_locked:
-                    candidates = candidates.select_for_update(skip_locked=True, of=("self",))
-                task_id = candidates.values_list("task_id", flat=True).first()
-                if task_id is None:
-                    break
+                    still_claimable = still_claimable.select_for_update(skip_locked=True, of=("self",))
+                if not still_claimable.values_list("pk", flat=True).first():
+                    continue
                 claimed.append(
                     task_lease(task_id, lease_owner=lease_owner, lease_until=now + lease_ms, now=now)
                 )
+                taken |= keys
         except (IntegrityError, TransitionError) as exc:
-            # Another dispatcher took this task's target or lane first; it is
-            # busy now, so the next look-up passes it by.
-            logger.debug("claim lost a race for a task: %s", exc)
+            # Another dispatcher took this task, its target or its lane first.
+            logger.debug("claim lost a race for task %s: %s", task_id, exc)
     return claimed
 
 

@@ -19,7 +19,6 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 
 from automation.clock import now_ms
 from automation.models import LEASE_HOLDING_STATUSES, AutomationTask, TaskEvent, TaskStatus
@@ -123,6 +122,10 @@ def _transition(
         if updated != 1:
             # Only reachable on a database that ignored the lock above.
             raise InvalidTransition(task_id, action, status_from, "changed concurrently")
+        # The row is locked and the update was conditional on what was read,
+        # so the instance can take the new values without reading them back.
+        for name, value in values.items():
+            setattr(task, name, value)
         TaskEvent.objects.create(
             task_id=task_id,
             action=action,
@@ -135,7 +138,6 @@ def _transition(
             error=error,
             detail=detail or {},
         )
-        task.refresh_from_db()
     log_event(
         logger,
         action,
@@ -224,7 +226,9 @@ def task_start(
         actor=lease_owner,
         now=now,
         fenced_owner=lease_owner,
-        changes={"attempt_count": F("attempt_count") + 1, "started_at": now, "lease_until": lease_until},
+        changes=lambda task: {
+            "attempt_count": task.attempt_count + 1, "started_at": now, "lease_until": lease_until,
+        },
         jitter_ms=jitter_ms,
     )
 

@@ -1,0 +1,103 @@
+"""Dispatcher capacity: tasks per second through claim, start and finish (a no-op kind, caps lifted).
+
+Creates --tasks tasks of a no-op kind registered here, then runs --processes
+dispatcher processes (each ticking back to back, up to --per-tick tasks per
+tick, no jitter) until every task has succeeded. Prints tasks per second.
+Uses the configured database; tasks it creates are deleted afterwards.
+
+    uv run python bench/dispatcher_capacity.py [--tasks 2000] [--processes 1] [--per-tick 50]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench uv run python bench/dispatcher_capacity.py
+"""
+
+import argparse
+import multiprocessing
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+KIND = "bench.noop"
+
+
+def setup_django() -> None:
+    import django
+
+    django.setup()
+    from automation.kinds import KindSpec, always, kinds
+    from automation.outcomes import Success
+
+    kinds.register(KindSpec(name=KIND, is_outbound=False, lane=None, is_idempotent=always,
+                            executor=lambda ctx: Success(None)))
+
+
+def dispatch(owner: str, per_tick: int, ready, go) -> None:
+    setup_django()
+    from automation.dispatcher import Dispatcher, DispatcherConfig
+    from automation.models import AutomationTask, TaskStatus
+
+    dispatcher = Dispatcher(
+        owner=owner,
+        config=DispatcherConfig(max_tasks_per_tick=per_tick, lease_ms=60_000, outbound_jitter_max_ms=0,
+                                retry_backoff_seconds=(0,), retry_jitter_max_ms=0),
+        rng=random.Random(owner),
+    )
+    ready.set()
+    go.wait()
+    open_tasks = AutomationTask.objects.filter(kind=KIND).exclude(status=TaskStatus.SUCCEEDED)
+    while True:
+        dispatcher.tick()
+        if not dispatcher.in_flight() and not open_tasks.exists():
+            break
+    dispatcher.stop(grace=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tasks", type=int, default=2000)
+    parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument("--per-tick", type=int, default=50)
+    args = parser.parse_args()
+
+    setup_django()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    from automation.models import AutomationTask
+    from automation.services.tasks import task_create
+
+    call_command("migrate_all", verbosity=0)
+    AutomationTask.objects.filter(kind=KIND).delete()
+    for n in range(args.tasks):
+        task_create(kind=KIND, payload={"n": n}, actor="bench")
+
+    context = multiprocessing.get_context("spawn")
+    go = context.Event()
+    readies, processes = [], []
+    for n in range(args.processes):
+        ready = context.Event()
+        process = context.Process(target=dispatch, args=(f"bench-{n}", args.per_tick, ready, go))
+        process.start()
+        readies.append(ready)
+        processes.append(process)
+    for ready in readies:
+        ready.wait()
+    started = time.perf_counter()
+    go.set()
+    for process in processes:
+        process.join()
+    seconds = time.perf_counter() - started
+
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    done = AutomationTask.objects.filter(kind=KIND, status="succeeded").count()
+    AutomationTask.objects.filter(kind=KIND).delete()
+    print(f"database={engine} tasks={args.tasks} succeeded={done} processes={args.processes} per_tick={args.per_tick}")
+    print(f"capacity={args.tasks / seconds:.0f} tasks/s ({seconds:.2f} s)")
+
+
+if __name__ == "__main__":
+    main()
