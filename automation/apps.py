@@ -5,5 +5,11 @@ class AutomationConfig(AppConfig):
     name = "automation"
 
     def ready(self) -> None:
+        from django.db.models.signals import post_migrate
+
+        from automation.schedules import schedules_register
+
         # Fill the registries.
         from automation.tools import catalog  # noqa: F401
+
+        post_migrate.connect(schedules_register, sender=self)

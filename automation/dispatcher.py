@@ -40,12 +40,17 @@ from automation.services.transitions import (
     task_succeed,
 )
 from conductor_site.logfmt import log_event
+from automation.wake import WakeListener
 from ingest.selectors import plugin_client_is_connected
 
 logger = logging.getLogger(__name__)
 
 # After the stop grace, how long cancelled tasks get to return.
 STOP_AFTER_CANCEL_SECONDS = 5.0
+# How long a stopping run lets its running tasks finish.
+STOP_GRACE_SECONDS = 10.0
+# How often a run waiting for its next tick looks at its stop signal.
+STOP_POLL_SECONDS = 0.2
 
 
 def new_owner() -> str:
@@ -259,3 +264,78 @@ class Dispatcher:
                 )
             case TerminalFailure(error=error, result=result):
                 task_fail(task.pk, lease_owner=self.owner, error=error, result=result, now=now)
+
+
+@dataclass
+class RunReport:
+    ticks: int = 0
+    woken: int = 0
+    held_lease: bool = False
+
+
+def dispatcher_run(
+    *,
+    seconds: float,
+    tick_seconds: float,
+    stop: threading.Event,
+    dispatcher: Dispatcher | None = None,
+    listen_for_wake: bool = True,
+    standby_seconds: float | None = None,
+) -> RunReport:
+    """A bounded dispatcher run: ticks on the wall clock for ``seconds``, then returns.
+
+    Only one run at a time holds the run lease; a run that finds it taken
+    stands by, polling once a tick, and takes over the moment the holder
+    ends (waiting at most ``standby_seconds``, by default ``seconds``), so
+    consecutive scheduled runs hand over without a gap. Between
+    ticks it waits on a wake-up (new tasks committed by ingest) and ticks at
+    once when one comes. ``stop`` ends it early (the caller sets it on SIGINT
+    or SIGTERM); running tasks then get the dispatcher's stop grace.
+    """
+    import time
+
+    from automation.services.dispatcher_state import dispatcher_run_lease, dispatcher_run_release
+
+    dispatcher = dispatcher or Dispatcher()
+    report = RunReport()
+    deadline = time.monotonic() + (seconds if standby_seconds is None else standby_seconds)
+    lease_ms = int(max(3 * tick_seconds, 10) * 1000)
+
+    def hold_lease() -> bool:
+        now = dispatcher.clock()
+        return dispatcher_run_lease(owner=dispatcher.owner, now=now, until=now + lease_ms)
+
+    while not hold_lease():
+        if stop.wait(tick_seconds) or time.monotonic() >= deadline:
+            return report
+    report.held_lease = True
+    # Standing by does not shorten the run.
+    deadline = time.monotonic() + seconds
+    wake = threading.Event()
+    listener = WakeListener(wake).start() if listen_for_wake else None
+    try:
+        next_tick = time.monotonic()
+        while not stop.is_set() and time.monotonic() < deadline:
+            dispatcher.tick()
+            report.ticks += 1
+            if not hold_lease():
+                break  # another run took over (ours had lapsed)
+            next_tick += tick_seconds
+            while next_tick <= time.monotonic():
+                next_tick += tick_seconds  # a slow tick skips slots rather than bunching
+            # Until the next tick: a wake-up ticks at once, a stop ends the run.
+            while not stop.is_set():
+                remaining = min(next_tick, deadline) - time.monotonic()
+                if remaining <= 0:
+                    break
+                if wake.wait(min(remaining, STOP_POLL_SECONDS)):
+                    wake.clear()
+                    report.woken += 1
+                    break
+    finally:
+        if listener:
+            listener.stop()
+        dispatcher.stop(grace=STOP_GRACE_SECONDS)
+        dispatcher_run_release(owner=dispatcher.owner)
+        close_old_connections()
+    return report

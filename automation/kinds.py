@@ -46,6 +46,11 @@ def never(task: AutomationTask) -> bool:
     return False
 
 
+# Called inside the transaction of every status change of a task of the kind,
+# with the task in its new state: (task, status_from, status_to, actor).
+TransitionHook = Callable[["AutomationTask", str, str, str], None]
+
+
 @dataclass(frozen=True)
 class KindSpec:
     name: str
@@ -54,6 +59,7 @@ class KindSpec:
     is_idempotent: Callable[[AutomationTask], bool]
     is_guarded: bool = False
     executor: Executor | None = None
+    on_transition: TransitionHook | None = None
 
 
 class KindRegistry:
@@ -110,12 +116,19 @@ def _tool_is_idempotent(task: AutomationTask) -> bool:
         return False
 
 
+def _instruction_transitioned(task: AutomationTask, status_from: str, status_to: str, actor: str) -> None:
+    from automation.services.completion import instruction_task_transitioned
+
+    instruction_task_transitioned(task=task, status_to=status_to, actor=actor)
+
+
 kinds.register(KindSpec(
     name=INSTRUCTION_EXECUTE,
     is_outbound=False,
     lane=LANE_INSTRUCTIONS,
     is_idempotent=_tool_is_idempotent,
     is_guarded=True,
+    on_transition=_instruction_transitioned,
 ))
 # A delivery carries its task id as delivery_key, so a plugin that already
 # posted it answers with its earlier result: repeating one is harmless.

@@ -18,7 +18,7 @@ from conversations.models import Conversation, ConversationLink, Message, Platfo
 from ingest.models import Instruction, PluginClient
 from ingest.tokens import token_hash
 
-T0 = 1_800_000_000_000  # a fixed "now" in epoch milliseconds
+T0 = 1_700_000_000_000  # a fixed "now" in epoch milliseconds, in the past
 LEASE_MS = 60_000
 OWNER = "dispatcher-1"
 TEST_TOKEN = "test-token-" + "x" * 32

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from django.db.models import Q
 from django.utils import timezone
 
 from automation.models import DispatcherState
@@ -31,3 +32,17 @@ def dispatcher_pause_set(*, is_paused: bool, actor: str) -> bool:
     if changed:
         log_event(logger, "dispatcher_pause" if is_paused else "dispatcher_resume", actor=actor)
     return changed
+
+
+def dispatcher_run_lease(*, owner: str, now: int, until: int) -> bool:
+    """Take or renew the single-instance lease of a scheduled dispatcher run; True if held."""
+    DispatcherState.objects.get_or_create(pk=1)
+    return bool(
+        DispatcherState.objects.filter(
+            Q(run_owner="") | Q(run_until__lt=now) | Q(run_owner=owner), pk=1
+        ).update(run_owner=owner, run_until=until)
+    )
+
+
+def dispatcher_run_release(*, owner: str) -> None:
+    DispatcherState.objects.filter(pk=1, run_owner=owner).update(run_owner="", run_until=None)

@@ -21,6 +21,7 @@ from typing import Any
 from django.db import transaction
 
 from automation.clock import now_ms
+from automation.kinds import kinds
 from automation.models import LEASE_HOLDING_STATUSES, AutomationTask, TaskEvent, TaskStatus
 from conductor_site.logfmt import log_event
 
@@ -138,6 +139,8 @@ def _transition(
             error=error,
             detail=detail or {},
         )
+        if status_to != status_from and (hook := kinds.get(task.kind).on_transition):
+            hook(task, status_from, status_to, actor)
     log_event(
         logger,
         action,

@@ -14,8 +14,9 @@ from django.utils import timezone
 from automation import kinds
 from automation.models import TaskStatus
 from automation.selectors import tool_policy_for
+from automation.services.completion import delivery_key
 from automation.services.tasks import task_create, task_retarget
-from automation.services.wake import dispatcher_wake
+from automation.wake import dispatcher_wake
 from automation.tools.registry import Policy, UnknownTool, tools
 from conductor_site.logfmt import log_event
 from conversations.models import Conversation, Message
@@ -154,7 +155,7 @@ def _queue_blocks(
             kind=kinds.INSTRUCTION_DELIVER,
             payload={"message_id": stored.pk},
             actor=ACTOR,
-            dedupe_key=f"deliver:{stored.pk}",
+            dedupe_key=delivery_key(stored.pk),
             conversation_id=conversation.pk, message_id=stored.pk,
         )
         queued += 1

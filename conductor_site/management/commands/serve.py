@@ -1,8 +1,8 @@
 """Run the ASGI server (daphne) and the django-q2 cluster in the foreground.
 
 Each runs in its own process group, so the terminal's Ctrl-C reaches only this
-supervisor, which then stops both in order: SIGTERM to each, a grace period,
-then SIGKILL for whatever is left in their groups. django-q2 workers ignore SIGINT and
+supervisor, which then stops both: SIGTERM to daphne, SIGINT to the cluster's
+group, a grace period, then SIGKILL for whatever is left in their groups. django-q2 workers ignore SIGINT and
 the cluster waits for running tasks, so SIGTERM is what they must honour.
 If either child dies, the other is stopped and the command fails.
 """
@@ -19,6 +19,12 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 GRACE_SECONDS = 8.0
+
+# How each child is asked to stop (see the module docstring).
+STOP = {
+    "daphne": lambda process: process.terminate(),
+    "qcluster": lambda process: os.killpg(process.pid, signal.SIGINT),
+}
 
 
 class Command(BaseCommand):
@@ -77,12 +83,13 @@ class Command(BaseCommand):
         return subprocess.Popen(argv, cwd=settings.BASE_DIR, start_new_session=True)
 
     def _stop(self, children: dict[str, subprocess.Popen]) -> None:
-        # SIGTERM to each main process only: the django-q2 cluster stops its own
-        # workers in order (about 2 s), while a signal to its whole group would
-        # hit the workers directly and leave the cluster waiting on them.
-        for child in children.values():
+        # daphne: SIGTERM. The cluster: SIGINT to its whole group, as a
+        # terminal's Ctrl-C would. Its main process stops the workers in order
+        # (about 2 s); the workers ignore SIGINT, except a running dispatcher
+        # run, which ends at its next tick instead of making the cluster wait.
+        for name, child in children.items():
             if child.poll() is None:
-                child.terminate()
+                STOP[name](child)
         deadline = time.monotonic() + GRACE_SECONDS
         for name, child in children.items():
             try:

@@ -1,0 +1,52 @@
+import pytest
+
+from automation.models import AutomationTask, TaskStatus
+from automation.services.operator import tasks_approve, tasks_cancel, tasks_reject, tasks_retry
+from tests.factories import make_task
+
+pytestmark = pytest.mark.django_db
+
+S = TaskStatus
+
+
+def statuses(*tasks):
+    return [AutomationTask.objects.get(pk=t.pk).status for t in tasks]
+
+
+def test_approve_moves_blocked_tasks_and_reports_the_rest():
+    blocked, pending = make_task(S.BLOCKED), make_task(S.PENDING)
+    report = tasks_approve(task_ids=[blocked.pk, pending.pk, "ghost"], actor="alice")
+    assert report.done == [blocked.pk]
+    assert report.skipped == {pending.pk: "cannot approve a task that is pending", "ghost": "no such task"}
+    assert statuses(blocked, pending) == [S.PENDING, S.PENDING]
+    assert AutomationTask.objects.get(pk=blocked.pk).events.last().actor == "alice"
+    assert str(report).startswith("1 done, 2 skipped")
+
+
+def test_reject_fails_blocked_tasks_with_the_reason():
+    blocked, running = make_task(S.BLOCKED), make_task(S.RUNNING)
+    report = tasks_reject(task_ids=[blocked.pk, running.pk], actor="bob", reason="not today")
+    assert report.done == [blocked.pk] and list(report.skipped) == [running.pk]
+    assert AutomationTask.objects.get(pk=blocked.pk).last_error == "rejected by bob: not today"
+
+
+def test_retry_takes_only_failed_or_cancelled_tasks_and_resets_attempts():
+    failed, cancelled, succeeded = make_task(S.FAILED), make_task(S.CANCELLED), make_task(S.SUCCEEDED)
+    report = tasks_retry(task_ids=[failed.pk, cancelled.pk, succeeded.pk], actor="alice")
+    assert report.done == [failed.pk, cancelled.pk]
+    assert report.skipped == {succeeded.pk: "cannot retry a task that is succeeded"}
+    assert [t.attempt_count for t in AutomationTask.objects.filter(pk__in=report.done)] == [0, 0]
+
+
+@pytest.mark.parametrize("status", [S.PENDING, S.RETRY_WAIT, S.BLOCKED, S.RUNNING])
+def test_cancel_ends_waiting_and_running_tasks(status):
+    task = make_task(status)
+    assert tasks_cancel(task_ids=[task.pk], actor="alice").done == [task.pk]
+    assert statuses(task) == [S.CANCELLED]
+
+
+@pytest.mark.parametrize("status", [S.LEASED, S.SUCCEEDED, S.FAILED, S.CANCELLED])
+def test_cancel_refuses_other_states(status):
+    task = make_task(status)
+    report = tasks_cancel(task_ids=[task.pk], actor="alice")
+    assert report.done == [] and task.pk in report.skipped
