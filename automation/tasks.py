@@ -11,8 +11,12 @@ from automation.dispatcher import dispatcher_run
 from automation.services.prune import prune
 
 # A scheduled run lasts about as long as the schedule's period, so that runs
-# follow each other; it must stay well under Q_CLUSTER["timeout"].
+# follow each other. django-q2 starts a one-minute schedule 30 to 60 s after
+# the previous start, so the next run stands by at most that long before it
+# takes over: one run and at most one standby occupy a worker each. Both
+# together stay well under Q_CLUSTER["timeout"].
 DISPATCH_RUN_SECONDS = 60
+DISPATCH_STANDBY_SECONDS = 35
 
 
 def dispatch_run(seconds: float = DISPATCH_RUN_SECONDS) -> dict[str, int]:
@@ -29,7 +33,10 @@ def dispatch_run(seconds: float = DISPATCH_RUN_SECONDS) -> dict[str, int]:
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
     try:
-        report = dispatcher_run(seconds=seconds, tick_seconds=settings.CONDUCTOR_TICK_SECONDS, stop=stop)
+        report = dispatcher_run(
+            seconds=seconds, tick_seconds=settings.CONDUCTOR_TICK_SECONDS, stop=stop,
+            standby_seconds=min(seconds, DISPATCH_STANDBY_SECONDS),
+        )
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -117,7 +117,9 @@ REDIS_URL = env.str("REDIS_URL", default="") or None
 
 Q_CLUSTER = {
     "name": "conductor",
-    "workers": env.int("CONDUCTOR_Q_WORKERS", default=2),
+    # One worker runs the dispatcher loop and one may stand by to take over
+    # (automation.tasks); the others serve pruning and renewal.
+    "workers": env.int("CONDUCTOR_Q_WORKERS", default=4),
     # The longest task (a bounded dispatcher run) must finish well inside
     # `timeout`, and `retry` must exceed `timeout`, or the broker hands the
     # same task out twice.

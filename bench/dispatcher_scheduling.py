@@ -1,0 +1,216 @@
+"""Dispatcher scheduling: tick interval under django-q2, wake-up latency, and throughput
+beside django-q2's own async_task, on the configured database and broker.
+
+1. Tick interval: starts `manage.py qcluster` (throw-away data folder, the
+   configured database) and samples the dispatcher's last tick for --seconds;
+   prints the median and p99 interval between ticks and the longest gap (the
+   hand-over between scheduled runs shows there).
+2. Wake-up latency: a dispatcher run in another process (tick every 30 s, so
+   only a wake-up makes it claim at once); this process creates a task and
+   wakes it, --wakes times; prints commit-to-lease latency.
+3. Throughput: --tasks no-op tasks through the dispatcher (one process), then
+   --tasks no-op django-q2 async_task calls through a running cluster.
+
+    uv run python bench/dispatcher_scheduling.py [--seconds 150] [--wakes 20] [--tasks 1000]
+"""
+
+import argparse
+import math
+import multiprocessing
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
+os.environ.setdefault("LOG_LEVEL", "WARNING")
+
+KIND = "bench.noop"
+
+
+def noop() -> None:
+    """The django-q2 task of part 3."""
+
+
+def setup_django() -> None:
+    import django
+
+    django.setup()
+    from automation.kinds import KindSpec, always, kinds
+    from automation.outcomes import Success
+
+    kinds.register(KindSpec(name=KIND, is_outbound=False, lane=None, is_idempotent=always,
+                            executor=lambda ctx: Success(None)))
+
+
+def cluster_env() -> dict:
+    from django.conf import settings
+
+    # django-q2 signs queued tasks with SECRET_KEY: the cluster must share ours.
+    env = {**os.environ, "CONDUCTOR_DATA_DIR": tempfile.mkdtemp(), "SECRET_KEY": settings.SECRET_KEY}
+    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
+        env["DATABASE_URL"] = f"sqlite:///{settings.DATABASES['default']['NAME']}"
+    if "channels" in settings.DATABASES:
+        env["CONDUCTOR_CHANNEL_LAYER_DB"] = str(settings.DATABASES["channels"]["NAME"])
+    return env
+
+
+def start_cluster() -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=cluster_env(),
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def stop_cluster(process: subprocess.Popen) -> None:
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def percentile(values, p):
+    """Nearest-rank percentile."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def tick_intervals(seconds: float) -> None:
+    from automation.models import DispatcherState
+
+    DispatcherState.objects.update_or_create(pk=1, defaults={"run_owner": "", "run_until": None})
+    cluster = start_cluster()
+    ticks: list[int] = []
+    try:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
+            if last and (not ticks or last != ticks[-1]):
+                ticks.append(last)
+            time.sleep(0.02)
+    finally:
+        stop_cluster(cluster)
+    intervals = [(b - a) / 1000 for a, b in zip(ticks, ticks[1:])]
+    if not intervals:
+        print("tick interval: no ticks seen (is the schedule due?)")
+        return
+    first_tick_s = (ticks[0] / 1000) - (time.time() - seconds) if ticks else None
+    print(f"tick interval over {seconds:.0f} s: ticks={len(ticks)} median={statistics.median(intervals):.3f} s "
+          f"p99={percentile(intervals, 99):.3f} s longest_gap={max(intervals):.3f} s "
+          f"(first tick {first_tick_s:.1f} s after start)")
+
+
+def wake_peer(ready, stop) -> None:
+    setup_django()
+    from automation.dispatcher import dispatcher_run
+
+    thread_stop = threading.Event()
+    threading.Thread(target=lambda: (stop.wait(), thread_stop.set()), daemon=True).start()
+    ready.set()
+    dispatcher_run(seconds=600, tick_seconds=30, stop=thread_stop)
+
+
+def wake_latency(wakes: int) -> None:
+    from automation.models import AutomationTask, DispatcherState, TaskEvent
+    from automation.services.tasks import task_create
+    from automation.wake import dispatcher_wake
+
+    DispatcherState.objects.update_or_create(pk=1, defaults={"run_owner": "", "run_until": None})
+    context = multiprocessing.get_context("spawn")
+    ready, stop = context.Event(), context.Event()
+    peer = context.Process(target=wake_peer, args=(ready, stop))
+    peer.start()
+    ready.wait(30)
+    while not DispatcherState.objects.exclude(run_owner="").filter(last_tick_at__isnull=False).exists():
+        time.sleep(0.05)
+    time.sleep(1)
+    latencies = []
+    try:
+        for _ in range(wakes):
+            task, _ = task_create(kind=KIND, payload={}, actor="bench")
+            committed = time.time_ns() // 1_000_000
+            dispatcher_wake()
+            while not TaskEvent.objects.filter(task=task, action="lease").exists():
+                time.sleep(0.002)
+            leased = TaskEvent.objects.get(task=task, action="lease").at
+            latencies.append(leased - committed)
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        peer.join(30)
+        AutomationTask.objects.filter(kind=KIND).delete()
+    print(f"wake-up latency (commit to lease) over {wakes}: median={statistics.median(latencies):.0f} ms "
+          f"p99={percentile(latencies, 99):.0f} ms max={max(latencies)} ms")
+
+
+def throughput(tasks: int) -> None:
+    from django_q.models import OrmQ, Success
+    from django_q.tasks import async_task
+
+    from automation.dispatcher import Dispatcher, DispatcherConfig
+    from automation.models import AutomationTask, TaskStatus
+    from automation.services.tasks import task_create
+
+    AutomationTask.objects.filter(kind=KIND).delete()
+    for n in range(tasks):
+        task_create(kind=KIND, payload={}, actor="bench")
+    dispatcher = Dispatcher(config=DispatcherConfig(max_tasks_per_tick=20, lease_ms=60_000, outbound_jitter_max_ms=0,
+                                                    retry_backoff_seconds=(0,), retry_jitter_max_ms=0))
+    started = time.perf_counter()
+    open_tasks = AutomationTask.objects.filter(kind=KIND).exclude(status=TaskStatus.SUCCEEDED)
+    while True:
+        dispatcher.tick()
+        if not dispatcher.in_flight() and not open_tasks.exists():
+            break
+    dispatcher_seconds = time.perf_counter() - started
+    dispatcher.stop(grace=10)
+    AutomationTask.objects.filter(kind=KIND).delete()
+
+    Success.objects.filter(func="bench.dispatcher_scheduling.noop").delete()
+    OrmQ.objects.all().delete()
+    cluster = start_cluster()
+    try:
+        time.sleep(3)
+        started = time.perf_counter()
+        for _ in range(tasks):
+            async_task("bench.dispatcher_scheduling.noop", save=True)
+        while Success.objects.filter(func="bench.dispatcher_scheduling.noop").count() < tasks:
+            time.sleep(0.1)
+        q_seconds = time.perf_counter() - started
+    finally:
+        stop_cluster(cluster)
+        Success.objects.filter(func="bench.dispatcher_scheduling.noop").delete()
+    print(f"throughput over {tasks} no-op tasks: dispatcher={tasks / dispatcher_seconds:.0f} tasks/s, "
+          f"django-q2 async_task={tasks / q_seconds:.0f} tasks/s")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=150)
+    parser.add_argument("--wakes", type=int, default=20)
+    parser.add_argument("--tasks", type=int, default=1000)
+    args = parser.parse_args()
+    setup_django()
+    from django.conf import settings
+    from django.core.management import call_command
+
+    call_command("migrate_all", verbosity=0)
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    broker = "redis" if settings.REDIS_URL else "orm"
+    print(f"database={engine} broker={broker} tick={settings.CONDUCTOR_TICK_SECONDS} s")
+    if args.seconds:
+        tick_intervals(args.seconds)
+    if args.wakes:
+        wake_latency(args.wakes)
+    if args.tasks:
+        throughput(args.tasks)
+
+
+if __name__ == "__main__":
+    main()
