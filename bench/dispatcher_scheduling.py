@@ -15,6 +15,7 @@ beside django-q2's own async_task, on the configured database and broker.
 """
 
 import argparse
+import itertools
 import math
 import multiprocessing
 import os
@@ -96,7 +97,7 @@ def tick_intervals(seconds: float) -> None:
             time.sleep(0.02)
     finally:
         stop_cluster(cluster)
-    intervals = [(b - a) / 1000 for a, b in zip(ticks, ticks[1:])]
+    intervals = [(b - a) / 1000 for a, b in itertools.pairwise(ticks)]
     if not intervals:
         print("tick interval: no ticks seen (is the schedule due?)")
         return
@@ -158,7 +159,7 @@ def throughput(tasks: int) -> None:
     from automation.services.tasks import task_create
 
     AutomationTask.objects.filter(kind=KIND).delete()
-    for n in range(tasks):
+    for _ in range(tasks):
         task_create(kind=KIND, payload={}, actor="bench")
     dispatcher = Dispatcher(config=DispatcherConfig(max_tasks_per_tick=20, lease_ms=60_000, outbound_jitter_max_ms=0,
                                                     retry_backoff_seconds=(0,), retry_jitter_max_ms=0))

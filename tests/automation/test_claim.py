@@ -196,6 +196,7 @@ def test_reclaim_returns_unstarted_tasks_and_keeps_their_target(now):
     task = outbound(ConversationFactory(), now=now)
     claim(now)
     [reclaimed] = tasks_reclaim_expired(actor="d2", now=now + LEASE + 1, rng=random.Random())
+    assert reclaimed.pk == task.pk
     assert (reclaimed.status, reclaimed.attempt_count, reclaimed.target_client_id) == (S.PENDING, 0, "laptop")
 
 

@@ -1,5 +1,6 @@
 """The scheduled dispatcher run: its schedule, its lease, its ticks, wake-ups and stopping."""
 
+import itertools
 import os
 import signal
 import threading
@@ -59,7 +60,7 @@ def test_a_run_ticks_on_the_wall_clock_and_releases_its_lease():
     report = dispatcher_run(seconds=1.0, tick_seconds=0.25, stop=threading.Event(),
                             dispatcher=dispatcher, listen_for_wake=False)
     assert report.held_lease and 4 <= report.ticks <= 5
-    gaps = [b - a for a, b in zip(dispatcher.tick_times, dispatcher.tick_times[1:])]
+    gaps = [b - a for a, b in itertools.pairwise(dispatcher.tick_times)]
     assert all(0.2 < gap < 0.35 for gap in gaps), gaps
     assert DispatcherState.objects.get().run_owner == ""
 

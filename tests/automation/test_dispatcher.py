@@ -2,7 +2,6 @@
 
 import datetime as dt
 import random
-import threading
 import time
 
 import pytest

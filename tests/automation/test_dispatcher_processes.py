@@ -56,12 +56,12 @@ def test_four_dispatchers_run_2000_tasks_each_exactly_once_within_every_limit(si
     outbound_conversations = [ConversationFactory() for _ in range(40)]
     instruction_conversations = [ConversationFactory() for _ in range(20)]
     record = {"record": True}
-    for n in range(800):
+    for _ in range(800):
         create("test.local", payload=record)
-    for n, conversation in zip(range(800), itertools.cycle(outbound_conversations)):
+    for _, conversation in zip(range(800), itertools.cycle(outbound_conversations), strict=False):
         create("test.outbound", payload=record, conversation_id=conversation.pk,
                target_client_id=targets[conversation.pk % 10], target_platform="claude")
-    for n, conversation in zip(range(400), itertools.cycle(instruction_conversations)):
+    for _, conversation in zip(range(400), itertools.cycle(instruction_conversations), strict=False):
         create("test.instruction", payload=record, conversation_id=conversation.pk)
 
     run_in_processes(

@@ -50,3 +50,15 @@ def test_cancel_refuses_other_states(status):
     task = make_task(status)
     report = tasks_cancel(task_ids=[task.pk], actor="alice")
     assert report.done == [] and task.pk in report.skipped
+
+
+def test_the_global_pause_records_its_actor_and_reports_a_no_op():
+    from automation.models import DispatcherState
+    from automation.services.dispatcher_state import dispatcher_pause_set
+
+    assert dispatcher_pause_set(is_paused=True, actor="alice") is True
+    assert dispatcher_pause_set(is_paused=True, actor="bob") is False  # already paused: nothing changed
+    state = DispatcherState.objects.get()
+    assert (state.is_paused, state.paused_by) == (True, "alice") and state.paused_at is not None
+    assert dispatcher_pause_set(is_paused=False, actor="bob") is True
+    assert DispatcherState.objects.get().is_paused is False

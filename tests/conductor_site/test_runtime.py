@@ -5,6 +5,7 @@ import time
 
 import pytest
 import requests
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from ingest.selectors import plugin_client_is_connected
@@ -80,7 +81,7 @@ def test_revoking_from_another_process_closes_the_socket_with_4403(tmp_path):
     with running_server(tmp_path) as server, connect(server.ws_url) as ws:
         say_hello(ws)
         plugin_client_revoke(client=client, actor="alice")
-        with pytest.raises(Exception):
+        with pytest.raises(ConnectionClosed):
             ws.recv(timeout=10)
         assert ws.close_code == 4403
 
