@@ -23,7 +23,7 @@ from django.db import DatabaseError
 from conductor_site.logfmt import log_event
 from automation.services.delivery import delivery_result_record
 from ingest import selectors
-from ingest.frames import parse_delivery_result, parse_final_message
+from ingest.frames import frame_id, parse_delivery_result, parse_final_message
 from ingest.services import clients
 from ingest.services.messages import ingest_final_message
 from ingest.models import plugin_group_name
@@ -33,13 +33,6 @@ from ingest.ratelimit import SlidingWindowLimiter
 logger = logging.getLogger(__name__)
 
 FrameHandler = Callable[["PluginConsumer", dict[str, Any]], Awaitable[None]]
-
-
-def _required_str(frame: dict[str, Any], name: str) -> str:
-    value = frame.get(name)
-    if not isinstance(value, str) or not value:
-        raise FrameError(ErrorCode.INVALID, f"'{name}' must be a non-empty string", frame.get("id"))
-    return value
 
 
 class PluginConsumer(AsyncWebsocketConsumer):
@@ -139,9 +132,8 @@ class PluginConsumer(AsyncWebsocketConsumer):
             ) from None
         if not isinstance(frame, dict):
             raise FrameError(ErrorCode.BAD_FRAME, "a frame must be a JSON object")
-        frame_id = frame.get("id") if isinstance(frame.get("id"), str) else None
         if not isinstance(frame.get("type"), str):
-            raise FrameError(ErrorCode.INVALID, "'type' must be a string", frame_id)
+            raise FrameError(ErrorCode.INVALID, "'type' must be a string", frame_id(frame))
         return frame
 
     async def _hello(self, frame: dict[str, Any]) -> None:
@@ -227,7 +219,7 @@ async def handle_delivery_result(consumer: PluginConsumer, frame: dict[str, Any]
         raise FrameError(
             ErrorCode.INVALID,
             f"no delivery with request_id {result.request_id!r} is awaiting this client's answer",
-            frame.get("id") if isinstance(frame.get("id"), str) else None,
+            frame_id(frame),
         )
 
 

@@ -9,7 +9,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from ingest.models import PluginClient
-from ingest.tokens import token_matches
+from ingest.tokens import HASH_PREFIX, token_matches
 
 # A socket that died without a close (its server killed) stops counting after
 # this long at most, whatever the ping interval (SPEC §4).
@@ -37,7 +37,7 @@ def plugin_client_is_connected(*, client_id: str, now: dt.datetime | None = None
 def plugin_client_authenticate(*, client_id: str, token: str) -> PluginClient | None:
     """The enabled client with this id and token, or None. Unknown ids cost the same hash."""
     client = PluginClient.objects.filter(client_id=client_id, enabled=True).first()
-    stored = client.token_hash if client else "sha256$" + "0" * 64
+    stored = client.token_hash if client else HASH_PREFIX + "0" * 64
     if token_matches(token, stored) and client is not None:
         return client
     return None
