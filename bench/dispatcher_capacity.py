@@ -11,32 +11,19 @@ Uses the configured database; tasks it creates are deleted afterwards.
 
 import argparse
 import multiprocessing
-import os
 import random
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
 
-KIND = "bench.noop"
-
-
-def setup_django() -> None:
-    import django
-
-    django.setup()
-    from automation.kinds import KindSpec, always, kinds
-    from automation.outcomes import Success
-
-    kinds.register(KindSpec(name=KIND, is_outbound=False, lane=None, is_idempotent=always,
-                            executor=lambda ctx: Success(None)))
+from bench.common import NOOP_KIND as KIND  # noqa: E402
+from bench.common import setup_django  # noqa: E402
 
 
 def dispatch(owner: str, per_tick: int, ready, go) -> None:
-    setup_django()
+    setup_django(with_noop_kind=True)
     from automation.dispatcher import Dispatcher, DispatcherConfig
     from automation.models import AutomationTask, TaskStatus
 
@@ -63,7 +50,7 @@ def main() -> None:
     parser.add_argument("--per-tick", type=int, default=50)
     args = parser.parse_args()
 
-    setup_django()
+    setup_django(with_noop_kind=True)
     from django.conf import settings
     from django.core.management import call_command
 

@@ -28,43 +28,18 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
-os.environ.setdefault("LOG_LEVEL", "WARNING")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-KIND = "bench.noop"
+from bench.common import NOOP_KIND as KIND  # noqa: E402
+from bench.common import ROOT, child_env, setup_django  # noqa: E402
 
 
 def noop() -> None:
     """The django-q2 task of part 3."""
 
 
-def setup_django() -> None:
-    import django
-
-    django.setup()
-    from automation.kinds import KindSpec, always, kinds
-    from automation.outcomes import Success
-
-    kinds.register(KindSpec(name=KIND, is_outbound=False, lane=None, is_idempotent=always,
-                            executor=lambda ctx: Success(None)))
-
-
-def cluster_env() -> dict:
-    from django.conf import settings
-
-    # django-q2 signs queued tasks with SECRET_KEY: the cluster must share ours.
-    env = {**os.environ, "CONDUCTOR_DATA_DIR": tempfile.mkdtemp(), "SECRET_KEY": settings.SECRET_KEY}
-    if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-        env["DATABASE_URL"] = f"sqlite:///{settings.DATABASES['default']['NAME']}"
-    if "channels" in settings.DATABASES:
-        env["CONDUCTOR_CHANNEL_LAYER_DB"] = str(settings.DATABASES["channels"]["NAME"])
-    return env
-
-
 def start_cluster() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=cluster_env(),
+    return subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=child_env(tempfile.mkdtemp()),
                             start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -108,7 +83,7 @@ def tick_intervals(seconds: float) -> None:
 
 
 def wake_peer(ready, stop) -> None:
-    setup_django()
+    setup_django(with_noop_kind=True)
     from automation.dispatcher import dispatcher_run
 
     thread_stop = threading.Event()
@@ -197,7 +172,7 @@ def main() -> None:
     parser.add_argument("--wakes", type=int, default=20)
     parser.add_argument("--tasks", type=int, default=1000)
     args = parser.parse_args()
-    setup_django()
+    setup_django(with_noop_kind=True)
     from django.conf import settings
     from django.core.management import call_command
 

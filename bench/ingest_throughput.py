@@ -13,7 +13,6 @@ lifted for the server under test; messages go round-robin to 20 conversations.
 import argparse
 import asyncio
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -24,15 +23,13 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, child_env, setup_django  # noqa: E402
 
 
 def prepare() -> str:
-    import django
-
-    django.setup()
+    setup_django()
     from django.core.management import call_command
 
     from ingest.models import PluginClient
@@ -88,17 +85,12 @@ def main() -> None:
     from django.conf import settings
 
     with tempfile.TemporaryDirectory() as data_dir:
-        env = {
-            **os.environ,
-            "CONDUCTOR_DATA_DIR": data_dir,
-            "CONDUCTOR_MAX_FRAMES_PER_SECOND": "1000000",
-            "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": "1000000",
-            "LOG_LEVEL": "WARNING",
-        }
-        if "channels" in settings.DATABASES:
-            env["CONDUCTOR_CHANNEL_LAYER_DB"] = str(settings.DATABASES["channels"]["NAME"])
-        if settings.DATABASES["default"]["ENGINE"].endswith("sqlite3"):
-            env["DATABASE_URL"] = f"sqlite:///{settings.DATABASES['default']['NAME']}"
+        env = child_env(
+            data_dir,
+            CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
+            CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000",
+            LOG_LEVEL="WARNING",
+        )
         server = subprocess.Popen(
             [sys.executable, "manage.py", "serve", "--no-cluster", "--port", str(args.port)],
             cwd=ROOT, env=env, start_new_session=True,

@@ -9,7 +9,6 @@ Starts `make run` on a free port with a throw-away data folder, waits for
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -21,13 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.server import descendants  # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from tests.server import descendants, free_port  # noqa: E402
 
 
 def one_run() -> tuple[float, float]:
