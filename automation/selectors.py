@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import Q
+from django.db.models import Count, Q
 
-from automation.models import DispatcherState, ToolPolicy
+from automation.models import AutomationTask, DispatcherState, ToolPolicy
 from automation.tools.registry import tools
 
 
@@ -36,3 +36,12 @@ def dispatcher_is_paused() -> bool:
 def dispatcher_last_tick_age_seconds(*, now_ms: int) -> float | None:
     last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
     return None if last is None else max(0.0, (now_ms - last) / 1000)
+
+
+def task_counts_by_kind_and_status() -> dict[str, dict[str, int]]:
+    """How many tasks there are of each kind in each status: ``{kind: {status: count}}``."""
+    counts: dict[str, dict[str, int]] = {}
+    rows = AutomationTask.objects.values_list("kind", "status").annotate(n=Count("pk")).order_by("kind", "status")
+    for kind, status, n in rows:
+        counts.setdefault(kind, {})[status] = n
+    return counts
