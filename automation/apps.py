@@ -10,6 +10,7 @@ class AutomationConfig(AppConfig):
         from automation.schedules import schedules_register
 
         # Fill the registries.
+        from automation import executors  # noqa: F401
         from automation.tools import catalog  # noqa: F401
 
         post_migrate.connect(schedules_register, sender=self)

@@ -109,13 +109,17 @@ def running_server(
 ) -> Iterator[RunningServer]:
     """Start the server, wait until /healthz answers, yield it, then stop it.
 
-    ``command`` is "make" for ``make run`` or "serve" for ``manage.py serve
-    --no-cluster`` (the ASGI server alone, quicker to start).
+    ``command`` is "make" for ``make run``, "serve" for ``manage.py serve
+    --no-cluster`` (the ASGI server alone, quicker to start) or "serve+cluster"
+    for ``manage.py serve`` (daphne and the django-q2 cluster, as ``make run``
+    starts them, without the install steps).
     """
     port = free_port()
     env = server_env(data_dir, **extra_env)
     if command == "make":
         argv = ["make", "run", f"PORT={port}"]
+    elif command == "serve+cluster":
+        argv = [sys.executable, "manage.py", "serve", "--port", str(port)]
     else:
         argv = [sys.executable, "manage.py", "serve", "--no-cluster", "--port", str(port)]
     log_path = data_dir / "server.log"

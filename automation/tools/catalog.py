@@ -1,5 +1,6 @@
 """The tools of SPEC §5.1 (target ``conductor``): names, params, idempotency, policies."""
 
+from automation.tools import basic, files, shell
 from automation.tools.registry import Policy, ToolSpec, tools
 
 PATH = {"type": "string", "minLength": 1, "maxLength": 4096}
@@ -16,6 +17,7 @@ def _object(properties=None, required=(), extra=False):
 
 tools.register(ToolSpec(
     name="echo",
+    run=basic.echo,
     description="Returns its params unchanged.",
     params_schema={"type": "object"},
     is_idempotent=True,
@@ -23,6 +25,7 @@ tools.register(ToolSpec(
 ))
 tools.register(ToolSpec(
     name="time.now",
+    run=basic.time_now,
     description="The current time, ISO-8601 in UTC.",
     params_schema=_object(),
     is_idempotent=True,
@@ -30,6 +33,7 @@ tools.register(ToolSpec(
 ))
 tools.register(ToolSpec(
     name="tasks.status",
+    run=basic.tasks_status,
     description="Counts of automation tasks by kind and status.",
     params_schema=_object(),
     is_idempotent=True,
@@ -37,6 +41,7 @@ tools.register(ToolSpec(
 ))
 tools.register(ToolSpec(
     name="files.list",
+    run=files.files_list,
     description="Entries (name, type, size) of a workspace folder matching a glob.",
     params_schema=_object({"path": PATH, "glob": {"type": "string", "minLength": 1, "maxLength": 256}}),
     is_idempotent=True,
@@ -44,6 +49,7 @@ tools.register(ToolSpec(
 ))
 tools.register(ToolSpec(
     name="files.read",
+    run=files.files_read,
     description="A workspace file as UTF-8 text, up to max_bytes.",
     params_schema=_object(
         {"path": PATH, "max_bytes": {"type": "integer", "minimum": 1, "maximum": 10 * 1024 * 1024}},
@@ -54,6 +60,7 @@ tools.register(ToolSpec(
 ))
 tools.register(ToolSpec(
     name="files.write",
+    run=files.files_write,
     description="Create, overwrite or append to a workspace file.",
     params_schema=_object(
         {
@@ -69,6 +76,7 @@ tools.register(ToolSpec(
 ))
 tools.register(ToolSpec(
     name="shell.run",
+    run=shell.shell_run,
     description="Run an argv list (no shell) in the workspace with a timeout.",
     params_schema=_object(
         {

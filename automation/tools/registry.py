@@ -8,8 +8,10 @@ the dispatcher asks it whether an interrupted run may be retried.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -32,6 +34,39 @@ class UnknownTool(LookupError):
     pass
 
 
+class ToolError(Exception):
+    """The tool ran and failed in a way that will not change on a retry (a terminal failure).
+
+    ``result`` carries what the tool did produce (a command's output, say),
+    so the chat sees it next to the error.
+    """
+
+    def __init__(self, message: str, *, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ToolRetryableError(ToolError):
+    """The tool failed for a passing reason (a timeout of an idempotent tool): worth another attempt."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """What a tool's implementation gets: its validated params and its surroundings.
+
+    Long-running tools watch ``cancelled`` (set when the task is cancelled or
+    its lease is lost) and stop.
+    """
+
+    params: dict[str, Any]
+    workspace: Path
+    shell_max_timeout_seconds: float
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+ToolFunction = Callable[[ToolCall], Any]
+
+
 class DuplicateTool(ValueError):
     pass
 
@@ -43,6 +78,7 @@ class ToolSpec:
     params_schema: dict[str, Any]
     is_idempotent: bool
     default_policy: str
+    run: ToolFunction | None = field(default=None, compare=False)
     target: str = DEFAULT_TARGET
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
