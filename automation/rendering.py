@@ -1,0 +1,268 @@
+"""The text Conductor posts back into a chat once a message's blocks finished (SPEC §5.3).
+
+Pure: outcomes in, one user message out; no I/O, never raises. The text is a
+first line counting the outcomes, then for each block (sorted by ``block``) a
+header line and a fenced ``baa-result`` block holding one line of JSON::
+
+    Block 1 · files.read · succeeded
+    ```baa-result
+    {"block": 1, "tool": "files.read", "ok": true, "result": {"text": "buy milk", "size": 8, "truncated": false}}
+    ```
+
+Members come in this order: ``block``, ``tool``, ``ok``, then for a block that
+did not succeed ``status`` and ``error``, then ``result`` (always on success,
+otherwise only when there is one), then ``"truncated": true`` when a value of
+the block was cut.
+
+The JSON never spans two lines: besides JSON's own escapes, the characters
+some readers take as line breaks (U+0085, U+2028, U+2029) and lone surrogates
+(which could not be encoded as UTF-8) are written as ``\\uXXXX`` escapes. A
+line that starts with ``{`` can never close the fence, so three backticks
+always suffice.
+
+``max_chars`` bounds the whole text, counted in characters (``len``), not
+bytes. When the text would be longer, values are replaced by a string
+preview (the beginning of a string value, or of the JSON text of any other
+value, ending with "…"): results first, errors only if cutting every result
+is not enough. The fewest, largest values are cut, the room left is shared
+evenly among them, and values that do not need cutting stay whole, so the
+text comes as close to ``max_chars`` as the previews allow. A value too short
+for a preview to save room is never cut. When the text cannot fit even with
+every value cut to a bare "…" (a tiny ``max_chars``), that minimal rendering
+is returned although it is longer than ``max_chars``; every block is still
+valid JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+INFO_STRING = "baa-result"
+FENCE = "```"
+ELLIPSIS = "…"
+MAX_NAME_CHARS = 100  # a rejected block's header can be anything; keep the header line short
+
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+REJECTED = "rejected"
+CANCELLED = "cancelled"
+STATUSES = (SUCCEEDED, FAILED, REJECTED, CANCELLED)
+
+NO_BLOCKS = "Conductor results: the message held no instruction blocks."
+NO_ERROR_MESSAGE = "no error message was recorded"
+
+_TRUNCATED_MEMBER = ', "truncated": true'
+# Characters left raw by json.dumps(ensure_ascii=False) that could still split
+# a line (str.splitlines, some chat clients) or fail to encode as UTF-8.
+_LINE_UNSAFE_RE = re.compile("[\u0085\u2028\u2029\ud800-\udfff]")
+_RESULT_BLOCK_RE = re.compile(
+    rf"^(?P<fence>`{{3,}}|~{{3,}})[ \t]*{INFO_STRING}[ \t]*\n(?P<body>.*?)\n[ \t]*(?P=fence)[ \t]*$",
+    re.MULTILINE | re.DOTALL,
+)
+
+
+@dataclass(frozen=True)
+class BlockOutcome:
+    """How one block of a message ended.
+
+    ``tool`` is the header as the AI wrote it (``files.read``, or
+    ``TARGET::TOOL`` when the target is not ``conductor``). ``result`` may be
+    present on a failure too, e.g. ``shell.run``'s output on a non-zero exit.
+    """
+
+    block: int
+    tool: str
+    status: str  # one of STATUSES
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == SUCCEEDED
+
+
+def _json_text(value: Any) -> str:
+    """``value`` as one line of JSON; a value JSON cannot hold becomes its repr, as a string."""
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        # NaN, non-string keys, cycles: a tool's bug must not lose the whole delivery.
+        return json.dumps(repr(value), ensure_ascii=False)
+
+
+def _make_line_safe(json_text: str) -> str:
+    # These characters only occur inside JSON strings, where an escape means the same.
+    return _LINE_UNSAFE_RE.sub(lambda match: f"\\u{ord(match[0]):04x}", json_text)
+
+
+def _encode(value: Any) -> str:
+    return _make_line_safe(_json_text(value))
+
+
+MINIMAL_PREVIEW = _encode(ELLIPSIS)
+
+
+def _one_line(text: str, limit: int) -> str:
+    """``text`` with its whitespace runs (line breaks included) collapsed, cut to ``limit`` characters."""
+    collapsed = " ".join(str(text).split())
+    collapsed = _LINE_UNSAFE_RE.sub("\ufffd", collapsed)
+    return collapsed if len(collapsed) <= limit else collapsed[: limit - 1] + ELLIPSIS
+
+
+def _preview(source: str, budget: int) -> str:
+    """The JSON string of the longest beginning of ``source`` plus "…" whose encoding fits ``budget``.
+
+    Returns ``MINIMAL_PREVIEW`` when even the shortest preview is over budget;
+    callers make sure that does not happen. The preview never holds all of
+    ``source``, so it is always a cut.
+    """
+    # Each character encodes to at least one, so no more than ``budget`` can fit.
+    low, high = 0, max(0, min(len(source) - 1, budget))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(_encode(source[:middle] + ELLIPSIS)) <= budget:
+            low = middle
+        else:
+            high = middle - 1
+    return _encode(source[:low] + ELLIPSIS)
+
+
+class _Value:
+    """A result or an error in a block's JSON, whole or cut to a preview."""
+
+    def __init__(self, key: str, value: Any) -> None:
+        self.key = key
+        json_text = _json_text(value)
+        self.whole = _make_line_safe(json_text)
+        self.source = value if isinstance(value, str) else json_text
+        self.encoded = self.whole
+        self.is_truncated = False
+
+    @property
+    def can_shrink(self) -> bool:
+        # Cutting must save room even when it adds the block's "truncated" member.
+        return len(self.whole) > len(MINIMAL_PREVIEW) + len(_TRUNCATED_MEMBER)
+
+    def keep_whole(self) -> None:
+        self.encoded, self.is_truncated = self.whole, False
+
+    def cut_to(self, budget: int) -> None:
+        self.encoded, self.is_truncated = _preview(self.source, budget), True
+
+
+class _RenderedBlock:
+    def __init__(self, outcome: BlockOutcome) -> None:
+        tool = _one_line(outcome.tool, MAX_NAME_CHARS) or "?"
+        status = _one_line(outcome.status, MAX_NAME_CHARS)
+        self.header = f"Block {outcome.block} · {tool} · {status}"
+        members = [f'"block": {_encode(outcome.block)}', f'"tool": {_encode(tool)}', f'"ok": {_encode(outcome.ok)}']
+        self.values: list[_Value] = []
+        if outcome.ok:
+            self.values.append(_Value("result", outcome.result))
+        else:
+            members.append(f'"status": {_encode(status)}')
+            error = outcome.error if outcome.error is not None else NO_ERROR_MESSAGE
+            self.values.append(_Value("error", str(error)))
+            if outcome.result is not None:
+                self.values.append(_Value("result", outcome.result))
+        self.head = "{" + ", ".join(members)
+        # Everything but the values and the "truncated" member, which change as values are cut.
+        self.fixed_length = len(self._text(["" for _ in self.values], is_truncated=False))
+
+    @property
+    def is_truncated(self) -> bool:
+        return any(value.is_truncated for value in self.values)
+
+    def length(self) -> int:
+        flag = len(_TRUNCATED_MEMBER) if self.is_truncated else 0
+        return self.fixed_length + sum(len(value.encoded) for value in self.values) + flag
+
+    def text(self) -> str:
+        return self._text([value.encoded for value in self.values], is_truncated=self.is_truncated)
+
+    def _text(self, encoded: list[str], *, is_truncated: bool) -> str:
+        members = "".join(f', "{value.key}": {text}' for value, text in zip(self.values, encoded, strict=True))
+        flag = _TRUNCATED_MEMBER if is_truncated else ""
+        return f"{self.header}\n{FENCE}{INFO_STRING}\n{self.head}{members}{flag}}}\n{FENCE}"
+
+
+_SEPARATOR = "\n\n"
+
+
+def _summary(outcomes: Sequence[BlockOutcome]) -> str:
+    counts = Counter(_one_line(outcome.status, MAX_NAME_CHARS) for outcome in outcomes)
+    order = [status for status in STATUSES if status in counts] + sorted(set(counts) - set(STATUSES))
+    tally = ", ".join(f"{counts[status]} {status}" for status in order)
+    noun = "block" if len(outcomes) == 1 else "blocks"
+    return f"Conductor results for {len(outcomes)} {noun} ({tally})"
+
+
+def _length(summary: str, blocks: list[_RenderedBlock]) -> int:
+    return len(summary) + sum(len(_SEPARATOR) + block.length() for block in blocks)
+
+
+def _share_room(values: list[_Value], room: int) -> None:
+    """Give ``values`` previews whose encodings total at most ``room``, as evenly as possible.
+
+    Smallest first: room a value cannot use (an escape that does not fit, a
+    value shorter than its share) passes on to the larger ones after it.
+    """
+    ordered = sorted(values, key=lambda value: len(value.whole))
+    for position, value in enumerate(ordered):
+        share = room // (len(ordered) - position)
+        if len(value.whole) <= share:
+            value.keep_whole()
+        else:
+            value.cut_to(share)
+        room -= len(value.encoded)
+
+
+def _fit_by_cutting(summary: str, blocks: list[_RenderedBlock], values: list[_Value], max_chars: int) -> bool:
+    """Cut the fewest, largest of ``values`` so the text fits ``max_chars``; False when it cannot.
+
+    On False every value that can shrink is left at the minimal preview.
+    """
+    ranked = sorted((value for value in values if value.can_shrink), key=lambda value: len(value.whole), reverse=True)
+    for count in range(1, len(ranked) + 1):
+        chosen = ranked[:count]
+        chosen[-1].cut_to(len(MINIMAL_PREVIEW))
+        overflow = _length(summary, blocks) - max_chars
+        if overflow <= 0:
+            _share_room(chosen, sum(len(value.encoded) for value in chosen) - overflow)
+            return True
+    return False
+
+
+def render_results(outcomes: Sequence[BlockOutcome], *, max_chars: int) -> str:
+    """The message reporting ``outcomes``, at most ``max_chars`` characters whenever that can be done.
+
+    See the module docstring for the layout and how values are cut. When even
+    the minimal rendering (every value that can shrink cut to "…") is longer
+    than ``max_chars``, that minimal rendering is returned. With no outcomes,
+    a one-line notice is returned whatever ``max_chars`` is.
+    """
+    if not outcomes:
+        return NO_BLOCKS
+    ordered = sorted(outcomes, key=lambda outcome: outcome.block)
+    summary = _summary(ordered)
+    blocks = [_RenderedBlock(outcome) for outcome in ordered]
+    if _length(summary, blocks) > max_chars:
+        values = [value for block in blocks for value in block.values]
+        for key in ("result", "error"):  # errors are cut only when cutting results is not enough
+            if _fit_by_cutting(summary, blocks, [value for value in values if value.key == key], max_chars):
+                break
+    return _SEPARATOR.join([summary, *(block.text() for block in blocks)])
+
+
+def parse_results(text: str) -> list[dict[str, Any]]:
+    """The JSON of every ``baa-result`` block in ``text``, in order.
+
+    Raises ``json.JSONDecodeError`` when a block does not hold valid JSON.
+    """
+    normalized = text.replace("\r\n", "\n").replace("\r", "\n")
+    return [json.loads(match["body"]) for match in _RESULT_BLOCK_RE.finditer(normalized)]
