@@ -6,6 +6,7 @@ SCHEDULES = {
     # name: (function, schedule type, minutes between runs)
     "conductor.dispatch": ("automation.tasks.dispatch_run", "I", 1),
     "conductor.prune": ("automation.tasks.prune_daily", "D", None),
+    "conductor.renew": ("automation.tasks.renew_scheduled", "I", 1),
 }
 
 

@@ -9,6 +9,7 @@ from django.conf import settings
 
 from automation.dispatcher import dispatcher_run
 from automation.services.prune import prune
+from automation.services.renewal import renewal_project
 
 # A scheduled run lasts about as long as the schedule's period, so that runs
 # follow each other. django-q2 starts a one-minute schedule 30 to 60 s after
@@ -45,3 +46,9 @@ def dispatch_run(seconds: float = DISPATCH_RUN_SECONDS) -> dict[str, int]:
 
 def prune_daily() -> str:
     return str(prune(older_than_days=settings.CONDUCTOR_RETENTION_DAYS))
+
+
+def renew_scheduled() -> dict[str, int]:
+    report = renewal_project()
+    # Counts only: this runs every minute and django-q2 keeps each result.
+    return {"created": len(report.created), "skipped": len(report.skipped)}

@@ -110,3 +110,30 @@ def make_task(
         ),
     }
     return outcomes[status]()
+
+
+def make_renewable_conversation(
+    *, last_activity_at: dt.datetime | None = None, has_link: bool = True, **fields
+) -> Conversation:
+    """A conversation with renewal turned on, last active an hour ago, and a link unless told not."""
+    conversation = ConversationFactory(
+        renewal_enabled=True,
+        last_activity_at=last_activity_at or timezone.now() - dt.timedelta(hours=1),
+        **fields,
+    )
+    if has_link:
+        ConversationLinkFactory(conversation=conversation)
+    return conversation
+
+
+def make_staff(username: str = "staff", *permissions: str):
+    """A staff user (not a superuser) holding the given ``app_label.codename`` permissions."""
+    from django.contrib.auth.models import Permission, User
+
+    user = User.objects.create_user(username, password="pw", is_staff=True)
+    for permission in permissions:
+        app_label, codename = permission.split(".")
+        user.user_permissions.add(
+            Permission.objects.get(content_type__app_label=app_label, codename=codename)
+        )
+    return user
