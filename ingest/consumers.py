@@ -21,7 +21,8 @@ from django.conf import settings
 from django.db import DatabaseError
 
 from conductor_site.logfmt import log_event
-from automation.services.delivery import delivery_result_record
+from automation.services.delivery import delivery_requests_abandon, delivery_result_record
+from automation.wake import WAKE_GROUP
 from ingest import selectors
 from ingest.frames import frame_id, parse_delivery_result, parse_final_message
 from ingest.services import clients
@@ -66,9 +67,16 @@ class PluginConsumer(AsyncWebsocketConsumer):
             task.cancel()
         if self.client_pk is not None:
             await self.channel_layer.group_discard(self._group_name, self.channel_name)
-            await database_sync_to_async(clients.plugin_client_disconnect)(
+            was_current = await database_sync_to_async(clients.plugin_client_disconnect)(
                 client_pk=self.client_pk, channel_name=self.channel_name
             )
+            if was_current:
+                # Nobody is left to answer what this socket was sent: its
+                # executors retry later instead of waiting out their timeout.
+                # (A socket replaced by a newer one leaves them to the newer one.)
+                await database_sync_to_async(delivery_requests_abandon)(
+                    client_pk=self.client_pk, reason="the plugin disconnected before answering"
+                )
         log_event(logger, "socket_closed", client_id=self.client_id, code=code)
 
     async def _close_without_hello(self) -> None:
@@ -156,6 +164,8 @@ class PluginConsumer(AsyncWebsocketConsumer):
         )
         if replaced:
             await self.channel_layer.send(replaced, {"type": "plugin.replaced"})
+        # Deliveries that waited for this client are due now.
+        await self.channel_layer.group_send(WAKE_GROUP, {"type": "dispatcher.wake"})
         self._background.append(asyncio.ensure_future(self._keep_presence()))
         await self.send_frame(
             {
@@ -174,6 +184,10 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     async def plugin_revoked(self, event: dict[str, Any]) -> None:
         await self.close(code=CloseCode.REVOKED)
+
+    async def plugin_deliver(self, event: dict[str, Any]) -> None:
+        """A dispatcher sends a ``browser.proxy_delivery`` frame to this client."""
+        await self.send_frame(event["frame"])
 
     # --- sending -------------------------------------------------------------------
 

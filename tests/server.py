@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import requests
+from django.conf import settings
 from django.db import connections
 
 from tests.procs import database_url
@@ -95,6 +96,8 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST")}
     env.update(
         CONDUCTOR_DATA_DIR=str(data_dir),
+        # Servers sharing a django-q2 broker must share the key that signs its tasks.
+        SECRET_KEY=settings.SECRET_KEY,
         DATABASE_URL=database_url("default"),
         **extra,
     )

@@ -1,3 +1,3 @@
 """The executors of the task kinds (SPEC §3), attached to the kind registry on import."""
 
-from automation.executors import instructions  # noqa: F401
+from automation.executors import delivery, instructions  # noqa: F401

@@ -17,6 +17,7 @@ import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
+from django_q.tasks import async_task
 
 GRACE_SECONDS = 8.0
 
@@ -42,6 +43,10 @@ class Command(BaseCommand):
         children = {"daphne": self._daphne(host, port)}
         if not no_cluster:
             children["qcluster"] = self._spawn([sys.executable, "manage.py", "qcluster"])
+            # django-q2 first looks at its schedules half a minute after it
+            # starts: queue a dispatcher run now so tasks need not wait. (If
+            # another cluster's run holds the run lease, this one stands by.)
+            async_task("automation.tasks.dispatch_run", task_name="conductor.dispatch.start")
         self.stdout.write(f"Conductor on http://{host}:{port}/ (admin at /admin/); Ctrl-C stops it.")
 
         def request_stop(signum, frame):

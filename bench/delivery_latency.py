@@ -1,0 +1,114 @@
+"""final_message → delivery latency: from sending an assistant message with one ``echo`` block to
+receiving its ``browser.proxy_delivery``, through the real servers.
+
+Starts --servers copies of ``manage.py serve`` (daphne + the django-q2 cluster,
+as ``make run`` does) on the configured database and channel layer with the
+outbound jitter at 0, connects a simulated plugin to the last one, and sends
+--messages messages one at a time (each in a conversation of its own),
+answering every delivery. Prints p50, p99 and max in milliseconds.
+
+    uv run python bench/delivery_latency.py [--messages 50] [--servers 2]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench REDIS_URL=redis://127.0.0.1:6379/14 \\
+        uv run python bench/delivery_latency.py
+"""
+
+import argparse
+import contextlib
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, child_env, setup_django  # noqa: E402
+
+
+def prepare() -> str:
+    setup_django()
+    from django.core.management import call_command
+
+    from ingest.models import PluginClient
+    from ingest.services.clients import plugin_client_create
+
+    call_command("migrate_all", verbosity=0)
+    PluginClient.objects.filter(client_id="bench-delivery").delete()
+    _, token = plugin_client_create(name="bench-delivery")
+    return token
+
+
+def wait_healthy(port: int, process: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise SystemExit(f"server on port {port} exited with {process.returncode}")
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise SystemExit(f"server on port {port} did not answer")
+
+
+def measure(url: str, token: str, count: int, warmup: int) -> list[float]:
+    from ingest.simulator import SimulatedPlugin
+
+    run = uuid.uuid4().hex[:8]
+    latencies = []
+    with SimulatedPlugin(url=url, client_id="bench-delivery", token=token) as plugin:
+        for n in range(warmup + count):
+            started = time.perf_counter()
+            plugin.send_final_message({
+                "type": "browser.final_message", "id": f"{run}-{n}", "platform": "claude",
+                "conversation_id": f"bench-{run}-{n}", "message_id": f"{run}-{n}",
+                "text": f'```baa\necho\n{{"n": {n}}}\n```',
+            })
+            delivery = plugin.next_delivery(timeout=60)
+            if n >= warmup:
+                latencies.append((time.perf_counter() - started) * 1000)
+            plugin.answer(delivery, status=200)
+    return latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--servers", type=int, default=2)
+    parser.add_argument("--port", type=int, default=8941)
+    args = parser.parse_args()
+
+    token = prepare()
+    from django.conf import settings
+
+    with contextlib.ExitStack() as stack:
+        ports = [args.port + n for n in range(args.servers)]
+        for port in ports:
+            data_dir = stack.enter_context(tempfile.TemporaryDirectory())
+            env = child_env(data_dir, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING")
+            server = subprocess.Popen(
+                [sys.executable, "manage.py", "serve", "--port", str(port)],
+                cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+            )
+            stack.callback(lambda server=server: (os.killpg(server.pid, signal.SIGINT), server.wait(30)))
+            wait_healthy(port, server)
+        # Give the clusters' first dispatcher run time to take its lease.
+        time.sleep(3)
+        latencies = measure(f"ws://127.0.0.1:{ports[-1]}/ws/plugin/", token, args.messages, args.warmup)
+
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    layer = "redis" if os.environ.get("REDIS_URL") else "channels-lite"
+    quantiles = statistics.quantiles(latencies, n=100)
+    print(f"database={engine} layer={layer} servers={args.servers} messages={args.messages} jitter_ms=0")
+    print(f"final_message_to_delivery_ms p50={statistics.median(latencies):.0f} "
+          f"p99={quantiles[98]:.0f} max={max(latencies):.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""A simulated plugin: speaks the plugin protocol (SPEC §6) over a real socket, without a browser.
+
+Used by ``manage.py demo`` and by the end-to-end tests. It says hello, sends
+frames, and answers ``browser.proxy_delivery`` frames the way a plugin would
+after making the request inside the chat page, with a chosen outcome.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from websockets.sync.client import ClientConnection, connect
+
+
+class ProtocolError(RuntimeError):
+    pass
+
+
+@dataclass
+class SimulatedPlugin:
+    url: str
+    client_id: str
+    token: str
+    platforms: tuple[str, ...] = ("claude", "chatgpt", "gemini")
+    # Deliveries received but not yet answered, and frames not yet read.
+    deliveries: list[dict[str, Any]] = field(default_factory=list)
+    _inbox: list[dict[str, Any]] = field(default_factory=list)
+    _socket: ClientConnection | None = None
+
+    def __enter__(self) -> SimulatedPlugin:
+        return self.connect()
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def connect(self) -> SimulatedPlugin:
+        self._socket = connect(self.url, max_size=None).__enter__()
+        self.send({
+            "type": "hello", "client_id": self.client_id, "token": self.token,
+            "plugin_version": "simulated", "platforms": list(self.platforms),
+        })
+        reply = self.receive(timeout=10)
+        if reply.get("type") != "hello.ok":
+            raise ProtocolError(f"hello refused: {reply}")
+        return self
+
+    def close(self) -> None:
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
+
+    def send(self, frame: dict[str, Any]) -> None:
+        self._socket.send(json.dumps(frame))
+
+    def receive(self, *, timeout: float) -> dict[str, Any]:
+        """The next frame; a delivery met on the way is kept in ``deliveries`` too."""
+        if self._inbox:
+            return self._inbox.pop(0)
+        frame = json.loads(self._socket.recv(timeout=timeout))
+        if frame.get("type") == "browser.proxy_delivery":
+            self.deliveries.append(frame)
+        return frame
+
+    def send_final_message(self, frame: dict[str, Any], *, timeout: float = 10) -> dict[str, Any]:
+        """Send a ``browser.final_message`` and return its ``ack`` (deliveries arriving meanwhile are kept)."""
+        self.send(frame)
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self.receive(timeout=max(0.01, deadline - time.monotonic()))
+            if reply.get("type") == "ack" and reply.get("id") == frame.get("id"):
+                return reply
+            if reply.get("type") == "error":
+                raise ProtocolError(f"frame refused: {reply}")
+            if reply.get("type") != "browser.proxy_delivery":
+                self._inbox.append(reply)
+
+    def next_delivery(self, *, timeout: float) -> dict[str, Any]:
+        """The oldest delivery not yet answered, waiting up to ``timeout`` seconds for one."""
+        deadline = time.monotonic() + timeout
+        while not self.deliveries:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no delivery within {timeout} s")
+            frame = self.receive(timeout=remaining)
+            if frame.get("type") != "browser.proxy_delivery":
+                self._inbox.append(frame)
+        return self.deliveries.pop(0)
+
+    def answer(
+        self, delivery: dict[str, Any], *, ok: bool = True, status: int | None = 200, body: str = "",
+        error: str | None = None,
+    ) -> None:
+        """Answer a delivery as the page's request came out."""
+        self.send({
+            "type": "browser.proxy_delivery.result", "request_id": delivery["request_id"],
+            "ok": ok, "status": status, "body": body, "error": error,
+        })
