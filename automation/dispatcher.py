@@ -101,6 +101,10 @@ class Dispatcher:
         self.clock = clock
         self.rng = rng or random.Random()
         self.stopping = threading.Event()
+        # Set whenever a task of this dispatcher finishes: what it freed (the
+        # next block of a conversation, a delivery it created) is due at once,
+        # so a running loop ticks without waiting for its next turn.
+        self.wake = threading.Event()
         # One thread, and so at most one database connection, per task in flight.
         self._pool = ThreadPoolExecutor(
             max_workers=self.config.max_tasks_per_tick, thread_name_prefix="conductor-task"
@@ -198,6 +202,7 @@ class Dispatcher:
             logger.exception("dispatcher failed running task %s", task.pk)
         finally:
             close_old_connections()
+            self.wake.set()
 
     def _wait_jitter(self, spec: KindSpec) -> int | None:
         """Wait the outbound jitter; None when the dispatcher began stopping meanwhile."""
@@ -311,7 +316,7 @@ def dispatcher_run(
     report.held_lease = True
     # Standing by does not shorten the run.
     deadline = time.monotonic() + seconds
-    wake = threading.Event()
+    wake = dispatcher.wake
     listener = WakeListener(wake).start() if listen_for_wake else None
     try:
         next_tick = time.monotonic()
