@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from django.db.models import Count, Q
+from typing import NamedTuple
 
-from automation.models import AutomationTask, DispatcherState, ToolPolicy
+from django.db.models import Count, F, Q, QuerySet, Value
+
+from automation.models import AutomationTask, DispatcherState, TaskEvent, TaskStatus, ToolPolicy
 from automation.tools.registry import tools
 
 
@@ -45,3 +47,70 @@ def task_counts_by_kind_and_status() -> dict[str, dict[str, int]]:
     for kind, status, n in rows:
         counts.setdefault(kind, {})[status] = n
     return counts
+
+
+# --- the admin's overview and task pages ----------------------------------------
+
+HOUR_MS = 3_600_000
+
+
+class HourlyFinishes(NamedTuple):
+    """Tasks that finished in one hour: ``start_ms`` is the hour's first millisecond."""
+
+    start_ms: int
+    succeeded: int
+    failed: int
+
+
+def task_finishes_by_hour(*, now_ms: int, hours: int = 24) -> list[HourlyFinishes]:
+    """Successes and failures per clock hour over the last ``hours`` hours, oldest first.
+
+    The last bucket is the current, unfinished hour. Counted from the event
+    log (events into ``succeeded`` and ``failed``), not from the tasks' current
+    state, so a failure still counts after an operator retried the task.
+    One aggregated query.
+    """
+    end = (now_ms // HOUR_MS + 1) * HOUR_MS
+    start = end - hours * HOUR_MS
+    rows = (
+        TaskEvent.objects.filter(
+            at__gte=start, at__lt=end, status_to__in=[TaskStatus.SUCCEEDED, TaskStatus.FAILED]
+        )
+        # Integer division on both databases: `at` and the constants are integers.
+        .annotate(bucket=(F("at") - Value(start)) / Value(HOUR_MS))
+        .values_list("bucket", "status_to")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    counts = {(int(bucket), status): n for bucket, status, n in rows}
+    return [
+        HourlyFinishes(
+            start_ms=start + bucket * HOUR_MS,
+            succeeded=counts.get((bucket, TaskStatus.SUCCEEDED), 0),
+            failed=counts.get((bucket, TaskStatus.FAILED), 0),
+        )
+        for bucket in range(hours)
+    ]
+
+
+def tasks_awaiting_approval(*, limit: int = 10) -> QuerySet[AutomationTask]:
+    """The oldest blocked tasks (held instructions), with their instruction and conversation."""
+    return (
+        AutomationTask.objects.filter(status=TaskStatus.BLOCKED)
+        .select_related("instruction", "conversation")
+        .order_by("created_at", "pk")[:limit]
+    )
+
+
+def tasks_recently_failed(*, limit: int = 10) -> QuerySet[AutomationTask]:
+    """The most recently finished failed tasks, newest first."""
+    return (
+        AutomationTask.objects.filter(status=TaskStatus.FAILED)
+        .select_related("conversation")
+        .order_by("-finished_at", "-pk")[:limit]
+    )
+
+
+def task_events(*, task_id: str) -> QuerySet[TaskEvent]:
+    """A task's timeline, oldest first."""
+    return TaskEvent.objects.filter(task_id=task_id).order_by("at", "pk")

@@ -1,9 +1,13 @@
 from django.contrib import admin
 from django.urls import path
 
+from automation.admin_views import dispatcher_pause, overview
 from conductor_site.views import healthz
 
 urlpatterns = [
+    # Before the admin's own URLs, which would otherwise answer /admin/overview/ with a 404.
+    path("admin/overview/", admin.site.admin_view(overview), name="admin-overview"),
+    path("admin/overview/pause/", admin.site.admin_view(dispatcher_pause), name="admin-overview-pause"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
 ]

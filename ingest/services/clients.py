@@ -100,3 +100,34 @@ def plugin_client_revoke(*, client: PluginClient, actor: str) -> None:
             )
         )
     log_event(logger, "plugin_client_revoke", client_id=client.client_id, actor=actor)
+
+
+class PluginClientRevoked(Exception):
+    """The client was revoked; it gets no new token (create a new client instead)."""
+
+
+def plugin_client_rotate(*, client: PluginClient, actor: str) -> str:
+    """Give the client a new token and return it; the old token stops working at once.
+
+    Only the new token's hash is stored, so the returned token is the one
+    chance to show it. An open socket, authenticated with the old token, is
+    closed with 4403 once this commits; the plugin reconnects with the new
+    token. Raises ``PluginClientRevoked`` for a revoked client.
+    """
+    token = token_generate()
+    hashed = token_hash(token)
+    with transaction.atomic():
+        # Conditional on `enabled`, so a concurrent revoke wins.
+        rotated = PluginClient.objects.filter(pk=client.pk, enabled=True).update(
+            token_hash=hashed, connected=False, connection_channel=""
+        )
+        if not rotated:
+            raise PluginClientRevoked(f"{client.client_id} is revoked; create a new client instead")
+        # The consumer answers "plugin.revoked" by closing with 4403, as for a
+        # revoke: the socket was authenticated with a token that no longer holds.
+        transaction.on_commit(
+            lambda: async_to_sync(get_channel_layer().group_send)(client.group_name, {"type": "plugin.revoked"})
+        )
+    client.token_hash, client.connected, client.connection_channel = hashed, False, ""
+    log_event(logger, "plugin_client_rotate", client_id=client.client_id, actor=actor)
+    return token

@@ -39,3 +39,46 @@ def test_staff_without_superuser_cannot_see_tool_policies(client, staff):
 def test_the_admin_needs_a_login(client):
     response = client.get("/admin/automation/toolpolicy/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
+
+
+ADMIN_PAGES = [
+    "/admin/",
+    "/admin/overview/",
+    "/admin/automation/automationtask/",
+    "/admin/automation/automationtask/some-task/change/",
+    "/admin/automation/toolpolicy/",
+    "/admin/conversations/conversation/",
+    "/admin/conversations/conversation/1/change/",
+    "/admin/conversations/message/",
+    "/admin/conversations/message/1/change/",
+    "/admin/ingest/pluginclient/",
+    "/admin/ingest/pluginclient/add/",
+    "/admin/ingest/instruction/",
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("url", ADMIN_PAGES)
+def test_every_admin_page_needs_a_login(client, url):
+    response = client.get(url)
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "url", ["/admin/automation/toolpolicy/add/", "/admin/ingest/pluginclient/", "/admin/ingest/pluginclient/add/"]
+)
+def test_staff_without_superuser_cannot_reach_superuser_pages(client, staff, url):
+    client.force_login(staff)
+    assert client.get(url).status_code == 403
+    assert client.post(url, {"tool": "shell.run", "policy": "allow", "name": "x"}).status_code == 403
+    assert not ToolPolicy.objects.exists()
+
+
+@pytest.mark.django_db
+def test_staff_without_permissions_see_no_models_on_the_index_but_the_overview_link(client, staff):
+    client.force_login(staff)
+    page = client.get("/admin/").content.decode()
+    assert 'href="/admin/overview/"' in page
+    for model in ("automationtask", "toolpolicy", "conversation", "pluginclient"):
+        assert f"/admin/{model}" not in page and f"/{model}/" not in page

@@ -7,6 +7,7 @@ server or the other, and deliveries find it wherever it is.
 """
 
 import contextlib
+import io
 import time
 
 import pytest
@@ -179,3 +180,16 @@ def test_a_plugin_that_disconnects_mid_delivery_gets_it_again_after_reconnecting
         browser.answer(second)
         wait_for(lambda: delivery_task().status == TaskStatus.SUCCEEDED, "the delivery to succeed")
     assert Message.objects.filter(source=Message.Source.CONDUCTOR).count() == 1
+
+
+def test_the_demo_replays_a_fixture_and_answers_every_delivery(servers, workspace, settings):
+    settings.CONDUCTOR_WORKSPACE = workspace
+    out = io.StringIO()
+    call_command("demo", url=servers[0].ws_url, approve=True, stdout=out)
+    text = out.getvalue()
+    assert "✓ approved shell.run, files.write (--approve)" in text
+    assert "5 deliveries answered." in text
+    assert "✓ block 2 files.read: {\"path\": \"notes/todo.md\"" in text
+    assert "✗ block 2 files.delete: rejected: unknown tool 'files.delete'" in text
+    assert AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER, status=TaskStatus.SUCCEEDED).count() == 5
+    assert Message.objects.filter(source=Message.Source.CONDUCTOR).count() == 5

@@ -1,0 +1,268 @@
+import json
+import re
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+
+from automation.models import AutomationTask, TaskStatus
+from automation.services import transitions as tr
+from tests.factories import (
+    ConversationFactory,
+    InstructionFactory,
+    MessageFactory,
+    make_staff,
+    make_task,
+)
+
+pytestmark = pytest.mark.django_db
+
+S = TaskStatus
+LIST = "/admin/automation/automationtask/"
+
+
+def change_url(task):
+    return f"{LIST}{task.pk}/change/"
+
+
+def run_action(client, action, tasks, url=LIST):
+    response = client.post(
+        url, {"action": action, ACTION_CHECKBOX_NAME: [t.pk for t in tasks], "index": 0}, follow=True
+    )
+    assert response.status_code == 200
+    return [str(m) for m in response.context["messages"]]
+
+
+def status(task):
+    return AutomationTask.objects.get(pk=task.pk).status
+
+
+def last_event(task):
+    return AutomationTask.objects.get(pk=task.pk).events.order_by("at", "pk").last()
+
+
+# --- the list ------------------------------------------------------------------------------------
+
+
+def test_the_list_shows_ids_kinds_states_routes_attempts_and_times(admin_client):
+    conversation = ConversationFactory(title="Quarterly report")
+    task = make_task(S.FAILED, conversation_id=conversation.pk, target_client_id="laptop", target_platform="claude")
+    page = admin_client.get(LIST).content.decode()
+    assert task.task_id in page
+    assert "test.instruction" in page
+    assert "Failed" in page
+    assert "Quarterly report" in page and f"/admin/conversations/conversation/{conversation.pk}/change/" in page
+    assert "laptop/claude" in page
+    assert "1/3" in page  # attempts used of max
+    assert "2023-11-14 22:13:20.000 UTC" in page  # execute_after (T0) as a time, not as milliseconds
+    assert str(task.execute_after) not in page
+
+
+def test_the_list_needs_a_fixed_number_of_queries(admin_client, django_assert_max_num_queries):
+    for _ in range(3):
+        make_task(S.PENDING, conversation_id=ConversationFactory().pk)
+    admin_client.get(LIST)  # warm up the session and content types
+    with django_assert_max_num_queries(12) as few:
+        admin_client.get(LIST)
+    for _ in range(10):
+        make_task(S.PENDING, conversation_id=ConversationFactory().pk)
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        admin_client.get(LIST)
+
+
+@pytest.mark.parametrize(
+    "query,expected",
+    [
+        ("status__exact=blocked", {"blocked"}),
+        ("kind=test.local", {"local"}),
+        ("target_platform=gemini", {"gemini"}),
+        ("target_client_id=desk", {"gemini"}),
+    ],
+)
+def test_filters(admin_client, query, expected):
+    tasks = {
+        "blocked": make_task(S.BLOCKED),
+        "local": make_task(S.PENDING, kind="test.local"),
+        "gemini": make_task(S.PENDING, kind="test.outbound", target_client_id="desk", target_platform="gemini"),
+    }
+    page = admin_client.get(f"{LIST}?{query}").content.decode()
+    shown = {name for name, task in tasks.items() if task.task_id in page}
+    assert shown == expected
+
+
+def test_a_conversations_tasks_are_one_link_away(admin_client):
+    conversation = ConversationFactory()
+    mine, other = make_task(conversation_id=conversation.pk), make_task(conversation_id=ConversationFactory().pk)
+    page = admin_client.get(LIST, {"conversation__id__exact": conversation.pk}).content.decode()
+    assert mine.task_id in page and other.task_id not in page
+
+
+def test_search_by_task_id_dedupe_key_and_conversation(admin_client):
+    conversation = ConversationFactory(remote_id="abc-remote", title="Garden plans")
+    in_conversation = make_task(conversation_id=conversation.pk)
+    keyed = make_task(dedupe_key="deliver:message:42")
+    other = make_task()
+    for term, task in [
+        (in_conversation.task_id[:12], in_conversation),
+        ("deliver:message:42", keyed),
+        ("abc-remote", in_conversation),
+        ("Garden", in_conversation),
+    ]:
+        page = admin_client.get(LIST, {"q": term}).content.decode()
+        assert task.task_id in page, term
+        assert other.task_id not in page, term
+
+
+# --- actions -------------------------------------------------------------------------------------
+
+
+def test_retry_moves_failed_and_cancelled_tasks_and_reports_the_rest(admin_client, admin_user):
+    failed, cancelled, succeeded, pending = (
+        make_task(S.FAILED), make_task(S.CANCELLED), make_task(S.SUCCEEDED), make_task(S.PENDING)
+    )
+    notes = run_action(admin_client, "retry", [failed, cancelled, succeeded, pending])
+    assert [status(t) for t in (failed, cancelled, succeeded, pending)] == [
+        S.PENDING, S.PENDING, S.SUCCEEDED, S.PENDING,
+    ]
+    assert AutomationTask.objects.get(pk=failed.pk).attempt_count == 0
+    assert last_event(failed).actor == admin_user.username == last_event(cancelled).actor
+    done, skipped = notes
+    assert done.startswith("Retried 2 task(s)") and failed.task_id in done and cancelled.task_id in done
+    assert skipped.startswith("Skipped 2 task(s)")
+    assert f"cannot retry a task that is succeeded: {succeeded.task_id}" in skipped
+    assert f"cannot retry a task that is pending: {pending.task_id}" in skipped
+
+
+def test_cancel_ends_running_and_waiting_tasks_but_not_finished_ones(admin_client, admin_user):
+    running, pending, blocked, succeeded = (
+        make_task(S.RUNNING), make_task(S.PENDING), make_task(S.BLOCKED), make_task(S.SUCCEEDED)
+    )
+    notes = run_action(admin_client, "cancel", [running, pending, blocked, succeeded])
+    assert [status(t) for t in (running, pending, blocked)] == [S.CANCELLED] * 3
+    assert status(succeeded) == S.SUCCEEDED
+    event = last_event(running)
+    assert (event.status_from, event.status_to, event.actor) == (S.RUNNING, S.CANCELLED, admin_user.username)
+    assert notes[0].startswith("Cancelled 3 task(s)")
+    assert notes[1] == f"Skipped 1 task(s) (cannot cancel a task that is succeeded: {succeeded.task_id})"
+
+
+def test_approve_releases_only_blocked_tasks(admin_client, admin_user):
+    blocked, running = make_task(S.BLOCKED), make_task(S.RUNNING)
+    notes = run_action(admin_client, "approve", [blocked, running])
+    assert (status(blocked), status(running)) == (S.PENDING, S.RUNNING)
+    assert last_event(blocked).actor == admin_user.username
+    assert notes == [
+        f"Approved 1 task(s): {blocked.task_id}",
+        f"Skipped 1 task(s) (cannot approve a task that is running: {running.task_id})",
+    ]
+
+
+def test_reject_fails_only_blocked_tasks_naming_the_operator(admin_client, admin_user):
+    blocked, pending = make_task(S.BLOCKED), make_task(S.PENDING)
+    notes = run_action(admin_client, "reject", [blocked, pending])
+    rejected = AutomationTask.objects.get(pk=blocked.pk)
+    assert (rejected.status, status(pending)) == (S.FAILED, S.PENDING)
+    assert rejected.last_error == f"rejected by {admin_user.username}"
+    assert notes[0] == f"Rejected 1 task(s): {blocked.task_id}"
+    assert "cannot reject a task that is pending" in notes[1]
+
+
+def test_an_action_runs_from_the_task_page_too(admin_client):
+    running = make_task(S.RUNNING)
+    response = admin_client.post(
+        change_url(running),
+        {"CHANGE_FORM-action": "cancel", ACTION_CHECKBOX_NAME: [running.pk], "CHANGE_FORM-index": 0},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert status(running) == S.CANCELLED
+
+
+# --- the task page -------------------------------------------------------------------------------
+
+
+def test_the_task_page_shows_pretty_json_links_and_the_timeline_in_order(admin_client, admin_user):
+    message = MessageFactory()
+    instruction = InstructionFactory(message=message, tool="files.read")
+    task = make_task(
+        S.FAILED,
+        conversation_id=message.conversation_id, message_id=message.pk, instruction_id=instruction.pk,
+    )
+    AutomationTask.objects.filter(pk=task.pk).update(
+        payload_json=json.dumps({"tool": "files.read", "params": {"path": "notes/todo.md"}}),
+        result_json=json.dumps({"text": "<b>milk</b>"}),
+    )
+    tr.task_retry(task.pk, actor=admin_user.username, now=task.updated_at + 1000)
+
+    page = admin_client.get(change_url(task)).content.decode()
+
+    assert '<pre class="conductor-json"' in page
+    assert '  &quot;params&quot;: {\n    &quot;path&quot;: &quot;notes/todo.md&quot;\n  },' in page
+    assert "&lt;b&gt;milk&lt;/b&gt;" in page  # escaped, never rendered as HTML
+    assert f"/admin/conversations/conversation/{message.conversation_id}/change/" in page
+    assert f"/admin/conversations/message/{message.pk}/change/" in page
+    assert f"/admin/ingest/instruction/{instruction.pk}/change/" in page
+
+    timeline = page[page.index('id="task-timeline"'):]
+    rows = re.findall(
+        r'<tr class="timeline-event">\s*<td>([^<]*)</td>\s*<td>([^<]*)</td>\s*<td>([^<]*)</td>\s*'
+        r'<td class="timeline-actor">([^<]*)</td>',
+        timeline,
+    )
+    assert [(action, transition, actor) for _, action, transition, actor in rows] == [
+        ("create", "∅ → pending", "test"),
+        ("lease", "pending → leased", "dispatcher-1"),
+        ("start", "leased → running", "dispatcher-1"),
+        ("fail", "running → failed", "dispatcher-1"),
+        ("retry", "failed → pending", admin_user.username),
+    ]
+    assert rows[0][0] == "2023-11-14 22:13:20.000 UTC"  # T0
+    assert "boom" in timeline  # the failure's error
+
+
+def test_the_task_page_cannot_edit_a_task(admin_client):
+    task = make_task(S.PENDING)
+    page = admin_client.get(change_url(task)).content.decode()
+    assert 'name="_save"' not in page
+    assert 'name="status"' not in page
+    response = admin_client.post(change_url(task), {"status": "succeeded", "_save": "Save"})
+    assert response.status_code == 403
+    assert status(task) == S.PENDING
+
+
+def test_tasks_cannot_be_added_or_deleted_in_the_admin(admin_client):
+    task = make_task(S.SUCCEEDED)
+    assert admin_client.get(f"{LIST}add/").status_code == 403
+    assert admin_client.get(f"{LIST}{task.pk}/delete/").status_code == 403
+    assert "delete_selected" not in admin_client.get(LIST).content.decode()
+
+
+# --- permissions ---------------------------------------------------------------------------------
+
+
+def test_staff_with_view_permission_sees_tasks_but_cannot_act(client):
+    client.force_login(make_staff("viewer", "automation.view_automationtask"))
+    blocked = make_task(S.BLOCKED)
+    page = client.get(LIST)
+    assert page.status_code == 200 and blocked.task_id in page.content.decode()
+    assert 'value="approve"' not in page.content.decode()
+    client.post(LIST, {"action": "approve", ACTION_CHECKBOX_NAME: [blocked.pk], "index": 0})
+    assert status(blocked) == S.BLOCKED
+    assert client.get(change_url(blocked)).status_code == 200
+
+
+def test_staff_with_change_permission_can_act(client):
+    user = make_staff("operator", "automation.view_automationtask", "automation.change_automationtask")
+    client.force_login(user)
+    blocked = make_task(S.BLOCKED)
+    notes = run_action(client, "approve", [blocked])
+    assert status(blocked) == S.PENDING and notes == [f"Approved 1 task(s): {blocked.task_id}"]
+    assert last_event(blocked).actor == "operator"
+
+
+def test_staff_without_task_permissions_is_refused(client):
+    client.force_login(make_staff("stranger", "conversations.view_conversation"))
+    blocked = make_task(S.BLOCKED)
+    assert client.get(LIST).status_code == 403
+    assert client.get(change_url(blocked)).status_code == 403
+    assert client.post(LIST, {"action": "approve", ACTION_CHECKBOX_NAME: [blocked.pk]}).status_code == 403
+    assert status(blocked) == S.BLOCKED
