@@ -159,9 +159,15 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
         self.client_pk, self.client_id = client.pk, client.client_id
         await self.channel_layer.group_add(self._group_name, self.channel_name)
-        replaced = await database_sync_to_async(clients.plugin_client_connect)(
-            client=client, channel_name=self.channel_name
-        )
+        try:
+            replaced = await database_sync_to_async(clients.plugin_client_connect)(
+                client=client, channel_name=self.channel_name
+            )
+        except clients.PluginClientRevoked:
+            await self.channel_layer.group_discard(self._group_name, self.channel_name)
+            self.client_pk = self.client_id = None
+            log_event(logger, "hello_refused", level=logging.WARNING, client_id=client.client_id)
+            raise FrameError(ErrorCode.UNAUTHORIZED, "unknown client, wrong token or revoked client") from None
         if replaced:
             await self.channel_layer.send(replaced, {"type": "plugin.replaced"})
         # Deliveries that waited for this client are due now.

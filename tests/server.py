@@ -148,3 +148,13 @@ def running_server(
     finally:
         if process.poll() is None:
             server.kill()
+
+
+def wait_for(predicate, what: str, timeout: float = 60):
+    """Poll ``predicate`` until it returns something true, and return that; fail after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -21,6 +21,10 @@ from ingest.tokens import token_generate, token_hash
 logger = logging.getLogger(__name__)
 
 
+class PluginClientRevoked(Exception):
+    """The client is revoked (or its token changed since it was read): it cannot connect or get a new token."""
+
+
 def plugin_client_create(*, name: str, token: str | None = None) -> tuple[PluginClient, str]:
     """Register a plugin client named ``name``; return it and its token.
 
@@ -48,14 +52,23 @@ def plugin_client_connect(
 
     Returns the channel name of the socket it replaces ("" if none): the
     newest socket is the client's, so the caller closes the older one.
+
+    Raises ``PluginClientRevoked`` when the client was revoked, or its token
+    rotated, since ``client`` was authenticated. The caller joins the client's
+    group before calling this, so a revoke or rotation that commits after it
+    reaches the socket as a group message, and one that committed before is
+    caught here: no socket stays open on a token that no longer works.
     """
     now = now or timezone.now()
     with transaction.atomic():
         previous = (
             PluginClient.objects.select_for_update()
+            .filter(pk=client.pk, enabled=True, token_hash=client.token_hash)
             .values_list("connection_channel", flat=True)
-            .get(pk=client.pk)
+            .first()
         )
+        if previous is None:
+            raise PluginClientRevoked(f"{client.client_id} was revoked or given a new token meanwhile")
         PluginClient.objects.filter(pk=client.pk).update(
             connected=True, connection_channel=channel_name, last_seen_at=now
         )
@@ -101,9 +114,6 @@ def plugin_client_revoke(*, client: PluginClient, actor: str) -> None:
         )
     log_event(logger, "plugin_client_revoke", client_id=client.client_id, actor=actor)
 
-
-class PluginClientRevoked(Exception):
-    """The client was revoked; it gets no new token (create a new client instead)."""
 
 
 def plugin_client_rotate(*, client: PluginClient, actor: str) -> str:

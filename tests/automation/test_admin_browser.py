@@ -11,7 +11,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from automation.rendering import parse_results
 from conversations.models import Conversation, Message
 from ingest.simulator import SimulatedPlugin
 from tests.factories import TEST_TOKEN, PluginClientFactory
-from tests.server import ROOT, running_server, server_env
+from tests.server import ROOT, running_server, server_env, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -52,15 +51,6 @@ def screenshots():
     folder = Path(os.environ.get("CONDUCTOR_SCREENSHOT_DIR", ROOT / "data" / "screenshots"))
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-def wait_for(predicate, what, timeout=WAIT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def task_of(kind, message_pk):

@@ -7,21 +7,23 @@ server or the other, and deliveries find it wherever it is.
 """
 
 import contextlib
+import datetime as dt
 import io
 import time
 
 import pytest
 from django.core.management import call_command
 from django.db import connections
+from django.utils import timezone
 
-from automation.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from automation.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE, RENEWAL_DELIVER
 from automation.models import AutomationTask, DeliveryRequest, TaskStatus
 from automation.rendering import parse_results
 from automation.services.dispatcher_state import dispatcher_pause_set
-from conversations.models import Message
+from conversations.models import Conversation, Message
 from ingest.simulator import SimulatedPlugin
 from tests.factories import TEST_TOKEN, PluginClientFactory
-from tests.server import running_server
+from tests.server import running_server, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -77,15 +79,6 @@ def final_message(text, message_id="m1", frame_id="f1"):
 
 def block(tool, params="{}"):
     return f"```baa\n{tool}\n{params}\n```"
-
-
-def wait_for(predicate, what, timeout=WAIT):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def delivery_task():
@@ -193,3 +186,22 @@ def test_the_demo_replays_a_fixture_and_answers_every_delivery(servers, workspac
     assert "✗ block 2 files.delete: rejected: unknown tool 'files.delete'" in text
     assert AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER, status=TaskStatus.SUCCEEDED).count() == 5
     assert Message.objects.filter(source=Message.Source.CONDUCTOR).count() == 5
+
+
+def test_an_idle_conversation_is_renewed_through_its_plugin(servers):
+    with plugin(servers[1]) as browser:
+        browser.send_final_message(final_message("Done for today; no blocks."))
+        an_hour_ago = timezone.now() - dt.timedelta(hours=1)
+        Conversation.objects.update(
+            renewal_enabled=True, renewal_text="Keep going, please.", last_activity_at=an_hour_ago,
+        )
+        out = io.StringIO()
+        call_command("renew", stdout=out)
+        assert "1 created" in out.getvalue()
+
+        delivery = browser.next_delivery(timeout=WAIT)
+        assert delivery["text"] == "Keep going, please."
+        browser.answer(delivery)
+        wait_for(lambda: AutomationTask.objects.get(kind=RENEWAL_DELIVER).status == TaskStatus.SUCCEEDED,
+                 "the renewal to be delivered")
+    assert Message.objects.get(source=Message.Source.CONDUCTOR).text == "Keep going, please."

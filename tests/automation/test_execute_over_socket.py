@@ -1,7 +1,6 @@
 """An instruction sent over a real socket runs in the real dispatcher, scheduled by django-q2."""
 
 import json
-import time
 
 import pytest
 from websockets.sync.client import connect
@@ -9,7 +8,7 @@ from websockets.sync.client import connect
 from automation.kinds import INSTRUCTION_EXECUTE
 from automation.models import AutomationTask
 from tests.factories import TEST_TOKEN, PluginClientFactory
-from tests.server import running_server
+from tests.server import running_server, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -30,14 +29,11 @@ def test_a_block_from_the_socket_runs_and_its_result_is_persisted(tmp_path):
             }))
             assert json.loads(ws.recv(timeout=10))["instructions"] == 2
 
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
+        def finished():
             tasks = list(AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).order_by("sequence"))
-            if tasks and all(task.is_terminal for task in tasks):
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail(f"the instructions did not finish: {tasks}\n{server.log()}")
+            return tasks if tasks and all(task.is_terminal for task in tasks) else None
+
+        tasks = wait_for(finished, "the instructions to finish")
 
     assert [task.status for task in tasks] == ["succeeded", "succeeded"]
     assert json.loads(tasks[0].result_json) == {

@@ -9,7 +9,15 @@ from ingest.selectors import (
     plugin_clients_connected,
     presence_window,
 )
-from ingest.services.clients import plugin_client_connect, plugin_client_disconnect, plugin_client_touch
+from ingest.models import PluginClient
+from ingest.services.clients import (
+    PluginClientRevoked,
+    plugin_client_connect,
+    plugin_client_disconnect,
+    plugin_client_revoke,
+    plugin_client_rotate,
+    plugin_client_touch,
+)
 from tests.factories import TEST_TOKEN, PluginClientFactory
 
 
@@ -56,3 +64,16 @@ def test_authenticate_checks_id_token_and_enabled():
     client.enabled = False
     client.save()
     assert plugin_client_authenticate(client_id="laptop", token=TEST_TOKEN) is None
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("change", ["revoke", "rotate"])
+def test_a_client_revoked_or_rotated_after_its_hello_was_checked_cannot_connect(change):
+    client = plugin_client_authenticate(client_id=PluginClientFactory().client_id, token=TEST_TOKEN)
+    # Between the token check and the connection, an operator acts.
+    {"revoke": plugin_client_revoke, "rotate": plugin_client_rotate}[change](
+        client=PluginClient.objects.get(pk=client.pk), actor="operator"
+    )
+    with pytest.raises(PluginClientRevoked):
+        plugin_client_connect(client=client, channel_name="chan-1")
+    assert not plugin_clients_connected().filter(pk=client.pk).exists()
