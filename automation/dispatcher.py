@@ -26,7 +26,13 @@ from django.db import close_old_connections
 from automation.clock import now_ms
 from automation.kinds import KindSpec, kinds
 from automation.models import AutomationTask
-from automation.outcomes import ExecutionContext, Outcome, RetryableFailure, Success, TerminalFailure
+from automation.outcomes import (
+    ExecutionContext,
+    Outcome,
+    RetryableFailure,
+    Success,
+    TerminalFailure,
+)
 from automation.retry import outbound_jitter_ms, retry_delay
 from automation.services.claim import tasks_claim, tasks_reclaim_expired
 from automation.services.dispatcher_state import dispatcher_tick_record
@@ -39,8 +45,8 @@ from automation.services.transitions import (
     task_start,
     task_succeed,
 )
-from conductor_site.logfmt import log_event
 from automation.wake import WakeListener
+from conductor_site.logfmt import log_event
 from ingest.selectors import plugin_client_is_connected
 
 logger = logging.getLogger(__name__)
@@ -299,7 +305,10 @@ def dispatcher_run(
     """
     import time
 
-    from automation.services.dispatcher_state import dispatcher_run_lease, dispatcher_run_release
+    from automation.services.dispatcher_state import (
+        dispatcher_run_lease,
+        dispatcher_run_release,
+    )
 
     dispatcher = dispatcher or Dispatcher()
     report = RunReport()

@@ -20,16 +20,19 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
 
-from conductor_site.logfmt import log_event
-from automation.services.delivery import delivery_requests_abandon, delivery_result_record
+from automation.services.delivery import (
+    delivery_requests_abandon,
+    delivery_result_record,
+)
 from automation.wake import WAKE_GROUP
+from conductor_site.logfmt import log_event
 from ingest import selectors
 from ingest.frames import frame_id, parse_delivery_result, parse_final_message
-from ingest.services import clients
-from ingest.services.messages import ingest_final_message
 from ingest.models import plugin_group_name
 from ingest.protocol import MAX_FRAME_BYTES, CloseCode, ErrorCode, FrameError
 from ingest.ratelimit import SlidingWindowLimiter
+from ingest.services import clients
+from ingest.services.messages import ingest_final_message
 
 logger = logging.getLogger(__name__)
 

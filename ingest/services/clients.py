@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import logging
-
 import datetime as dt
+import logging
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone

@@ -176,7 +176,10 @@ def test_list_matches_a_glob_and_walks_with_double_star(workspace, outside):
         (workspace / name).write_text("x")
     # A symlinked folder is listed but never walked into.
     (workspace / "src" / "out").symlink_to(outside.parent)
-    names = lambda result: [entry["name"] for entry in result["entries"]]  # noqa: E731
+
+    def names(result):
+        return [entry["name"] for entry in result["entries"]]
+
     assert names(run(workspace, "files.list", {"path": "src", "glob": "*.py"})) == ["a.py"]
     assert names(run(workspace, "files.list", {"path": "src", "glob": "**/*.py"})) == ["pkg/b.py"]
     assert names(run(workspace, "files.list", {"path": "src", "glob": "**"})) == [

@@ -3,13 +3,13 @@ import datetime as dt
 import pytest
 from django.utils import timezone
 
+from ingest.models import PluginClient
 from ingest.selectors import (
     plugin_client_authenticate,
     plugin_client_is_connected,
     plugin_clients_connected,
     presence_window,
 )
-from ingest.models import PluginClient
 from ingest.services.clients import (
     PluginClientRevoked,
     plugin_client_connect,
