@@ -64,7 +64,10 @@ class Command(BaseCommand):
         token = self._demo_token()
         self._seed_workspace()
         run_id = time.strftime("%Y%m%d%H%M%S")
-        self.stdout.write(f"demo {run_id}: {len(frames)} assistant messages from {fixture} to {url}\n")
+        shown = Path(fixture).resolve()
+        if shown.is_relative_to(settings.BASE_DIR):
+            shown = shown.relative_to(settings.BASE_DIR)
+        self.stdout.write(f"demo {run_id}: {len(frames)} assistant messages from {shown} to {url}\n")
 
         expected = 0
         try:
@@ -80,8 +83,9 @@ class Command(BaseCommand):
                 }
                 ack = plugin.send_final_message(frame)
                 first_line = _preview(frame["text"].splitlines()[0] if frame["text"] else "", 70)
+                blocks = ack["instructions"]
                 self.stdout.write(
-                    f"→ assistant: {first_line!r}  ({ack['instructions']} blocks"
+                    f"→ assistant: {first_line!r}  ({blocks} block{'' if blocks == 1 else 's'}"
                     f"{', duplicate' if ack['duplicate'] else ''})"
                 )
                 if ack["instructions"] and not ack["duplicate"]:
@@ -144,7 +148,7 @@ class Command(BaseCommand):
         while time.monotonic() < deadline:
             task = AutomationTask.objects.get(pk=task_id)
             if task.status != TaskStatus.RUNNING:
-                self.stdout.write(f"  → answered HTTP 200; the delivery task is {task.status}")
+                self.stdout.write(f"  → answered HTTP 200; delivery {task.status}")
                 return
             time.sleep(0.05)
         raise CommandError(f"the server did not record the answer to delivery {task_id} within {timeout:g} s")
