@@ -20,6 +20,7 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
+from automation import clock
 from automation.clock import now_ms
 from automation.models import TaskStatus
 from automation.selectors import (
@@ -40,7 +41,7 @@ LAG_TICKS = 3
 
 def datetime_from_ms(ms: int | None) -> dt.datetime | None:
     """An aware datetime for epoch milliseconds (the tasks' time fields), in the site's time zone."""
-    return None if ms is None else timezone.localtime(dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC))
+    return None if ms is None else timezone.localtime(clock.datetime_from_ms(ms))
 
 
 def format_ms(ms: int | None) -> str:

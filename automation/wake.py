@@ -19,6 +19,11 @@ logger = logging.getLogger(__name__)
 WAKE_GROUP = "conductor-dispatcher-wake"
 
 
+async def dispatcher_wake_async(layer=None) -> None:
+    """Tell every running dispatcher loop that tasks just became due (from async code)."""
+    await (layer or get_channel_layer()).group_send(WAKE_GROUP, {"type": "dispatcher.wake"})
+
+
 def dispatcher_wake() -> None:
     """Tell every running dispatcher loop that due tasks were just committed.
 
@@ -26,7 +31,7 @@ def dispatcher_wake() -> None:
     next scheduled tick instead.
     """
     try:
-        async_to_sync(get_channel_layer().group_send)(WAKE_GROUP, {"type": "dispatcher.wake"})
+        async_to_sync(dispatcher_wake_async)()
     except Exception:
         logger.exception("could not wake the dispatcher; the next tick will claim the tasks")
 

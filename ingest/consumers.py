@@ -24,7 +24,7 @@ from automation.services.delivery import (
     delivery_requests_abandon,
     delivery_result_record,
 )
-from automation.wake import WAKE_GROUP
+from automation.wake import dispatcher_wake_async
 from conductor_site.logfmt import log_event
 from ingest import selectors
 from ingest.frames import frame_id, parse_delivery_result, parse_final_message
@@ -174,7 +174,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         if replaced:
             await self.channel_layer.send(replaced, {"type": "plugin.replaced"})
         # Deliveries that waited for this client are due now.
-        await self.channel_layer.group_send(WAKE_GROUP, {"type": "dispatcher.wake"})
+        await dispatcher_wake_async(self.channel_layer)
         self._background.append(asyncio.ensure_future(self._keep_presence()))
         await self.send_frame(
             {

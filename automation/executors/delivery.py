@@ -75,8 +75,7 @@ def proxy_deliver(ctx: ExecutionContext, *, text: str) -> Outcome:
     if client is None or not client.enabled:
         return TerminalFailure(f"plugin client {task.target_client_id!r} is revoked or gone")
     link = ConversationLink.objects.filter(conversation_id=task.conversation_id, client=client).first()
-
-    request = adapter.build_request(DeliveryTarget(
+    target = DeliveryTarget(
         platform=adapter.name,
         conversation_id=task.target_conversation_id or "",
         parent_message_id=link.last_assistant_message_id if link else "",
@@ -84,7 +83,8 @@ def proxy_deliver(ctx: ExecutionContext, *, text: str) -> Outcome:
         page_url=link.page_url if link else "",
         text=text,
         delivery_key=task.pk,
-    ))
+    )
+    request = adapter.build_request(target)
     timeout = settings.CONDUCTOR_DELIVERY_TIMEOUT_SECONDS
     pending = delivery_request_create(task_id=task.pk, client_pk=client.pk)
     frame = {
@@ -111,7 +111,7 @@ def proxy_deliver(ctx: ExecutionContext, *, text: str) -> Outcome:
         return failure(verdict.error or "not delivered", result=outcome)
     message = delivered_message_store(
         task_id=task.pk, conversation_id=task.conversation_id, client_pk=client.pk, text=text,
-        frame={**frame, "parent_message_id": link.last_assistant_message_id if link else ""},
+        frame={**frame, "parent_message_id": target.parent_message_id},
         remote_message_id=verdict.remote_message_id,
     )
     return Success({**outcome, "message_id": message.pk, "remote_message_id": verdict.remote_message_id})

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import random
 from collections.abc import Collection
@@ -11,6 +10,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
+from automation.clock import datetime_from_ms
 from automation.kinds import kinds
 from automation.models import (
     CLAIMABLE_STATUSES,
@@ -55,7 +55,7 @@ def _claimable(now: int, runnable_kinds: Collection[str]):
         target_platform=OuterRef("target_platform"),
         status__in=LEASE_HOLDING_STATUSES,
     )
-    seen_after = dt.datetime.fromtimestamp(now / 1000, tz=dt.UTC) - presence_window()
+    seen_after = datetime_from_ms(now) - presence_window()
     target_connected = PluginClient.objects.filter(
         client_id=OuterRef("target_client_id"), enabled=True, connected=True,
         last_seen_at__gte=seen_after,

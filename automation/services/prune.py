@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
+from automation.clock import ms_from_datetime
 from automation.models import OPEN_STATUSES, TERMINAL_STATUSES, AutomationTask, TaskEvent
 from conductor_site.logfmt import log_event
 from conversations.models import Message
@@ -34,7 +35,7 @@ def prune(*, older_than_days: int, dry_run: bool = False, now: dt.datetime | Non
     """
     now = now or timezone.now()
     cutoff = now - dt.timedelta(days=older_than_days)
-    cutoff_ms = int(cutoff.timestamp() * 1000)
+    cutoff_ms = ms_from_datetime(cutoff)
     tasks = AutomationTask.objects.filter(status__in=TERMINAL_STATUSES, finished_at__lt=cutoff_ms)
     messages = Message.objects.filter(received_at__lt=cutoff).exclude(
         tasks__status__in=OPEN_STATUSES

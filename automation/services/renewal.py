@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
+from automation.clock import ms_from_datetime
 from automation.kinds import RENEWAL_DELIVER
 from automation.models import OPEN_STATUSES, AutomationTask
 from automation.services.tasks import task_create
@@ -71,15 +72,9 @@ def renewal_text(conversation: Conversation) -> str:
     return conversation.renewal_text.strip() or DEFAULT_RENEWAL_TEXT
 
 
-def epoch_ms(moment: dt.datetime) -> int:
-    # Exact integer arithmetic: a float timestamp could round the key of one
-    # idle period differently from one run to the next.
-    return (moment - dt.datetime(1970, 1, 1, tzinfo=dt.UTC)) // dt.timedelta(milliseconds=1)
-
-
 def renewal_dedupe_key(conversation: Conversation) -> str:
     """The projector's key for the conversation's current idle period."""
-    return f"renew:{conversation.pk}:{epoch_ms(conversation.last_activity_at)}"
+    return f"renew:{conversation.pk}:{ms_from_datetime(conversation.last_activity_at)}"
 
 
 def _conversations_with_link():
@@ -129,7 +124,7 @@ def _renewal_create(
         actor=actor,
         dedupe_key=dedupe_key,
         conversation_id=conversation.pk,
-        now=epoch_ms(now),
+        now=ms_from_datetime(now),
     )
     if not created:
         return None
@@ -160,7 +155,7 @@ def renewal_project(
     report = RenewalReport(dry_run=dry_run)
 
     conversations = list(_conversations_with_link().filter(renewal_enabled=True).order_by("pk"))
-    counts = _renewal_counts(day_start_ms=epoch_ms(day_start))
+    counts = _renewal_counts(day_start_ms=ms_from_datetime(day_start))
     due: list[tuple[Conversation, str]] = []
     for conversation in conversations:
         today, still_open = counts.get(conversation.pk, (0, 0))
@@ -219,7 +214,7 @@ def conversations_renew_now(
         elif not conversation.has_link:
             report.skipped.append((pk, SKIP_NO_LINK))
         elif task := _renewal_create(
-            conversation=conversation, dedupe_key=f"renew:{pk}:now:{epoch_ms(now)}", actor=actor, now=now
+            conversation=conversation, dedupe_key=f"renew:{pk}:now:{ms_from_datetime(now)}", actor=actor, now=now
         ):
             report.created.append((pk, task.pk))
         else:

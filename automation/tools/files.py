@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from automation.tools.registry import ToolCall, ToolError
-from automation.tools.workspace import workspace_path, workspace_relative
+from automation.tools.workspace import workspace_path, workspace_relative, workspace_root
 
 DEFAULT_MAX_BYTES = 65536
 MAX_LIST_ENTRIES = 1000
@@ -85,8 +85,10 @@ def files_list(call: ToolCall) -> dict[str, Any]:
             truncated = True
             break
         info = os.lstat(folder / relative)
-        kind = _entry_type(info.st_mode)
-        entries.append({"name": relative, "type": kind, "size": None if kind == "dir" else info.st_size})
+        entry_type = _entry_type(info.st_mode)
+        # A folder's st_size says nothing about its contents.
+        size = None if stat.S_ISDIR(info.st_mode) else info.st_size
+        entries.append({"name": relative, "type": entry_type, "size": size})
     return {"path": workspace_relative(call.workspace, folder), "entries": entries, "truncated": truncated}
 
 
@@ -129,7 +131,7 @@ def files_write(call: ToolCall) -> dict[str, Any]:
     name = call.params["path"]
     mode = call.params.get("mode", "create")
     path = workspace_path(call.workspace, name)
-    if path == workspace_path(call.workspace, "."):
+    if path == workspace_root(call.workspace):
         raise ToolError(f"{name}: is the workspace folder itself")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

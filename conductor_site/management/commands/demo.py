@@ -127,16 +127,14 @@ class Command(BaseCommand):
 
     def _held(self, message_id: int, approve: bool) -> int:
         """1 when the message will be delivered; 0 when it waits for an operator's approval."""
-        blocked = list(
-            AutomationTask.objects.filter(
-                kind=INSTRUCTION_EXECUTE, message_id=message_id, status=TaskStatus.BLOCKED
-            ).values_list("pk", "payload_json")
-        )
+        blocked = list(AutomationTask.objects.filter(
+            kind=INSTRUCTION_EXECUTE, message_id=message_id, status=TaskStatus.BLOCKED
+        ))
         if not blocked:
             return 1
-        tools = ", ".join(json.loads(payload)["tool"] for _, payload in blocked)
+        tools = ", ".join(task.payload["tool"] for task in blocked)
         if approve:
-            tasks_approve(task_ids=[pk for pk, _ in blocked], actor=ACTOR)
+            tasks_approve(task_ids=[task.pk for task in blocked], actor=ACTOR)
             self.stdout.write(f"  ✓ approved {tools} (--approve)")
             return 1
         self.stdout.write(f"  ⏸ {tools} waits for approval in the admin (or run the demo with --approve)")
