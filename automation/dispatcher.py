@@ -1,6 +1,6 @@
 """The dispatcher: ticks that reclaim, claim and run tasks (SPEC §4).
 
-One ``Dispatcher`` per process. Each tick reclaims expired leases, claims due
+One ``Dispatcher`` per process; ``automation.loop`` ticks it. Each tick reclaims expired leases, claims due
 tasks through the one claim path, and hands each claimed task to a thread of
 its own, so a slow target never delays another. A running task renews its
 lease (heartbeat) and is told to stop when it finds itself cancelled. The
@@ -45,7 +45,6 @@ from automation.services.transitions import (
     task_start,
     task_succeed,
 )
-from automation.wake import WakeListener
 from conductor_site.logfmt import log_event
 from ingest.selectors import plugin_client_is_connected
 
@@ -53,10 +52,6 @@ logger = logging.getLogger(__name__)
 
 # After the stop grace, how long cancelled tasks get to return.
 STOP_AFTER_CANCEL_SECONDS = 5.0
-# How long a stopping run lets its running tasks finish.
-STOP_GRACE_SECONDS = 10.0
-# How often a run waiting for its next tick looks at its stop signal.
-STOP_POLL_SECONDS = 0.2
 
 
 def new_owner() -> str:
@@ -275,81 +270,3 @@ class Dispatcher:
                 )
             case TerminalFailure(error=error, result=result):
                 task_fail(task.pk, lease_owner=self.owner, error=error, result=result, now=now)
-
-
-@dataclass
-class RunReport:
-    ticks: int = 0
-    woken: int = 0
-    held_lease: bool = False
-
-
-def dispatcher_run(
-    *,
-    seconds: float,
-    tick_seconds: float,
-    stop: threading.Event,
-    dispatcher: Dispatcher | None = None,
-    listen_for_wake: bool = True,
-    standby_seconds: float | None = None,
-) -> RunReport:
-    """A bounded dispatcher run: ticks on the wall clock for ``seconds``, then returns.
-
-    Only one run at a time holds the run lease; a run that finds it taken
-    stands by, polling once a tick, and takes over the moment the holder
-    ends (waiting at most ``standby_seconds``, by default ``seconds``), so
-    consecutive scheduled runs hand over without a gap. Between
-    ticks it waits on a wake-up (new tasks committed by ingest) and ticks at
-    once when one comes. ``stop`` ends it early (the caller sets it on SIGINT
-    or SIGTERM); running tasks then get the dispatcher's stop grace.
-    """
-    import time
-
-    from automation.services.dispatcher_state import (
-        dispatcher_run_lease,
-        dispatcher_run_release,
-    )
-
-    dispatcher = dispatcher or Dispatcher()
-    report = RunReport()
-    deadline = time.monotonic() + (seconds if standby_seconds is None else standby_seconds)
-    lease_ms = int(max(3 * tick_seconds, 10) * 1000)
-
-    def hold_lease() -> bool:
-        now = dispatcher.clock()
-        return dispatcher_run_lease(owner=dispatcher.owner, now=now, until=now + lease_ms)
-
-    while not hold_lease():
-        if stop.wait(tick_seconds) or time.monotonic() >= deadline:
-            return report
-    report.held_lease = True
-    # Standing by does not shorten the run.
-    deadline = time.monotonic() + seconds
-    wake = dispatcher.wake
-    listener = WakeListener(wake).start() if listen_for_wake else None
-    try:
-        next_tick = time.monotonic()
-        while not stop.is_set() and time.monotonic() < deadline:
-            dispatcher.tick()
-            report.ticks += 1
-            if not hold_lease():
-                break  # another run took over (ours had lapsed)
-            next_tick += tick_seconds
-            while next_tick <= time.monotonic():
-                next_tick += tick_seconds  # a slow tick skips slots rather than bunching
-            # Until the next tick: a wake-up ticks at once, a stop ends the run.
-            while not stop.is_set():
-                remaining = min(next_tick, deadline) - time.monotonic()
-                if remaining <= 0:
-                    break
-                if wake.wait(min(remaining, STOP_POLL_SECONDS)):
-                    wake.clear()
-                    report.woken += 1
-                    break
-    finally:
-        if listener:
-            listener.stop()
-        dispatcher.stop(grace=STOP_GRACE_SECONDS)
-        dispatcher_run_release(owner=dispatcher.owner)
-        close_old_connections()
-    return report

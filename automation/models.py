@@ -160,9 +160,12 @@ class DispatcherState(models.Model):
     paused_at = models.DateTimeField(null=True, blank=True)
     last_tick_at = models.BigIntegerField(null=True, blank=True, help_text="Epoch milliseconds.")
     last_tick_owner = models.CharField(max_length=128, blank=True)
-    # The single-instance lease of the scheduled dispatcher run (automation.tasks).
+    # The lease of the one dispatcher loop that ticks (automation.loop), and
+    # the slot of the one loop that stands by to take over when it lapses.
     run_owner = models.CharField(max_length=128, blank=True)
     run_until = models.BigIntegerField(null=True, blank=True, help_text="Epoch milliseconds.")
+    standby_owner = models.CharField(max_length=128, blank=True)
+    standby_until = models.BigIntegerField(null=True, blank=True, help_text="Epoch milliseconds.")
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(id=1), name="dispatcher_state_singleton")]

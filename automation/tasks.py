@@ -7,26 +7,20 @@ import threading
 
 from django.conf import settings
 
-from automation.dispatcher import dispatcher_run
+from automation.loop import dispatcher_loop
 from automation.services.prune import prune
 from automation.services.renewal import renewal_project
 
-# A scheduled run lasts about as long as the schedule's period, so that runs
-# follow each other. django-q2 starts a one-minute schedule 30 to 60 s after
-# the previous start, so the next run stands by at most that long before it
-# takes over: one run and at most one standby occupy a worker each. Both
-# together stay well under Q_CLUSTER["timeout"].
-DISPATCH_RUN_SECONDS = 60
-DISPATCH_STANDBY_SECONDS = 35
 
+def dispatch_run() -> dict[str, int | bool]:
+    """The dispatcher loop as a django-q2 task: runs until SIGINT or SIGTERM.
 
-def dispatch_run(seconds: float = DISPATCH_RUN_SECONDS) -> dict[str, int]:
-    """The scheduled dispatcher run. Stops early on SIGINT or SIGTERM.
-
-    django-q2 workers ignore SIGINT, and the cluster waits for a running task
-    before it stops, so this run installs its own handlers: `make run` sends
-    SIGINT to the cluster's process group on Ctrl-C, and the run ends within
-    a tick.
+    Scheduled with no timeout (``automation.schedules``). Returns at once when
+    one loop already ticks and another stands by. django-q2 workers ignore
+    SIGINT, and the cluster waits for a running task before it stops, so the
+    loop installs its own handlers: `make run` sends SIGINT to the cluster's
+    process group on Ctrl-C (a process manager sends SIGTERM to the group),
+    and the loop stops within a tick, giving running tasks their grace.
     """
     stop = threading.Event()
     previous = {}
@@ -34,14 +28,13 @@ def dispatch_run(seconds: float = DISPATCH_RUN_SECONDS) -> dict[str, int]:
         for signum in (signal.SIGINT, signal.SIGTERM):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
     try:
-        report = dispatcher_run(
-            seconds=seconds, tick_seconds=settings.CONDUCTOR_TICK_SECONDS, stop=stop,
-            standby_seconds=min(seconds, DISPATCH_STANDBY_SECONDS),
+        report = dispatcher_loop(
+            stop=stop, tick_seconds=settings.CONDUCTOR_TICK_SECONDS, exit_when_covered=True
         )
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    return {"ticks": report.ticks, "woken": report.woken}
+    return {"ticks": report.ticks, "woken": report.woken, "stood_by": report.stood_by}
 
 
 def prune_daily() -> str:

@@ -1,13 +1,14 @@
 """Waking a running dispatcher loop across processes, through the channel layer.
 
 Ingest (in the ASGI server) calls ``dispatcher_wake`` after committing new
-tasks; the dispatcher run (in a django-q2 worker) listens with ``WakeListener``
+tasks; the dispatcher loop (in a django-q2 worker) listens with ``WakeListener``
 and ticks at once instead of at its next scheduled tick.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 
@@ -25,7 +26,7 @@ async def dispatcher_wake_async(layer=None) -> None:
 
 
 def dispatcher_wake() -> None:
-    """Tell every running dispatcher loop that due tasks were just committed.
+    """Tell the running dispatcher loop that due tasks were just committed.
 
     Best effort: when the channel layer is unreachable, the tasks wait for the
     next scheduled tick instead.
@@ -37,15 +38,24 @@ def dispatcher_wake() -> None:
 
 
 class WakeListener:
-    """A thread that sets ``event`` whenever a wake-up arrives, until ``stop()``."""
+    """A thread that sets ``event`` whenever a wake-up arrives, until ``stop()``.
 
-    # How often the listener looks up from its channel to see whether to stop.
-    POLL_SECONDS = 0.5
+    It lives as long as the dispatcher loop, so it never times its receive
+    out (a cancelled receive can drop the message it was taking); ``stop()``
+    cancels it once. A lost channel layer (Redis restarted, say) is retried
+    every ``RETRY_SECONDS``, and the group membership, which both layers
+    expire after a day, is renewed every ``REJOIN_SECONDS``.
+    """
+
+    RETRY_SECONDS = 1.0
+    REJOIN_SECONDS = 3600.0
 
     def __init__(self, event: threading.Event) -> None:
         self.event = event
         self.ready = threading.Event()
         self._stopping = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
         self._thread = threading.Thread(target=self._run, name="conductor-wake", daemon=True)
 
     def start(self) -> WakeListener:
@@ -55,28 +65,51 @@ class WakeListener:
 
     def stop(self) -> None:
         self._stopping.set()
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(task.cancel)
         self._thread.join(10)
 
     def _run(self) -> None:
         try:
             asyncio.run(self._main())
-        except Exception:
-            logger.exception("the dispatcher's wake-up listener stopped; ticks go on as scheduled")
+        except asyncio.CancelledError:
+            pass
         finally:
             self.ready.set()
 
     async def _main(self) -> None:
+        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        while not self._stopping.is_set():
+            try:
+                await self._listen()
+            except Exception:
+                logger.exception("the dispatcher's wake-up listener failed; listening again in %s s",
+                                 self.RETRY_SECONDS)
+                self.ready.set()  # ticks go on as scheduled meanwhile
+                await asyncio.sleep(self.RETRY_SECONDS)
+
+    async def _listen(self) -> None:
         # A layer of its own: layers bind to the event loop that receives on them.
         layer = channel_layers.make_backend("default")
         channel = await layer.new_channel()
         await layer.group_add(WAKE_GROUP, channel)
         self.ready.set()
+        rejoin = asyncio.create_task(self._rejoin(layer, channel))
         try:
-            while not self._stopping.is_set():
-                try:
-                    await asyncio.wait_for(layer.receive(channel), timeout=self.POLL_SECONDS)
-                except TimeoutError:
-                    continue
+            while True:
+                await layer.receive(channel)
                 self.event.set()
         finally:
-            await layer.group_discard(WAKE_GROUP, channel)
+            rejoin.cancel()
+            with contextlib.suppress(Exception):
+                await layer.group_discard(WAKE_GROUP, channel)
+
+    async def _rejoin(self, layer, channel: str) -> None:
+        while True:
+            await asyncio.sleep(self.REJOIN_SECONDS)
+            try:
+                await layer.group_add(WAKE_GROUP, channel)
+            except Exception:
+                logger.exception("could not renew the wake-up group membership; trying again later")

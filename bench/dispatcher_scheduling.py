@@ -2,9 +2,9 @@
 beside django-q2's own async_task, on the configured database and broker.
 
 1. Tick interval: starts `manage.py qcluster` (throw-away data folder, the
-   configured database) and samples the dispatcher's last tick for --seconds;
-   prints the median and p99 interval between ticks and the longest gap (the
-   hand-over between scheduled runs shows there).
+   configured database), queues the dispatcher loop and its standby as
+   `make run` does, and samples the dispatcher's last tick for --seconds;
+   prints the median and p99 interval between ticks and the longest gap.
 2. Wake-up latency: a dispatcher run in another process (tick every 30 s, so
    only a wake-up makes it claim at once); this process creates a task and
    wakes it, --wakes times; prints commit-to-lease latency.
@@ -59,10 +59,12 @@ def percentile(values, p):
 
 def tick_intervals(seconds: float) -> None:
     from automation.models import DispatcherState
+    from automation.schedules import dispatcher_loops_start
 
-    DispatcherState.objects.update_or_create(pk=1, defaults={"run_owner": "", "run_until": None})
+    release_loops(DispatcherState)
     started_ms = time.time_ns() // 1_000_000
     cluster = start_cluster()
+    dispatcher_loops_start()
     ticks: list[int] = []
     try:
         deadline = time.monotonic() + seconds
@@ -82,14 +84,21 @@ def tick_intervals(seconds: float) -> None:
           f"p99={percentile(intervals, 99):.3f} s longest_gap={max(intervals):.3f} s")
 
 
+def release_loops(DispatcherState) -> None:
+    """Forget the leases of loops an earlier run may have left behind."""
+    DispatcherState.objects.update_or_create(
+        pk=1, defaults={"run_owner": "", "run_until": None, "standby_owner": "", "standby_until": None}
+    )
+
+
 def wake_peer(ready, stop) -> None:
     setup_django(with_noop_kind=True)
-    from automation.dispatcher import dispatcher_run
+    from automation.loop import dispatcher_loop
 
     thread_stop = threading.Event()
     threading.Thread(target=lambda: (stop.wait(), thread_stop.set()), daemon=True).start()
     ready.set()
-    dispatcher_run(seconds=600, tick_seconds=30, stop=thread_stop)
+    dispatcher_loop(stop=thread_stop, tick_seconds=30)
 
 
 def wake_latency(wakes: int) -> None:
@@ -97,7 +106,7 @@ def wake_latency(wakes: int) -> None:
     from automation.services.tasks import task_create
     from automation.wake import dispatcher_wake
 
-    DispatcherState.objects.update_or_create(pk=1, defaults={"run_owner": "", "run_until": None})
+    release_loops(DispatcherState)
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Event(), context.Event()
     peer = context.Process(target=wake_peer, args=(ready, stop))

@@ -92,4 +92,9 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         "CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES": _positive_int(
             env, "CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES", 16 * 1024 * 1024
         ),
+        # The django-q2 cluster: its workers (one runs the dispatcher loop,
+        # one stands by to take it over, the rest serve renewal and pruning)
+        # and the longest any other task may run before the cluster kills it.
+        "CONDUCTOR_Q_WORKERS": _positive_int(env, "CONDUCTOR_Q_WORKERS", 4, minimum=3),
+        "CONDUCTOR_Q_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_Q_TIMEOUT_SECONDS", 300),
     }

@@ -32,6 +32,13 @@ def _local_secret_key() -> str:
 
 
 SECRET_KEY = env.str("SECRET_KEY", default="") or _local_secret_key()
+
+# --- Conductor (SPEC §8) ------------------------------------------------------
+
+# Every CONDUCTOR_* name of SPEC §8 becomes a Django setting of the same name.
+_CONDUCTOR = conductor_settings(env, data_dir=DATA_DIR)
+globals().update(_CONDUCTOR)
+
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
@@ -117,14 +124,16 @@ REDIS_URL = env.str("REDIS_URL", default="") or None
 
 Q_CLUSTER = {
     "name": "conductor",
-    # One worker runs the dispatcher loop and one may stand by to take over
-    # (automation.tasks); the others serve pruning and renewal.
-    "workers": env.int("CONDUCTOR_Q_WORKERS", default=4),
-    # The longest task (a bounded dispatcher run) must finish well inside
-    # `timeout`, and `retry` must exceed `timeout`, or the broker hands the
-    # same task out twice.
-    "timeout": 300,
-    "retry": 360,
+    # One worker runs the dispatcher loop and one stands by to take it over
+    # (automation.loop); the others serve pruning and renewal.
+    "workers": _CONDUCTOR["CONDUCTOR_Q_WORKERS"],
+    # Every task but the dispatcher loop (queued with no timeout, see
+    # automation.schedules) finishes within `timeout`. `retry` must exceed it,
+    # or the ORM broker hands a task that is still running out again. It
+    # does so with the loop after `retry`: that copy finds the loop and its
+    # standby in place and returns at once.
+    "timeout": _CONDUCTOR["CONDUCTOR_Q_TIMEOUT_SECONDS"],
+    "retry": _CONDUCTOR["CONDUCTOR_Q_TIMEOUT_SECONDS"] + 60,
     "max_attempts": 1,
     "catch_up": False,
     "ack_failures": True,
@@ -234,7 +243,3 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }
 
-# --- Conductor (SPEC §8) ------------------------------------------------------
-
-# Every CONDUCTOR_* name of SPEC §8 becomes a Django setting of the same name.
-globals().update(conductor_settings(env, data_dir=DATA_DIR))

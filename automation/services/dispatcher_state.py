@@ -35,14 +35,33 @@ def dispatcher_pause_set(*, is_paused: bool, actor: str) -> bool:
 
 
 def dispatcher_run_lease(*, owner: str, now: int, until: int) -> bool:
-    """Take or renew the single-instance lease of a scheduled dispatcher run; True if held."""
+    """Take or renew the lease of the one ticking dispatcher loop; True if ``owner`` holds it.
+
+    Taking it gives up ``owner``'s standby slot, if it had one, so the next
+    loop can stand by.
+    """
     DispatcherState.objects.get_or_create(pk=1)
-    return bool(
+    held = bool(
         DispatcherState.objects.filter(
             Q(run_owner="") | Q(run_until__lt=now) | Q(run_owner=owner), pk=1
         ).update(run_owner=owner, run_until=until)
     )
+    if held:
+        DispatcherState.objects.filter(pk=1, standby_owner=owner).update(standby_owner="", standby_until=None)
+    return held
+
+
+def dispatcher_standby_lease(*, owner: str, now: int, until: int) -> bool:
+    """Take or renew the one standby slot (a loop waiting to take over); True if held."""
+    DispatcherState.objects.get_or_create(pk=1)
+    return bool(
+        DispatcherState.objects.filter(
+            Q(standby_owner="") | Q(standby_until__lt=now) | Q(standby_owner=owner), pk=1
+        ).update(standby_owner=owner, standby_until=until)
+    )
 
 
 def dispatcher_run_release(*, owner: str) -> None:
+    """Give up whatever ``owner`` holds, the run lease or the standby slot, so another takes it at once."""
     DispatcherState.objects.filter(pk=1, run_owner=owner).update(run_owner="", run_until=None)
+    DispatcherState.objects.filter(pk=1, standby_owner=owner).update(standby_owner="", standby_until=None)

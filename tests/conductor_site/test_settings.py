@@ -40,6 +40,8 @@ def test_defaults_match_the_spec():
         "CONDUCTOR_PING_INTERVAL_SECONDS": 20.0,
         "CONDUCTOR_HELLO_TIMEOUT_SECONDS": 10.0,
         "CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES": 16 * 1024 * 1024,
+        "CONDUCTOR_Q_WORKERS": 4,
+        "CONDUCTOR_Q_TIMEOUT_SECONDS": 300,
     }
 
 
@@ -68,6 +70,8 @@ def test_values_come_from_the_environment(tmp_path):
         ("CONDUCTOR_RETRY_BACKOFF_SECONDS", "5,soon", "comma-separated list"),
         ("CONDUCTOR_RETRY_BACKOFF_SECONDS", ",", "at least one"),
         ("CONDUCTOR_RETRY_JITTER_MAX_MS", "-1", "CONDUCTOR_RETRY_JITTER_MAX_MS must be at least 0"),
+        # The dispatcher loop and its standby take two workers; renewal needs a third.
+        ("CONDUCTOR_Q_WORKERS", "2", "CONDUCTOR_Q_WORKERS must be at least 3"),
     ],
 )
 def test_bad_values_fail_naming_the_setting(name, value, message):
@@ -104,6 +108,7 @@ def test_embedded_default_is_sqlite_in_the_data_folder_with_the_orm_broker(tmp_p
     assert values["name"] == str(tmp_path / "conductor.sqlite3")
     assert values["mode"] == "IMMEDIATE"
     assert values["q"]["orm"] == "default" and "redis" not in values["q"]
+    assert (values["q"]["workers"], values["q"]["timeout"], values["q"]["retry"]) == (4, 300, 360)
     assert values["debug"] is False
     assert values["workspace"] == str(tmp_path / "workspace")
     assert (tmp_path / "secret_key").stat().st_mode & 0o077 == 0

@@ -5,17 +5,23 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from automation.dispatcher import Dispatcher
-
-STOP_GRACE_SECONDS = 10.0
+from automation.loop import dispatcher_loop
 
 
 class Command(BaseCommand):
-    help = "Run dispatcher ticks in the foreground: --once for one tick, --loop (the default) until stopped."
+    help = (
+        "Run the dispatcher in the foreground: --once for one tick, --loop (the default) for "
+        "the dispatcher loop until stopped."
+    )
 
     def add_arguments(self, parser):
         mode = parser.add_mutually_exclusive_group()
         mode.add_argument("--once", action="store_true", help="One tick; wait for its tasks; exit.")
-        mode.add_argument("--loop", action="store_true", help="Tick until SIGINT or SIGTERM (default).")
+        mode.add_argument(
+            "--loop", action="store_true",
+            help="The dispatcher loop, as the cluster runs it, until SIGINT or SIGTERM (default). "
+                 "While another loop ticks, this one stands by to take over.",
+        )
         parser.add_argument(
             "--interval", type=float, default=None,
             help="Seconds between ticks (default CONDUCTOR_TICK_SECONDS).",
@@ -37,8 +43,8 @@ class Command(BaseCommand):
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, lambda *_: stop.set())
         self.stdout.write(f"dispatcher {dispatcher.owner}: a tick every {interval:g} s; Ctrl-C stops it.")
-        while not stop.is_set():
-            dispatcher.tick()
-            stop.wait(interval)
-        finished = dispatcher.stop(grace=STOP_GRACE_SECONDS)
-        self.stdout.write("stopped" if finished else "stopped; unfinished tasks will be reclaimed")
+        report = dispatcher_loop(stop=stop, tick_seconds=interval, dispatcher=dispatcher)
+        self.stdout.write(
+            f"stopped after {report.ticks} ticks" if report.held_lease
+            else "stopped; another dispatcher loop was ticking meanwhile"
+        )

@@ -17,9 +17,14 @@ import time
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
-from django_q.tasks import async_task
 
-GRACE_SECONDS = 8.0
+from automation.dispatcher import STOP_AFTER_CANCEL_SECONDS
+from automation.loop import STOP_GRACE_SECONDS
+from automation.schedules import dispatcher_loops_start
+
+# Long enough for the dispatcher loop's own stop: its running tasks' grace,
+# then their cancellation. An idle system stops in about two seconds.
+GRACE_SECONDS = STOP_GRACE_SECONDS + STOP_AFTER_CANCEL_SECONDS + 3.0
 
 # How each child is asked to stop (see the module docstring).
 STOP = {
@@ -44,9 +49,8 @@ class Command(BaseCommand):
         if not no_cluster:
             children["qcluster"] = self._spawn([sys.executable, "manage.py", "qcluster"])
             # django-q2 first looks at its schedules half a minute after it
-            # starts: queue a dispatcher run now so tasks need not wait. (If
-            # another cluster's run holds the run lease, this one stands by.)
-            async_task("automation.tasks.dispatch_run", task_name="conductor.dispatch.start")
+            # starts: queue the dispatcher loop and its standby now.
+            dispatcher_loops_start()
         self.stdout.write(f"Conductor on http://{host}:{port}/ (admin at /admin/); Ctrl-C stops it.")
 
         def request_stop(signum, frame):
@@ -90,8 +94,9 @@ class Command(BaseCommand):
     def _stop(self, children: dict[str, subprocess.Popen]) -> None:
         # daphne: SIGTERM. The cluster: SIGINT to its whole group, as a
         # terminal's Ctrl-C would. Its main process stops the workers in order
-        # (about 2 s); the workers ignore SIGINT, except a running dispatcher
-        # run, which ends at its next tick instead of making the cluster wait.
+        # (about 2 s); the workers ignore SIGINT, except the dispatcher loop
+        # and its standby, which stop within a tick instead of making the
+        # cluster wait.
         for name, child in children.items():
             if child.poll() is None:
                 STOP[name](child)

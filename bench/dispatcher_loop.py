@@ -1,0 +1,155 @@
+"""The dispatcher loop under the real server: idle tick gaps, a long command, a worker's death.
+
+Starts ``manage.py serve`` (daphne + the django-q2 cluster, as ``make run``
+does) on the configured database and channel layer, then:
+
+1. Idle ticks: for --idle-seconds, polls ``/healthz`` twice a second (the
+   largest ``dispatcher_last_tick_age_seconds`` it reports) and the last tick
+   in the database every 20 ms (the longest gap between two ticks).
+2. A long command: a simulated plugin sends one ``shell.run`` of
+   --shell-seconds (allowed for this client by a tool policy) and waits for
+   its delivery; prints the end-to-end time, the task's status, attempts and
+   reclaims.
+3. Takeover: SIGKILL to the cluster worker whose loop holds the run lease;
+   prints how long until the standby loop ticks.
+
+    uv run python bench/dispatcher_loop.py [--idle-seconds 600] [--shell-seconds 250]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench REDIS_URL=redis://127.0.0.1:6379/14 \\
+        uv run python bench/dispatcher_loop.py
+"""
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, child_env, setup_django  # noqa: E402
+from bench.delivery_latency import wait_healthy  # noqa: E402
+
+CLIENT_ID = "bench-loop"
+
+
+def prepare() -> str:
+    setup_django()
+    from django.core.management import call_command
+
+    from automation.models import DispatcherState, ToolPolicy
+    from ingest.models import PluginClient
+    from ingest.services.clients import plugin_client_create
+
+    call_command("migrate_all", verbosity=0)
+    PluginClient.objects.filter(client_id=CLIENT_ID).delete()
+    client, token = plugin_client_create(name=CLIENT_ID)
+    ToolPolicy.objects.create(tool="shell.run", client=client, policy="allow", note="bench/dispatcher_loop.py")
+    DispatcherState.objects.update_or_create(
+        pk=1, defaults={"run_owner": "", "run_until": None, "standby_owner": "", "standby_until": None}
+    )
+    return token
+
+
+def idle_ticks(port: int, seconds: float) -> None:
+    from automation.models import DispatcherState
+
+    ticks, largest_age, next_poll = [], 0.0, 0.0
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
+        if last and (not ticks or last != ticks[-1]):
+            ticks.append(last)
+        if time.monotonic() >= next_poll:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+                age = json.load(response)["dispatcher_last_tick_age_seconds"]
+            largest_age = max(largest_age, age or 0.0)
+            next_poll = time.monotonic() + 0.5
+        time.sleep(0.02)
+    gaps = [(b - a) / 1000 for a, b in zip(ticks, ticks[1:], strict=False)]
+    print(f"idle {seconds:.0f} s: ticks={len(ticks)} longest_gap={max(gaps):.3f} s "
+          f"largest_healthz_tick_age={largest_age:.3f} s")
+
+
+def long_command(url: str, token: str, seconds: int) -> None:
+    from automation.kinds import INSTRUCTION_EXECUTE
+    from automation.models import AutomationTask
+    from ingest.simulator import SimulatedPlugin
+
+    run = uuid.uuid4().hex[:8]
+    params = json.dumps({"argv": ["sleep", str(seconds)], "timeout_s": seconds + 30})
+    with SimulatedPlugin(url=url, client_id=CLIENT_ID, token=token) as plugin:
+        started = time.perf_counter()
+        plugin.send_final_message({
+            "type": "browser.final_message", "id": run, "platform": "claude",
+            "conversation_id": f"bench-{run}", "message_id": run,
+            "text": f"```baa\nshell.run\n{params}\n```",
+        })
+        delivery = plugin.next_delivery(timeout=seconds + 120)
+        elapsed = time.perf_counter() - started
+        plugin.answer(delivery, status=200)
+    task = AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE, conversation__remote_id=f"bench-{run}").get()
+    print(f"shell.run sleep {seconds}: delivered after {elapsed:.1f} s; status={task.status} "
+          f"attempts={task.attempt_count} reclaims={task.events.filter(action='reclaim').count()} "
+          f"heartbeats={task.events.filter(action='heartbeat').count()}")
+
+
+def takeover(tick_seconds: float) -> None:
+    from automation.loop import lease_seconds
+    from automation.models import DispatcherState
+
+    def state():
+        return DispatcherState.objects.get(pk=1)
+
+    deadline = time.monotonic() + 120
+    while not (state().run_owner and state().standby_owner):
+        if time.monotonic() > deadline:
+            raise SystemExit("no standby loop came up")
+        time.sleep(0.1)
+    runner, standby = state().run_owner, state().standby_owner
+    killed = time.monotonic()
+    os.kill(int(runner.split(":")[-2]), signal.SIGKILL)
+    while state().last_tick_owner != standby:
+        time.sleep(0.02)
+    print(f"takeover after SIGKILL of the loop's worker: {time.monotonic() - killed:.2f} s "
+          f"(run lease {lease_seconds(tick_seconds):.0f} s, tick {tick_seconds:g} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--idle-seconds", type=float, default=600)
+    parser.add_argument("--shell-seconds", type=int, default=250)
+    parser.add_argument("--port", type=int, default=8951)
+    args = parser.parse_args()
+
+    token = prepare()
+    from django.conf import settings
+
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    layer = "redis" if settings.REDIS_URL else "channels-lite"
+    print(f"database={engine} layer={layer} tick={settings.CONDUCTOR_TICK_SECONDS} s")
+    with tempfile.TemporaryDirectory() as data_dir:
+        env = child_env(data_dir, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING")
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--port", str(args.port)],
+            cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
+        )
+        try:
+            wait_healthy(args.port, server)
+            if args.idle_seconds:
+                idle_ticks(args.port, args.idle_seconds)
+            if args.shell_seconds:
+                long_command(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.shell_seconds)
+            takeover(settings.CONDUCTOR_TICK_SECONDS)
+        finally:
+            os.killpg(server.pid, signal.SIGINT)
+            server.wait(30)
+
+
+if __name__ == "__main__":
+    main()

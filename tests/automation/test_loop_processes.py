@@ -1,0 +1,169 @@
+"""The dispatcher loop in real processes: under django-q2 as `make run` starts it, and
+as the schedule starts it again and again, on the configured database and broker."""
+
+import itertools
+import json
+import os
+import random
+import signal
+import time
+
+import pytest
+from websockets.sync.client import connect
+
+from automation.kinds import INSTRUCTION_EXECUTE
+from automation.models import AutomationTask, DispatcherState, TaskEvent, ToolPolicy
+from tests.factories import TEST_TOKEN, PluginClientFactory
+from tests.procs import spawn_process
+from tests.server import running_server, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+
+def state() -> DispatcherState:
+    return DispatcherState.objects.filter(pk=1).first() or DispatcherState(pk=1)
+
+
+def owner_pid(owner: str) -> int:
+    """The process id inside a lease owner ("host:pid:suffix")."""
+    return int(owner.split(":")[-2])
+
+
+def say_hello(ws, client_id="laptop-chrome"):
+    ws.send(json.dumps({"type": "hello", "client_id": client_id, "token": TEST_TOKEN}))
+    assert json.loads(ws.recv(timeout=10))["type"] == "hello.ok"
+
+
+def send_message(ws, n: int, block: str) -> None:
+    ws.send(json.dumps({
+        "type": "browser.final_message", "id": f"f{n}", "platform": "claude",
+        "conversation_id": f"c{n}", "message_id": f"m{n}", "text": f"Step {n}.\n```baa\n{block}\n```",
+    }))
+
+
+def serve_frames(ws, seconds: float) -> list[dict]:
+    """Read frames for ``seconds``, answering deliveries as a chat page would; return them."""
+    frames, deadline = [], time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            frame = json.loads(ws.recv(timeout=left))
+        except TimeoutError:
+            break
+        frames.append(frame)
+        if frame["type"] == "browser.proxy_delivery":
+            ws.send(json.dumps({"type": "browser.proxy_delivery.result", "request_id": frame["request_id"],
+                                "ok": True, "status": 200, "body": "", "error": None}))
+    return frames
+
+
+def tick_sampler():
+    """Record every distinct last tick (epoch ms) seen while polling."""
+    ticks = []
+
+    def sample():
+        last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
+        if last and (not ticks or last != ticks[-1]):
+            ticks.append(last)
+
+    return ticks, sample
+
+
+def test_scheduled_again_and_again_the_loop_keeps_ticking_without_a_gap(monkeypatch):
+    """Each firing of the schedule starts a loop; one ticks throughout, one stands by, the rest return."""
+    tick = 0.25
+    monkeypatch.setenv("CONDUCTOR_TICK_SECONDS", str(tick))
+    ticks, sample = tick_sampler()
+    firings = [spawn_process("automation.tasks:dispatch_run", ())]
+    try:
+        wait_for(lambda: state().run_owner, "the first loop to take the lease")
+        runner = state().run_owner
+        next_firing = time.monotonic()
+        while len(firings) < 12:
+            sample()
+            if time.monotonic() >= next_firing:
+                firings.append(spawn_process("automation.tasks:dispatch_run", ()))
+                next_firing += 1.0
+            time.sleep(0.01)
+        standby = wait_for(lambda: state().standby_owner, "a loop to stand by")
+        keep = {owner_pid(runner), owner_pid(standby)}
+        end = time.monotonic() + 30
+        while time.monotonic() < end and any(p.is_alive() for p in firings if p.pid not in keep):
+            sample()  # the later firings start (a second or two each), find both places taken, return
+            time.sleep(0.01)
+
+        assert state().run_owner == runner and state().last_tick_owner == runner
+        assert standby != runner
+        still_running = sorted(p.pid for p in firings if p.is_alive())
+        assert still_running == sorted(keep)  # the rest returned
+    finally:
+        for process in firings:
+            if process.is_alive():
+                os.kill(process.pid, signal.SIGTERM)
+        for process in firings:
+            process.join(20)
+    gaps = [(b - a) / 1000 for a, b in itertools.pairwise(ticks)]
+    assert len(gaps) > 40
+    assert max(gaps) < 2 * tick, max(gaps)
+    assert [p.exitcode for p in firings] == [0] * len(firings)
+
+
+def test_a_task_much_longer_than_the_clusters_timeout_succeeds_unreclaimed(tmp_path):
+    """A live task is bounded by its own lease and heartbeat only, never by the loop's schedule."""
+    PluginClientFactory(client_id="laptop-chrome")
+    ToolPolicy.objects.create(tool="shell.run", policy="allow")
+    env = dict(CONDUCTOR_TICK_SECONDS="0.2", CONDUCTOR_LEASE_SECONDS="2", CONDUCTOR_Q_TIMEOUT_SECONDS="4",
+               CONDUCTOR_WORKSPACE=str(tmp_path / "workspace"))
+    with running_server(tmp_path, command="serve+cluster", **env) as server, connect(server.ws_url) as ws:
+        say_hello(ws)
+        runner = wait_for(lambda: state().run_owner, "the loop to tick")
+        send_message(ws, 1, 'shell.run\n{"argv": ["sleep", "16"], "timeout_s": 30}')
+
+        def finished():
+            serve_frames(ws, 0.2)
+            task = AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).first()
+            return task if task and task.is_terminal else None
+
+        task = wait_for(finished, "the long command to finish", timeout=60)
+        assert state().run_owner == runner  # one loop ticked throughout, four times the cluster's timeout
+
+    assert (task.status, task.attempt_count) == ("succeeded", 1), task.last_error
+    assert json.loads(task.result_json)["exit_code"] == 0
+    assert not task.events.filter(action="reclaim").exists()
+    assert task.events.filter(action="heartbeat").count() >= 15
+
+
+def test_a_message_committed_at_any_moment_is_claimed_through_the_wake_up(tmp_path):
+    """Ticks are 10 s apart, so only the wake-up explains a claim within a second or two."""
+    PluginClientFactory(client_id="laptop-chrome")
+    rng = random.Random()
+    env = dict(CONDUCTOR_TICK_SECONDS="10", CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0")
+    with running_server(tmp_path, command="serve+cluster", **env) as server, connect(server.ws_url) as ws:
+        say_hello(ws)
+        wait_for(lambda: state().run_owner, "the loop to tick")
+        started, n = time.monotonic(), 0
+        while time.monotonic() - started < 60:
+            serve_frames(ws, rng.uniform(0, 9))
+            n += 1
+            send_message(ws, n, f'echo\n{{"n": {n}}}')
+        wait_for(lambda: AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE, status="succeeded").count() == n,
+                 "every block to run", timeout=30)
+
+    latencies = []
+    for task in AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE):
+        events = {e.action: e.at for e in TaskEvent.objects.filter(task=task, action__in=["create", "lease"])}
+        latencies.append((events["lease"] - events["create"]) / 1000)
+    assert n >= 8
+    assert max(latencies) < 2.0, sorted(latencies)
+
+
+def test_killing_the_worker_that_runs_the_loop_hands_it_to_the_standby_within_the_lease_and_a_tick(tmp_path):
+    tick = 0.5
+    with running_server(tmp_path, command="serve+cluster", CONDUCTOR_TICK_SECONDS=str(tick)):
+        wait_for(lambda: state().run_owner and state().standby_owner, "a loop and its standby", timeout=30)
+        runner, standby = state().run_owner, state().standby_owner
+        killed_at = time.monotonic()
+        os.kill(owner_pid(runner), signal.SIGKILL)
+        wait_for(lambda: state().last_tick_owner == standby, "the standby to tick", timeout=30)
+        takeover = time.monotonic() - killed_at
+        assert state().run_owner == standby
+    assert takeover < 10 + tick + 1.0, takeover  # the run lease (10 s) plus one tick, and polling

@@ -1,0 +1,39 @@
+"""The django-q2 schedules and the dispatcher loops `make run` queues at start."""
+
+import ast
+
+import pytest
+from django_q.models import OrmQ, Schedule
+from django_q.signing import SignedPackage
+
+from automation.schedules import dispatcher_loops_start, schedules_register
+
+
+@pytest.mark.django_db
+def test_the_schedules_are_registered_once_however_often_migrate_runs():
+    schedules_register()
+    schedules_register()
+    rows = {s.name: (s.func, s.schedule_type, s.minutes, s.repeats) for s in Schedule.objects.all()}
+    assert rows == {
+        "conductor.dispatch": ("automation.tasks.dispatch_run", "I", 1, -1),
+        "conductor.prune": ("automation.tasks.prune_daily", "D", None, -1),
+        "conductor.renew": ("automation.tasks.renew_scheduled", "I", 1, -1),
+    }
+
+
+@pytest.mark.django_db
+def test_the_dispatcher_loop_is_scheduled_with_no_cluster_timeout():
+    schedules_register()
+    kwargs = ast.literal_eval(Schedule.objects.get(name="conductor.dispatch").kwargs)
+    # django-q2 reads -1 as "no timeout": the loop runs until the cluster stops.
+    assert kwargs == {"q_options": {"timeout": -1}}
+    assert Schedule.objects.get(name="conductor.renew").kwargs is None
+
+
+@pytest.mark.django_db
+def test_make_run_queues_a_loop_and_its_standby_with_no_cluster_timeout(settings):
+    if "redis" in settings.Q_CLUSTER:
+        pytest.skip("reads the ORM broker's queue")
+    dispatcher_loops_start()
+    queued = [SignedPackage.loads(row.payload) for row in OrmQ.objects.all()]
+    assert [(task["func"], task["timeout"]) for task in queued] == [("automation.tasks.dispatch_run", -1)] * 2
