@@ -148,6 +148,7 @@ def overview(request):
         "tick_age": tick_age,
         "lag_limit": lag_limit,
         "is_lagging": tick_age is None or tick_age > lag_limit,
+        "standby": state.live_standby(now=now),
         "connected_clients": plugin_clients_connected().order_by("client_id"),
         "can_pause": request.user.is_superuser,
     }

@@ -173,6 +173,10 @@ class DispatcherState(models.Model):
     def __str__(self) -> str:
         return "dispatcher (paused)" if self.is_paused else "dispatcher"
 
+    def live_standby(self, *, now: int) -> str:
+        """The owner of the loop standing by to take over, or "" when none is (any longer)."""
+        return self.standby_owner if (self.standby_until or 0) >= now else ""
+
 
 class TaskEvent(models.Model):
     """One entry in a task's timeline: a status change or a lease action.

@@ -98,6 +98,16 @@ def test_the_overview_shows_the_last_tick_and_flags_a_lagging_dispatcher(admin_c
     assert 'id="dispatcher-lagging"' in part and "more than 6 s" in part
 
 
+def test_the_overview_shows_the_loop_standing_by_only_while_its_slot_is_live(admin_client):
+    DispatcherState.objects.create(pk=1, standby_owner="host-1:43:abc", standby_until=now_ms() + 10_000)
+    part = section(admin_client.get(OVERVIEW).content.decode(), "dispatcher-standby")
+    assert "host-1:43:abc, ready to take over" in part
+
+    DispatcherState.objects.filter(pk=1).update(standby_until=now_ms() - 1)
+    part = section(admin_client.get(OVERVIEW).content.decode(), "dispatcher-standby")
+    assert "host-1:43:abc" not in part and "none" in part
+
+
 def test_a_dispatcher_that_never_ticked_is_flagged(admin_client):
     part = section(admin_client.get(OVERVIEW).content.decode(), "overview-dispatcher")
     assert 'id="dispatcher-lagging"' in part and "never" in part
