@@ -20,6 +20,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ingest.jsoncheck import JsonRefused, loads_checked
+
 INFO_STRING = "baa"
 DEFAULT_TARGET = "conductor"
 MAX_BLOCKS = 32
@@ -106,10 +108,6 @@ def _json_object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
-
-
 def _parse_block(fence: _Fence, index: int) -> Block:
     raw = "\n".join(fence.content)
 
@@ -140,19 +138,17 @@ def _parse_block(fence: _Fence, index: int) -> Block:
     params: Any = {}
     if params_text.strip():
         try:
-            params = json.loads(
-                params_text, object_pairs_hook=_json_object_pairs, parse_constant=_reject_constant
-            )
+            params = loads_checked(params_text, object_pairs_hook=_json_object_pairs)
         except json.JSONDecodeError as exc:
             # Lines counted in the whole message, so the author can find the spot.
             line = fence.line + header_at + 1 + exc.lineno
             return rejected(
                 f"params are not valid JSON: {exc.msg} (line {line}, column {exc.colno})", target, tool
             )
+        except JsonRefused as exc:
+            return rejected(f"params cannot be taken: {exc.detail}", target, tool)
         except ValueError as exc:
             return rejected(f"params are not valid JSON: {exc}", target, tool)
-        except RecursionError:
-            return rejected("params are not valid JSON: nested too deeply", target, tool)
         if not isinstance(params, dict):
             return rejected(f"params must be one JSON object, got {_json_type(params)}", target, tool)
 

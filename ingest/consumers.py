@@ -27,9 +27,16 @@ from automation.services.delivery import (
 from automation.wake import dispatcher_wake_async
 from conductor_site.logfmt import log_event
 from ingest import selectors
-from ingest.frames import frame_id, parse_delivery_result, parse_final_message
+from ingest.frames import decode_frame, echo, frame_id, parse_delivery_result, parse_final_message
 from ingest.models import plugin_group_name
-from ingest.protocol import MAX_FRAME_BYTES, CloseCode, ErrorCode, FrameError
+from ingest.protocol import (
+    FRAME_LIMIT_EXTENSION,
+    FRAME_LIMIT_LIFT,
+    MAX_HELLO_FRAME_BYTES,
+    CloseCode,
+    ErrorCode,
+    FrameError,
+)
 from ingest.ratelimit import SlidingWindowLimiter
 from ingest.services import clients
 from ingest.services.messages import ingest_final_message
@@ -59,27 +66,66 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     # --- connection life cycle ---------------------------------------------
 
+    # Sockets of this process that have not said hello yet, and how many may.
+    # Each may send one frame of up to MAX_HELLO_FRAME_BYTES before it must
+    # authenticate, so together they hold little memory.
+    waiting_for_hello = 0
+    max_sockets_without_hello = 32
+
+    _background: tuple[asyncio.Task, ...] | list[asyncio.Task] = ()
+    _is_waiting_for_hello = False
+    _is_cleaned_up = False
+
+    async def __call__(self, scope, receive, send) -> None:
+        # However the socket ends (a close, a crash of a handler, a cancelled
+        # server task), its presence and its pending deliveries are cleaned up.
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._clean_up(code=None)
+
     async def connect(self) -> None:
-        self._background: list[asyncio.Task] = []
+        self._background = []
         self._limiter = SlidingWindowLimiter(settings.CONDUCTOR_MAX_FRAMES_PER_SECOND)
         await self.accept()
+        if PluginConsumer.waiting_for_hello >= self.max_sockets_without_hello:
+            log_event(logger, "socket_refused", level=logging.WARNING, reason="too many sockets without hello")
+            await self.close(code=CloseCode.TOO_MANY_WAITING)
+            return
+        self._set_waiting_for_hello(True)
         self._background.append(asyncio.ensure_future(self._close_without_hello()))
 
     async def disconnect(self, code: int) -> None:
+        await self._clean_up(code=code)
+
+    def _set_waiting_for_hello(self, waiting: bool) -> None:
+        if waiting != self._is_waiting_for_hello:
+            PluginConsumer.waiting_for_hello += 1 if waiting else -1
+            self._is_waiting_for_hello = waiting
+
+    async def _clean_up(self, *, code: int | None) -> None:
+        if self._is_cleaned_up:
+            return
+        self._is_cleaned_up = True
+        self._set_waiting_for_hello(False)
         for task in self._background:
             task.cancel()
-        if self.client_pk is not None:
-            await self.channel_layer.group_discard(self._group_name, self.channel_name)
-            was_current = await database_sync_to_async(clients.plugin_client_disconnect)(
-                client_pk=self.client_pk, channel_name=self.channel_name
-            )
-            if was_current:
-                # Nobody is left to answer what this socket was sent: its
-                # executors retry later instead of waiting out their timeout.
-                # (A socket replaced by a newer one leaves them to the newer one.)
-                await database_sync_to_async(delivery_requests_abandon)(
-                    client_pk=self.client_pk, reason="the plugin disconnected before answering"
+        try:
+            if self.client_pk is not None:
+                await self.channel_layer.group_discard(self._group_name, self.channel_name)
+                was_current = await database_sync_to_async(clients.plugin_client_disconnect)(
+                    client_pk=self.client_pk, channel_name=self.channel_name
                 )
+                if was_current:
+                    # Nobody is left to answer what this socket was sent: its
+                    # executors retry later instead of waiting out their timeout.
+                    # (A socket replaced by a newer one leaves them to the newer one.)
+                    await database_sync_to_async(delivery_requests_abandon)(
+                        client_pk=self.client_pk, reason="the plugin disconnected before answering"
+                    )
+        except Exception:
+            # Presence still expires on its own (twice the ping interval).
+            logger.exception("clean-up after the socket of %s failed", self.client_id)
         log_event(logger, "socket_closed", client_id=self.client_id, code=code)
 
     async def _close_without_hello(self) -> None:
@@ -92,7 +138,10 @@ class PluginConsumer(AsyncWebsocketConsumer):
         """Refresh presence while the socket lives; a killed server stops refreshing."""
         while True:
             await asyncio.sleep(settings.CONDUCTOR_PING_INTERVAL_SECONDS)
-            await self._touch()
+            try:
+                await self._touch()
+            except Exception:
+                logger.exception("could not refresh the presence of %s; trying again", self.client_id)
 
     async def _touch(self) -> None:
         await database_sync_to_async(clients.plugin_client_touch)(
@@ -106,20 +155,28 @@ class PluginConsumer(AsyncWebsocketConsumer):
     # --- frames from the plugin ----------------------------------------------
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Answer one frame; whatever goes wrong, the answer is an error frame (SPEC §6)."""
+        frame: dict[str, Any] | None = None
         try:
+            if self.client_pk is None and _size(text_data, bytes_data) > MAX_HELLO_FRAME_BYTES:
+                # Conductor's daphne refuses such a frame before reading it;
+                # this is for servers without that extension.
+                log_event(logger, "hello_too_large", level=logging.WARNING, bytes=_size(text_data, bytes_data))
+                await self._close_too_big()
+                return
             if self.client_pk is not None and not self._limiter.allow():
                 raise FrameError(
                     ErrorCode.RATE_LIMITED,
                     f"more than {self._limiter.limit} frames in one second; this frame was dropped",
                 )
-            frame = self._decode(text_data, bytes_data)
+            frame = decode_frame(text_data)
             if self.client_pk is None:
                 await self._hello(frame)
                 return
             handler = self.frame_handlers.get(frame["type"])
             if handler is None:
                 raise FrameError(
-                    ErrorCode.UNKNOWN_TYPE, f"unknown frame type {frame['type']!r}", frame.get("id")
+                    ErrorCode.UNKNOWN_TYPE, f"unknown frame type {echo(frame['type'])}", frame.get("id")
                 )
             await handler(self, frame)
         except FrameError as error:
@@ -129,23 +186,20 @@ class PluginConsumer(AsyncWebsocketConsumer):
                 await self.close(code=CloseCode.UNAUTHORIZED)
                 return
             await self.send_error(error.code, error.detail, frame_id=error.frame_id)
+        except Exception:
+            # A bug or a lost database: say so and keep the socket; nothing was acknowledged.
+            logger.exception("handling a frame on the socket of %s failed", self.client_id)
+            await self.send_error(
+                ErrorCode.SERVER_ERROR, "the server failed to handle this frame; it was not processed",
+                frame_id=frame_id(frame) if frame else None,
+            )
 
-    def _decode(self, text_data: str | None, bytes_data: bytes | None) -> dict[str, Any]:
-        if text_data is None:
-            raise FrameError(ErrorCode.BAD_FRAME, "binary frames are not accepted; send JSON text")
-        if len(text_data) > MAX_FRAME_BYTES or len(text_data.encode()) > MAX_FRAME_BYTES:
-            raise FrameError(ErrorCode.TOO_LARGE, f"frame is over {MAX_FRAME_BYTES} bytes")
+    async def _close_too_big(self) -> None:
         try:
-            frame = json.loads(text_data)
-        except json.JSONDecodeError as exc:
-            raise FrameError(
-                ErrorCode.BAD_FRAME, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-            ) from None
-        if not isinstance(frame, dict):
-            raise FrameError(ErrorCode.BAD_FRAME, "a frame must be a JSON object")
-        if not isinstance(frame.get("type"), str):
-            raise FrameError(ErrorCode.INVALID, "'type' must be a string", frame_id(frame))
-        return frame
+            await self.close(code=CloseCode.MESSAGE_TOO_BIG)
+        except Exception:
+            # autobahn lets an application close only with 1000 or 3000-4999.
+            await self.close(code=CloseCode.UNAUTHORIZED)
 
     async def _hello(self, frame: dict[str, Any]) -> None:
         if frame["type"] != "hello":
@@ -161,6 +215,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
             raise FrameError(ErrorCode.UNAUTHORIZED, "unknown client, wrong token or revoked client")
 
         self.client_pk, self.client_id = client.pk, client.client_id
+        self._set_waiting_for_hello(False)
         await self.channel_layer.group_add(self._group_name, self.channel_name)
         try:
             replaced = await database_sync_to_async(clients.plugin_client_connect)(
@@ -169,10 +224,13 @@ class PluginConsumer(AsyncWebsocketConsumer):
         except clients.PluginClientRevoked:
             await self.channel_layer.group_discard(self._group_name, self.channel_name)
             self.client_pk = self.client_id = None
+            self._set_waiting_for_hello(True)
             log_event(logger, "hello_refused", level=logging.WARNING, client_id=client.client_id)
             raise FrameError(ErrorCode.UNAUTHORIZED, "unknown client, wrong token or revoked client") from None
         if replaced:
             await self.channel_layer.send(replaced, {"type": "plugin.replaced"})
+        if FRAME_LIMIT_EXTENSION in self.scope.get("extensions", {}):
+            await self.base_send({"type": FRAME_LIMIT_LIFT})  # frames up to the full limit from now on
         # Deliveries that waited for this client are due now.
         await dispatcher_wake_async(self.channel_layer)
         self._background.append(asyncio.ensure_future(self._keep_presence()))
@@ -205,6 +263,15 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     async def send_error(self, code: str, detail: str, *, frame_id: str | None = None) -> None:
         await self.send_frame({"type": "error", "id": frame_id, "code": code, "detail": detail})
+
+
+def _size(text_data: str | None, bytes_data: bytes | None) -> int:
+    """A frame's size in bytes, encoding text only when its length cannot tell."""
+    if text_data is None:
+        return len(bytes_data or b"")
+    if len(text_data) > MAX_HELLO_FRAME_BYTES:
+        return len(text_data)  # at least this many bytes
+    return len(text_data.encode("utf-8", "surrogatepass"))
 
 
 @PluginConsumer.frame_handler("browser.final_message")
@@ -241,7 +308,7 @@ async def handle_delivery_result(consumer: PluginConsumer, frame: dict[str, Any]
     if not recorded:
         raise FrameError(
             ErrorCode.INVALID,
-            f"no delivery with request_id {result.request_id!r} is awaiting this client's answer",
+            f"no delivery with request_id {echo(result.request_id)} is awaiting this client's answer",
             frame_id(frame),
         )
 

@@ -1,6 +1,13 @@
 """Names fixed by the plugin protocol (SPEC §6)."""
 
 MAX_FRAME_BYTES = 1024 * 1024  # frames over this get `too_large`
+MAX_HELLO_FRAME_BYTES = 64 * 1024  # before hello, a frame over this closes the socket with 1009
+
+# The ASGI extension of Conductor's daphne (conductor_site/daphne_server.py):
+# the server reads at most MAX_HELLO_FRAME_BYTES per message until the
+# application sends FRAME_LIMIT_LIFT after a valid hello.
+FRAME_LIMIT_EXTENSION = "conductor.frame_limit"
+FRAME_LIMIT_LIFT = "conductor.frame_limit.lift"
 
 
 class ErrorCode:
@@ -16,10 +23,15 @@ class ErrorCode:
 
 
 class CloseCode:
+    MESSAGE_TOO_BIG = 1009  # RFC 6455
     UNAUTHORIZED = 4401
     REVOKED = 4403
     HELLO_TIMEOUT = 4408
     REPLACED = 4409
+    # Beyond SPEC §6: too many sockets of this server are waiting for their
+    # hello; try again later. (Applications may close only with 1000 or
+    # 3000-4999, so not 1013.)
+    TOO_MANY_WAITING = 4429
 
 
 class FrameError(Exception):

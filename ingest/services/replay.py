@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from conversations.models import Message
-from ingest.frames import parse_final_message
+from ingest.frames import decode_frame, parse_final_message
 from ingest.models import PluginClient
 from ingest.protocol import FrameError
 from ingest.services.messages import message_ingest
@@ -89,14 +88,11 @@ def frames_replay(
         if not line.strip():
             continue
         try:
-            frame = json.loads(line)
-        except json.JSONDecodeError as exc:
+            # The same checks as the socket's: a replayed file is no more trusted.
+            frame = decode_frame(line.rstrip("\r\n"))
+        except FrameError as exc:
             summary.invalid += 1
-            summary.problems.append(f"line {number}: invalid JSON: {exc.msg} (column {exc.colno})")
-            continue
-        if not isinstance(frame, dict):
-            summary.invalid += 1
-            summary.problems.append(f"line {number}: a frame must be a JSON object")
+            summary.problems.append(f"line {number}: {exc.detail}")
             continue
         handler = HANDLERS.get(frame.get("type"))
         if handler is None:

@@ -55,9 +55,15 @@ def test_valid_blocks(text, target, tool, params):
         ("```baa\necho\n42\n```", "params must be one JSON object, got a number"),
         ("```baa\necho\nnull\n```", "params must be one JSON object, got null"),
         ('```baa\necho\n{"a": 1, "a": 2}\n```', "params are not valid JSON: duplicate key 'a'"),
-        ('```baa\necho\n{"a": NaN}\n```', "params are not valid JSON: NaN is not valid JSON"),
+        ('```baa\necho\n{"a": NaN}\n```', "params cannot be taken: NaN is not a number JSON allows"),
+        ('```baa\necho\n{"a": -Infinity}\n```', "params cannot be taken: -Infinity is not a number JSON allows"),
+        # An assistant can write this; it must come back as an error it can act on.
+        ('```baa\necho\n{"a": 1e999}\n```', "params cannot be taken: 1e999 is not a finite number"),
+        ('```baa\necho\n{"a": "\\ud800"}\n```', "params cannot be taken: a string holds a lone surrogate"),
+        ('```baa\necho\n{"a": ' + "9" * 4301 + "}\n```", "params cannot be taken: a number has more than 100 digits"),
         ("```baa\necho\n{'a': 1}\n```", "params are not valid JSON: Expecting property name"),
-        ("```baa\necho\n" + "[" * 50000 + "\n```", "params are not valid JSON: nested too deeply"),
+        ("```baa\necho\n" + "[" * 50000 + "\n```", "params cannot be taken: nested deeper than 100 levels"),
+        ('```baa\necho\n{"a": ' + "[" * 100 + "]" * 100 + "}\n```", "nested deeper than 100 levels"),
     ],
 )
 def test_broken_blocks_are_reported_with_a_precise_error(text, error):

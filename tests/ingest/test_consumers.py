@@ -331,3 +331,161 @@ async def test_a_delivery_result_with_bad_fields_is_invalid(client, change, deta
 def _delivery_request(client, request_id):
     task = make_task(kind="instruction.deliver", target_client_id=client.client_id, target_platform="claude")
     return DeliveryRequest.objects.create(request_id=request_id, task=task, client=client, sent_at=1)
+
+
+# --- hostile input ------------------------------------------------------------------------------
+
+def final_with(raw_field: str, raw_value: str) -> str:
+    """FINAL as JSON text with one field's value written raw (so it can hold what json.dumps won't)."""
+    text = json.dumps({key: value for key, value in FINAL.items() if key != raw_field})
+    return text[:-1] + f', "{raw_field}": {raw_value}}}'
+
+
+@pytest.mark.parametrize(
+    "text,code,detail",
+    [
+        *[(final_with(field, '"a\\ud800b"'), "invalid", "lone surrogate")
+          for field in ("text", "conversation_id", "title", "message_id")],
+        (final_with("text", '"\\udfff"'), "invalid", "lone surrogate"),
+        (final_with("extra", "NaN"), "invalid", "NaN is not a number JSON allows"),
+        (final_with("extra", "-Infinity"), "invalid", "-Infinity is not a number"),
+        (final_with("extra", "1e999"), "invalid", "1e999 is not a finite number"),
+        (final_with("extra", "[" * 1500 + "]" * 1500), "bad_frame", "nested deeper than 100"),
+        (final_with("extra", "[" * 101 + "]" * 101), "bad_frame", "nested deeper than 100"),
+        (final_with("extra", "9" * 4301), "bad_frame", "more than 100 digits"),
+        (final_with("extra", "1" * 101), "bad_frame", "more than 100 digits"),
+        (final_with("extra", "0." + "1" * 120), "bad_frame", "more than 100 digits"),
+    ],
+    ids=["text-surrogate", "conversation-surrogate", "title-surrogate", "message-id-surrogate",
+         "low-surrogate", "nan", "minus-infinity", "1e999", "deep-1500", "deep-101", "int-4301-digits",
+         "int-101-digits", "float-120-digits"],
+)
+async def test_hostile_frames_get_an_error_frame_and_the_socket_stays(client, text, code, detail):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_to(text_data=text)
+    error = await communicator.receive_json_from()
+    assert (error["type"], error["code"]) == ("error", code)
+    assert detail in error["detail"]
+    assert not await Message.objects.aexists()
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}
+    await communicator.disconnect()
+
+
+async def test_a_message_nested_just_within_the_limit_is_stored(client):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_to(text_data=final_with("extra", "[" * 99 + "]" * 99))
+    assert (await communicator.receive_json_from())["type"] == "ack"
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize("field", ["token", "client_id"])
+async def test_a_lone_surrogate_in_the_hello_is_unauthorized_not_a_crash(client, field):
+    communicator, _, _ = await open_socket()
+    text = json.dumps({**HELLO, "client_id": "laptop-chrome", field: "PLACEHOLDER"}).replace(
+        "PLACEHOLDER", "x\\ud800")
+    await communicator.send_to(text_data=text)
+    error = await communicator.receive_json_from()
+    assert (error["code"], "lone surrogate" in error["detail"]) == ("unauthorized", True)
+    assert await closed_with(communicator) == CloseCode.UNAUTHORIZED
+
+
+@pytest.mark.parametrize(
+    "page_url,accepted",
+    [
+        ("https://claude.ai/chat/1", True),
+        ("http://127.0.0.1:8000/chat", True),
+        ("http://localhost/chat", True),
+        ("http://[::1]:3000/", True),
+        ("javascript:alert(document.domain)//", False),
+        ("JavaScript:alert(1)", False),
+        ("data:text/html,<script>alert(1)</script>", False),
+        ("http://claude.ai/chat/1", False),
+        ("http://127.0.0.1.evil.example/", False),
+        ("https://", False),
+        ("//claude.ai/chat", False),
+        ("http://[::1", False),
+    ],
+)
+async def test_only_https_page_urls_or_http_on_loopback_are_accepted(client, page_url, accepted):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to({**FINAL, "page_url": page_url})
+    reply = await communicator.receive_json_from()
+    if accepted:
+        assert reply["type"] == "ack"
+    else:
+        assert (reply["code"], reply["detail"]) == (
+            "invalid", "'page_url' must be an https URL (or http on a loopback host)")
+        assert not await Message.objects.aexists()
+    await communicator.disconnect()
+
+
+async def test_a_failing_handler_gets_server_error_and_the_socket_stays(client):
+    communicator, _ = await hello("laptop-chrome")
+    with mock.patch("ingest.consumers.ingest_final_message", side_effect=RuntimeError("a bug")):
+        await communicator.send_json_to(FINAL)
+        error = await communicator.receive_json_from()
+    assert (error["code"], error["id"]) == ("server_error", "frame-1")
+    await communicator.send_json_to(FINAL)
+    assert (await communicator.receive_json_from())["type"] == "ack"
+    assert (await PluginClient.objects.aget(pk=client.pk)).connected
+    await communicator.disconnect()
+
+
+async def test_a_crashed_socket_is_still_cleaned_up_and_stops_refreshing_presence(client, settings, channel_layer):
+    settings.CONDUCTOR_PING_INTERVAL_SECONDS = 0.05
+    communicator, _ = await hello("laptop-chrome")
+    await sync_to_async(_delivery_request)(client, "req-1")
+    channel = (await PluginClient.objects.aget(pk=client.pk)).connection_channel
+    # An event the consumer cannot handle: it raises, outside any frame handler.
+    await channel_layer.send(channel, {"type": "plugin.deliver"})
+    with pytest.raises(KeyError):
+        await communicator.receive_output(timeout=3)
+
+    refreshed = await PluginClient.objects.aget(pk=client.pk)
+    assert not refreshed.connected
+    assert (await DeliveryRequest.objects.aget(pk="req-1")).answered_at is not None  # abandoned
+    seen = refreshed.last_seen_at
+    await asyncio.sleep(0.3)
+    assert (await PluginClient.objects.aget(pk=client.pk)).last_seen_at == seen  # no presence loop left
+
+
+async def test_a_first_frame_over_64_kib_closes_the_socket_with_1009(client):
+    communicator, _, _ = await open_socket()
+    await communicator.send_to(text_data=json.dumps({**HELLO, "client_id": "laptop-chrome", "pad": "x" * 65536}))
+    assert await closed_with(communicator) == CloseCode.MESSAGE_TOO_BIG
+
+
+async def test_sockets_without_hello_are_capped_per_process(client, monkeypatch):
+    from ingest.consumers import PluginConsumer
+
+    monkeypatch.setattr(PluginConsumer, "max_sockets_without_hello", 2)
+    waiting = [(await open_socket())[0] for _ in range(2)]
+    refused, _, _ = await open_socket()
+    assert await closed_with(refused) == CloseCode.TOO_MANY_WAITING
+
+    await waiting[0].send_json_to({**HELLO, "client_id": "laptop-chrome"})
+    assert (await waiting[0].receive_json_from())["type"] == "hello.ok"  # no longer waiting
+    admitted, _, _ = await open_socket()
+    await admitted.send_json_to({"type": "ping"})
+    assert (await admitted.receive_json_from())["code"] == "unauthorized"  # served, not refused
+    for communicator in [*waiting, refused, admitted]:
+        await communicator.disconnect()
+    assert PluginConsumer.waiting_for_hello == 0
+
+
+async def test_a_socket_to_an_unknown_path_is_refused_quietly(client, caplog):
+    communicator = WebsocketCommunicator(application, "/ws/nowhere/")
+    connected, _ = await communicator.connect()
+    assert not connected
+    assert "Traceback" not in caplog.text
+
+
+async def test_a_block_with_a_non_finite_number_is_stored_as_rejected_not_a_poison_message(client):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to({**FINAL, "text": 'Here:\n```baa\necho\n{"big": 1e999}\n```'})
+    ack = await communicator.receive_json_from()
+    assert (ack["type"], ack["instructions"]) == ("ack", 1)
+    instruction = await Instruction.objects.aget()
+    assert instruction.status == "rejected" and "1e999 is not a finite number" in instruction.error
+    await communicator.disconnect()

@@ -67,12 +67,14 @@ def test_a_broken_line_is_reported_with_its_number_and_the_rest_still_processed(
         lines[1], "{not json", '["a list"]',
         json.dumps({"type": "browser.final_message", "platform": "bard", "conversation_id": "c", "text": "t"}),
         "", lines[2],
+        '{"type": "browser.final_message", "platform": "claude", "conversation_id": "c", "text": "t", "n": NaN}',
     ]) + "\n")
 
     summary, problems = replay(broken)
 
-    assert summary == "new: 2, duplicate: 0, invalid: 3, skipped: 0"
-    assert "line 2: invalid JSON: Expecting property name enclosed in double quotes (column 2)" in problems
+    assert summary == "new: 2, duplicate: 0, invalid: 4, skipped: 0"
+    assert "line 7: NaN is not a number JSON allows" in problems
+    assert "line 2: invalid JSON: Expecting property name enclosed in double quotes at line 1 column 2" in problems
     assert "line 3: a frame must be a JSON object" in problems
     assert "line 4: unknown platform 'bard'" in problems
     assert Message.objects.count() == 2

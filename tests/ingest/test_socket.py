@@ -87,3 +87,44 @@ def test_a_web_page_origin_gets_403(server):
     with pytest.raises(InvalidStatus) as excinfo:
         connect(server.ws_url, origin="https://evil.example")
     assert excinfo.value.response.status_code == 403
+
+
+def test_hostile_frames_over_a_real_socket_get_error_frames_and_the_socket_stays(server):
+    with connect(server.ws_url) as ws:
+        ws.send(json.dumps(HELLO))
+        assert json.loads(ws.recv(timeout=10))["type"] == "hello.ok"
+        for raw, code in [
+            ('{"type": "browser.final_message", "platform": "claude", "conversation_id": "c", "text": "\\ud800"}',
+             "invalid"),
+            ('{"type": "ping", "n": ' + "[" * 1500 + "]" * 1500 + "}", "bad_frame"),
+            ('{"type": "ping", "n": ' + "7" * 4301 + "}", "bad_frame"),
+            ('{"type": "ping", "n": NaN}', "invalid"),
+        ]:
+            ws.send(raw)
+            assert json.loads(ws.recv(timeout=10))["code"] == code
+        ws.send(json.dumps({"type": "ping"}))
+        assert json.loads(ws.recv(timeout=10)) == {"type": "pong"}
+    assert "Traceback" not in server.log()
+
+
+def test_a_first_frame_over_64_kib_closes_the_socket_with_1009(server):
+    with connect(server.ws_url) as ws:
+        ws.send(json.dumps({**HELLO, "pad": "x" * (100 * 1024)}))
+        assert closed_code(ws) == 1009
+
+
+def test_a_huge_first_frame_is_refused_before_it_is_read(server):
+    with connect(server.ws_url) as ws:
+        with pytest.raises((ConnectionClosed, ConnectionResetError, BrokenPipeError)):
+            ws.send(json.dumps({**HELLO, "pad": "x" * (15 * 1024 * 1024)}))
+            ws.recv(timeout=10)
+    # The server's transport refused it: the consumer never received those 15 MiB.
+    assert "hello_too_large" not in server.log()
+
+
+def test_a_socket_to_an_unknown_path_is_refused_without_a_traceback(server):
+    with pytest.raises(InvalidStatus) as excinfo:
+        connect(f"ws://127.0.0.1:{server.port}/ws/elsewhere/")
+    # daphne can refuse a handshake only with 403 (see ingest/routing.py).
+    assert excinfo.value.response.status_code in (403, 404)
+    assert "Traceback" not in server.log() and "No route found" not in server.log()

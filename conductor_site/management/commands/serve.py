@@ -77,7 +77,8 @@ class Command(BaseCommand):
         size = str(settings.CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES)
         return self._spawn(
             [
-                sys.executable, "-m", "daphne",
+                # daphne, reading at most 64 KiB per frame until a plugin says hello.
+                sys.executable, "-m", "conductor_site.daphne_server",
                 "--bind", host, "--port", str(port),
                 # Above the protocol's 1 MiB frame limit, so an oversized frame
                 # reaches the consumer and gets `too_large` instead of a dropped socket.

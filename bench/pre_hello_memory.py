@@ -1,0 +1,113 @@
+"""Memory of the ASGI server while sockets that never said hello send huge first frames.
+
+Starts ``manage.py serve --no-cluster`` (the ASGI server as ``make run`` starts
+it), opens --sockets sockets at once, each sending one --mib MiB frame before
+any hello, and samples the server's resident memory: before, at its peak, and
+after the sockets are gone. Prints how each socket ended.
+
+    uv run python bench/pre_hello_memory.py [--sockets 60] [--mib 15]
+"""
+
+import argparse
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, child_env, setup_django  # noqa: E402
+from bench.delivery_latency import wait_healthy  # noqa: E402
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def asgi_pid(server: subprocess.Popen) -> int:
+    """The daphne process below ``manage.py serve``."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+                    parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if parent == server.pid and b"daphne" in cmdline:
+                    return int(entry.name)
+        time.sleep(0.2)
+    raise SystemExit("no daphne process found")
+
+
+def send_huge_first_frame(url: str, size: int, outcomes: collections.Counter) -> None:
+    from websockets.exceptions import ConnectionClosed
+    from websockets.sync.client import connect
+
+    try:
+        with connect(url, max_size=None, open_timeout=30) as ws:
+            ws.send(json.dumps({"type": "hello", "client_id": "x", "token": "y", "pad": "x" * size}))
+            ws.recv(timeout=30)
+            outcomes["answered"] += 1
+    except ConnectionClosed as exc:
+        outcomes[f"closed {exc.rcvd.code if exc.rcvd else 'without a close frame'}"] += 1
+    except OSError as exc:
+        outcomes[type(exc).__name__] += 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sockets", type=int, default=60)
+    parser.add_argument("--mib", type=int, default=15)
+    parser.add_argument("--port", type=int, default=8961)
+    args = parser.parse_args()
+    setup_django()
+    from django.core.management import call_command
+
+    call_command("migrate_all", verbosity=0)
+    with tempfile.TemporaryDirectory() as data_dir:
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--no-cluster", "--port", str(args.port)],
+            cwd=ROOT, env=child_env(data_dir, LOG_LEVEL="ERROR"), start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        try:
+            wait_healthy(args.port, server)
+            pid = asgi_pid(server)
+            before = rss_mib(pid)
+            outcomes: collections.Counter = collections.Counter()
+            threads = [
+                threading.Thread(target=send_huge_first_frame,
+                                 args=(f"ws://127.0.0.1:{args.port}/ws/plugin/", args.mib * 1024 * 1024, outcomes))
+                for _ in range(args.sockets)
+            ]
+            peak = before
+            started = time.monotonic()
+            for thread in threads:
+                thread.start()
+            while any(thread.is_alive() for thread in threads):
+                peak = max(peak, rss_mib(pid))
+                time.sleep(0.05)
+            elapsed = time.monotonic() - started
+            time.sleep(2)
+            after = rss_mib(pid)
+        finally:
+            os.killpg(server.pid, signal.SIGINT)
+            server.wait(30)
+    print(f"{args.sockets} sockets x {args.mib} MiB first frame, done in {elapsed:.1f} s: "
+          f"server RSS before={before:.0f} MiB peak={peak:.0f} MiB after={after:.0f} MiB; "
+          f"outcomes {dict(outcomes)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""daphne for Conductor: a plugin socket reads at most 64 KiB until its client says hello.
+
+daphne reads a whole WebSocket message, up to ``--websocket-max-message-size``
+(16 MiB, so that a frame over 1 MiB reaches the consumer and gets
+``too_large``), before the application sees it. Before ``hello`` that would
+let anyone who can reach the port make the server hold 16 MiB per socket.
+
+So every socket starts with autobahn's message and frame limits at
+``MAX_HELLO_FRAME_BYTES``: autobahn fails a larger message with close code
+1009 as soon as its header announces the size, without reading the payload
+(SPEC §6: "before hello: a frame over 64 KiB — closed with 1009"). The server
+offers the ASGI extension ``conductor.frame_limit``; the consumer sends
+``{"type": "conductor.frame_limit.lift"}`` after a valid hello, which restores
+the limits daphne was started with.
+
+    python -m conductor_site.daphne_server [daphne's own arguments]
+"""
+
+from __future__ import annotations
+
+import daphne.server
+from daphne.cli import CommandLineInterface
+from daphne.server import Server
+from daphne.ws_protocol import WebSocketFactory, WebSocketProtocol
+
+from ingest.protocol import FRAME_LIMIT_EXTENSION, FRAME_LIMIT_LIFT, MAX_HELLO_FRAME_BYTES
+
+
+class PluginWebSocketProtocol(WebSocketProtocol):
+    def onConnect(self, request):
+        # autobahn copied the factory's limits onto this protocol when the
+        # connection was made; keep them for later and start small.
+        self.full_limits = (self.maxMessagePayloadSize, self.maxFramePayloadSize)
+        small = min([MAX_HELLO_FRAME_BYTES, *(limit for limit in self.full_limits if limit > 0)])
+        self.maxMessagePayloadSize = self.maxFramePayloadSize = small
+        # Fail a connection with a close frame (1009 here) rather than a
+        # dropped TCP connection, so the client learns why. The refused
+        # message's payload is still discarded unread.
+        self.failByDrop = False
+        return super().onConnect(request)
+
+    def handle_reply(self, message):
+        if message.get("type") == FRAME_LIMIT_LIFT:
+            self.maxMessagePayloadSize, self.maxFramePayloadSize = self.full_limits
+            return
+        super().handle_reply(message)
+
+
+class PluginWebSocketFactory(WebSocketFactory):
+    protocol = PluginWebSocketProtocol
+
+
+class ConductorServer(Server):
+    def create_application(self, protocol, scope):
+        if isinstance(protocol, PluginWebSocketProtocol):
+            scope = {**scope, "extensions": {**scope.get("extensions", {}), FRAME_LIMIT_EXTENSION: {}}}
+        return super().create_application(protocol, scope)
+
+
+def main() -> None:
+    # Server.run builds its WebSocket factory from this module-level name;
+    # this process runs only this server, so the swap touches nothing else.
+    daphne.server.WebSocketFactory = PluginWebSocketFactory
+    CommandLineInterface.server_class = ConductorServer
+    CommandLineInterface.entrypoint()
+
+
+if __name__ == "__main__":
+    main()
