@@ -31,7 +31,7 @@ def test_make_run_serves_health_admin_and_the_socket_then_stops_on_ctrl_c(tmp_pa
         assert health.status_code == 200
         assert health.json()["database"] is True
         assert health.json()["connected_clients"] == 0
-        # The cluster starts a dispatcher run at once, not at django-q2's first schedule pass (30 s).
+        # The dispatcher loop starts at once, not at django-q2's first schedule pass (30 s).
         def ticked():
             health = requests.get(f"{server.base_url}/healthz", timeout=5).json()
             return health if health["dispatcher_last_tick_age_seconds"] is not None else None
