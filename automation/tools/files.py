@@ -1,6 +1,10 @@
 """``files.list``, ``files.read`` and ``files.write``: the workspace's files (SPEC §5.1).
 
 Every path goes through ``workspace_path`` first; see ``automation.tools.workspace``.
+Only regular files are read or written. A FIFO would block the open (or the
+read) until another process came along, a socket cannot be opened, and a
+device may act on being opened; so a path is looked at before it is opened,
+opened without blocking, and looked at again through the open descriptor.
 """
 
 from __future__ import annotations
@@ -33,17 +37,61 @@ def _refuse(exc: OSError, name: str) -> ToolError:
         errno.ELOOP: "is a symlink; file tools do not follow symlinks",
         errno.ENOSPC: "no space left on the device",
         errno.EFBIG: "file too large",
+        # A FIFO with no reader, opened for writing without blocking, or a socket.
+        errno.ENXIO: "is not a regular file",
     }
     return ToolError(f"{name}: {reasons.get(exc.errno, exc.strerror or str(exc))}")
 
 
 def _open(path: Path, flags: int, name: str) -> int:
     # O_NOFOLLOW: a symlink put in place after workspace_path checked the
-    # path must not be followed out of the workspace.
+    # path must not be followed out of the workspace. O_NONBLOCK: a FIFO put
+    # in place after the check must not block the open; it changes nothing
+    # for a regular file.
     try:
-        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        return os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, 0o644)
     except OSError as exc:
         raise _refuse(exc, name) from exc
+
+
+def _special_kind(mode: int) -> str | None:
+    """What a file that is neither regular, a folder nor a symlink is ("a FIFO"), or None."""
+    kinds = {
+        stat.S_IFIFO: "a FIFO",
+        stat.S_IFSOCK: "a socket",
+        stat.S_IFCHR: "a character device",
+        stat.S_IFBLK: "a block device",
+    }
+    return kinds.get(stat.S_IFMT(mode))
+
+
+def _not_regular(name: str, mode: int) -> ToolError:
+    if stat.S_ISDIR(mode):
+        return ToolError(f"{name}: is a folder")
+    return ToolError(f"{name}: is {_special_kind(mode) or 'not a regular file'}, not a regular file")
+
+
+def _open_regular(path: Path, flags: int, name: str) -> tuple[int, os.stat_result]:
+    """An open descriptor of ``path`` and its status, when it is a regular file; raises ``ToolError`` otherwise.
+
+    Never blocks: a FIFO, socket or device is refused before it is opened,
+    and one swapped in between the look and the open is opened without
+    blocking and refused through its descriptor. A missing path goes on to
+    the open, which creates it or says it is missing.
+    """
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        pass
+    else:
+        if _special_kind(mode):
+            raise _not_regular(name, mode)
+    fd = _open(path, flags, name)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise _not_regular(name, info.st_mode)
+    return fd, info
 
 
 def _entry_type(mode: int) -> str:
@@ -97,11 +145,7 @@ def files_read(call: ToolCall) -> dict[str, Any]:
     name = call.params["path"]
     max_bytes = call.params.get("max_bytes", DEFAULT_MAX_BYTES)
     path = workspace_path(call.workspace, name)
-    fd = _open(path, os.O_RDONLY, name)
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode):
-        os.close(fd)
-        raise ToolError(f"{name}: {'is a folder' if stat.S_ISDIR(info.st_mode) else 'is not a regular file'}")
+    fd, info = _open_regular(path, os.O_RDONLY, name)
     with os.fdopen(fd, "rb") as handle:
         data = handle.read(max_bytes)
         is_truncated = len(data) == max_bytes and handle.read(1) != b""
@@ -138,7 +182,7 @@ def files_write(call: ToolCall) -> dict[str, Any]:
     except OSError as exc:
         raise _refuse(exc, str(Path(name).parent)) from exc
     data = call.params["content"].encode("utf-8")
-    fd = _open(path, WRITE_FLAGS[mode], name)
+    fd, _ = _open_regular(path, WRITE_FLAGS[mode], name)
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)

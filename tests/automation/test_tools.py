@@ -2,6 +2,7 @@
 
 import datetime as dt
 import os
+import stat
 import threading
 import time
 from pathlib import Path
@@ -43,6 +44,29 @@ def refused(workspace: Path, tool: str, params: dict, **kwargs) -> ToolError:
     with pytest.raises(ToolError) as caught:
         run(workspace, tool, params, **kwargs)
     return caught.value
+
+
+def finishes_within(seconds: float, function, *args, **kwargs):
+    """``function``'s return value, or the exception it raised; fails the test when it is still running after ``seconds``.
+
+    It runs in a thread, so a call that blocks forever fails the test instead of hanging it.
+    """
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = function(*args, **kwargs)
+        except BaseException as exc:  # handed back to the test below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still running after {seconds} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 def is_alive(pid: int) -> bool:
@@ -151,6 +175,89 @@ def test_read_follows_a_symlink_that_stays_inside(workspace):
     assert run(workspace, "files.read", {"path": "link.txt"})["text"] == "inside"
 
 
+# --- files.read and files.write on what is not a regular file --------------------------------
+
+
+def make_fifo(workspace: Path) -> Path:
+    path = workspace / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+def release_fifo(path: Path) -> None:
+    """Let go of a tool stuck opening ``path``: an end that both reads and writes opens at once and serves either."""
+    os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
+
+
+def make_socket(workspace: Path) -> Path:
+    # What a server leaves behind: the socket's file (mknod: no limit on the path's length).
+    path = workspace / "sock"
+    os.mknod(path, stat.S_IFSOCK | 0o600)
+    return path
+
+
+def make_device(workspace: Path) -> Path:
+    path = workspace / "null"
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.stat("/dev/null").st_rdev)
+    except PermissionError:
+        pytest.skip("making a device node needs CAP_MKNOD")
+    return path
+
+
+NOT_REGULAR = {
+    "FIFO": (make_fifo, "is a FIFO, not a regular file"),
+    "socket": (make_socket, "is a socket, not a regular file"),
+    "device": (make_device, "is a character device, not a regular file"),
+}
+TOOLS_ON_A_PATH = {
+    "read": ("files.read", {}),
+    "overwrite": ("files.write", {"content": "x", "mode": "overwrite"}),
+    "append": ("files.write", {"content": "x", "mode": "append"}),
+}
+
+
+@pytest.mark.parametrize("use", TOOLS_ON_A_PATH)
+@pytest.mark.parametrize("kind", NOT_REGULAR)
+def test_only_regular_files_are_read_or_written(workspace, kind, use):
+    make, message = NOT_REGULAR[kind]
+    path = make(workspace)
+    tool, params = TOOLS_ON_A_PATH[use]
+    started = time.monotonic()
+    try:
+        error = finishes_within(5, refused, workspace, tool, {"path": path.name, **params})
+    finally:
+        if kind == "FIFO":
+            release_fifo(path)
+    assert str(error) == f"{path.name}: {message}"
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize("use,message", [
+    # Opened without blocking: a read end opens at once and shows what it is.
+    ("read", "swap: is a FIFO, not a regular file"),
+    # A write end without a reader does not open at all.
+    ("overwrite", "swap: is not a regular file"),
+])
+def test_a_fifo_swapped_in_after_the_look_does_not_block_the_open(workspace, monkeypatch, use, message):
+    target = workspace / "swap"
+    target.write_text("regular at first")
+    real_open = files_module._open
+
+    def swap_then_open(path, flags, name):
+        target.unlink()
+        os.mkfifo(target)
+        return real_open(path, flags, name)
+
+    monkeypatch.setattr(files_module, "_open", swap_then_open)
+    tool, params = TOOLS_ON_A_PATH[use]
+    try:
+        error = finishes_within(5, refused, workspace, tool, {"path": "swap", **params})
+    finally:
+        release_fifo(target)
+    assert str(error) == message
+
+
 # --- files.list -----------------------------------------------------------------------------
 
 
@@ -214,6 +321,7 @@ ESCAPES = {
     "symlinked file": ("secret-link", "leads outside the workspace"),
     "through a symlinked folder": ("out-folder/secret.txt", "leads outside the workspace"),
     "NUL byte": ("a\x00b", "contains a NUL byte"),
+    "symlink to a device": ("null-link", "leads outside the workspace"),
 }
 
 
@@ -222,6 +330,7 @@ def escape_routes(workspace, outside):
     (workspace / "notes").mkdir()
     (workspace / "secret-link").symlink_to(outside)
     (workspace / "out-folder").symlink_to(outside.parent)
+    (workspace / "null-link").symlink_to("/dev/null")
     return workspace
 
 
