@@ -1,8 +1,13 @@
 """The tools of SPEC §5.1: success and failure paths, the workspace sandbox, shell.run's limits."""
 
 import datetime as dt
+import json
 import os
+import secrets
+import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -13,6 +18,8 @@ from automation.models import TaskStatus
 from automation.tools import files as files_module
 from automation.tools.registry import ToolCall, ToolError, tools
 from tests.factories import make_task
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -440,3 +447,110 @@ def test_a_cancelled_task_stops_its_command(workspace):
     error = refused(workspace, "shell.run", {"argv": ["sleep", "60"]}, cancelled=cancelled)
     assert str(error) == "cancelled; the command was killed"
     assert time.monotonic() - started < 10
+
+
+# --- shell.run: no process left behind -------------------------------------------------------
+
+
+@pytest.fixture
+def marker():
+    """A ``sleep`` argument no other process has, to find the processes a test started.
+
+    Any still running at the end are killed, so a failing test leaves nothing behind.
+    """
+    token = f"1002.{secrets.randbelow(10**9):09d}"
+    yield token
+    for pid in pids_with_argument(token):
+        os.kill(pid, signal.SIGKILL)
+
+
+def pids_with_argument(argument: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if argument.encode() in cmdline.read().split(b"\0"):
+                    pids.append(int(entry))
+        except (OSError, ValueError):
+            pass
+    return [pid for pid in pids if is_alive(pid)]
+
+
+DETACHING = {
+    "a child in a session of its own": "setsid sleep {marker} &",
+    "an orphan whose parent exited (double fork)": "sh -c 'setsid sleep {marker} &'",
+    "a child that ignores hangups and closed its output": "nohup setsid sleep {marker} >/dev/null 2>&1 &",
+}
+
+
+@pytest.mark.parametrize("detach", DETACHING)
+def test_children_are_killed_at_the_timeout_however_they_detached(workspace, marker, detach):
+    argv = ["sh", "-c", DETACHING[detach].format(marker=marker) + "\necho started; sleep 60"]
+    started = time.monotonic()
+    error = finishes_within(15, refused, workspace, "shell.run", {"argv": argv, "timeout_s": 1})
+    assert str(error).startswith("timed out after 1 s")
+    assert error.result["stdout"] == "started\n"
+    assert time.monotonic() - started < 5
+    assert pids_with_argument(marker) == []
+
+
+def test_a_command_that_exits_while_a_detached_child_holds_its_output_returns_at_once(workspace, marker):
+    # The child keeps the stdout pipe open; the call must not wait for it. The
+    # command exits only once the child has left its session (the pid file).
+    detach = f"setsid sh -c 'echo $$ > detached.pid; exec sleep {marker}' &"
+    argv = ["sh", "-c", detach + "\nwhile [ ! -s detached.pid ]; do sleep 0.01; done; echo started"]
+    started = time.monotonic()
+    result = finishes_within(15, run, workspace, "shell.run", {"argv": argv, "timeout_s": 30})
+    assert result["exit_code"] == 0
+    assert result["stdout"] == "started\n"
+    assert time.monotonic() - started < 2
+    assert pids_with_argument(marker) == []
+    assert not is_alive(int((workspace / "detached.pid").read_text()))
+
+
+def test_a_cancel_kills_detached_children_too(workspace, marker):
+    cancelled = threading.Event()
+    threading.Timer(0.5, cancelled.set).start()
+    argv = ["sh", "-c", f"setsid sleep {marker} & sleep 60"]
+    error = finishes_within(15, refused, workspace, "shell.run", {"argv": argv}, cancelled=cancelled)
+    assert str(error) == "cancelled; the command was killed"
+    assert pids_with_argument(marker) == []
+
+
+# A stand-in for the server (or a worker): runs one shell.run and prints its pid and the outcome.
+SERVER = """
+import json, os, sys
+from pathlib import Path
+from automation.tools.registry import ToolCall, ToolError
+from automation.tools.shell import shell_run
+
+workspace, argv = Path(sys.argv[1]), json.loads(sys.argv[2])
+print(json.dumps({"server_pid": os.getpid()}), flush=True)
+call = ToolCall(params={"argv": argv}, workspace=workspace, shell_max_timeout_seconds=60)
+try:
+    result = shell_run(call)
+except ToolError as exc:
+    result = {"error": str(exc), **(exc.result or {})}
+print(json.dumps(result), flush=True)
+"""
+
+
+def start_server(workspace: Path, argv: list[str], *, env=None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(workspace), json.dumps(argv)],
+        cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def test_a_server_that_dies_takes_its_commands_with_it(workspace, marker):
+    server = start_server(workspace, ["sh", "-c", f"setsid sleep {marker} & sleep {marker}"])
+    deadline = time.monotonic() + 15
+    while len(pids_with_argument(marker)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(pids_with_argument(marker)) == 2
+    server.kill()
+    server.communicate()
+    deadline = time.monotonic() + 5
+    while pids_with_argument(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids_with_argument(marker) == []
