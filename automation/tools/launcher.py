@@ -8,8 +8,9 @@ its settings or its site-packages. It
 1. becomes a child subreaper, so every process the command starts stays below
    it however it detaches (``setsid``, a double fork): an orphan is
    re-parented to the launcher, not to init;
-2. starts the command in a session of its own, with stdin from
-   ``/dev/null`` and its own stdout and stderr (the server's pipes);
+2. starts the command in the sandbox of ``enter_sandbox``, in a session of
+   its own, with stdin from ``/dev/null`` and its own stdout and stderr (the
+   server's pipes);
 3. waits until the command exits, or until the server asks it to stop by
    shutting down its end of the status socket (a timeout or a cancel). A
    server that dies closes that socket too, so no command outlives it;
@@ -19,13 +20,14 @@ its settings or its site-packages. It
    (``-N`` when killed by signal N, as ``Popen.returncode``), or
    ``{"error": KIND, "detail": "..."}`` when the command could not start.
 
-Linux only: it needs prctl and pidfd (Linux 5.3 or newer).
+Linux only: it needs prctl, pidfd and Landlock (Linux 5.13 or newer).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import json
 import os
 import select
@@ -35,7 +37,27 @@ import subprocess
 import sys
 import time
 
-PR_SET_CHILD_SUBREAPER = 36  # from <linux/prctl.h>
+# prctl(2) options and capability numbers, from <linux/prctl.h> and <linux/capability.h>.
+PR_CAPBSET_DROP = 24
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+CAP_SYS_PTRACE = 19
+CAP_SYS_ADMIN = 21
+CAP_PERFMON = 38
+
+# Landlock's system calls have the same numbers on every architecture but alpha.
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
+LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 11
+LANDLOCK_SCOPE_SIGNAL = 1 << 1  # ABI 6 (Linux 6.12)
+
+# Each of these lets a process read other processes' environment and memory
+# past the checks that stop a plain process (on Linux 6.18, even from inside a
+# Landlock domain). Normally only root holds them.
+MEMORY_READING_CAPABILITIES = (CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON)
 # How long the kill loop waits for SIGKILLed children to become reapable.
 REAP_POLL_SECONDS = 0.01
 
@@ -51,6 +73,54 @@ def _checked(result: int, what: str) -> int:
         code = ctypes.get_errno()
         raise OSError(code, f"{what}: {os.strerror(code)}")
     return result
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 when Landlock is missing or disabled, or this is not Linux."""
+    if sys.platform != "linux":
+        return 0  # syscall numbers mean other things elsewhere
+    version = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION)
+    return max(version, 0)
+
+
+def create_ruleset(abi: int) -> int:
+    """A Landlock ruleset that restricts nothing a command needs; returns its (close-on-exec) fd.
+
+    What matters is the domain it creates, not its rules: a process in a
+    Landlock domain may not read or trace any process outside it. The
+    ruleset must handle some access, so it handles making block devices
+    (which needs root anyway) and grants none. From ABI 6 it also scopes
+    signals: the command cannot kill this launcher to escape the clean-up,
+    nor signal the server.
+    """
+    attr = (ctypes.c_uint64 * 3)(LANDLOCK_ACCESS_FS_MAKE_BLOCK, 0, LANDLOCK_SCOPE_SIGNAL if abi >= 6 else 0)
+    # The kernel reads only as much of the struct as its ABI knows.
+    size = ctypes.sizeof(attr) if abi >= 6 else ctypes.sizeof(ctypes.c_uint64)
+    return _checked(
+        _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(size), 0), "landlock_create_ruleset"
+    )
+
+
+def enter_sandbox(ruleset_fd: int) -> None:
+    """Called in the command's process between fork and exec (the launcher has one thread, so this is safe).
+
+    Drops the capabilities that read other processes' memory (they exist
+    only when the server runs as root, and the drop needs root), clears
+    ambient capabilities, sets no_new_privs (so no setuid program gives them
+    back) and enters the Landlock domain, which every descendant inherits
+    and none can leave.
+    """
+    _checked(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    for capability in MEMORY_READING_CAPABILITIES:
+        # EPERM: not root (no CAP_SETPCAP), and under no_new_privs a
+        # non-root exec gains no capability anyway; EINVAL: a kernel that
+        # predates the capability.
+        if _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) < 0 and ctypes.get_errno() not in (
+            errno.EPERM, errno.EINVAL,
+        ):
+            _checked(-1, f"drop capability {capability}")
+    _checked(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _checked(_libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset_fd, 0), "landlock_restrict_self")
 
 
 def parent_pid(stat: str) -> int:
@@ -118,6 +188,10 @@ def _stop(signum: int, frame: object) -> None:
 
 def run(command: list[str], status: socket.socket) -> dict[str, object]:
     """Start ``command``, wait, end every process below us; returns the report for the server."""
+    abi = landlock_abi()
+    if abi < 1:
+        return {"error": "sandbox", "detail": "Landlock is not available (it needs Linux 5.13 or newer, enabled)"}
+    ruleset = create_ruleset(abi)
     _checked(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "child subreaper")
     child = None
     try:
@@ -127,6 +201,7 @@ def run(command: list[str], status: socket.socket) -> dict[str, object]:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
+                preexec_fn=lambda: enter_sandbox(ruleset),
             )
         except FileNotFoundError:
             return {"error": "not_found"}
@@ -134,6 +209,10 @@ def run(command: list[str], status: socket.socket) -> dict[str, object]:
             return {"error": "not_executable"}
         except OSError as exc:
             return {"error": "start", "detail": exc.strerror or str(exc)}
+        except subprocess.SubprocessError:
+            return {"error": "sandbox", "detail": "the command could not enter the sandbox"}
+        finally:
+            os.close(ruleset)
         wait_for_exit_or_stop(child.pid, status)
     except Stop:
         pass

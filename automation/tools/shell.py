@@ -3,8 +3,40 @@
 Never through a shell, and never straight from the server: every command is
 started by a launcher (``automation/tools/launcher.py``), a fresh interpreter
 started with the same minimal environment as the command (``PATH``, ``LANG``,
-``HOME`` = the workspace): the server's own holds ``SECRET_KEY`` and
-database passwords. The launcher outlives the command to clean up after it.
+``HOME`` = the workspace). Being a process of one thread, the launcher can
+safely do between fork and exec what a threaded server cannot (enter the
+sandbox below), and it outlives the command to clean up after it.
+
+Keeping the server's secrets from the command. The server's environment holds
+``SECRET_KEY`` and database passwords, and building the command's environment
+from nothing is not enough: Linux lets any process read
+``/proc/<pid>/environ`` of every other process of the same user, and every
+pid is listed in ``/proc``. So a clean parent (the launcher) is not enough
+either, and hiding the parent (a double fork, re-parenting to init) would
+only hide one number. What holds is a check by the kernel on every such
+read, and the launcher puts the command where that check says no:
+
+- Landlock: the command runs in a Landlock domain, and the kernel refuses a
+  process in a domain any ptrace-class access (``environ``, ``mem``,
+  ``maps``, ptrace, ``process_vm_readv``) to a process outside it: the
+  server, its workers, the shell or service manager that started them, any
+  process of the user. Every descendant inherits the domain and none can
+  leave it. Without Landlock (Linux before 5.13, or disabled), ``shell.run``
+  refuses to run rather than run unprotected.
+- Root: some capabilities get past that check (``CAP_SYS_PTRACE``; on Linux
+  6.18 ``CAP_SYS_ADMIN`` and ``CAP_PERFMON`` too), so a server running as
+  root starts its commands without them; the kernel then also refuses a
+  process the environment of any process holding more capabilities than
+  itself. A root command still reads every file and can reach the machine's
+  memory in other ways: run Conductor as an unprivileged user.
+
+Making the server non-dumpable (``PR_SET_DUMPABLE``) was weighed and left
+out: it protects the one process that calls it, not its parents or the other
+server processes, and not from root, while costing core dumps and same-user
+debugging.
+
+Either way a command runs with the server user's rights on everything else
+(its files, the data folder): that is why ``shell.run`` needs approval.
 
 Ending the whole tree. The launcher is a child subreaper: an orphan below
 it (``setsid``, a double fork) is re-parented to the launcher instead of
@@ -82,7 +114,7 @@ class _CappedOutput:
 
 def _start_launcher(argv: list[str], cwd: Path, env: dict[str, str], status_fd: int) -> subprocess.Popen:
     if sys.platform != "linux":
-        raise ToolError(f"shell.run needs Linux (its launcher uses prctl); this is {sys.platform}")
+        raise ToolError(f"shell.run needs Linux (its sandbox uses prctl and Landlock); this is {sys.platform}")
     if not sys.executable:
         raise ToolError("shell.run cannot find the Python interpreter to start its launcher")
     try:
@@ -112,6 +144,8 @@ def _start_error(report: dict[str, Any], argv: list[str]) -> ToolError:
         return ToolError(f"command not found: {argv[0]!r} (PATH is {SAFE_PATH})")
     if kind == "not_executable":
         return ToolError(f"command not executable: {argv[0]!r}")
+    if kind == "sandbox":
+        return ToolError(f"shell.run cannot sandbox commands on this machine: {detail}")
     return ToolError(f"could not start {argv[0]!r}: {detail}")
 
 

@@ -16,6 +16,7 @@ import pytest
 
 from automation.models import TaskStatus
 from automation.tools import files as files_module
+from automation.tools import launcher
 from automation.tools.registry import ToolCall, ToolError, tools
 from tests.factories import make_task
 
@@ -517,27 +518,41 @@ def test_a_cancel_kills_detached_children_too(workspace, marker):
     assert pids_with_argument(marker) == []
 
 
+@pytest.mark.skipif(launcher.landlock_abi() < 6, reason="signal scoping needs Landlock ABI 6 (Linux 6.12)")
+def test_a_command_cannot_signal_its_launcher_or_the_server(workspace):
+    # Killing the launcher would let the command's children escape its clean-up.
+    # kill -0 only asks whether a signal would be allowed.
+    argv = ["sh", "-c", f"kill -0 $PPID; echo $?; kill -0 {os.getpid()}; echo $?"]
+    result = run(workspace, "shell.run", {"argv": argv})
+    assert result["stdout"] == "1\n1\n"
+    assert "Operation not permitted" in result["stderr"]
+
+
 # A stand-in for the server (or a worker): runs one shell.run and prints its pid and the outcome.
 SERVER = """
-import json, os, sys
+import json, os, subprocess, sys
 from pathlib import Path
 from automation.tools.registry import ToolCall, ToolError
-from automation.tools.shell import shell_run
+from automation.tools.shell import shell_environment, shell_run
 
-workspace, argv = Path(sys.argv[1]), json.loads(sys.argv[2])
+workspace, mode, argv = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 print(json.dumps({"server_pid": os.getpid()}), flush=True)
 call = ToolCall(params={"argv": argv}, workspace=workspace, shell_max_timeout_seconds=60)
-try:
-    result = shell_run(call)
-except ToolError as exc:
-    result = {"error": str(exc), **(exc.result or {})}
+if mode == "plain":  # as shell.run did before its launcher: the server's own child
+    done = subprocess.run(argv, env=shell_environment(call), capture_output=True, text=True)
+    result = {"stdout": done.stdout, "stderr": done.stderr}
+else:
+    try:
+        result = shell_run(call)
+    except ToolError as exc:
+        result = {"error": str(exc), **(exc.result or {})}
 print(json.dumps(result), flush=True)
 """
 
 
-def start_server(workspace: Path, argv: list[str], *, env=None) -> subprocess.Popen:
+def start_server(workspace: Path, argv: list[str], *, mode: str = "shell.run", env=None) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, "-c", SERVER, str(workspace), json.dumps(argv)],
+        [sys.executable, "-c", SERVER, str(workspace), mode, json.dumps(argv)],
         cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
@@ -554,3 +569,64 @@ def test_a_server_that_dies_takes_its_commands_with_it(workspace, marker):
     while pids_with_argument(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert pids_with_argument(marker) == []
+
+
+# --- shell.run: no secret of the server within reach ----------------------------------------
+
+# Run as the command: walks its ancestry up to pid 1 and reads the environment of
+# every process in /proc it can; reports the pids whose environment holds the canary.
+PROBE = """
+import json, os, sys
+canary = sys.argv[1].encode()
+
+def parent(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        text = stat.read()
+    return int(text[text.rindex(")") + 1:].split()[1])
+
+def holds_canary(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return canary in environ.read()
+    except OSError:
+        return False
+
+ancestors, pid = [], os.getpid()
+while pid > 1:
+    pid = parent(pid)
+    ancestors.append(pid)
+pids = {int(entry) for entry in os.listdir("/proc") if entry.isdigit()} | set(ancestors)
+print(json.dumps({"ancestors": ancestors, "leaks": sorted(pid for pid in pids if holds_canary(pid))}))
+"""
+
+
+def probe_from_server(workspace: Path, canary: str, mode: str) -> tuple[int, dict]:
+    """Start a server whose environment holds ``canary``; returns its pid and what the probe it ran found."""
+    env = {**os.environ, "CONDUCTOR_TEST_CANARY": canary}
+    server = start_server(workspace, [sys.executable, "-I", "-S", "-c", PROBE, canary], mode=mode, env=env)
+    stdout, stderr = server.communicate(timeout=60)
+    assert server.returncode == 0, stderr
+    started, finished = (json.loads(line) for line in stdout.splitlines())
+    assert "error" not in finished, finished
+    return started["server_pid"], json.loads(finished["stdout"])
+
+
+def test_no_process_within_the_commands_reach_holds_the_servers_environment(workspace):
+    # The server must be a process of its own: /proc/<pid>/environ shows the
+    # environment a process started with, not what it put in os.environ later.
+    canary = f"canary-{secrets.token_hex(8)}"
+
+    # Started straight from the server, a command reads the canary from its parent.
+    server_pid, found = probe_from_server(workspace, canary, "plain")
+    assert server_pid in found["leaks"]
+
+    # Through shell.run, the server is still an ancestor, and still unreadable.
+    server_pid, found = probe_from_server(workspace, canary, "shell.run")
+    assert server_pid in found["ancestors"]
+    assert found["leaks"] == []
+
+
+def test_a_command_still_reads_its_own_processes(workspace):
+    # tr reads the environment of its parent, the shell: both are inside the sandbox.
+    result = run(workspace, "shell.run", {"argv": ["sh", "-c", "tr '\\0' '\\n' < /proc/$$/environ"]})
+    assert "PATH=/usr/local/bin:/usr/bin:/bin" in result["stdout"].splitlines()

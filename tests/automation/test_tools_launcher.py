@@ -29,3 +29,8 @@ def test_child_pids_lists_the_children_of_a_process():
         child.kill()
         child.wait()
     assert child.pid not in launcher.child_pids(os.getpid())
+
+
+def test_this_kernel_has_landlock():
+    # shell.run refuses to run without it; a failure here explains the others.
+    assert launcher.landlock_abi() >= 1
