@@ -11,6 +11,11 @@ Each block's content is: a header line ``TOOL`` or ``TARGET::TOOL`` (the
 first non-blank line), then optionally one JSON object of params. A block
 that breaks a rule is still returned, with ``error`` set, so the chat can be
 told exactly what was wrong.
+
+A message holds at most ``MAX_BLOCKS`` blocks. The blocks past that are only
+counted, never kept or parsed, and come back as one rejected block that says
+how many were ignored, so the work a message costs past the limit is the scan
+for its fences, whatever the number of blocks (SPEC §5).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ingest.jsoncheck import JsonRefused, loads_checked
 
@@ -82,21 +87,37 @@ def _dedent(line: str, indent: int) -> str:
     return line[min(indent, removable):]
 
 
-def _fences(text: str) -> list[_Fence]:
-    """Closed top-level ``baa`` fences, in order."""
+class _Scan(NamedTuple):
+    kept: list[_Fence]  # the first closed top-level ``baa`` fences, with their content
+    ignored: int  # closed top-level ``baa`` fences after those, counted only
+    first_ignored_line: int  # the opening line of the first ignored one; 0 when none is
+
+
+def _scan(text: str, *, keep: int) -> _Scan:
+    """The first ``keep`` closed top-level ``baa`` fences, in order, and a count of the rest.
+
+    Content is gathered only for the fences kept: every other fence's lines
+    are read just to find where it closes.
+    """
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    found: list[_Fence] = []
+    kept: list[_Fence] = []
+    ignored = first_ignored_line = 0
     open_fence: _Fence | None = None
+    is_kept = False
     for number, line in enumerate(lines, start=1):
         if open_fence is None:
             open_fence = _opening_fence(line, number)
+            is_kept = open_fence is not None and open_fence.info == INFO_STRING and len(kept) < keep
         elif _closes(open_fence, line):
-            if open_fence.info == INFO_STRING:
-                found.append(open_fence)
+            if is_kept:
+                kept.append(open_fence)
+            elif open_fence.info == INFO_STRING:
+                ignored += 1
+                first_ignored_line = first_ignored_line or open_fence.line
             open_fence = None
-        else:
+        elif is_kept:
             open_fence.content.append(_dedent(line, open_fence.indent))
-    return found
+    return _Scan(kept, ignored, first_ignored_line)
 
 
 def _json_object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -114,10 +135,6 @@ def _parse_block(fence: _Fence, index: int) -> Block:
     def rejected(error: str, target: str = "", tool: str = "") -> Block:
         return Block(index=index, line=fence.line, raw_text=raw, target=target, tool=tool, error=error)
 
-    if index > MAX_BLOCKS:
-        return rejected(
-            f"too many blocks: a message may hold at most {MAX_BLOCKS}; this is block {index}"
-        )
     size = len(raw.encode("utf-8"))
     if size > MAX_BLOCK_BYTES:
         return rejected(f"block is {size} bytes; the limit is {MAX_BLOCK_BYTES} bytes per block")
@@ -160,6 +177,28 @@ def _json_type(value: Any) -> str:
     return "null" if value is None else names.get(type(value), type(value).__name__)
 
 
+def _overflow(ignored: int, line: int) -> Block:
+    """The one rejection standing for the ``ignored`` blocks past ``MAX_BLOCKS``, the first at ``line``."""
+    if ignored == 1:
+        more = f"1 more block from line {line} was ignored"
+    else:
+        more = f"{ignored} more blocks from line {line} on were ignored"
+    return Block(
+        index=MAX_BLOCKS + 1, line=line, raw_text="",
+        error=f"too many blocks: a message may hold at most {MAX_BLOCKS}; {more}",
+    )
+
+
 def parse_blocks(text: str) -> list[Block]:
-    """Every closed top-level ```baa block of ``text``, valid or not, in order."""
-    return [_parse_block(fence, index) for index, fence in enumerate(_fences(text), start=1)]
+    """Every closed top-level ```baa block of ``text``, valid or not, in order, up to ``MAX_BLOCKS``.
+
+    When ``text`` holds more, the list ends with one more rejected block
+    (index ``MAX_BLOCKS + 1``, the line of the first block past the limit, no
+    raw text, no tool) whose error says how many blocks were ignored; the list
+    is never longer than ``MAX_BLOCKS + 1``.
+    """
+    scan = _scan(text, keep=MAX_BLOCKS)
+    blocks = [_parse_block(fence, index) for index, fence in enumerate(scan.kept, start=1)]
+    if scan.ignored:
+        blocks.append(_overflow(scan.ignored, scan.first_ignored_line))
+    return blocks

@@ -1,7 +1,11 @@
+import json
+from types import SimpleNamespace
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ingest import blocks as blocks_module
 from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS, parse_blocks
 
 
@@ -107,14 +111,73 @@ def test_the_raw_text_is_the_content_between_the_fences():
     assert only('```baa\necho\n{"a": 1}\n```').raw_text == 'echo\n{"a": 1}'
 
 
-def test_blocks_over_the_count_limit_are_rejected_saying_so():
-    text = "\n".join(f"```baa\necho\n{{\"n\": {n}}}\n```" for n in range(MAX_BLOCKS + 3))
+def echo_blocks(count):
+    """``count`` valid blocks of four lines each, so block ``n`` opens on line ``4n - 3``."""
+    return "\n".join(f"```baa\necho\n{{\"n\": {n}}}\n```" for n in range(1, count + 1))
+
+
+@pytest.mark.parametrize(
+    "text,kept_errors,overflow",
+    [
+        pytest.param(echo_blocks(MAX_BLOCKS), [""] * 32, None, id="at-the-limit"),
+        pytest.param(
+            echo_blocks(MAX_BLOCKS + 1), [""] * 32,
+            "too many blocks: a message may hold at most 32; 1 more block from line 129 was ignored",
+            id="one-past",
+        ),
+        pytest.param(
+            echo_blocks(MAX_BLOCKS + 3), [""] * 32,
+            "too many blocks: a message may hold at most 32; 3 more blocks from line 129 on were ignored",
+            id="three-past",
+        ),
+        # An empty block is a rejected block, and still counts towards the limit.
+        pytest.param(
+            "~~~baa\n~~~\n" * 80_000, ["empty block: its first line must name a tool, e.g. files.read"] * 32,
+            "too many blocks: a message may hold at most 32; 79968 more blocks from line 65 on were ignored",
+            id="80000-empty-blocks",
+        ),
+        # Fences that are not baa blocks (another info string, or unclosed) are not counted.
+        pytest.param(
+            echo_blocks(MAX_BLOCKS) + "\n```python\n```\n```baa\necho\n```\n```baa\necho\n", [""] * 32,
+            "too many blocks: a message may hold at most 32; 1 more block from line 131 was ignored",
+            id="other-and-unclosed-fences-not-counted",
+        ),
+    ],
+)
+def test_blocks_past_the_limit_become_one_rejection_counting_them(text, kept_errors, overflow):
     blocks = parse_blocks(text)
-    assert len(blocks) == MAX_BLOCKS + 3
-    assert all(b.is_valid for b in blocks[:MAX_BLOCKS])
-    assert [b.error for b in blocks[MAX_BLOCKS:]] == [
-        f"too many blocks: a message may hold at most 32; this is block {n}" for n in (33, 34, 35)
-    ]
+    assert [b.error for b in blocks[:MAX_BLOCKS]] == kept_errors
+    assert [b.index for b in blocks[:MAX_BLOCKS]] == list(range(1, 33))
+    if overflow is None:
+        assert len(blocks) == MAX_BLOCKS
+        return
+    assert len(blocks) == MAX_BLOCKS + 1
+    last = blocks[-1]
+    assert (last.index, last.error, last.raw_text, last.tool, last.params) == (33, overflow, "", "", None)
+
+
+def test_blocks_past_the_limit_are_counted_without_being_built_or_parsed(monkeypatch):
+    built, decoded = [], []
+
+    class CountedBlock(blocks_module.Block):
+        def __init__(self, *args, **kwargs):
+            built.append(kwargs.get("index"))
+            super().__init__(*args, **kwargs)
+
+    def counted_loads(*args, **kwargs):
+        decoded.append(1)
+        return json.loads(*args, **kwargs)
+
+    monkeypatch.setattr(blocks_module, "Block", CountedBlock)
+    counted_json = SimpleNamespace(loads=counted_loads, JSONDecodeError=json.JSONDecodeError)
+    monkeypatch.setattr(blocks_module, "json", counted_json)
+
+    blocks = parse_blocks('~~~baa\necho\n{"n": 1}\n~~~\n' * 80_000)
+
+    assert len(blocks) == MAX_BLOCKS + 1
+    assert "79968 more blocks" in blocks[-1].error
+    assert built == list(range(1, MAX_BLOCKS + 2))
+    assert len(decoded) == MAX_BLOCKS
 
 
 def test_a_block_over_64_kib_is_rejected_saying_so():
@@ -158,8 +221,6 @@ plain = st.lists(
 
 @st.composite
 def baa_block(draw):
-    import json
-
     char = draw(st.sampled_from("`~"))
     fence = char * draw(st.integers(3, 5))
     tool = draw(names)
@@ -191,3 +252,18 @@ def test_finds_exactly_the_top_level_blocks_and_none_inside_other_fences(segment
 def test_a_block_with_broken_params_still_names_its_tool():
     block = only('```baa\nlaptop::files.read\n{"path": }\n```')
     assert (block.target, block.tool, block.is_valid) == ("laptop", "files.read", False)
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.one_of(baa_block(), baa_block(), other_fence_hiding_a_block()), min_size=25, max_size=45))
+def test_never_more_than_the_limit_and_one_rejection_counting_the_rest(segments):
+    text = "\n".join(segment for _, _, segment in segments)
+    expected = [tool for kind, tool, _ in segments if kind == "baa"]
+    blocks = parse_blocks(text)
+    assert [b.tool for b in blocks[:MAX_BLOCKS]] == expected[:MAX_BLOCKS]
+    ignored = len(expected) - MAX_BLOCKS
+    if ignored <= 0:
+        assert len(blocks) == len(expected)
+    else:
+        assert len(blocks) == MAX_BLOCKS + 1
+        assert f"; {ignored} more block" in blocks[-1].error
