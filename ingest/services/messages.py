@@ -36,7 +36,16 @@ ACTOR = "ingest"
 
 @dataclass(frozen=True)
 class IngestResult:
-    """What the plugin's ``ack`` reports."""
+    """What the plugin's ``ack`` reports.
+
+    ``instructions`` is the number of Instructions stored for the message: one
+    per block, valid or rejected, up to the 32 a message may hold, plus the one
+    rejection that stands for all the blocks past them (SPEC §5). It is not the
+    number of fences in the text: blocks past the limit are ignored, never
+    instructions, and a duplicate's ack must repeat the first ack's count,
+    which the stored rows give back exactly; the rejection says how many were
+    ignored.
+    """
 
     message_id: int
     instructions: int
@@ -100,6 +109,7 @@ def message_ingest(
                 raise
             return existing
 
+        # At most MAX_BLOCKS + 1 blocks, whatever the text holds: see ingest.blocks.
         blocks = parse_blocks(message.text)
         queued = _queue_blocks(stored, conversation, client, blocks, now)
         if queued:
@@ -109,6 +119,7 @@ def message_ingest(
         logger, "message_ingest", message_id=stored.pk, conversation_id=conversation.pk,
         platform=conversation.platform, blocks=len(blocks), queued=queued, source=source,
     )
+    # One Instruction per block (see _queue_blocks), so this equals what _existing counts for a duplicate.
     return IngestResult(message_id=stored.pk, instructions=len(blocks), duplicate=False)
 
 

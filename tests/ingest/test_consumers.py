@@ -220,6 +220,21 @@ async def test_the_same_final_message_again_is_acknowledged_as_a_duplicate(clien
     await communicator.disconnect()
 
 
+async def test_a_frame_of_80000_blocks_is_acknowledged_with_the_32_stored_and_one_rejection(client):
+    communicator, _ = await hello("laptop-chrome")
+    frame = {**FINAL, "text": "~~~baa\n~~~\n" * 80_000}
+    assert len(json.dumps(frame)) < 1024 * 1024  # within the frame limit: ingested, not refused
+    await communicator.send_json_to(frame)
+    ack = await communicator.receive_json_from(timeout=30)
+
+    assert (ack["type"], ack["instructions"]) == ("ack", 33)
+    message = await Message.objects.aget()
+    assert await Instruction.objects.filter(message=message).acount() == 33
+    overflow = await Instruction.objects.aget(message=message, block_index=33)
+    assert "79968 more blocks" in overflow.error
+    await communicator.disconnect()
+
+
 @pytest.mark.parametrize(
     "change,detail",
     [

@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from automation import kinds
 from automation.models import AutomationTask, ToolPolicy
+from automation.results import message_results_text
 from automation.tools.registry import Policy
 from conversations.models import Conversation, ConversationLink, Message
 from ingest.frames import parse_final_message
@@ -118,6 +119,39 @@ def test_broken_blocks_are_rejected_with_their_error_and_the_chat_is_told_at_onc
     assert (deliver.target_client_id, deliver.target_platform, deliver.target_conversation_id) == (
         "laptop", "claude", "conv-1",
     )
+
+
+OVERFLOW_80000 = "too many blocks: a message may hold at most 32; 79968 more blocks from line 65 on were ignored"
+
+
+def test_blocks_past_the_limit_are_stored_as_one_rejection_that_counts_them(client):
+    text = "~~~baa\n~~~\n" * 80_000  # 80,000 empty blocks: each one a rejected block
+    result = ingest(text, client)
+
+    rows = list(Instruction.objects.order_by("block_index").values_list("block_index", "status", "error"))
+    assert len(rows) == result.instructions == 33
+    assert [index for index, _, _ in rows] == list(range(1, 34))
+    assert {status for _, status, _ in rows} == {"rejected"}
+    assert rows[-1][2] == OVERFLOW_80000
+    # Every block was rejected: one delivery tells the chat, the overflow with the rest.
+    deliver = AutomationTask.objects.get()
+    assert deliver.kind == kinds.INSTRUCTION_DELIVER
+    assert OVERFLOW_80000 in message_results_text(message_id=result.message_id)
+
+    again = ingest(text, client)
+    assert (again.message_id, again.instructions, again.duplicate) == (result.message_id, 33, True)
+
+
+def test_valid_blocks_past_the_limit_are_not_queued(client):
+    result = ingest("\n".join(block("echo", {"n": n}) for n in range(1, 41)), client)
+
+    assert result.instructions == 33
+    assert Instruction.objects.filter(status="pending").count() == 32
+    overflow = Instruction.objects.get(block_index=33)
+    assert (overflow.status, overflow.tool, overflow.raw_text) == ("rejected", "", "")
+    assert overflow.error.endswith("; 8 more blocks from line 129 on were ignored")
+    assert not overflow.tasks.exists()
+    assert AutomationTask.objects.filter(kind=kinds.INSTRUCTION_EXECUTE).count() == 32
 
 
 def test_denied_tools_are_rejected(client):
