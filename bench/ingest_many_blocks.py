@@ -1,0 +1,146 @@
+"""Ingest of one message holding far more ```baa blocks than SPEC §5 allows, over a real socket.
+
+Starts one ASGI process (`manage.py serve --no-cluster`) on the configured
+database, connects two plugins, and has the first send one final message of
+--blocks empty ``~~~baa`` blocks (80,000 make a frame of just under 1 MiB).
+Meanwhile the second plugin sends a one-block message every 100 ms, to show
+how long other clients' acks wait behind it. Prints the big message's ack
+time, the ``instructions`` of its ack, the Instruction rows stored for it,
+and the other client's slowest ack. The frame rate limit and the hourly
+instruction limit are lifted for the server under test.
+
+    uv run python bench/ingest_many_blocks.py [--blocks 80000]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench uv run python bench/ingest_many_blocks.py
+"""
+
+import argparse
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import ROOT, child_env, setup_django  # noqa: E402
+
+BIG_CLIENT, OTHER_CLIENT = "bench-many-blocks", "bench-other"
+BLOCK = "~~~baa\n~~~\n"
+
+
+def prepare() -> dict[str, str]:
+    setup_django()
+    from django.core.management import call_command
+
+    from ingest.models import PluginClient
+    from ingest.services.clients import plugin_client_create
+
+    call_command("migrate_all", verbosity=0)
+    tokens = {}
+    for name in (BIG_CLIENT, OTHER_CLIENT):
+        PluginClient.objects.filter(client_id=name).delete()
+        _, tokens[name] = plugin_client_create(name=name)
+    return tokens
+
+
+async def hello(url: str, client_id: str, token: str):
+    from websockets.asyncio.client import connect
+
+    ws = await connect(url, max_size=None)
+    await ws.send(json.dumps({"type": "hello", "client_id": client_id, "token": token}))
+    assert json.loads(await ws.recv())["type"] == "hello.ok"
+    return ws
+
+
+async def drive(url: str, tokens: dict[str, str], blocks: int) -> tuple[float, dict, list[float]]:
+    run = uuid.uuid4().hex[:8]
+    big = await hello(url, BIG_CLIENT, tokens[BIG_CLIENT])
+    other = await hello(url, OTHER_CLIENT, tokens[OTHER_CLIENT])
+    done = asyncio.Event()
+    other_latencies: list[float] = []
+
+    async def other_client() -> None:
+        n = 0
+        while not done.is_set():
+            started = time.perf_counter()
+            await other.send(json.dumps({
+                "type": "browser.final_message", "id": f"{run}-other-{n}", "platform": "claude",
+                "conversation_id": f"bench-other-{run}", "message_id": f"{run}-other-{n}",
+                "text": f'```baa\necho\n{{"n": {n}}}\n```',
+            }))
+            frame = json.loads(await other.recv())
+            assert frame["type"] == "ack", frame
+            other_latencies.append(time.perf_counter() - started)
+            n += 1
+            await asyncio.sleep(0.1)
+
+    frame = json.dumps({
+        "type": "browser.final_message", "id": f"{run}-big", "platform": "claude",
+        "conversation_id": f"bench-many-{run}", "message_id": f"{run}-big", "text": BLOCK * blocks,
+    })
+    print(f"frame_bytes={len(frame.encode())}", flush=True)
+    watcher = asyncio.create_task(other_client())
+    await asyncio.sleep(0.3)  # the other client is under way when the big frame lands
+    started = time.perf_counter()
+    await big.send(frame)
+    ack = json.loads(await big.recv())
+    ack_seconds = time.perf_counter() - started
+    await asyncio.sleep(0.3)
+    done.set()
+    await watcher
+    await big.close()
+    await other.close()
+    return ack_seconds, ack, other_latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--blocks", type=int, default=80_000)
+    parser.add_argument("--port", type=int, default=8932)
+    args = parser.parse_args()
+
+    tokens = prepare()
+    from django.conf import settings
+
+    from ingest.models import Instruction
+
+    with tempfile.TemporaryDirectory() as data_dir:
+        env = child_env(
+            data_dir,
+            CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
+            CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000",
+            LOG_LEVEL="WARNING",
+        )
+        server = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--no-cluster", "--port", str(args.port)],
+            cwd=ROOT, env=env, start_new_session=True,
+        )
+        try:
+            while True:
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{args.port}/healthz", timeout=1)
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            ack_seconds, ack, other = asyncio.run(
+                drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", tokens, args.blocks)
+            )
+        finally:
+            server.send_signal(signal.SIGTERM)
+            server.wait(timeout=30)
+
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    stored = Instruction.objects.filter(message_id=int(ack["message_id"])).count() if ack["type"] == "ack" else 0
+    print(f"database={engine} blocks={args.blocks}")
+    print(f"ack_seconds={ack_seconds:.3f} ack_type={ack['type']} ack_instructions={ack.get('instructions')} "
+          f"stored_instructions={stored}")
+    print(f"other_client acks={len(other)} slowest_ack_seconds={max(other):.3f}")
+
+
+if __name__ == "__main__":
+    main()
