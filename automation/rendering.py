@@ -31,6 +31,10 @@ for a preview to save room is never cut. When the text cannot fit even with
 every value cut to a bare "…" (a tiny ``max_chars``), that minimal rendering
 is returned although it is longer than ``max_chars``; every block is still
 valid JSON.
+
+Rendering is linear in the outcomes (bar one sort by size): each block's
+length is measured once and updated as its values are cut, never measured
+again for the whole text.
 """
 
 from __future__ import annotations
@@ -222,20 +226,35 @@ def _share_room(values: list[_Value], room: int) -> None:
         room -= len(value.encoded)
 
 
-def _fit_by_cutting(summary: str, blocks: list[_RenderedBlock], values: list[_Value], max_chars: int) -> bool:
-    """Cut the fewest, largest of ``values`` so the text fits ``max_chars``; False when it cannot.
+def _fit_by_cutting(blocks: list[_RenderedBlock], key: str, overflow: int) -> bool:
+    """Cut the fewest, largest values named ``key`` to save ``overflow`` characters; False when it cannot.
 
-    On False every value that can shrink is left at the minimal preview.
+    On False every such value that can shrink is left at the minimal preview.
+    Each cut updates the overflow by its own block's change in length, so the
+    work is one sort and then constant per value, whatever the number of blocks.
     """
-    ranked = sorted((value for value in values if value.can_shrink), key=lambda value: len(value.whole), reverse=True)
-    for count in range(1, len(ranked) + 1):
-        chosen = ranked[:count]
-        chosen[-1].cut_to(len(MINIMAL_PREVIEW))
-        overflow = _length(summary, blocks) - max_chars
+    ranked = sorted(
+        ((value, block) for block in blocks for value in block.values if value.key == key and value.can_shrink),
+        key=lambda pair: len(pair[0].whole),
+        reverse=True,
+    )
+    for count, (value, block) in enumerate(ranked, start=1):
+        before = block.length()
+        value.cut_to(len(MINIMAL_PREVIEW))
+        overflow += block.length() - before
         if overflow <= 0:
+            chosen = [value for value, _ in ranked[:count]]
             _share_room(chosen, sum(len(value.encoded) for value in chosen) - overflow)
             return True
     return False
+
+
+def _fit(summary: str, blocks: list[_RenderedBlock], max_chars: int) -> None:
+    """Cut values of ``blocks`` so the text fits ``max_chars``; when it cannot, leave the minimal rendering."""
+    for key in ("result", "error"):  # errors are cut only when cutting results is not enough
+        overflow = _length(summary, blocks) - max_chars
+        if overflow <= 0 or _fit_by_cutting(blocks, key, overflow):
+            return
 
 
 def render_results(outcomes: Sequence[BlockOutcome], *, max_chars: int) -> str:
@@ -251,11 +270,7 @@ def render_results(outcomes: Sequence[BlockOutcome], *, max_chars: int) -> str:
     ordered = sorted(outcomes, key=lambda outcome: outcome.block)
     summary = _summary(ordered)
     blocks = [_RenderedBlock(outcome) for outcome in ordered]
-    if _length(summary, blocks) > max_chars:
-        values = [value for block in blocks for value in block.values]
-        for key in ("result", "error"):  # errors are cut only when cutting results is not enough
-            if _fit_by_cutting(summary, blocks, [value for value in values if value.key == key], max_chars):
-                break
+    _fit(summary, blocks, max_chars)
     return _SEPARATOR.join([summary, *(block.text() for block in blocks)])
 
 

@@ -1,9 +1,11 @@
 import datetime
 import json
 import random
+import sys
 
 import pytest
 
+from automation import rendering
 from automation.rendering import (
     ELLIPSIS,
     NO_BLOCKS,
@@ -313,6 +315,58 @@ def test_tiny_max_chars_returns_the_minimal_rendering(max_chars):
     # Nothing shorter exists: the minimal rendering is what fits its own length.
     assert render_results(outcomes, max_chars=len(text)) == text
     assert is_fully_parsed(text, outcomes)
+
+
+def many(count, make):
+    return [make(n) for n in range(1, count + 1)]
+
+
+SHAPES = {
+    # What a message of thousands of blocks came to before ingest capped blocks at 32.
+    "rejected": lambda n: BlockOutcome(
+        n, "", "rejected", error=f"too many blocks: a message may hold at most 32; this is block {n}"
+    ),
+    "small results": lambda n: BlockOutcome(n, "echo", "succeeded", {"n": n}),
+    "large results": lambda n: BlockOutcome(n, "files.read", "succeeded", {"text": "x" * 3000}),
+    "failures with output": lambda n: BlockOutcome(n, "shell.run", "failed", {"stdout": "o" * 400}, "e" * 300),
+    "long headers": lambda n: BlockOutcome(n, "t" * 500, "s" * 500, error="bad header"),
+    "mixed": lambda n: [
+        BlockOutcome(n, "echo", "succeeded", {"n": n}),
+        BlockOutcome(n, "files.read", "succeeded", "日本語🎉\u2028" * 300),
+        BlockOutcome(n, "laptop::shell.run", "cancelled"),
+        BlockOutcome(n, "files.write", "rejected", error="files.write is denied by policy"),
+    ][n % 4],
+}
+
+
+def rendering_steps(outcomes, max_chars):
+    """The Python calls made in automation/rendering.py while rendering: its work, counted without a clock."""
+    steps = 0
+
+    def count(frame, event, arg):
+        nonlocal steps
+        if event == "call" and frame.f_code.co_filename == rendering.__file__:
+            steps += 1
+
+    previous = sys.getprofile()
+    sys.setprofile(count)
+    try:
+        render_results(outcomes, max_chars=max_chars)
+    finally:
+        sys.setprofile(previous)
+    return steps
+
+
+@pytest.mark.parametrize("cap", ["20000", "a third of the whole"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_rendering_work_grows_linearly_with_the_blocks(shape, cap):
+    def steps(count):
+        outcomes = many(count, SHAPES[shape])
+        max_chars = 20_000 if cap == "20000" else len(render_results(outcomes, max_chars=ROOMY)) // 3
+        return rendering_steps(outcomes, max_chars)
+
+    # Four times the blocks, four times the work, give or take the sort; quadratic work would be sixteen.
+    assert steps(4000) <= 1.25 * 4 * steps(1000)
 
 
 ALPHABET = "abc xyz 0123456789 \"\\/\n\t\r\x00\x1f é日本🎉\u2028\u0085```{}[]"
