@@ -21,16 +21,23 @@ line that starts with ``{`` can never close the fence, so three backticks
 always suffice.
 
 ``max_chars`` bounds the whole text, counted in characters (``len``), not
-bytes. When the text would be longer, values are replaced by a string
-preview (the beginning of a string value, or of the JSON text of any other
-value, ending with "…"): results first, errors only if cutting every result
-is not enough. The fewest, largest values are cut, the room left is shared
-evenly among them, and values that do not need cutting stay whole, so the
-text comes as close to ``max_chars`` as the previews allow. A value too short
-for a preview to save room is never cut. When the text cannot fit even with
-every value cut to a bare "…" (a tiny ``max_chars``), that minimal rendering
-is returned although it is longer than ``max_chars``; every block is still
-valid JSON.
+bytes: the text is never longer. When the text would be longer, values are
+replaced by a string preview (the beginning of a string value, or of the JSON
+text of any other value, ending with "…"): results first, errors only if
+cutting every result is not enough. The fewest, largest values are cut, the
+room left is shared evenly among them, and values that do not need cutting
+stay whole, so the text comes as close to ``max_chars`` as the previews allow.
+A value too short for a preview to save room is never cut.
+
+When even the minimal rendering (every value that can shrink cut to a bare
+"…") is too long, the text shows the first blocks only and ends with a line
+saying which and how many block outcomes were left out; the first line still
+counts them all. The blocks shown are as many as fit with every value longer
+than ``PREVIEW_WHEN_LEAVING_OUT`` characters (errors too) cut to a preview of
+at most that; when not one block fits so, as many as fit with the minimal
+rendering, their values cut as above to the room there is. When not even one
+block fits (a tiny ``max_chars``), the first line and that last line are cut
+to ``max_chars``, and the text holds no ``baa-result`` block.
 
 Rendering is linear in the outcomes (bar one sort by size): each block's
 length is measured once and updated as its values are cut, never measured
@@ -50,6 +57,8 @@ INFO_STRING = "baa-result"
 FENCE = "```"
 ELLIPSIS = "…"
 MAX_NAME_CHARS = 100  # a rejected block's header can be anything; keep the header line short
+# When blocks must be left out, the values of the ones shown are cut to at most this many characters.
+PREVIEW_WHEN_LEAVING_OUT = 200
 
 SUCCEEDED = "succeeded"
 FAILED = "failed"
@@ -163,6 +172,7 @@ class _RenderedBlock:
     def __init__(self, outcome: BlockOutcome) -> None:
         tool = _one_line(outcome.tool, MAX_NAME_CHARS) or "?"
         status = _one_line(outcome.status, MAX_NAME_CHARS)
+        self.block = outcome.block
         self.header = f"Block {outcome.block} · {tool} · {status}"
         members = [f'"block": {_encode(outcome.block)}', f'"tool": {_encode(tool)}', f'"ok": {_encode(outcome.ok)}']
         self.values: list[_Value] = []
@@ -185,6 +195,18 @@ class _RenderedBlock:
     def length(self) -> int:
         flag = len(_TRUNCATED_MEMBER) if self.is_truncated else 0
         return self.fixed_length + sum(len(value.encoded) for value in self.values) + flag
+
+    def cut_values_to(self, preview: int) -> None:
+        """Cut every value that can shrink and is longer than ``preview`` to a preview of at most that."""
+        for value in self.values:
+            if value.can_shrink and len(value.whole) > preview:
+                value.cut_to(preview)
+
+    def length_at_most(self, preview: int) -> int:
+        """The block's length with every value that can shrink and is longer than ``preview`` cut to it."""
+        cut = [value.can_shrink and len(value.whole) > preview for value in self.values]
+        lengths = [preview if is_cut else len(value.whole) for value, is_cut in zip(self.values, cut, strict=True)]
+        return self.fixed_length + sum(lengths) + (len(_TRUNCATED_MEMBER) if any(cut) else 0)
 
     def text(self) -> str:
         return self._text([value.encoded for value in self.values], is_truncated=self.is_truncated)
@@ -257,19 +279,72 @@ def _fit(summary: str, blocks: list[_RenderedBlock], max_chars: int) -> None:
             return
 
 
-def render_results(outcomes: Sequence[BlockOutcome], *, max_chars: int) -> str:
-    """The message reporting ``outcomes``, at most ``max_chars`` characters whenever that can be done.
+def _left_out_line(count: int, first: int, last: int, max_chars: int) -> str:
+    """The last line of a text that shows no outcome for ``count`` blocks, numbered ``first`` to ``last``."""
+    within = f"to keep this message within {max_chars} characters."
+    if count == 1:
+        return f"Left out: the outcome of block {first}, {within}"
+    return f"Left out: the outcomes of blocks {first} to {last} ({count} blocks), {within}"
 
-    See the module docstring for the layout and how values are cut. When even
-    the minimal rendering (every value that can shrink cut to "…") is longer
-    than ``max_chars``, that minimal rendering is returned. With no outcomes,
-    a one-line notice is returned whatever ``max_chars`` is.
+
+def _prefix_count(summary: str, blocks: list[_RenderedBlock], max_chars: int, *, preview: int) -> int:
+    """How many blocks, from the first, fit with values cut to ``preview`` and the left-out line after them."""
+    last = blocks[-1].block
+    length, shown = len(summary), 0
+    for count, block in enumerate(blocks):  # showing the ``count`` blocks before this one
+        if length > max_chars:
+            break
+        left_out = _left_out_line(len(blocks) - count, block.block, last, max_chars)
+        if length + len(_SEPARATOR) + len(left_out) <= max_chars:
+            shown = count
+        length += len(_SEPARATOR) + block.length_at_most(preview)
+    return shown
+
+
+def _cut(text: str, max_chars: int) -> str:
+    """``text``, or its beginning and "…" in ``max_chars`` characters when it is longer."""
+    if len(text) <= max_chars:
+        return text
+    return text[: max_chars - 1] + ELLIPSIS if max_chars > 0 else ""
+
+
+def _render_leaving_out(summary: str, blocks: list[_RenderedBlock], max_chars: int) -> str:
+    """The text when not even the minimal rendering of every block fits: the first blocks, a line for the rest."""
+    last = blocks[-1].block
+    # Blocks are left out anyway, so a few more are, to give the ones shown values
+    # that say something the AI can act on rather than a bare "…" each.
+    shown = _prefix_count(summary, blocks, max_chars, preview=PREVIEW_WHEN_LEAVING_OUT)
+    if shown:
+        kept = blocks[:shown]
+        for block in kept:
+            block.cut_values_to(PREVIEW_WHEN_LEAVING_OUT)  # fits: _prefix_count measured them so
+        left_out = _left_out_line(len(blocks) - shown, blocks[shown].block, last, max_chars)
+    else:
+        # Not one block fits so: show as many as fit at all, sharing the room as usual.
+        shown = _prefix_count(summary, blocks, max_chars, preview=len(MINIMAL_PREVIEW))
+        kept = blocks[:shown]
+        left_out = _left_out_line(len(blocks) - shown, blocks[shown].block, last, max_chars)
+        _fit(summary, kept, max_chars - len(_SEPARATOR) - len(left_out))
+    if not kept:
+        return _cut(_SEPARATOR.join([summary, left_out]), max_chars)
+    return _SEPARATOR.join([summary, *(block.text() for block in kept), left_out])
+
+
+def render_results(outcomes: Sequence[BlockOutcome], *, max_chars: int) -> str:
+    """The message reporting ``outcomes``, never longer than ``max_chars`` characters.
+
+    See the module docstring for the layout, how values are cut and, when
+    even that is not enough, how blocks are left out. With no outcomes, a
+    one-line notice is returned (cut to ``max_chars``).
     """
     if not outcomes:
-        return NO_BLOCKS
+        return _cut(NO_BLOCKS, max_chars)
     ordered = sorted(outcomes, key=lambda outcome: outcome.block)
     summary = _summary(ordered)
     blocks = [_RenderedBlock(outcome) for outcome in ordered]
+    minimal = len(summary) + sum(len(_SEPARATOR) + block.length_at_most(len(MINIMAL_PREVIEW)) for block in blocks)
+    if minimal > max_chars:
+        return _render_leaving_out(summary, blocks, max_chars)
     _fit(summary, blocks, max_chars)
     return _SEPARATOR.join([summary, *(block.text() for block in blocks)])
 

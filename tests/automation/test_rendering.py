@@ -4,12 +4,15 @@ import random
 import sys
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from automation import rendering
 from automation.rendering import (
     ELLIPSIS,
     NO_BLOCKS,
     NO_ERROR_MESSAGE,
+    PREVIEW_WHEN_LEAVING_OUT,
     BlockOutcome,
     parse_results,
     render_results,
@@ -137,9 +140,17 @@ def test_first_line_counts_the_outcomes_by_status(statuses, first_line):
     assert render_results(outcomes, max_chars=ROOMY).split("\n")[0] == first_line
 
 
-@pytest.mark.parametrize("max_chars", [ROOMY, 0])
-def test_no_outcomes_render_a_no_blocks_line(max_chars):
-    assert render_results([], max_chars=max_chars) == NO_BLOCKS
+@pytest.mark.parametrize(
+    "max_chars,expected",
+    [
+        (ROOMY, NO_BLOCKS),
+        (len(NO_BLOCKS), NO_BLOCKS),
+        (20, NO_BLOCKS[:19] + ELLIPSIS),
+        (0, ""),
+    ],
+)
+def test_no_outcomes_render_a_no_blocks_line(max_chars, expected):
+    assert render_results([], max_chars=max_chars) == expected
     assert parse_results(NO_BLOCKS) == []
 
 
@@ -299,22 +310,77 @@ def test_errors_too_large_are_cut_after_every_result(max_chars):
     assert third["error"] == "short error" and "truncated" not in third
 
 
-@pytest.mark.parametrize("max_chars", [-5, 0, 10, 200])
-def test_tiny_max_chars_returns_the_minimal_rendering(max_chars):
-    outcomes = [
-        BlockOutcome(1, "files.read", "succeeded", {"text": "x" * 500}),
-        BlockOutcome(2, "shell.run", "failed", {"stdout": "y" * 500}, "z" * 500),
-        BlockOutcome(3, "echo", "succeeded", {"a": 1}),
-    ]
-    text = render_results(outcomes, max_chars=max_chars)
-    assert len(text) > max_chars
-    first, second, third = parse_results(text)
-    assert (first["result"], second["result"], second["error"]) == (ELLIPSIS, ELLIPSIS, ELLIPSIS)
-    assert first["truncated"] is second["truncated"] is True
-    assert third == {"block": 3, "tool": "echo", "ok": True, "result": {"a": 1}}  # too short to save room
-    # Nothing shorter exists: the minimal rendering is what fits its own length.
-    assert render_results(outcomes, max_chars=len(text)) == text
-    assert is_fully_parsed(text, outcomes)
+def shows_a_prefix(text, outcomes, max_chars):
+    """The text fits; it shows the first blocks, each valid JSON, and a last line counting the others."""
+    assert len(text) <= max_chars
+    numbers = sorted(outcome.block for outcome in outcomes)
+    shown = [parsed["block"] for parsed in parse_results(text)]
+    assert shown == numbers[: len(shown)]
+    assert is_fully_parsed(text, outcomes[: len(shown)])
+    left_out = numbers[len(shown):]
+    within = f"to keep this message within {max_chars} characters."
+    if left_out and shown:
+        assert text.endswith(
+            f"Left out: the outcome of block {left_out[0]}, {within}" if len(left_out) == 1
+            else f"Left out: the outcomes of blocks {left_out[0]} to {left_out[-1]} ({len(left_out)} blocks), {within}"
+        )
+    elif left_out:
+        assert "```" not in text  # the first line and the left-out line, cut to the cap if need be
+    return len(shown)
+
+
+THREE = [
+    BlockOutcome(1, "files.read", "succeeded", {"text": "x" * 500}),
+    BlockOutcome(2, "shell.run", "failed", {"stdout": "y" * 500}, "z" * 500),
+    BlockOutcome(3, "echo", "succeeded", {"a": 1}),
+]
+
+
+def test_below_the_minimal_rendering_the_first_blocks_are_shown_and_the_rest_counted():
+    text = render_results(THREE, max_chars=284)
+    assert text == (
+        "Conductor results for 3 blocks (2 succeeded, 1 failed)\n"
+        "\n"
+        "Block 1 · files.read · succeeded\n"
+        "```baa-result\n"
+        '{"block": 1, "tool": "files.read", "ok": true, "result": "…", "truncated": true}\n'
+        "```\n"
+        "\n"
+        "Left out: the outcomes of blocks 2 to 3 (2 blocks), to keep this message within 284 characters."
+    )
+
+
+@pytest.mark.parametrize(
+    "max_chars,shown,length",
+    [
+        (500, 3, 500),  # the minimal rendering fits: every block, values shared as usual
+        (457, 3, 457),  # ... exactly
+        (456, 2, 456),  # it does not: blocks 1 and 2 (no block fits with 200-character previews)
+        (427, 1, 427),  # block 1 alone, its result sharing the room left
+        (284, 1, 284),  # block 1 at its minimal rendering
+        (283, 0, 151),  # not one block fits: the first line and the left-out line
+        (150, 0, 150),  # ... cut to the cap
+        (1, 0, 1),
+        (0, 0, 0),
+        (-5, 0, 0),
+    ],
+)
+def test_the_cap_holds_however_small(max_chars, shown, length):
+    text = render_results(THREE, max_chars=max_chars)
+    assert (len(text), len(parse_results(text))) == (length, shown)
+    assert shows_a_prefix(text, THREE, max(max_chars, 0)) == shown
+    if 0 < shown < 3:
+        assert '"truncated": true' in text
+
+
+def test_when_blocks_are_left_out_the_ones_shown_keep_previews_worth_reading():
+    outcomes = [BlockOutcome(n, "files.read", "succeeded", {"text": f"{n} " + "x" * 5000}) for n in range(1, 200)]
+    text = render_results(outcomes, max_chars=20_000)
+    count = shows_a_prefix(text, outcomes, 20_000)
+    assert 50 < count < 199
+    previews = [parsed["result"] for parsed in parse_results(text)]
+    assert all(preview.endswith(ELLIPSIS) and 150 < len(preview) <= PREVIEW_WHEN_LEAVING_OUT for preview in previews)
+    assert all(preview.startswith(f'{{"text": "{n} xxx') for n, preview in enumerate(previews, start=1))
 
 
 def many(count, make):
@@ -337,6 +403,14 @@ SHAPES = {
         BlockOutcome(n, "files.write", "rejected", error="files.write is denied by policy"),
     ][n % 4],
 }
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_the_cap_holds_for_5000_blocks(shape):
+    outcomes = many(5000, SHAPES[shape])
+    text = render_results(outcomes, max_chars=20_000)
+    assert 0 < shows_a_prefix(text, outcomes, 20_000) < 5000
+    assert text.startswith("Conductor results for 5000 blocks (")  # the first line still counts them all
 
 
 def rendering_steps(outcomes, max_chars):
@@ -400,21 +474,17 @@ def test_random_outcomes_fit_whenever_they_can_and_always_parse():
     for _ in range(400):
         outcomes = [random_outcome(rng, block) for block in rng.sample(range(1, 33), rng.randint(1, 6))]
         whole = render_results(outcomes, max_chars=ROOMY)
-        minimal = render_results(outcomes, max_chars=0)
         max_chars = rng.randint(0, len(whole) + 50)
 
         text = render_results(outcomes, max_chars=max_chars)
 
-        assert is_fully_parsed(text, outcomes)
+        shown = shows_a_prefix(text, outcomes, max_chars)
         if len(whole) <= max_chars:
             assert text == whole
-        elif len(minimal) <= max_chars:
-            assert len(text) <= max_chars
+        elif shown == len(outcomes):
             # As close as the previews allow: a cut cannot split an escape (\u2028 takes 6 characters),
             # and a value found short enough to keep whole after all may drop its block's "truncated".
             assert max_chars - len(text) <= 5 + len(', "truncated": true')
-        else:
-            assert text == minimal
         by_block = {outcome.block: outcome for outcome in outcomes}
         for parsed in parse_results(text):
             outcome = by_block[parsed["block"]]
@@ -423,6 +493,35 @@ def test_random_outcomes_fit_whenever_they_can_and_always_parse():
                     continue
                 kept_whole = parsed[key] == json.loads(json.dumps(original))
                 assert kept_whole or (parsed["truncated"] is True and parsed[key].endswith(ELLIPSIS))
+
+
+pieces = st.text(alphabet=ALPHABET, max_size=6)
+sized_texts = st.builds(lambda piece, times: piece * times, pieces, st.sampled_from([0, 1, 10, 100, 1000]))
+values = st.one_of(
+    st.none(),
+    sized_texts,
+    st.integers(),
+    st.builds(lambda text, size: {"text": text, "size": size}, sized_texts, st.integers()),
+)
+outcome_fields = st.tuples(
+    st.sampled_from(["echo", "files.read", "laptop::shell.run", "", "x" * 300]),
+    st.sampled_from(["succeeded", "failed", "rejected", "cancelled", "unheard-of"]),
+    values,
+    st.one_of(st.none(), sized_texts),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(outcome_fields, min_size=1, max_size=300), st.integers(-10, 40_000), st.randoms(use_true_random=False))
+def test_any_outcomes_fit_any_cap_and_every_block_shown_parses(fields, max_chars, rng):
+    numbers = list(range(1, len(fields) + 1))
+    rng.shuffle(numbers)
+    outcomes = [BlockOutcome(n, *outcome) for n, outcome in zip(numbers, fields, strict=True)]
+
+    text = render_results(outcomes, max_chars=max_chars)
+
+    shows_a_prefix(text, outcomes, max(max_chars, 0))
+    text.encode("utf-8")
 
 
 @pytest.mark.parametrize(
