@@ -1,5 +1,4 @@
 import json
-from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, settings
@@ -7,6 +6,7 @@ from hypothesis import strategies as st
 
 from ingest import blocks as blocks_module
 from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS, parse_blocks
+from ingest.jsoncheck import loads_checked
 
 
 def only(text):
@@ -166,11 +166,10 @@ def test_blocks_past_the_limit_are_counted_without_being_built_or_parsed(monkeyp
 
     def counted_loads(*args, **kwargs):
         decoded.append(1)
-        return json.loads(*args, **kwargs)
+        return loads_checked(*args, **kwargs)
 
     monkeypatch.setattr(blocks_module, "Block", CountedBlock)
-    counted_json = SimpleNamespace(loads=counted_loads, JSONDecodeError=json.JSONDecodeError)
-    monkeypatch.setattr(blocks_module, "json", counted_json)
+    monkeypatch.setattr(blocks_module, "loads_checked", counted_loads)
 
     blocks = parse_blocks('~~~baa\necho\n{"n": 1}\n~~~\n' * 80_000)
 
