@@ -21,6 +21,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from automation.models import OPEN_STATUSES, AutomationTask
+from conductor_site.admin_display import link_or_text
 from conversations.models import Conversation, ConversationLink, Message
 from conversations.services import (
     conversation_renewal_policy_set,
@@ -85,9 +86,8 @@ class ConversationLinkInline(ReadOnlyInline):
 
     @admin.display(description="page")
     def page(self, link):
-        if not link.page_url:
-            return "-"
-        return format_html('<a href="{}" rel="noreferrer">{}</a>', link.page_url, link.page_url)
+        # The plugin reports the URL; a hostile page can make it "javascript:...".
+        return link_or_text(link.page_url) if link.page_url else "-"
 
 
 class RecentFormSet(BaseInlineFormSet):

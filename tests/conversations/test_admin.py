@@ -290,3 +290,24 @@ def test_staff_who_may_view_messages_see_their_instructions(client):
     instruction = InstructionFactory(tool="time.now")
     page = client.get(f"{MESSAGES}{instruction.message_id}/change/").content.decode()
     assert "conductor::time.now" in page
+
+
+# --- stored URLs ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("url", ["javascript:alert(document.domain)//", "data:text/html,<script>x</script>"])
+def test_a_page_url_with_an_unsafe_scheme_is_shown_as_text_not_as_a_link(admin_client, url):
+    conversation = ConversationFactory()
+    ConversationLinkFactory(conversation=conversation, page_url=url)
+    page = admin_client.get(f"{CONVERSATIONS}{conversation.pk}/change/").content.decode()
+    cell = page[page.index('<td class="field-page">'):]
+    cell = cell[:cell.index("</td>")]
+    assert "<a " not in cell and "href" not in cell
+    assert url.split(",")[0] in cell and "<script>" not in cell
+
+
+def test_a_page_url_with_a_safe_scheme_is_a_link(admin_client):
+    conversation = ConversationFactory()
+    ConversationLinkFactory(conversation=conversation, page_url="https://claude.ai/chat/xyz")
+    page = admin_client.get(f"{CONVERSATIONS}{conversation.pk}/change/").content.decode()
+    assert '<a href="https://claude.ai/chat/xyz" rel="noreferrer noopener">' in page

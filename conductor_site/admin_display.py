@@ -1,0 +1,59 @@
+"""How the admin shows stored data that came from outside.
+
+Everything here is pure. A chat page, a plugin or a tool wrote these values,
+so none of them is trusted: a URL becomes a link only when following it is
+safe.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from urllib.parse import urlsplit
+
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+# Any ASCII control character or space. Browsers drop some of them inside a URL
+# ("java\tscript:" runs as "javascript:"), so a URL holding one is never a link.
+_CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def safe_link_url(url: str | None) -> str | None:
+    """``url`` when it may become a link's href, else None.
+
+    Safe means https to any host, or http to a loopback host (a local
+    development page). Every other scheme (javascript:, data:, vbscript:,
+    file:, ...), a URL without a host, and a URL holding control characters or
+    spaces is refused: the caller shows it as text instead.
+    """
+    if not url or _CONTROL_OR_SPACE.search(url):
+        return None
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # e.g. an unbalanced "[" in the host
+        return None
+    if not host:
+        return None
+    scheme = parts.scheme.lower()
+    if scheme == "https" or (scheme == "http" and _is_loopback(host)):
+        return url
+    return None
+
+
+def link_or_text(url: str) -> SafeString:
+    """``url`` as a link when ``safe_link_url`` allows it, else as escaped text."""
+    href = safe_link_url(url)
+    if href is None:
+        return format_html('<span class="unsafe-url" title="not a link: unsafe scheme">{}</span>', url)
+    return format_html('<a href="{}" rel="noreferrer noopener">{}</a>', href, url)
