@@ -8,8 +8,6 @@ they skipped, and why.
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import ActionLocation
@@ -22,6 +20,7 @@ from automation.models import AutomationTask, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
 from automation.tools.registry import tools
+from conductor_site.admin_display import readable_json_text
 
 EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 
@@ -38,11 +37,7 @@ def pretty_json(text: str | None) -> str:
     """Stored JSON text, indented in a <pre>; text that is not JSON is shown as it is."""
     if text is None:
         return "-"
-    try:
-        shown = json.dumps(json.loads(text), indent=2, ensure_ascii=False, sort_keys=True)
-    except ValueError:
-        shown = text
-    return format_html('<pre class="conductor-json" style="white-space: pre-wrap">{}</pre>', shown)
+    return format_html('<pre class="conductor-json" style="white-space: pre-wrap">{}</pre>', readable_json_text(text))
 
 
 def id_list(ids: list[str], *, limit: int = 20) -> str:

@@ -1,14 +1,16 @@
-"""How the admin shows stored data that came from outside.
+"""How the admin shows stored data that came from outside: URLs, text and JSON.
 
 Everything here is pure. A chat page, a plugin or a tool wrote these values,
 so none of them is trusted: a URL becomes a link only when following it is
-safe.
+safe, and text is made encodable before it reaches a response.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.utils.html import format_html
@@ -17,6 +19,7 @@ from django.utils.safestring import SafeString
 # Any ASCII control character or space. Browsers drop some of them inside a URL
 # ("java\tscript:" runs as "javascript:"), so a URL holding one is never a link.
 _CONTROL_OR_SPACE = re.compile(r"[\x00-\x20\x7f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
 
 
 def _is_loopback(host: str) -> bool:
@@ -55,5 +58,32 @@ def link_or_text(url: str) -> SafeString:
     """``url`` as a link when ``safe_link_url`` allows it, else as escaped text."""
     href = safe_link_url(url)
     if href is None:
-        return format_html('<span class="unsafe-url" title="not a link: unsafe scheme">{}</span>', url)
-    return format_html('<a href="{}" rel="noreferrer noopener">{}</a>', href, url)
+        return format_html('<span class="unsafe-url" title="not a link: unsafe scheme">{}</span>',
+                           displayable_text(url))
+    return format_html('<a href="{}" rel="noreferrer noopener">{}</a>', href, displayable_text(url))
+
+
+def displayable_text(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD, so that it encodes as UTF-8.
+
+    A lone surrogate (a JSON "\\ud800" escape, decoded) is a valid Python
+    string but cannot be encoded, and one in a page turns the whole response
+    into a server error. A high and low surrogate in a row are joined into the
+    character they stand for.
+    """
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def readable_json(value: Any, *, sort_keys: bool = False) -> str:
+    """A JSON value as indented text, non-ASCII characters shown as themselves."""
+    return displayable_text(json.dumps(value, indent=2, ensure_ascii=False, sort_keys=sort_keys))
+
+
+def readable_json_text(text: str) -> str:
+    """Stored JSON text, indented with its keys sorted; text that is not JSON, as it is."""
+    try:
+        return readable_json(json.loads(text), sort_keys=True)
+    except ValueError:
+        return displayable_text(text)

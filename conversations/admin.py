@@ -7,7 +7,6 @@ instructions and the instructions' tasks are read-only here.
 
 from __future__ import annotations
 
-import json
 from functools import partial
 
 from django import forms
@@ -21,7 +20,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from automation.models import OPEN_STATUSES, AutomationTask
-from conductor_site.admin_display import link_or_text
+from conductor_site.admin_display import displayable_text, link_or_text, readable_json
 from conversations.models import Conversation, ConversationLink, Message
 from conversations.services import (
     conversation_renewal_policy_set,
@@ -114,7 +113,7 @@ class RecentMessageInline(ReadOnlyInline):
 
     @admin.display(description="text")
     def preview(self, message):
-        return Truncator(message.text).chars(PREVIEW_CHARS)
+        return displayable_text(Truncator(message.text).chars(PREVIEW_CHARS))
 
     @admin.display(description="instructions")
     def instruction_count(self, message):
@@ -283,10 +282,7 @@ class InstructionInline(ReadOnlyInline):
     def params_shown(self, instruction):
         if instruction.params is None:
             return "-"
-        return format_html(
-            '<pre style="white-space: pre-wrap; margin: 0">{}</pre>',
-            json.dumps(instruction.params, indent=2, ensure_ascii=False),
-        )
+        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', readable_json(instruction.params))
 
     @admin.display(description="tasks and results")
     def task_list(self, instruction):
@@ -299,7 +295,7 @@ class InstructionInline(ReadOnlyInline):
             '<pre style="white-space: pre-wrap; margin: 0">{}</pre></div>',
             (
                 (_change_url(task), task.task_id, task.status,
-                 Truncator(task.result_json or task.last_error or "").chars(RESULT_PREVIEW_CHARS))
+                 displayable_text(Truncator(task.result_json or task.last_error or "").chars(RESULT_PREVIEW_CHARS)))
                 for task in tasks
             ),
         )
@@ -334,7 +330,7 @@ class MessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="text")
     def preview(self, message):
-        return Truncator(message.text).chars(PREVIEW_CHARS)
+        return displayable_text(Truncator(message.text).chars(PREVIEW_CHARS))
 
     @admin.display(description="conversation", ordering="conversation__title")
     def conversation_link(self, message):
@@ -350,13 +346,14 @@ class MessageAdmin(admin.ModelAdmin):
 
     @admin.display(description="text")
     def text_shown(self, message):
-        return format_html('<pre class="message-text" style="white-space: pre-wrap">{}</pre>', message.text)
+        return format_html(
+            '<pre class="message-text" style="white-space: pre-wrap">{}</pre>', displayable_text(message.text)
+        )
 
     @admin.display(description="raw frame")
     def raw_frame_shown(self, message):
         if message.raw_frame is None:
             return "-"
         return format_html(
-            '<pre style="white-space: pre-wrap">{}</pre>',
-            json.dumps(message.raw_frame, indent=2, ensure_ascii=False, sort_keys=True),
+            '<pre style="white-space: pre-wrap">{}</pre>', readable_json(message.raw_frame, sort_keys=True)
         )

@@ -7,8 +7,6 @@ through the messages framework (whose storage is a cookie or the session).
 
 from __future__ import annotations
 
-import json
-
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import ActionLocation
@@ -19,6 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from conductor_site.admin_display import displayable_text, readable_json
 from ingest.models import Instruction, PluginClient
 from ingest.selectors import plugin_clients_connected
 from ingest.services.clients import (
@@ -206,16 +205,13 @@ class InstructionAdmin(admin.ModelAdmin):
 
     @admin.display(description="block")
     def raw_text_shown(self, instruction):
-        return format_html('<pre style="white-space: pre-wrap">{}</pre>', instruction.raw_text)
+        return format_html('<pre style="white-space: pre-wrap">{}</pre>', displayable_text(instruction.raw_text))
 
     @admin.display(description="params")
     def params_shown(self, instruction):
         if instruction.params is None:
             return "-"
-        return format_html(
-            '<pre style="white-space: pre-wrap">{}</pre>',
-            json.dumps(instruction.params, indent=2, ensure_ascii=False),
-        )
+        return format_html('<pre style="white-space: pre-wrap">{}</pre>', readable_json(instruction.params))
 
     @admin.display(description="tasks")
     def task_list(self, instruction):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import datetime as dt
 
 import factory
+import pytest
+from django.db import DataError, transaction
 from django.utils import timezone
 
 from automation.models import AutomationTask, TaskStatus
@@ -137,3 +139,17 @@ def make_staff(username: str = "staff", *permissions: str):
             Permission.objects.get(content_type__app_label=app_label, codename=codename)
         )
     return user
+
+
+def create_or_skip(model_factory, **fields):
+    """Create a row, or skip the test when the database cannot hold ``fields``.
+
+    For rows holding a lone surrogate: PostgreSQL refuses one anywhere (text
+    and jsonb), SQLite in a text column; SQLite keeps one in a JSON column,
+    where it is stored as a "\\ud800" escape.
+    """
+    try:
+        with transaction.atomic():
+            return model_factory(**fields)
+    except (UnicodeEncodeError, DataError) as exc:
+        pytest.skip(f"this database cannot store the value: {exc}")

@@ -219,6 +219,16 @@ def test_the_task_page_shows_pretty_json_links_and_the_timeline_in_order(admin_c
     assert "boom" in timeline  # the failure's error
 
 
+@pytest.mark.parametrize("field", ["payload_json", "result_json"])
+def test_the_task_page_shows_a_lone_surrogate_in_stored_json_as_a_replacement_character(admin_client, field):
+    # A JSON escape is plain ASCII, so every database stores it; decoded, it is a lone surrogate.
+    task = make_task(S.SUCCEEDED)
+    AutomationTask.objects.filter(pk=task.pk).update(**{field: '{"text": "milk \\ud800 eggs"}'})
+    response = admin_client.get(change_url(task))
+    assert response.status_code == 200
+    assert "milk \ufffd eggs" in response.content.decode()
+
+
 def test_the_task_page_cannot_edit_a_task(admin_client):
     task = make_task(S.PENDING)
     page = admin_client.get(change_url(task)).content.decode()

@@ -1,6 +1,12 @@
 import pytest
 
-from conductor_site.admin_display import link_or_text, safe_link_url
+from conductor_site.admin_display import (
+    displayable_text,
+    link_or_text,
+    readable_json,
+    readable_json_text,
+    safe_link_url,
+)
 
 
 @pytest.mark.parametrize(
@@ -57,3 +63,36 @@ def test_an_unsafe_url_is_shown_as_escaped_text():
 def test_a_safe_url_is_a_link_with_its_text_escaped():
     shown = link_or_text("https://claude.ai/chat?a=1&b=<x>")
     assert shown.startswith('<a href="https://claude.ai/chat?a=1&amp;b=&lt;x&gt;" rel="noreferrer noopener">')
+
+
+@pytest.mark.parametrize(
+    "text,shown",
+    [
+        ("plain", "plain"),
+        ("caf\u00e9 \U0001f600", "caf\u00e9 \U0001f600"),
+        ("a\ud800b", "a\ufffdb"),
+        ("\udc00", "\ufffd"),
+        ("x\ud800\ud800y", "x\ufffd\ufffdy"),
+        ("\ud83d\ude00", "\U0001f600"),  # a pair kept as two code points becomes its character
+    ],
+)
+def test_displayable_text_replaces_lone_surrogates_only(text, shown):
+    assert displayable_text(text) == shown
+    displayable_text(text).encode("utf-8")  # never raises
+
+
+def test_readable_json_shows_non_ascii_as_itself_and_lone_surrogates_replaced():
+    assert readable_json({"b": "caf\u00e9", "a": "\ud800"}, sort_keys=True) == (
+        '{\n  "a": "\ufffd",\n  "b": "caf\u00e9"\n}'
+    )
+
+
+@pytest.mark.parametrize(
+    "text,shown",
+    [
+        ('{"b": 1, "a": "\\ud800"}', '{\n  "a": "\ufffd",\n  "b": 1\n}'),
+        ("not json \ud800", "not json \ufffd"),
+    ],
+)
+def test_readable_json_text_indents_json_and_keeps_other_text(text, shown):
+    assert readable_json_text(text) == shown

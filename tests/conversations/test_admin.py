@@ -18,6 +18,7 @@ from tests.factories import (
     ConversationLinkFactory,
     InstructionFactory,
     MessageFactory,
+    create_or_skip,
     make_staff,
     make_task,
 )
@@ -311,3 +312,39 @@ def test_a_page_url_with_a_safe_scheme_is_a_link(admin_client):
     ConversationLinkFactory(conversation=conversation, page_url="https://claude.ai/chat/xyz")
     page = admin_client.get(f"{CONVERSATIONS}{conversation.pk}/change/").content.decode()
     assert '<a href="https://claude.ai/chat/xyz" rel="noreferrer noopener">' in page
+
+
+# --- stored text that cannot be encoded ---------------------------------------------------------
+
+LONE = "\ud800"  # a lone surrogate: a valid str, but not encodable as UTF-8
+
+
+@pytest.mark.parametrize(
+    "model_factory,fields",
+    [
+        (InstructionFactory, {"params": {"path": f"notes{LONE}.md"}}),
+        (MessageFactory, {"raw_frame": {"type": "browser.final_message", "text": f"notes{LONE}.md"}}),
+        (MessageFactory, {"text": f"notes{LONE}.md"}),
+    ],
+    ids=["instruction-params", "raw-frame", "text"],
+)
+def test_a_message_page_shows_a_lone_surrogate_as_a_replacement_character(admin_client, model_factory, fields):
+    row = create_or_skip(model_factory, **fields)
+    message = row if isinstance(row, Message) else row.message
+    response = admin_client.get(f"{MESSAGES}{message.pk}/change/")
+    assert response.status_code == 200
+    assert "notes\ufffd.md" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "model_factory,fields",
+    [(ConversationFactory, {"title": f"Plans{LONE}"}), (MessageFactory, {"text": f"Plans{LONE}"})],
+    ids=["title", "message-text"],
+)
+def test_conversation_pages_show_a_lone_surrogate_as_a_replacement_character(admin_client, model_factory, fields):
+    row = create_or_skip(model_factory, **fields)
+    conversation = row if isinstance(row, Conversation) else row.conversation
+    for url in (CONVERSATIONS, f"{CONVERSATIONS}{conversation.pk}/change/", MESSAGES):
+        response = admin_client.get(url)
+        assert response.status_code == 200
+        assert "Plans\ufffd" in response.content.decode()

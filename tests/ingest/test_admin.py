@@ -15,7 +15,7 @@ from ingest.protocol import CloseCode
 from ingest.selectors import plugin_client_authenticate
 from ingest.services.clients import PluginClientRevoked, plugin_client_rotate
 from ingest.tokens import token_hash
-from tests.factories import TEST_TOKEN, PluginClientFactory, make_staff
+from tests.factories import TEST_TOKEN, InstructionFactory, PluginClientFactory, create_or_skip, make_staff
 
 CLIENTS = "/admin/ingest/pluginclient/"
 ADD = f"{CLIENTS}add/"
@@ -224,3 +224,19 @@ def test_plugin_clients_cannot_be_deleted_or_edited(admin_client):
     assert admin_client.get(f"{CLIENTS}{target.pk}/delete/").status_code == 403
     assert admin_client.post(f"{CLIENTS}{target.pk}/change/", {"name": "renamed", "_save": "Save"}).status_code == 403
     assert PluginClient.objects.get(pk=target.pk).name == target.name
+
+
+# --- instructions ------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "fields", [{"params": {"path": "notes\ud800.md"}}, {"raw_text": "files.read\nnotes\ud800.md"}],
+    ids=["params", "raw-text"],
+)
+def test_an_instruction_page_shows_a_lone_surrogate_as_a_replacement_character(admin_client, fields):
+    instruction = create_or_skip(InstructionFactory, **fields)
+    for url in ("/admin/ingest/instruction/", f"/admin/ingest/instruction/{instruction.pk}/change/"):
+        response = admin_client.get(url)
+        assert response.status_code == 200
+    assert "notes\ufffd.md" in response.content.decode()
