@@ -1,8 +1,11 @@
 """The admin's overview page and its global pause switch (SPEC §4, §7).
 
 Wired in ``conductor_site/urls.py`` through ``admin.site.admin_view``, so both
-need a staff login. Reads come from the selectors, the one write from
-``dispatcher_pause_set``; this module only shapes what the template draws.
+need a staff login. The overview shows tasks, their errors, conversation
+titles and plugin clients, so it also needs the permission to view tasks;
+the pause switch is for superusers. Reads come from the selectors, the one
+write from ``dispatcher_pause_set``; this module only shapes what the
+template draws.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
@@ -34,6 +38,9 @@ from automation.selectors import (
 )
 from automation.services.dispatcher_state import dispatcher_pause_set
 from ingest.selectors import plugin_clients_connected
+
+# Who may open the overview; templates/admin/index.html shows its link only to them.
+OVERVIEW_PERMISSION = "automation.view_automationtask"
 
 # The dispatcher counts as lagging when its last tick is older than this many ticks.
 LAG_TICKS = 3
@@ -124,6 +131,7 @@ def status_table(counts: dict[str, dict[str, int]]) -> dict:
     return {"statuses": statuses, "rows": rows, "totals": totals, "total": sum(n for _, n in totals)}
 
 
+@permission_required(OVERVIEW_PERMISSION, raise_exception=True)
 def overview(request):
     """Tasks by status and kind, held instructions, throughput, failures, dispatcher, clients."""
     now = now_ms()

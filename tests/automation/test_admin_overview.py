@@ -166,11 +166,24 @@ def test_the_pause_switch_takes_only_a_post_with_a_csrf_token(admin_user):
     assert not DispatcherState.objects.filter(is_paused=True).exists()
 
 
-def test_staff_see_the_overview_but_cannot_switch_the_pause(client):
-    client.force_login(make_staff())
+def test_staff_who_may_view_tasks_see_the_overview_but_cannot_switch_the_pause(client):
+    client.force_login(make_staff("viewer", "automation.view_automationtask"))
+    assert 'href="/admin/overview/"' in client.get("/admin/").content.decode()
     page = client.get(OVERVIEW)
     assert page.status_code == 200
     assert 'action="/admin/overview/pause/"' not in page.content.decode()
+    assert client.post(PAUSE, {"is_paused": "1"}).status_code == 403
+    assert not DispatcherState.objects.filter(is_paused=True).exists()
+
+
+@pytest.mark.parametrize("permissions", [(), ("conversations.view_conversation", "ingest.view_instruction")])
+def test_staff_who_may_not_view_tasks_are_refused_the_overview_and_not_shown_its_link(client, permissions):
+    client.force_login(make_staff("stranger", *permissions))
+    make_task(S.FAILED, conversation_id=ConversationFactory(title="Secret plans").pk)
+    response = client.get(OVERVIEW)
+    assert response.status_code == 403
+    assert "Secret plans" not in response.content.decode() and "boom" not in response.content.decode()
+    assert "/admin/overview/" not in client.get("/admin/").content.decode()
     assert client.post(PAUSE, {"is_paused": "1"}).status_code == 403
     assert not DispatcherState.objects.filter(is_paused=True).exists()
 
