@@ -11,6 +11,7 @@ from pathlib import Path
 import environ
 
 from conductor_site.config import conductor_settings
+from conductor_site.private_files import private_file, private_folder, private_sqlite_database
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -19,14 +20,15 @@ if (BASE_DIR / ".env").exists():
     environ.Env.read_env(BASE_DIR / ".env")
 
 DATA_DIR = Path(env.str("CONDUCTOR_DATA_DIR", default=str(BASE_DIR / "data"))).resolve()
-DATA_DIR.mkdir(parents=True, exist_ok=True)
+# Private (0700), like the files in it: see conductor_site/private_files.py.
+private_folder(DATA_DIR)
 
 
 def _local_secret_key() -> str:
     """A per-installation key kept in the data folder, so no key is hard-coded."""
     path = DATA_DIR / "secret_key"
-    if not path.exists():
-        path.touch(mode=0o600)
+    private_file(path)
+    if not path.read_text().strip():
         path.write_text(secrets.token_urlsafe(50))
     return path.read_text().strip()
 
@@ -183,6 +185,12 @@ else:
         }
     }
     Q_CLUSTER["orm"] = "default"
+
+# The sessions live in these files (and, with DATABASE_URL or
+# CONDUCTOR_CHANNEL_LAYER_DB, possibly outside the data folder): 0600 from the start.
+for _database in DATABASES.values():
+    if _database["ENGINE"] == "django.db.backends.sqlite3":
+        private_sqlite_database(_database["NAME"])
 
 # --- Auth, i18n, static ----------------------------------------------------
 

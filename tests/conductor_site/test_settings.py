@@ -143,3 +143,51 @@ def test_check_deploy_is_clean_with_debug_off_a_real_key_and_hosts(tmp_path):
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "System check identified no issues" in result.stdout
+
+
+# --- file modes: the data folder holds session keys and the secret key -----------------------
+
+MODES_AFTER_MIGRATE = (
+    "import json, os, stat; from django.core.management import call_command; "
+    "from django.db import connections; "
+    "call_command('migrate_all', verbosity=0); "
+    # Hold a write open on each database so that its -wal and -shm files exist while we look.
+    "[connections[alias].cursor().execute('CREATE TABLE IF NOT EXISTS mode_probe (x INTEGER)') "
+    " for alias in settings.DATABASES]; "
+    "root = settings.DATA_DIR; "
+    "print(json.dumps({str(path.relative_to(root)) or '.': oct(stat.S_IMODE(path.stat().st_mode)) "
+    " for path in [root, *root.iterdir()]}))"
+)
+
+
+def _run_with_umask_022(env, code):
+    """`_run_settings` under the usual umask, which would leave new files readable by everyone."""
+    old = os.umask(0o022)
+    try:
+        return json.loads(_run_settings(env, code).splitlines()[-1])
+    finally:
+        os.umask(old)
+
+
+def test_a_new_data_folder_and_its_databases_are_private(tmp_path):
+    data = tmp_path / "data"
+    modes = _run_with_umask_022({"CONDUCTOR_DATA_DIR": str(data)}, MODES_AFTER_MIGRATE)
+    assert modes["."] == "0o700"
+    for name in ("conductor.sqlite3", "channels.sqlite3"):
+        for suffix in ("", "-wal", "-shm"):
+            assert modes[name + suffix] == "0o600", (name + suffix, modes)
+    assert modes["secret_key"] == "0o600"
+
+
+def test_an_existing_data_folder_and_its_files_are_made_private(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir(mode=0o755)
+    data.chmod(0o755)
+    for name in ("conductor.sqlite3", "conductor.sqlite3-wal", "secret_key"):
+        (data / name).touch()
+        (data / name).chmod(0o644)
+    (data / "secret_key").write_text("k" * 50)
+    modes = _run_with_umask_022({"CONDUCTOR_DATA_DIR": str(data)}, MODES_AFTER_MIGRATE)
+    assert modes["."] == "0o700"
+    assert {modes[name] for name in ("conductor.sqlite3", "conductor.sqlite3-wal", "secret_key")} == {"0o600"}
+    assert (data / "secret_key").read_text() == "k" * 50
