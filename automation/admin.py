@@ -21,6 +21,7 @@ from automation.selectors import task_events
 from automation.services import operator
 from automation.tools.registry import tools
 from conductor_site.admin_display import readable_json_text
+from conductor_site.admin_lists import ListColumnsMixin
 
 EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 
@@ -77,14 +78,13 @@ class ToolPolicyAdmin(admin.ModelAdmin):
 
 
 @admin.register(AutomationTask)
-class AutomationTaskAdmin(admin.ModelAdmin):
+class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     change_form_template = "admin/automation/automationtask/change_form.html"
     list_display = [
         "task_id", "kind", "status", "conversation_link", "target", "attempts",
         "due", "updated",
     ]
     list_filter = ["kind", "status", "target_platform", "target_client_id"]
-    list_select_related = ["conversation"]
     search_fields = [
         "task_id", "dedupe_key", "target_conversation_id", "conversation__remote_id", "conversation__title",
     ]
@@ -119,7 +119,18 @@ class AutomationTaskAdmin(admin.ModelAdmin):
         return flatten_fieldsets(self.fieldsets)
 
     def get_queryset(self, request):
-        return super().get_queryset(request).select_related("conversation", "message", "instruction")
+        # The page names the task's message and instruction; their text stays behind.
+        return super().get_queryset(request).select_related(
+            "conversation", "message__conversation", "instruction"
+        ).defer("message__text", "message__raw_frame", "instruction__raw_text", "instruction__params")
+
+    def get_list_queryset(self, queryset):
+        # A row names only its conversation: no join to messages and instructions.
+        return queryset.select_related(None).select_related("conversation").only(
+            "kind", "status", "target_client_id", "target_platform", "attempt_count", "max_attempts",
+            "execute_after", "updated_at", "conversation__platform", "conversation__remote_id",
+            "conversation__title",
+        )
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = {**(extra_context or {}), "timeline": [

@@ -109,6 +109,8 @@ class AutomationTask(models.Model):
                 name="task_target_status_due_idx",
             ),
             models.Index(fields=["conversation", "lane", "sequence"], name="task_lane_order_idx"),
+            # The admin's list order (newest first).
+            models.Index(fields=["created_at", "task_id"], name="task_created_idx"),
         ]
         constraints = [
             models.CheckConstraint(

@@ -13,7 +13,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import ActionLocation
 from django.contrib.admin.models import CHANGE, LogEntry
-from django.db.models import Count, F, Prefetch, Q
+from django.db.models import F, Prefetch
+from django.db.models.functions import Substr
 from django.forms.models import BaseInlineFormSet
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -21,6 +22,7 @@ from django.utils.text import Truncator
 
 from automation.models import OPEN_STATUSES, AutomationTask
 from conductor_site.admin_display import displayable_text, link_or_text, readable_json
+from conductor_site.admin_lists import ListColumnsMixin, count_of
 from conversations.models import Conversation, ConversationLink, Message
 from conversations.services import (
     conversation_renewal_policy_set,
@@ -33,6 +35,20 @@ EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 RECENT_MESSAGES = 20
 PREVIEW_CHARS = 120
 RESULT_PREVIEW_CHARS = 2000
+
+
+def _instruction_count():
+    return count_of(Instruction.objects.all(), to="message")
+
+
+def _text_head():
+    """The first characters of a message's text: one more than a preview shows, so the
+    preview knows whether it was cut. Lists fetch this instead of the whole text."""
+    return Substr("text", 1, PREVIEW_CHARS + 1)
+
+
+def _preview(message) -> str:
+    return displayable_text(Truncator(message.text_head).chars(PREVIEW_CHARS))
 
 
 def _change_url(obj) -> str:
@@ -109,11 +125,13 @@ class RecentMessageInline(ReadOnlyInline):
     show_change_link = True
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(n_instructions=Count("instructions"))
+        return super().get_queryset(request).defer("text", "raw_frame").annotate(
+            text_head=_text_head(), n_instructions=_instruction_count()
+        )
 
     @admin.display(description="text")
     def preview(self, message):
-        return displayable_text(Truncator(message.text).chars(PREVIEW_CHARS))
+        return _preview(message)
 
     @admin.display(description="instructions")
     def instruction_count(self, message):
@@ -127,7 +145,7 @@ class ConversationForm(forms.ModelForm):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(admin.ModelAdmin):
+class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
     form = ConversationForm
     list_display = [
         "title", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at", "open_tasks",
@@ -136,6 +154,7 @@ class ConversationAdmin(admin.ModelAdmin):
     list_filter = ["platform", "paused", "renewal_enabled"]
     search_fields = ["remote_id", "title"]
     ordering = [F("last_activity_at").desc(nulls_last=True), "-pk"]
+    show_full_result_count = False
     actions = ["pause", "resume", "enable_renewal", "disable_renewal", "renew_now"]
     inlines = [ConversationLinkInline, RecentMessageInline]
     fieldsets = [
@@ -160,7 +179,13 @@ class ConversationAdmin(admin.ModelAdmin):
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(
-            n_open_tasks=Count("tasks", filter=Q(tasks__status__in=OPEN_STATUSES))
+            n_open_tasks=count_of(AutomationTask.objects.filter(status__in=OPEN_STATUSES), to="conversation")
+        )
+
+    def get_list_queryset(self, queryset):
+        # The columns, and the flags the actions read.
+        return queryset.only(
+            "title", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at",
         )
 
     def save_model(self, request, obj, form, change):
@@ -302,7 +327,7 @@ class InstructionInline(ReadOnlyInline):
 
 
 @admin.register(Message)
-class MessageAdmin(admin.ModelAdmin):
+class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
     list_display = ["preview", "role", "source", "conversation_link", "platform", "received_at", "instruction_count"]
     list_filter = ["role", "source", "conversation__platform"]
     search_fields = ["text", "remote_message_id"]
@@ -326,11 +351,18 @@ class MessageAdmin(admin.ModelAdmin):
         return False  # `prune` removes old messages
 
     def get_queryset(self, request):
-        return super().get_queryset(request).annotate(n_instructions=Count("instructions"))
+        # In the root queryset, so that the list can sort by it.
+        return super().get_queryset(request).annotate(n_instructions=_instruction_count())
+
+    def get_list_queryset(self, queryset):
+        return queryset.only(
+            "role", "source", "received_at", "conversation__platform", "conversation__remote_id",
+            "conversation__title",
+        ).annotate(text_head=_text_head())
 
     @admin.display(description="text")
     def preview(self, message):
-        return displayable_text(Truncator(message.text).chars(PREVIEW_CHARS))
+        return _preview(message)
 
     @admin.display(description="conversation", ordering="conversation__title")
     def conversation_link(self, message):

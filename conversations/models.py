@@ -119,7 +119,9 @@ class Message(models.Model):
             ),
         ]
         indexes = [
-            models.Index(fields=["conversation", "received_at"], name="message_conversation_time_idx")
+            models.Index(fields=["conversation", "received_at"], name="message_conversation_time_idx"),
+            # The admin's list order (newest first): read from the index, not sorted from 100 KiB rows.
+            models.Index(fields=["received_at", "id"], name="message_received_idx"),
         ]
 
     def __str__(self) -> str:

@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
 from conductor_site.admin_display import displayable_text, readable_json
+from conductor_site.admin_lists import ListColumnsMixin
 from ingest.models import Instruction, PluginClient
 from ingest.selectors import plugin_clients_connected
 from ingest.services.clients import (
@@ -169,13 +170,12 @@ class PluginClientAdmin(admin.ModelAdmin):
 
 
 @admin.register(Instruction)
-class InstructionAdmin(admin.ModelAdmin):
+class InstructionAdmin(ListColumnsMixin, admin.ModelAdmin):
     """Every baa block, valid or not; approve or reject held ones through their tasks."""
 
     list_display = ["__str__", "block_index", "call", "status", "message_link", "created_at"]
     list_filter = ["status", "tool"]
     search_fields = ["tool", "raw_text", "error"]
-    list_select_related = ["message__conversation"]
     ordering = ["-created_at", "-pk"]
     show_full_result_count = False
     fields = [
@@ -191,6 +191,18 @@ class InstructionAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    def get_queryset(self, request):
+        # The page names its message, not its message's text.
+        return super().get_queryset(request).select_related("message__conversation").defer(
+            "message__text", "message__raw_frame"
+        )
+
+    def get_list_queryset(self, queryset):
+        return queryset.only(
+            "block_index", "target", "tool", "status", "created_at", "message__role",
+            "message__conversation__platform", "message__conversation__remote_id", "message__conversation__title",
+        )
 
     @admin.display(description="tool")
     def call(self, instruction):

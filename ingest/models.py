@@ -78,6 +78,10 @@ class Instruction(models.Model):
                 fields=["message", "block_index"], name="instruction_message_block_uniq"
             ),
         ]
+        indexes = [
+            # The admin's list order (newest first).
+            models.Index(fields=["created_at", "id"], name="instruction_created_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"block {self.block_index} of message {self.message_id}: {self.tool or '?'}"

@@ -69,6 +69,20 @@ def test_the_list_needs_a_fixed_number_of_queries(admin_client, django_assert_ma
         admin_client.get(LIST)
 
 
+def test_the_list_joins_only_conversations_and_fetches_no_payload(admin_client, django_assert_max_num_queries):
+    message = MessageFactory(text="word " * 20_000)
+    instruction = InstructionFactory(message=message)
+    make_task(S.SUCCEEDED, conversation_id=message.conversation_id, message_id=message.pk,
+              instruction_id=instruction.pk)
+    admin_client.get(LIST)
+    with django_assert_max_num_queries(10) as queries:
+        response = admin_client.get(LIST)
+    assert str(message.conversation) in response.content.decode()
+    sql = "\n".join(query["sql"] for query in queries.captured_queries)
+    assert "conversations_message" not in sql and "ingest_instruction" not in sql
+    assert '"payload_json"' not in sql and '"result_json"' not in sql
+
+
 @pytest.mark.parametrize(
     "query,expected",
     [

@@ -229,6 +229,40 @@ def test_the_message_page_shows_the_text_its_instructions_and_their_tasks(admin_
     assert f"/admin/ingest/instruction/{refused.pk}/change/" in page
 
 
+def test_the_message_list_fetches_a_preview_not_the_text_and_counts_without_grouping(
+    admin_client, django_assert_max_num_queries
+):
+    message = MessageFactory(text="word " * 20_000, raw_frame={"text": "word " * 20_000})
+    InstructionFactory.create_batch(3, message=message)
+    MessageFactory(conversation=message.conversation, text="short")
+    admin_client.get(MESSAGES)
+    with django_assert_max_num_queries(8) as queries:
+        response = admin_client.get(MESSAGES)
+    listed = {row.pk: row for row in response.context["cl"].result_list}
+    assert {"text", "raw_frame"} <= listed[message.pk].get_deferred_fields()
+    page = response.content.decode()
+    assert ("word " * 24).strip() + "…" in page and "short" in page
+    assert '<td class="field-instruction_count">3</td>' in page
+    sql = "\n".join(query["sql"] for query in queries.captured_queries)
+    assert '"conversations_message"."raw_frame"' not in sql
+    # The text appears only inside the preview's SUBSTR (SUBSTRING on PostgreSQL).
+    previews = re.findall(r'SUBSTR(?:ING)?\("conversations_message"\."text", 1, ', sql)
+    assert sql.count('"conversations_message"."text"') == len(previews) > 0
+    assert 'GROUP BY "conversations_message"' not in sql
+
+
+def test_the_conversation_list_counts_open_tasks_without_grouping(admin_client, django_assert_max_num_queries):
+    conversation = ConversationFactory(renewal_text="Please go on. " * 1000)
+    make_task(TaskStatus.PENDING, conversation_id=conversation.pk)
+    admin_client.get(CONVERSATIONS)
+    with django_assert_max_num_queries(8) as queries:
+        response = admin_client.get(CONVERSATIONS)
+    assert f'?conversation__id__exact={conversation.pk}">1</a>' in response.content.decode()
+    sql = "\n".join(query["sql"] for query in queries.captured_queries)
+    assert 'GROUP BY "conversations_conversation"' not in sql and '"renewal_text"' not in sql
+    assert sql.count("COUNT(*)") == 1  # the filtered count; no second count of the whole table
+
+
 def test_the_message_list_filters_and_searches(admin_client):
     plugin = MessageFactory(text="alpha words", remote_message_id="m-plugin")
     user_turn = MessageFactory(text="beta words", role=Message.Role.USER, source=Message.Source.CONDUCTOR)

@@ -15,7 +15,14 @@ from ingest.protocol import CloseCode
 from ingest.selectors import plugin_client_authenticate
 from ingest.services.clients import PluginClientRevoked, plugin_client_rotate
 from ingest.tokens import token_hash
-from tests.factories import TEST_TOKEN, InstructionFactory, PluginClientFactory, create_or_skip, make_staff
+from tests.factories import (
+    TEST_TOKEN,
+    InstructionFactory,
+    MessageFactory,
+    PluginClientFactory,
+    create_or_skip,
+    make_staff,
+)
 
 CLIENTS = "/admin/ingest/pluginclient/"
 ADD = f"{CLIENTS}add/"
@@ -240,3 +247,16 @@ def test_an_instruction_page_shows_a_lone_surrogate_as_a_replacement_character(a
         response = admin_client.get(url)
         assert response.status_code == 200
     assert "notes\ufffd.md" in response.content.decode()
+
+
+@pytest.mark.django_db
+def test_the_instruction_list_names_messages_without_fetching_their_text(admin_client, django_assert_max_num_queries):
+    message = MessageFactory(text="word " * 20_000, raw_frame={"text": "word " * 20_000})
+    InstructionFactory.create_batch(3, message=message)
+    admin_client.get("/admin/ingest/instruction/")
+    with django_assert_max_num_queries(8) as queries:
+        response = admin_client.get("/admin/ingest/instruction/")
+    assert f"assistant message {message.pk} in {message.conversation}" in response.content.decode()
+    sql = "\n".join(query["sql"] for query in queries.captured_queries)
+    assert '"conversations_message"."text"' not in sql and '"conversations_message"."raw_frame"' not in sql
+    assert '"ingest_instruction"."raw_text"' not in sql and '"ingest_instruction"."params"' not in sql
