@@ -33,6 +33,9 @@ from ingest.models import Instruction
 
 EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 RECENT_MESSAGES = 20
+# A runaway chat can put tens of thousands of blocks in one message; its page
+# shows the first ones and links to the instruction list for the rest.
+SHOWN_INSTRUCTIONS = 100
 PREVIEW_CHARS = 120
 RESULT_PREVIEW_CHARS = 2000
 
@@ -105,14 +108,24 @@ class ConversationLinkInline(ReadOnlyInline):
         return link_or_text(link.page_url) if link.page_url else "-"
 
 
-class RecentFormSet(BaseInlineFormSet):
-    """Only the first ``RECENT_MESSAGES`` rows of the inline's ordering."""
+class FirstRowsFormSet(BaseInlineFormSet):
+    """Only the first ``limit`` rows of the inline's ordering."""
+
+    limit: int
 
     def get_queryset(self):
-        if not hasattr(self, "_recent"):
-            self._recent = super().get_queryset()[:RECENT_MESSAGES]
-            len(self._recent)  # evaluate once; the formset indexes it per row
-        return self._recent
+        if not hasattr(self, "_first_rows"):
+            self._first_rows = super().get_queryset()[: self.limit]
+            len(self._first_rows)  # evaluate once; the formset indexes it per row
+        return self._first_rows
+
+
+class RecentFormSet(FirstRowsFormSet):
+    limit = RECENT_MESSAGES
+
+
+class FirstInstructionsFormSet(FirstRowsFormSet):
+    limit = SHOWN_INSTRUCTIONS
 
 
 class RecentMessageInline(ReadOnlyInline):
@@ -286,7 +299,8 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
 
 class InstructionInline(ReadOnlyInline):
     model = Instruction
-    verbose_name_plural = "instructions (the message's baa blocks)"
+    formset = FirstInstructionsFormSet
+    verbose_name_plural = f"instructions (the message's baa blocks, the first {SHOWN_INSTRUCTIONS})"
     fields = ["block_index", "call", "params_shown", "status", "error", "task_list"]
     readonly_fields = fields
     ordering = ["block_index"]
@@ -337,7 +351,7 @@ class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
     inlines = [InstructionInline]
     fields = [
         "conversation_link", "role", "source", "remote_message_id", "parent_message_id", "client",
-        "received_at", "text_shown", "raw_frame_shown",
+        "received_at", "all_instructions", "text_shown", "raw_frame_shown",
     ]
     readonly_fields = fields
 
@@ -375,6 +389,14 @@ class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
     @admin.display(description="instructions", ordering="n_instructions")
     def instruction_count(self, message):
         return message.n_instructions
+
+    @admin.display(description="instructions")
+    def all_instructions(self, message):
+        url = reverse("admin:ingest_instruction_changelist")
+        return format_html(
+            '{} (<a href="{}?message__id__exact={}">all in the instruction list</a>)',
+            message.n_instructions, url, message.pk,
+        )
 
     @admin.display(description="text")
     def text_shown(self, message):

@@ -263,6 +263,18 @@ def test_the_conversation_list_counts_open_tasks_without_grouping(admin_client, 
     assert sql.count("COUNT(*)") == 1  # the filtered count; no second count of the whole table
 
 
+def test_the_message_page_shows_the_first_instructions_and_links_to_all(admin_client, monkeypatch):
+    monkeypatch.setattr("conversations.admin.FirstInstructionsFormSet.limit", 3)
+    message = MessageFactory()
+    instructions = [InstructionFactory(message=message, block_index=n) for n in range(1, 6)]
+    page = admin_client.get(f"{MESSAGES}{message.pk}/change/").content.decode()
+    shown = [i for i in instructions if f"/admin/ingest/instruction/{i.pk}/change/" in page]
+    assert shown == instructions[:3]
+    assert f'5 (<a href="/admin/ingest/instruction/?message__id__exact={message.pk}">' in page
+    listed = admin_client.get(f"/admin/ingest/instruction/?message__id__exact={message.pk}").content.decode()
+    assert all(f"/admin/ingest/instruction/{i.pk}/change/" in listed for i in instructions)
+
+
 def test_the_message_list_filters_and_searches(admin_client):
     plugin = MessageFactory(text="alpha words", remote_message_id="m-plugin")
     user_turn = MessageFactory(text="beta words", role=Message.Role.USER, source=Message.Source.CONDUCTOR)
