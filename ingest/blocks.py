@@ -1,29 +1,52 @@
 """The ```baa block parser (SPEC §5). Pure: text in, blocks out, never raises.
 
-Fences follow CommonMark: a line indented at most three spaces opening with
-three or more backticks or tildes; the closing fence uses the same character,
-is at least as long, and carries nothing but spaces after it. An unclosed
-fence runs to the end of the text (so it hides any fence after it) and is not
-a block. Only fences whose info string is exactly ``baa`` are blocks; every
-other fence is skipped whole, so a ``baa`` fence inside it is not a block.
+Where a fenced block starts and ends is decided by a CommonMark parser, not
+by a scanner of our own: markdown-it-py, with its ``commonmark`` preset. It
+was picked for correctness first: it passes every example of CommonMark
+0.31.2, the version SPEC §5 names (the tests check the sections that bear on
+fences against the spec's own examples), and each fence token carries its
+line range, which gives precise error positions and tells a closed fence from
+an unclosed one (see ``_is_closed``). cmarkgfm, the other candidate, binds
+GitHub's fork of the reference C parser, which follows spec 0.29 and only
+renders HTML: no line ranges, no way to see where a fence ended. markdown-it-py
+is pure Python, so it is the slower of the two (see bench/block_parsing.py);
+only block structure is needed here, so its inline pass is switched off.
 
-Each block's content is: a header line ``TOOL`` or ``TARGET::TOOL`` (the
-first non-blank line), then optionally one JSON object of params. A block
-that breaks a rule is still returned, with ``error`` set, so the chat can be
-told exactly what was wrong.
+So a ``baa`` fence in a list item or a block quote, at any depth, is a block,
+and one that CommonMark reads as the content of another fence, an indented
+code block or an HTML block is not. The one deliberate difference from
+CommonMark: a fence that no closing fence line closes (CommonMark closes it at
+the end of the text or of its list item or block quote) is not a block.
+Markdown-it does not read a container nested deeper than ``MAX_NESTING``
+levels (a block quote counts one, a list two: the list and its item), nor,
+past such a list, the rest of the text: fences there are not blocks. That only
+ever drops blocks, no assistant nests ten lists, and it bounds the recursion.
+
+Only fences whose info string is exactly ``baa`` are blocks. A block's body is
+the fence's content as CommonMark gives it: container markers and the item's
+indentation removed, tabs expanded as CommonMark expands them. The body is a
+header line ``TOOL`` or ``TARGET::TOOL`` (the first non-blank line), then
+optionally one JSON object of params. A block that breaks a rule is still
+returned, with ``error`` set, so the chat can be told exactly what was wrong;
+lines and columns in errors count in the whole message, so the author can
+find the spot.
 
 A message holds at most ``MAX_BLOCKS`` blocks. The blocks past that are only
 counted, never kept or parsed, and come back as one rejected block that says
-how many were ignored, so the work a message costs past the limit is the scan
-for its fences, whatever the number of blocks (SPEC §5).
+how many were ignored, so the work a message costs past the limit is the parse
+that finds its fences, whatever the number of blocks (SPEC §5).
 """
 
 from __future__ import annotations
 
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, NamedTuple
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
 
 from ingest.jsoncheck import JsonRefused, loads_checked
 
@@ -31,10 +54,17 @@ INFO_STRING = "baa"
 DEFAULT_TARGET = "conductor"
 MAX_BLOCKS = 32
 MAX_BLOCK_BYTES = 64 * 1024
+MAX_NESTING = 20  # markdown-it's own default for its commonmark preset
 
 NAME = r"[a-z][a-z0-9_.-]*"
 HEADER_RE = re.compile(rf"^(?:(?P<target>{NAME})::)?(?P<tool>{NAME})$")
-OPENING_FENCE_RE = re.compile(r"^(?P<indent> {0,3})(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+# Every line that opens a ``baa`` fence ends like this, whatever its container.
+# Fixed width before the info string, so it never backtracks over a long run.
+MAY_OPEN_BAA_RE = re.compile(rf"[`~]{{3}}[ \t]*{INFO_STRING}[ \t]*$", re.MULTILINE)
+
+# Block structure only: fences are found by the block rules, all of which stay
+# on, since each one decides where other blocks (fences among them) start and end.
+_COMMONMARK = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).disable(["inline", "text_join"])
 
 
 @dataclass(frozen=True)
@@ -54,69 +84,71 @@ class Block:
         return not self.error
 
 
-@dataclass
-class _Fence:
-    char: str
-    length: int
-    indent: int
-    info: str
-    line: int
-    content: list[str] = field(default_factory=list)
+class _Source:
+    """The message as CommonMark reads it, with its lines split only when an error needs one."""
+
+    def __init__(self, text: str) -> None:
+        # CommonMark's line ends (CRLF, CR) become LF and NUL becomes U+FFFD, as
+        # markdown-it would do itself; done here, error positions are counted
+        # in the very text it reads. The final LF makes every line of a body
+        # end in one, which _is_closed counts on; it changes no block.
+        text = text.replace("\r\n", "\n").replace("\r", "\n").replace("\0", "\ufffd")
+        self.text = text if text.endswith("\n") else text + "\n"
+
+    @cached_property
+    def lines(self) -> list[str]:
+        return self.text.split("\n")
 
 
-def _opening_fence(line: str, line_number: int) -> _Fence | None:
-    match = OPENING_FENCE_RE.match(line)
-    if not match:
-        return None
-    fence, info = match["fence"], match["info"]
-    if fence[0] == "`" and "`" in info:
-        return None  # CommonMark: a backtick fence's info string has no backticks
-    return _Fence(fence[0], len(fence), len(match["indent"]), info.strip(), line_number)
+class _Fence(NamedTuple):
+    line: int  # 1-based line of the opening fence
+    body: list[str]  # the content's lines as CommonMark gives them
+    source: _Source
 
 
-def _closes(fence: _Fence, line: str) -> bool:
-    stripped = line.lstrip(" ")
-    if len(line) - len(stripped) > 3:
-        return False
-    run = len(stripped) - len(stripped.lstrip(fence.char))
-    return run >= fence.length and stripped[run:].strip(" \t") == ""
+def _is_baa(token: Token) -> bool:
+    # The info string is what follows the fence, trimmed of spaces and tabs.
+    return token.type == "fence" and token.info.strip(" \t") == INFO_STRING
 
 
-def _dedent(line: str, indent: int) -> str:
-    removable = len(line) - len(line.lstrip(" "))
-    return line[min(indent, removable):]
+def _is_closed(token: Token) -> bool:
+    """Whether a closing fence line ended the fence, not the end of the text or of its container.
+
+    markdown-it maps a fence to the lines from its opening fence up to, not
+    including, ``map[1]``, which is past the closing fence line when there is
+    one, and gives as content every line between the opening fence and that
+    end, each ending in LF (the text ends in one, see ``_Source``). So the map
+    holds one line more than the opening fence and its content exactly when a
+    closing line closed it: in a list item or a block quote too, where the
+    content ends where the container does. The tests pin this on the spec's
+    own unclosed fences, so a markdown-it that counts otherwise fails them.
+    """
+    start, end = token.map or (0, 0)
+    return end - start - 1 > token.content.count("\n")
 
 
 class _Scan(NamedTuple):
-    kept: list[_Fence]  # the first closed top-level ``baa`` fences, with their content
-    ignored: int  # closed top-level ``baa`` fences after those, counted only
+    kept: list[_Fence]  # the first closed ``baa`` fences, with their content
+    ignored: int  # closed ``baa`` fences after those, counted only
     first_ignored_line: int  # the opening line of the first ignored one; 0 when none is
 
 
 def _scan(text: str, *, keep: int) -> _Scan:
-    """The first ``keep`` closed top-level ``baa`` fences, in order, and a count of the rest.
-
-    Content is gathered only for the fences kept: every other fence's lines
-    are read just to find where it closes.
-    """
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    """The first ``keep`` closed ``baa`` fences, in message order, and a count of the rest."""
+    source = _Source(text)
+    if not MAY_OPEN_BAA_RE.search(source.text):
+        return _Scan([], 0, 0)  # no line can open a block: spare the parse
     kept: list[_Fence] = []
     ignored = first_ignored_line = 0
-    open_fence: _Fence | None = None
-    is_kept = False
-    for number, line in enumerate(lines, start=1):
-        if open_fence is None:
-            open_fence = _opening_fence(line, number)
-            is_kept = open_fence is not None and open_fence.info == INFO_STRING and len(kept) < keep
-        elif _closes(open_fence, line):
-            if is_kept:
-                kept.append(open_fence)
-            elif open_fence.info == INFO_STRING:
-                ignored += 1
-                first_ignored_line = first_ignored_line or open_fence.line
-            open_fence = None
-        elif is_kept:
-            open_fence.content.append(_dedent(line, open_fence.indent))
+    for token in _COMMONMARK.parse(source.text):
+        if not (_is_baa(token) and _is_closed(token)):
+            continue
+        line = token.map[0] + 1
+        if len(kept) < keep:
+            kept.append(_Fence(line, token.content.split("\n")[:-1], source))
+        else:
+            ignored += 1
+            first_ignored_line = first_ignored_line or line
     return _Scan(kept, ignored, first_ignored_line)
 
 
@@ -129,8 +161,30 @@ def _json_object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return result
 
 
+def _message_column(source_line: str, body_line: str, column: int) -> int:
+    """The 1-based column in the message's line of the ``column``-th character of ``body_line``.
+
+    ``body_line`` is the end of ``source_line`` with container markers and
+    indentation cut off, except that CommonMark writes a tab it cut into as
+    the spaces left of it: a column among those spaces is the tab's.
+    """
+    rest, added = body_line, 0
+    while rest and not source_line.endswith(rest):
+        rest, added = rest[1:], added + 1
+    start = len(source_line) - len(rest)
+    return start if column <= added else start + column - added
+
+
+def _json_error_position(fence: _Fence, body_index: int, exc: json.JSONDecodeError) -> str:
+    """``line L, column C`` in the whole message for ``exc``, raised on the params that start at ``body_index``."""
+    at = body_index + exc.lineno - 1
+    line = fence.line + 1 + at
+    column = _message_column(fence.source.lines[line - 1], fence.body[at], exc.colno)
+    return f"line {line}, column {column}"
+
+
 def _parse_block(fence: _Fence, index: int) -> Block:
-    raw = "\n".join(fence.content)
+    raw = "\n".join(fence.body)
 
     def rejected(error: str, target: str = "", tool: str = "") -> Block:
         return Block(index=index, line=fence.line, raw_text=raw, target=target, tool=tool, error=error)
@@ -139,10 +193,10 @@ def _parse_block(fence: _Fence, index: int) -> Block:
     if size > MAX_BLOCK_BYTES:
         return rejected(f"block is {size} bytes; the limit is {MAX_BLOCK_BYTES} bytes per block")
 
-    header_at = next((i for i, line in enumerate(fence.content) if line.strip()), None)
+    header_at = next((i for i, line in enumerate(fence.body) if line.strip()), None)
     if header_at is None:
         return rejected("empty block: its first line must name a tool, e.g. files.read")
-    header = fence.content[header_at].strip()
+    header = fence.body[header_at].strip()
     match = HEADER_RE.match(header)
     if not match:
         return rejected(
@@ -151,17 +205,14 @@ def _parse_block(fence: _Fence, index: int) -> Block:
         )
 
     target, tool = match["target"] or DEFAULT_TARGET, match["tool"]
-    params_text = "\n".join(fence.content[header_at + 1 :])
+    params_text = "\n".join(fence.body[header_at + 1 :])
     params: Any = {}
     if params_text.strip():
         try:
             params = loads_checked(params_text, object_pairs_hook=_json_object_pairs)
         except json.JSONDecodeError as exc:
-            # Lines counted in the whole message, so the author can find the spot.
-            line = fence.line + header_at + 1 + exc.lineno
-            return rejected(
-                f"params are not valid JSON: {exc.msg} (line {line}, column {exc.colno})", target, tool
-            )
+            where = _json_error_position(fence, header_at + 1, exc)
+            return rejected(f"params are not valid JSON: {exc.msg} ({where})", target, tool)
         except JsonRefused as exc:
             return rejected(f"params cannot be taken: {exc.detail}", target, tool)
         except ValueError as exc:
@@ -190,7 +241,7 @@ def _overflow(ignored: int, line: int) -> Block:
 
 
 def parse_blocks(text: str) -> list[Block]:
-    """Every closed top-level ```baa block of ``text``, valid or not, in order, up to ``MAX_BLOCKS``.
+    """Every closed ```baa block of ``text``, valid or not, in order, up to ``MAX_BLOCKS``.
 
     When ``text`` holds more, the list ends with one more rejected block
     (index ``MAX_BLOCKS + 1``, the line of the first block past the limit, no

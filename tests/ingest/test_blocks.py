@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ingest import blocks as blocks_module
-from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS, parse_blocks
+from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS, MAX_NESTING, parse_blocks
 from ingest.jsoncheck import loads_checked
 
 
@@ -198,7 +198,7 @@ def test_size_counts_utf8_bytes():
 # --- properties ---------------------------------------------------------------
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet=st.sampled_from(list("`~ \n\r\tbaa{}[]\":,echo.:x1é")), max_size=400))
+@given(st.text(alphabet=st.sampled_from(list("`~ \n\r\tbaa{}[]\":,echo.:x1é>-*+)")), max_size=400))
 def test_never_raises_on_fence_heavy_text(text):
     for block in parse_blocks(text):
         assert block.is_valid or block.error
@@ -266,3 +266,173 @@ def test_never_more_than_the_limit_and_one_rejection_counting_the_rest(segments)
     else:
         assert len(blocks) == MAX_BLOCKS + 1
         assert f"; {ignored} more block" in blocks[-1].error
+
+
+# --- containers: where CommonMark puts fences (SPEC §5) ------------------------
+
+def found(text):
+    return [(b.line, b.tool, b.raw_text) for b in parse_blocks(text)]
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        pytest.param(
+            '10. Read the notes:\n    ```baa\n    files.read\n    {"path": "notes.txt"}\n    ```',
+            [(2, "files.read", 'files.read\n{"path": "notes.txt"}')],
+            id="issue-wide-marker",
+        ),
+        pytest.param(
+            '- ````markdown\n  ```baa\n  shell.run\n  {"argv": ["rm", "-rf", "build"]}\n  ```\n  ````',
+            [],
+            id="issue-inside-a-fence-in-a-list-item",
+        ),
+        pytest.param("1. ```baa\n   echo\n   ```", [(1, "echo", "echo")], id="numbered"),
+        pytest.param("1) ```baa\n   echo\n   ```", [(1, "echo", "echo")], id="numbered-paren"),
+        pytest.param("- ```baa\n  echo\n  ```", [(1, "echo", "echo")], id="bulleted-dash"),
+        pytest.param("* ```baa\n  echo\n  ```", [(1, "echo", "echo")], id="bulleted-star"),
+        pytest.param("+ ~~~baa\n  echo\n  ~~~", [(1, "echo", "echo")], id="bulleted-plus-tildes"),
+        pytest.param("100. ```baa\n     echo\n     ```", [(1, "echo", "echo")], id="wider-marker"),
+        pytest.param(
+            "Steps:\n\n1. First:\n\n   ```baa\n   echo\n   ```\n2. Then:\n   ```baa\n   time.now\n   ```\n",
+            [(5, "echo", "echo"), (9, "time.now", "time.now")],
+            id="numbered-steps",
+        ),
+        pytest.param(
+            "- a\n  - b\n    ```baa\n    echo\n    {\"n\": 2}\n    ```",
+            [(3, "echo", 'echo\n{"n": 2}')],
+            id="nested-bullets",
+        ),
+        pytest.param(
+            "1. a\n\n   10. b\n       ```baa\n       echo\n       ```\n   11. c",
+            [(4, "echo", "echo")],
+            id="nested-wide-marker",
+        ),
+        # Only a list starting at 1 interrupts a paragraph: "10. b" is text, the fence a paragraph's.
+        pytest.param(
+            "1. a\n   10. b\n       ```baa\n       echo\n       ```",
+            [],
+            id="wide-marker-cannot-interrupt-a-paragraph",
+        ),
+        pytest.param("> ```baa\n> echo\n> ```", [(1, "echo", "echo")], id="block-quote"),
+        pytest.param(">```baa\n>echo\n>```", [(1, "echo", "echo")], id="block-quote-no-space"),
+        pytest.param("> > ```baa\n> > echo\n> > ```", [(1, "echo", "echo")], id="nested-quotes"),
+        pytest.param("- > ```baa\n  > echo\n  > ```", [(1, "echo", "echo")], id="quote-in-a-list"),
+        pytest.param("> 1. ```baa\n>    echo\n>    ```", [(1, "echo", "echo")], id="list-in-a-quote"),
+        pytest.param(
+            "1. Run:\n   > ```baa\n   > echo\n   > {\"q\": true}\n   > ```",
+            [(2, "echo", 'echo\n{"q": true}')],
+            id="quote-in-a-list-under-text",
+        ),
+        # Unclosed: CommonMark ends the fence with its container; not a block.
+        pytest.param("- ```baa\n  echo\n- next", [], id="item-ends-at-next-item"),
+        pytest.param("- ```baa\n  echo\n\nafter", [], id="item-ends-at-paragraph"),
+        pytest.param("1. ```baa\n   echo\n2. ```baa\n   time.now\n   ```", [(3, "time.now", "time.now")],
+                     id="first-item-unclosed-second-closed"),
+        pytest.param("- ```baa\n  echo\n```", [], id="closing-line-outside-the-item"),
+        pytest.param("-   ```baa\n    echo\n  ```", [], id="closing-line-left-of-the-content"),
+        pytest.param("> ```baa\n> echo\nlazy\n> ```", [], id="quote-ends-at-unquoted-line"),
+        pytest.param("> ```baa\n> echo\n\n> ```", [], id="quote-ends-at-blank-line"),
+        pytest.param("- > ```baa\n  > echo\n- ```", [], id="quote-in-item-ends-with-item"),
+        pytest.param("- ```baa\n  echo\n", [], id="item-ends-at-end-of-text"),
+        pytest.param("- ```baa\n  echo\n  ", [], id="item-ends-at-blank-last-line"),
+        # Closing fences indented inside items: up to three spaces past the item's content.
+        pytest.param("1. ```baa\n   echo\n      ```\n", [(1, "echo", "echo")], id="closer-indented-three"),
+        pytest.param(
+            "- ```baa\n  echo\n      ```\n  ```", [(1, "echo", "echo\n    ```")], id="closer-indented-four-is-content",
+        ),
+        pytest.param("- ```baa\n  echo\n      ```", [], id="only-a-four-space-closer-is-unclosed"),
+        pytest.param("-  ```baa\n   echo\n  ```\n", [], id="closer-left-of-the-item-ends-it"),
+        pytest.param(" -  ```baa\n     echo\n    ```", [(1, "echo", " echo")], id="content-indented-past-the-item"),
+        pytest.param("- a\n\n   ```baa\n    echo\n   ```", [(3, "echo", " echo")], id="opener-indented-in-the-item"),
+        # Tildes and backticks.
+        pytest.param("- ```baa\n  echo\n  ~~~", [], id="backticks-not-closed-by-tildes"),
+        pytest.param("- ~~~baa\n  echo\n  ```\n  ~~~", [(1, "echo", "echo\n```")], id="tildes-hold-backticks"),
+        pytest.param("- ````baa\n  echo\n  ```\n  `````", [(1, "echo", "echo\n```")], id="shorter-run-is-content"),
+        # Not a block at any nesting: content of another fence, code, or HTML.
+        pytest.param("> ~~~\n> ```baa\n> echo\n> ```\n> ~~~", [], id="fence-in-a-quoted-fence"),
+        pytest.param("````\n> ```baa\n> echo\n> ```\n````", [], id="quote-inside-a-fence"),
+        pytest.param("- ~~~md\n  > ```baa\n  > echo\n  > ```\n  ~~~", [], id="quote-in-a-fence-in-an-item"),
+        pytest.param("- ```md\n\n  ```baa\n  echo\n  ```", [], id="md-fence-closed-by-the-baa-line-info-so-content"),
+        pytest.param("-     ```baa\n      echo\n      ```", [], id="indented-code-in-an-item"),
+        pytest.param(">     ```baa\n>     echo\n>     ```", [], id="indented-code-in-a-quote"),
+        pytest.param("<pre>\n```baa\necho\n```\n</pre>", [], id="html-block"),
+        # CRLF and lone CR line ends.
+        pytest.param('1. ```baa\r\n   echo\r\n   {"a": 1}\r\n   ```\r\n', [(1, "echo", 'echo\n{"a": 1}')], id="crlf"),
+        pytest.param("> ```baa\r> echo\r> ```\r", [(1, "echo", "echo")], id="lone-cr"),
+        # Bodies as CommonMark gives them: tabs expanded as far as the container takes.
+        pytest.param("- ```baa\n\techo\n  ```", [(1, "echo", "  echo")], id="tab-partly-expanded"),
+        pytest.param(">\t```baa\n>\techo\n>\t```", [(1, "echo", "echo")], id="tab-after-quote-marker"),
+    ],
+)
+def test_blocks_in_containers(text, expected):
+    assert found(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text,error",
+    [
+        pytest.param('1. Step\n   ```baa\n   echo\n   {"a": 1,}\n   ```',
+                     "Expecting property name enclosed in double quotes (line 4, column 12)", id="list-item"),
+        pytest.param('> ```baa\n> echo\n> {"a" 1}\n> ```', "Expecting ':' delimiter (line 3, column 8)", id="quote"),
+        pytest.param('Intro\n\n- > ```baa\n  > echo\n  > {\n  >   "a": 1\n  >   "b": 2\n  > }\n  > ```',
+                     "Expecting ',' delimiter (line 7, column 7)", id="quote-in-item"),
+        pytest.param('- ```baa\n  echo\n \t{"a" 1}\n  ```', "Expecting ':' delimiter (line 3, column 8)",
+                     id="partly-expanded-tab"),
+        pytest.param('- ```baa\n  echo\n\t  {"a" 1}\n  ```', "Expecting ':' delimiter (line 3, column 9)",
+                     id="tab-then-spaces"),
+        pytest.param('10. x\r\n    ```baa\r\n    echo\r\n    {"a": }\r\n    ```', "Expecting value (line 4, column 11)",
+                     id="crlf"),
+    ],
+)
+def test_errors_point_at_the_line_and_column_in_the_whole_message(text, error):
+    block = only(text)
+    assert block.error.startswith("params are not valid JSON: ")
+    assert block.error.endswith(error)
+
+
+def test_blocks_nested_deeper_than_markdown_it_reads_are_not_blocks():
+    def quoted(depth):
+        return "".join(f"{'> ' * depth}{line}\n" for line in ("```baa", "echo", "```"))
+
+    assert found(quoted(MAX_NESTING - 1)) == [(1, "echo", "echo")]
+    assert found(quoted(MAX_NESTING)) == []
+    assert found(quoted(MAX_NESTING) + "\n```baa\ntime.now\n```") == [(5, "time.now", "time.now")]
+    # Past a list nested too deep, nothing more is read: blocks are only ever dropped.
+    assert found("- " * (MAX_NESTING // 2) + "x\n\n```baa\necho\n```") == []
+    assert found("- " * 5_000 + "```baa\necho\n```") == []
+
+
+def test_blocks_in_lists_past_the_limit_are_counted():
+    text = "\n".join(f"{n}. Step {n}:\n   ```baa\n   echo\n   ```" for n in range(1, MAX_BLOCKS + 6))
+    blocks = parse_blocks(text)
+    assert [b.line for b in blocks[:2]] == [2, 6]
+    assert blocks[-1].error.endswith(f"5 more blocks from line {4 * MAX_BLOCKS + 2} on were ignored")
+
+
+@st.composite
+def contained_block(draw):
+    """A ``baa`` block wrapped in one to three containers, closed or not, then a paragraph that ends them all."""
+    tool = draw(names)
+    body = [tool, *json.dumps(draw(params), indent=draw(st.sampled_from([None, 2]))).split("\n")]
+    fence = draw(st.sampled_from("`~")) * draw(st.integers(3, 5))
+    is_closed = draw(st.booleans())
+    lines = [f"{fence}baa", *body] + ([fence] if is_closed else [])
+    for container in draw(st.lists(st.sampled_from(["> ", "- ", "* ", "1. ", "10. ", "3) "]), min_size=1, max_size=3)):
+        if container.startswith(">"):
+            lines = [container + line for line in lines]
+        else:
+            lines = [container + lines[0]] + [" " * len(container) + line if line else line for line in lines[1:]]
+    return tool, "\n".join(body), is_closed, "\n".join(lines) + "\n\nThe end.\n\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(contained_block(), min_size=1, max_size=4))
+def test_finds_closed_blocks_in_containers_and_never_unclosed_ones(segments):
+    text, expected, line = "", [], 1
+    for tool, body, is_closed, segment in segments:
+        if is_closed:
+            expected.append((line, tool, body))
+        text += segment
+        line += segment.count("\n")
+    assert found(text) == expected
