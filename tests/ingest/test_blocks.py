@@ -1,8 +1,12 @@
+import html
 import json
+import re
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from markdown_it import MarkdownIt
 
 from ingest import blocks as blocks_module
 from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS, MAX_NESTING, parse_blocks
@@ -436,3 +440,87 @@ def test_finds_closed_blocks_in_containers_and_never_unclosed_ones(segments):
         text += segment
         line += segment.count("\n")
     assert found(text) == expected
+
+
+# --- the CommonMark spec's own examples ---------------------------------------
+
+SPEC = json.loads((Path(__file__).parent / "data" / "commonmark_0.31.2_examples.json").read_text())
+
+# Every fence of the examples above, read from the spec by hand: example ->
+# (line of the opening fence, closed by a closing fence line, index of its
+# <pre> in the example's HTML). Unclosed ones are closed by CommonMark at the
+# end of the text (126, 127, 237's second), of a block quote (128, 237's first)
+# or because what looks like a closing line is not one (137: indented four
+# spaces, 139: text after the run).
+SPEC_FENCES = {
+    119: [(1, True, 0)], 120: [(1, True, 0)], 122: [(1, True, 0)], 123: [(1, True, 0)],
+    124: [(1, True, 0)], 125: [(1, True, 0)], 126: [(1, False, 0)], 127: [(1, False, 0)],
+    128: [(1, False, 0)], 129: [(1, True, 0)], 130: [(1, True, 0)], 131: [(1, True, 0)],
+    132: [(1, True, 0)], 133: [(1, True, 0)], 135: [(1, True, 0)], 136: [(1, True, 0)],
+    137: [(1, False, 0)], 139: [(1, False, 0)], 140: [(2, True, 0)], 141: [(3, True, 0)],
+    142: [(1, True, 0)], 143: [(1, True, 0)], 144: [(1, True, 0)], 146: [(1, True, 0)],
+    147: [(1, True, 0)],
+    237: [(1, False, 0), (3, False, 1)],
+    263: [(3, True, 0)], 278: [(4, True, 0)],
+    318: [(2, True, 0)], 321: [(3, True, 0)], 324: [(1, True, 0)],
+}
+CODE_BLOCK_HTML = re.compile(r'<pre><code(?: class="[^"]*")?>(.*?)</code></pre>', re.DOTALL)
+FENCE_RUN = re.compile(r"`{3,}|~{3,}")
+
+
+def with_baa_info(markdown, opening_lines):
+    """``markdown`` with the info string of the fence opening on each of ``opening_lines`` made ``baa``."""
+    lines = markdown.split("\n")
+    for number in opening_lines:
+        run = FENCE_RUN.search(lines[number - 1])
+        lines[number - 1] = lines[number - 1][: run.end()] + "baa"
+    return "\n".join(lines)
+
+
+def with_baa_class(spec_html, pre_indexes):
+    """The spec's HTML with the code blocks at ``pre_indexes`` shown as fences of info string ``baa``."""
+    matches = list(CODE_BLOCK_HTML.finditer(spec_html))
+    for index in sorted(pre_indexes, reverse=True):
+        match = matches[index]
+        spec_html = (
+            spec_html[: match.start()] + f'<pre><code class="language-baa">{match[1]}</code></pre>'
+            + spec_html[match.end():]
+        )
+    return spec_html
+
+
+def commonmark_html(markdown):
+    # markdown-it renders an empty block quote on one line where the spec breaks it; same HTML.
+    return MarkdownIt("commonmark").render(markdown).replace("<blockquote></blockquote>", "<blockquote>\n</blockquote>")
+
+
+def test_the_spec_examples_kept_are_the_sections_that_place_fences():
+    examples = SPEC["examples"]
+    assert SPEC["spec_version"] == "0.31.2"
+    assert {e["section"] for e in examples} == {
+        "Tabs", "Fenced code blocks", "Indented code blocks", "Block quotes", "List items", "Lists",
+    }
+    assert len(examples) == 151
+    assert sum(len(fences) for fences in SPEC_FENCES.values()) == 32
+    assert set(SPEC_FENCES) <= {e["example"] for e in examples}
+
+
+@pytest.mark.parametrize("example", SPEC["examples"], ids=lambda e: f"example-{e['example']}")
+def test_spec_examples_with_baa_info_give_exactly_their_closed_fences(example):
+    fences = SPEC_FENCES.get(example["example"], [])
+    markdown = with_baa_info(example["markdown"], [line for line, _, _ in fences])
+    spec_html = example["html"]
+
+    # The parser reads the example as the spec does, and the fences marked
+    # above are the example's fenced code blocks: with their info string made
+    # baa, exactly those code blocks of the spec's HTML become baa fences.
+    assert commonmark_html(example["markdown"]) == spec_html
+    assert commonmark_html(markdown) == with_baa_class(spec_html, [pre for _, _, pre in fences])
+
+    code_blocks = [html.unescape(match[1]) for match in CODE_BLOCK_HTML.finditer(spec_html)]
+    expected = [
+        (line, code_blocks[pre].removesuffix("\n"))
+        for line, is_closed, pre in fences
+        if is_closed
+    ]
+    assert [(b.line, b.raw_text) for b in parse_blocks(markdown)] == expected
