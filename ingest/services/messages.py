@@ -77,6 +77,12 @@ def message_ingest(
     """
     now = now or timezone.now()
     dedupe_key = None if force else message_dedupe_key(message)
+    # Parsed before the transaction: the parse is pure and, for a large
+    # message, long enough (a CommonMark parse of up to 1 MiB) that holding the
+    # conversation's lock and the write transaction through it would stall
+    # every other writer. A duplicate's parse is wasted; nothing else changes.
+    # At most MAX_BLOCKS + 1 blocks, whatever the text holds: see ingest.blocks.
+    blocks = parse_blocks(message.text)
     with transaction.atomic():
         conversation = conversation_get_locked(
             platform=message.platform, remote_id=message.conversation_id,
@@ -109,8 +115,6 @@ def message_ingest(
                 raise
             return existing
 
-        # At most MAX_BLOCKS + 1 blocks, whatever the text holds: see ingest.blocks.
-        blocks = parse_blocks(message.text)
         queued = _queue_blocks(stored, conversation, client, blocks, now)
         if queued:
             transaction.on_commit(dispatcher_wake)
