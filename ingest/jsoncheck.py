@@ -42,11 +42,6 @@ def has_lone_surrogate(text: str) -> bool:
     return not text.isascii() and _SURROGATE.search(text) is not None
 
 
-def replace_lone_surrogates(text: str) -> str:
-    """``text`` with every lone surrogate replaced by U+FFFD, so that it encodes as UTF-8."""
-    return _SURROGATE.sub("\ufffd", text) if has_lone_surrogate(text) else text
-
-
 def _digits(literal: str) -> int:
     # A JSON number literal holds digits and at most these others.
     return len(literal) - sum(literal.count(char) for char in "-+.eE")

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from ingest.jsoncheck import JsonRefused, loads_checked, replace_lone_surrogates
+from ingest.jsoncheck import JsonRefused, loads_checked
 
 
 @pytest.mark.parametrize(
@@ -50,8 +50,3 @@ def test_broken_json_still_raises_the_decoders_error():
     with pytest.raises(json.JSONDecodeError):
         loads_checked("{oops")
 
-
-def test_lone_surrogates_are_replaced_so_the_text_encodes():
-    assert replace_lone_surrogates("a\ud800b\udfffc") == "a\ufffdb\ufffdc"
-    assert replace_lone_surrogates("plain") == "plain"
-    assert replace_lone_surrogates("\U0001f600").encode("utf-8")
