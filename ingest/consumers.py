@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -27,6 +28,7 @@ from automation.services.delivery import (
 from automation.wake import dispatcher_wake_async
 from conductor_site.logfmt import log_event
 from ingest import selectors
+from ingest.blocks import parse_blocks
 from ingest.frames import decode_frame, echo, frame_id, parse_delivery_result, parse_final_message
 from ingest.models import plugin_group_name
 from ingest.protocol import (
@@ -278,8 +280,12 @@ def _size(text_data: str | None, bytes_data: bytes | None) -> int:
 async def handle_final_message(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
     message = parse_final_message(frame)
     try:
+        # Parsed on a thread of its own: the parse of a large message is pure
+        # CPU work, and the database thread is shared by every socket of this
+        # process, so their acks need not wait behind it.
+        blocks = await sync_to_async(parse_blocks, thread_sensitive=False)(message.text)
         result = await database_sync_to_async(ingest_final_message)(
-            message=message, client_pk=consumer.client_pk
+            message=message, client_pk=consumer.client_pk, blocks=blocks
         )
     except DatabaseError:
         # Not stored, so not acknowledged: the plugin keeps the message and resends it.

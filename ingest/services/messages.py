@@ -66,6 +66,7 @@ def message_ingest(
     source: str = Message.Source.PLUGIN,
     force: bool = False,
     now: dt.datetime | None = None,
+    blocks: list[Block] | None = None,
 ) -> IngestResult:
     """Store an assistant message and queue the work of its ```baa blocks, in one transaction.
 
@@ -73,7 +74,8 @@ def message_ingest(
     and reports the first one with ``duplicate=True``; the database's unique
     key decides, so identical frames racing in two processes store one
     message. ``force`` (replay) stores it again regardless. ``client`` is the
-    plugin client it came through; None when replayed without one.
+    plugin client it came through; None when replayed without one. ``blocks``
+    is ``parse_blocks(message.text)`` when the caller parsed it already.
     """
     now = now or timezone.now()
     dedupe_key = None if force else message_dedupe_key(message)
@@ -82,7 +84,8 @@ def message_ingest(
     # conversation's lock and the write transaction through it would stall
     # every other writer. A duplicate's parse is wasted; nothing else changes.
     # At most MAX_BLOCKS + 1 blocks, whatever the text holds: see ingest.blocks.
-    blocks = parse_blocks(message.text)
+    if blocks is None:
+        blocks = parse_blocks(message.text)
     with transaction.atomic():
         conversation = conversation_get_locked(
             platform=message.platform, remote_id=message.conversation_id,
@@ -218,6 +221,8 @@ def _judge(
     return Instruction.Status.PENDING, ""
 
 
-def ingest_final_message(*, message: FinalMessage, client_pk: int) -> IngestResult:
+def ingest_final_message(
+    *, message: FinalMessage, client_pk: int, blocks: list[Block] | None = None
+) -> IngestResult:
     """``message_ingest`` for a frame from a connected plugin client."""
-    return message_ingest(message=message, client=PluginClient.objects.get(pk=client_pk))
+    return message_ingest(message=message, client=PluginClient.objects.get(pk=client_pk), blocks=blocks)
