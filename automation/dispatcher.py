@@ -182,8 +182,13 @@ class Dispatcher:
             if jitter is None:
                 task_release(task.pk, lease_owner=self.owner, reason="dispatcher stopping", now=self.clock())
                 return
-            if spec.is_outbound and not plugin_client_is_connected(client_id=task.target_client_id):
+            if (
+                spec.is_outbound
+                and task.target_client_id is not None
+                and not plugin_client_is_connected(client_id=task.target_client_id)
+            ):
                 # Gone since the claim: the task waits for its hello, using no attempt.
+                # (A task with no route at all runs, and its executor fails it.)
                 task_release(task.pk, lease_owner=self.owner, reason="client offline", now=self.clock())
                 return
             task = ctx.task = task_start(

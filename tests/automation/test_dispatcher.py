@@ -12,7 +12,7 @@ from automation.dispatcher import Dispatcher, DispatcherConfig
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
 from automation.services.tasks import task_create
-from tests.factories import ConversationFactory, PluginClientFactory
+from tests.factories import ConversationFactory, MessageFactory, PluginClientFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -241,3 +241,17 @@ def test_a_tick_runs_no_more_than_the_free_slots():
     assert dispatcher.wait_idle(5)
     assert len(dispatcher.tick().claimed) == 2
     assert dispatcher.wait_idle(5)
+
+
+def test_an_outbound_task_with_no_route_fails_at_once_instead_of_waiting_for_a_client():
+    conversation = ConversationFactory()  # never seen through a plugin client: no link, no target
+    message = MessageFactory(conversation=conversation)
+    task = create("instruction.deliver", conversation_id=conversation.pk, message_id=message.pk)
+    assert task.target_client_id is None
+    dispatcher = make_dispatcher()
+    run_tick(dispatcher)
+    done = reload(task)
+    assert (done.status, done.attempt_count) == (S.FAILED, 1)
+    assert "no route for the conversation" in done.last_error
+    assert not done.events.filter(action="release").exists()  # never put back to wait for nobody
+    dispatcher.stop(grace=0)
