@@ -1,8 +1,16 @@
-"""What the benchmarks share: Django set-up, a no-op task kind, and the
-environment that points a child server or cluster at this process's databases."""
+"""What the benchmarks share: Django set-up, a no-op task kind, the environment
+that points a child server or cluster at this process's databases, and a
+running server on those databases."""
 
+import contextlib
 import os
+import signal
+import subprocess
 import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,3 +45,30 @@ def child_env(data_dir: str, **extra: str) -> dict[str, str]:
     if "channels" in settings.DATABASES:
         env["CONDUCTOR_CHANNEL_LAYER_DB"] = str(settings.DATABASES["channels"]["NAME"])
     return env
+
+
+@contextlib.contextmanager
+def running_server(port: int, *, cluster: bool = True, **extra_env: str) -> Iterator[subprocess.Popen]:
+    """``manage.py serve`` (as ``make run`` starts it) on ``port`` with a throw-away data folder;
+    yields it once ``/healthz`` answers, and stops it with SIGINT to its group, as Ctrl-C does."""
+    with tempfile.TemporaryDirectory() as data_dir:
+        argv = [sys.executable, "manage.py", "serve", "--port", str(port)] + ([] if cluster else ["--no-cluster"])
+        server = subprocess.Popen(argv, cwd=ROOT, env=child_env(data_dir, **extra_env), start_new_session=True,
+                                  stdout=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if server.poll() is not None:
+                    raise SystemExit(f"server on port {port} exited with {server.returncode}")
+                try:
+                    urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise SystemExit(f"server on port {port} did not answer") from None
+                    time.sleep(0.2)
+            yield server
+        finally:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGINT)
+                server.wait(30)

@@ -15,19 +15,15 @@ answering every delivery. Prints p50, p99 and max in milliseconds.
 import argparse
 import contextlib
 import os
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, child_env, setup_django  # noqa: E402
+from bench.common import running_server, setup_django  # noqa: E402
 
 
 def prepare() -> str:
@@ -41,19 +37,6 @@ def prepare() -> str:
     PluginClient.objects.filter(client_id="bench-delivery").delete()
     _, token = plugin_client_create(name="bench-delivery")
     return token
-
-
-def wait_healthy(port: int, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"server on port {port} exited with {process.returncode}")
-        try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-            return
-        except OSError:
-            time.sleep(0.2)
-    raise SystemExit(f"server on port {port} did not answer")
 
 
 def measure(url: str, token: str, count: int, warmup: int) -> list[float]:
@@ -90,15 +73,8 @@ def main() -> None:
     with contextlib.ExitStack() as stack:
         ports = [args.port + n for n in range(args.servers)]
         for port in ports:
-            data_dir = stack.enter_context(tempfile.TemporaryDirectory())
-            env = child_env(data_dir, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING")
-            server = subprocess.Popen(
-                [sys.executable, "manage.py", "serve", "--port", str(port)],
-                cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-            )
-            stack.callback(lambda server=server: (os.killpg(server.pid, signal.SIGINT), server.wait(30)))
-            wait_healthy(port, server)
-        # Give the clusters' first dispatcher run time to take its lease.
+            stack.enter_context(running_server(port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING"))
+        # Give the clusters' dispatcher loops time to take their lease.
         time.sleep(3)
         latencies = measure(f"ws://127.0.0.1:{ports[-1]}/ws/plugin/", token, args.messages, args.warmup)
 

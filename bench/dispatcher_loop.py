@@ -22,9 +22,7 @@ import argparse
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 import uuid
@@ -32,8 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, child_env, setup_django  # noqa: E402
-from bench.delivery_latency import wait_healthy  # noqa: E402
+from bench.common import running_server, setup_django  # noqa: E402
 
 CLIENT_ID = "bench-loop"
 
@@ -133,22 +130,12 @@ def main() -> None:
     engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     layer = "redis" if settings.REDIS_URL else "channels-lite"
     print(f"database={engine} layer={layer} tick={settings.CONDUCTOR_TICK_SECONDS} s")
-    with tempfile.TemporaryDirectory() as data_dir:
-        env = child_env(data_dir, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING")
-        server = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--port", str(args.port)],
-            cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.DEVNULL,
-        )
-        try:
-            wait_healthy(args.port, server)
-            if args.idle_seconds:
-                idle_ticks(args.port, args.idle_seconds)
-            if args.shell_seconds:
-                long_command(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.shell_seconds)
-            takeover(settings.CONDUCTOR_TICK_SECONDS)
-        finally:
-            os.killpg(server.pid, signal.SIGINT)
-            server.wait(30)
+    with running_server(args.port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING"):
+        if args.idle_seconds:
+            idle_ticks(args.port, args.idle_seconds)
+        if args.shell_seconds:
+            long_command(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.shell_seconds)
+        takeover(settings.CONDUCTOR_TICK_SECONDS)
 
 
 if __name__ == "__main__":

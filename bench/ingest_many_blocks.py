@@ -16,18 +16,14 @@ instruction limit are lifted for the server under test.
 import argparse
 import asyncio
 import json
-import signal
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, child_env, setup_django  # noqa: E402
+from bench.common import running_server, setup_django  # noqa: E402
 
 BIG_CLIENT, OTHER_CLIENT = "bench-many-blocks", "bench-other"
 BLOCK = "~~~baa\n~~~\n"
@@ -109,30 +105,11 @@ def main() -> None:
 
     from ingest.models import Instruction
 
-    with tempfile.TemporaryDirectory() as data_dir:
-        env = child_env(
-            data_dir,
-            CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
-            CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000",
-            LOG_LEVEL="WARNING",
+    with running_server(args.port, cluster=False, CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
+                        CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000", LOG_LEVEL="WARNING"):
+        ack_seconds, ack, other = asyncio.run(
+            drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", tokens, args.blocks)
         )
-        server = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--no-cluster", "--port", str(args.port)],
-            cwd=ROOT, env=env, start_new_session=True,
-        )
-        try:
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{args.port}/healthz", timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.2)
-            ack_seconds, ack, other = asyncio.run(
-                drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", tokens, args.blocks)
-            )
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
 
     engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     stored = Instruction.objects.filter(message_id=int(ack["message_id"])).count() if ack["type"] == "ack" else 0

@@ -13,19 +13,15 @@ lifted for the server under test; messages go round-robin to 20 conversations.
 import argparse
 import asyncio
 import json
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, child_env, setup_django  # noqa: E402
+from bench.common import running_server, setup_django  # noqa: E402
 
 
 def prepare() -> str:
@@ -84,30 +80,11 @@ def main() -> None:
     token = prepare()
     from django.conf import settings
 
-    with tempfile.TemporaryDirectory() as data_dir:
-        env = child_env(
-            data_dir,
-            CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
-            CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000",
-            LOG_LEVEL="WARNING",
+    with running_server(args.port, cluster=False, CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
+                        CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000", LOG_LEVEL="WARNING"):
+        seconds, latencies = asyncio.run(
+            drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.messages, args.window)
         )
-        server = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--no-cluster", "--port", str(args.port)],
-            cwd=ROOT, env=env, start_new_session=True,
-        )
-        try:
-            while True:
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{args.port}/healthz", timeout=1)
-                    break
-                except OSError:
-                    time.sleep(0.2)
-            seconds, latencies = asyncio.run(
-                drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.messages, args.window)
-            )
-        finally:
-            server.send_signal(signal.SIGTERM)
-            server.wait(timeout=30)
 
     engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     quantiles = statistics.quantiles(latencies, n=100)

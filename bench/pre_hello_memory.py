@@ -11,19 +11,15 @@ after the sockets are gone. Prints how each socket ended.
 import argparse
 import collections
 import json
-import os
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import ROOT, child_env, setup_django  # noqa: E402
-from bench.delivery_latency import wait_healthy  # noqa: E402
+from bench.common import running_server, setup_django  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:
@@ -75,35 +71,25 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate_all", verbosity=0)
-    with tempfile.TemporaryDirectory() as data_dir:
-        server = subprocess.Popen(
-            [sys.executable, "manage.py", "serve", "--no-cluster", "--port", str(args.port)],
-            cwd=ROOT, env=child_env(data_dir, LOG_LEVEL="ERROR"), start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        try:
-            wait_healthy(args.port, server)
-            pid = asgi_pid(server)
-            before = rss_mib(pid)
-            outcomes: collections.Counter = collections.Counter()
-            threads = [
-                threading.Thread(target=send_huge_first_frame,
-                                 args=(f"ws://127.0.0.1:{args.port}/ws/plugin/", args.mib * 1024 * 1024, outcomes))
-                for _ in range(args.sockets)
-            ]
-            peak = before
-            started = time.monotonic()
-            for thread in threads:
-                thread.start()
-            while any(thread.is_alive() for thread in threads):
-                peak = max(peak, rss_mib(pid))
-                time.sleep(0.05)
-            elapsed = time.monotonic() - started
-            time.sleep(2)
-            after = rss_mib(pid)
-        finally:
-            os.killpg(server.pid, signal.SIGINT)
-            server.wait(30)
+    with running_server(args.port, cluster=False, LOG_LEVEL="ERROR") as server:
+        pid = asgi_pid(server)
+        before = rss_mib(pid)
+        outcomes: collections.Counter = collections.Counter()
+        threads = [
+            threading.Thread(target=send_huge_first_frame,
+                             args=(f"ws://127.0.0.1:{args.port}/ws/plugin/", args.mib * 1024 * 1024, outcomes))
+            for _ in range(args.sockets)
+        ]
+        peak = before
+        started = time.monotonic()
+        for thread in threads:
+            thread.start()
+        while any(thread.is_alive() for thread in threads):
+            peak = max(peak, rss_mib(pid))
+            time.sleep(0.05)
+        elapsed = time.monotonic() - started
+        time.sleep(2)
+        after = rss_mib(pid)
     print(f"{args.sockets} sockets x {args.mib} MiB first frame, done in {elapsed:.1f} s: "
           f"server RSS before={before:.0f} MiB peak={peak:.0f} MiB after={after:.0f} MiB; "
           f"outcomes {dict(outcomes)}")
