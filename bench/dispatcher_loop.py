@@ -87,9 +87,12 @@ def long_command(url: str, token: str, seconds: int) -> None:
             "conversation_id": f"bench-{run}", "message_id": run,
             "text": f"```baa\nshell.run\n{params}\n```",
         })
-        delivery = plugin.next_delivery(timeout=seconds + 120)
+        while True:  # deliveries left over from an earlier run are answered and passed over
+            delivery = plugin.next_delivery(timeout=seconds + 120)
+            plugin.answer(delivery, status=200)
+            if delivery["conversation_id"] == f"bench-{run}":
+                break
         elapsed = time.perf_counter() - started
-        plugin.answer(delivery, status=200)
     task = AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE, conversation__remote_id=f"bench-{run}").get()
     print(f"shell.run sleep {seconds}: delivered after {elapsed:.1f} s; status={task.status} "
           f"attempts={task.attempt_count} reclaims={task.events.filter(action='reclaim').count()} "
