@@ -138,15 +138,18 @@ def _start_launcher(argv: list[str], cwd: Path, env: dict[str, str], status_fd: 
         raise ToolError(f"could not start the launcher: {exc.strerror or exc}") from exc
 
 
+# The launcher's start-up error codes (automation/tools/launcher.py) and what they mean.
+_START_ERRORS = {
+    "not_found": "command not found: {command!r} (PATH is {path})",
+    "not_executable": "command not executable: {command!r}",
+    "sandbox": "shell.run cannot sandbox commands on this machine: {detail}",
+}
+_START_ERROR_OTHER = "could not start {command!r}: {detail}"
+
+
 def _start_error(report: dict[str, Any], argv: list[str]) -> ToolError:
-    kind, detail = report["error"], report.get("detail", "")
-    if kind == "not_found":
-        return ToolError(f"command not found: {argv[0]!r} (PATH is {SAFE_PATH})")
-    if kind == "not_executable":
-        return ToolError(f"command not executable: {argv[0]!r}")
-    if kind == "sandbox":
-        return ToolError(f"shell.run cannot sandbox commands on this machine: {detail}")
-    return ToolError(f"could not start {argv[0]!r}: {detail}")
+    template = _START_ERRORS.get(report["error"], _START_ERROR_OTHER)
+    return ToolError(template.format(command=argv[0], path=SAFE_PATH, detail=report.get("detail", "")))
 
 
 @dataclass
