@@ -194,8 +194,9 @@ class DispatcherLoop:
         except Exception:
             logger.exception("dispatcher loop %s could not release its lease; it lapses by itself", self.owner)
         close_old_connections()
-        log_event(logger, "dispatcher_loop_end", lease_owner=self.owner, ticks=self.report.ticks,
-                  woken=self.report.woken)
+        if self.report.held_lease or self.report.stood_by:  # not the schedule's start that found both taken
+            log_event(logger, "dispatcher_loop_end", lease_owner=self.owner, ticks=self.report.ticks,
+                      woken=self.report.woken)
 
 
 def dispatcher_loop(
