@@ -85,11 +85,21 @@ class Message(models.Model):
         REPLAY = "replay", "Replay"  # fed from a file by `manage.py replay`
         CONDUCTOR = "conductor", "Conductor"  # a text Conductor delivered into the chat
 
+    class Capture(models.TextChoices):
+        """How the plugin read the message (``capture`` of ``browser.final_message``)."""
+
+        NETWORK = "network", "Network"  # from the chat app's own response stream
+        DOM = "dom", "DOM"  # from the page
+
     conversation = models.ForeignKey(
         Conversation, on_delete=models.CASCADE, related_name="messages"
     )
     role = models.CharField(max_length=16, choices=Role.choices)
     source = models.CharField(max_length=16, choices=Source.choices)
+    capture = models.CharField(
+        max_length=8, choices=Capture.choices, blank=True,
+        help_text="How the plugin read the message; blank when it did not say.",
+    )
     remote_message_id = models.CharField(max_length=255, blank=True)
     parent_message_id = models.CharField(max_length=255, blank=True)
     dedupe_key = models.CharField(
@@ -122,6 +132,8 @@ class Message(models.Model):
             models.Index(fields=["conversation", "received_at"], name="message_conversation_time_idx"),
             # The admin's list order (newest first): read from the index, not sorted from 100 KiB rows.
             models.Index(fields=["received_at", "id"], name="message_received_idx"),
+            # A plugin client's latest captures, for its admin page.
+            models.Index(fields=["client", "received_at"], name="message_client_time_idx"),
         ]
 
     def __str__(self) -> str:

@@ -29,7 +29,14 @@ from automation.wake import dispatcher_wake_async
 from conductor_site.logfmt import log_event
 from ingest import selectors
 from ingest.blocks import parse_blocks
-from ingest.frames import decode_frame, echo, frame_id, parse_delivery_result, parse_final_message
+from ingest.frames import (
+    decode_frame,
+    echo,
+    frame_id,
+    parse_delivery_result,
+    parse_final_message,
+    parse_plugin_info,
+)
 from ingest.models import plugin_group_name
 from ingest.protocol import (
     FRAME_LIMIT_EXTENSION,
@@ -207,6 +214,13 @@ class PluginConsumer(AsyncWebsocketConsumer):
         if frame["type"] != "hello":
             raise FrameError(ErrorCode.UNAUTHORIZED, "the first frame must be a hello")
         client_id, token = frame.get("client_id"), frame.get("token")
+        # Checked before the token: a malformed hello is refused for what it
+        # is, with the field named, and costs no token hash.
+        try:
+            info = parse_plugin_info(frame)
+        except FrameError as error:
+            log_event(logger, "hello_refused", level=logging.WARNING, client_id=client_id, reason=error.detail)
+            raise
         client = None
         if isinstance(client_id, str) and isinstance(token, str):
             client = await database_sync_to_async(selectors.plugin_client_authenticate)(
@@ -221,7 +235,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(self._group_name, self.channel_name)
         try:
             replaced = await database_sync_to_async(clients.plugin_client_connect)(
-                client=client, channel_name=self.channel_name
+                client=client, channel_name=self.channel_name, info=info
             )
         except clients.PluginClientRevoked:
             await self.channel_layer.group_discard(self._group_name, self.channel_name)

@@ -9,12 +9,26 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from conversations.models import Platform
+from conversations.models import Message, Platform
 from ingest.jsoncheck import JsonRefused, loads_checked
-from ingest.protocol import MAX_FRAME_BYTES, ErrorCode, FrameError
+from ingest.protocol import (
+    DEFAULT_CAPABILITIES,
+    KNOWN_CAPABILITIES,
+    KNOWN_DELIVERY_ERROR_CODES,
+    MAX_FRAME_BYTES,
+    ErrorCode,
+    FrameError,
+)
 
 # How much of a value a frame sent is echoed back in an error's detail.
 ECHO_CHARS = 40
+
+# Bounds of what a hello says about the plugin: generous for any real
+# plugin, small enough that a client row stays small.
+MAX_PLUGIN_VERSION_CHARS = 64
+MAX_CAPABILITIES = 16
+MAX_ADAPTERS = 16
+MAX_NAME_CHARS = 64  # a capability, a platform name or an adapter version
 
 
 def echo(value: Any) -> str:
@@ -98,6 +112,63 @@ def frame_id(frame: dict[str, Any]) -> str | None:
 
 
 @dataclass(frozen=True)
+class PluginInfo:
+    """What a ``hello`` says about the plugin, beyond who it is (SPEC §6)."""
+
+    plugin_version: str
+    capabilities: tuple[str, ...]
+    adapters: dict[str, str]
+
+
+def parse_plugin_info(frame: dict[str, Any]) -> PluginInfo:
+    """The plugin's version, capabilities and adapter versions from a ``hello``.
+
+    Raises ``FrameError`` naming the field when one has the wrong type or is
+    over its bounds. Names this server does not know are dropped, not
+    refused: a newer plugin may announce a capability or a platform adapter
+    this server cannot use yet, and it must still be able to connect. So
+    ``capabilities`` holds known names only, in ``KNOWN_CAPABILITIES`` order,
+    and ``adapters`` known platforms only.
+    """
+    version = _field(frame, "plugin_version", str, max_length=MAX_PLUGIN_VERSION_CHARS) or ""
+
+    raw_capabilities = frame.get("capabilities")
+    if raw_capabilities is None:
+        capabilities = DEFAULT_CAPABILITIES
+    else:
+        if not isinstance(raw_capabilities, list) or not all(isinstance(c, str) for c in raw_capabilities):
+            raise FrameError(ErrorCode.INVALID, "'capabilities' must be a list of strings", frame_id(frame))
+        if len(raw_capabilities) > MAX_CAPABILITIES:
+            raise FrameError(
+                ErrorCode.INVALID, f"'capabilities' has more than {MAX_CAPABILITIES} entries", frame_id(frame)
+            )
+        if any(len(c) > MAX_NAME_CHARS for c in raw_capabilities):
+            raise FrameError(
+                ErrorCode.INVALID, f"'capabilities' has a name longer than {MAX_NAME_CHARS} characters",
+                frame_id(frame),
+            )
+        capabilities = tuple(c for c in KNOWN_CAPABILITIES if c in raw_capabilities)
+
+    raw_adapters = frame.get("adapters")
+    if raw_adapters is None:
+        raw_adapters = {}
+    if not isinstance(raw_adapters, dict) or not all(isinstance(v, str) for v in raw_adapters.values()):
+        raise FrameError(
+            ErrorCode.INVALID, "'adapters' must be an object of platform names to version strings",
+            frame_id(frame),
+        )
+    if len(raw_adapters) > MAX_ADAPTERS:
+        raise FrameError(ErrorCode.INVALID, f"'adapters' has more than {MAX_ADAPTERS} entries", frame_id(frame))
+    if any(len(k) > MAX_NAME_CHARS or len(v) > MAX_NAME_CHARS for k, v in raw_adapters.items()):
+        raise FrameError(
+            ErrorCode.INVALID, f"'adapters' has a name or version longer than {MAX_NAME_CHARS} characters",
+            frame_id(frame),
+        )
+    adapters = {name: raw_adapters[name] for name in Platform.values if name in raw_adapters}
+    return PluginInfo(plugin_version=version, capabilities=capabilities, adapters=adapters)
+
+
+@dataclass(frozen=True)
 class FinalMessage:
     """A checked ``browser.final_message`` frame."""
 
@@ -112,6 +183,7 @@ class FinalMessage:
     title: str
     observed_at: dt.datetime | None
     raw: dict[str, Any]
+    capture: str = ""  # a ``Message.Capture`` value; "" when the plugin did not say
 
 
 def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
@@ -135,6 +207,13 @@ def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
         if observed_at.tzinfo is None:
             observed_at = observed_at.replace(tzinfo=dt.UTC)
     _field(frame, "id", str, max_length=255)
+    capture = _field(frame, "capture", str) or ""
+    if capture and capture not in Message.Capture.values:
+        raise FrameError(
+            ErrorCode.INVALID,
+            f"unknown capture {echo(capture)}; expected one of {', '.join(Message.Capture.values)}",
+            frame_id(frame),
+        )
     page_url = _field(frame, "page_url", str, max_length=2000) or ""
     if page_url and not is_safe_page_url(page_url):
         raise FrameError(
@@ -152,6 +231,7 @@ def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
         title=(_field(frame, "title", str) or "")[:500],
         observed_at=observed_at,
         raw=frame,
+        capture=capture,
     )
 
 
@@ -164,13 +244,28 @@ class DeliveryResult:
     status: int | None
     body: str | None
     error: str | None
+    error_code: str | None = None  # why the request could not be made at all; see DeliveryErrorCode
 
 
 def parse_delivery_result(frame: dict[str, Any]) -> DeliveryResult:
+    ok = _field(frame, "ok", bool, required=True)
+    error_code = _field(frame, "error_code", str)
+    if error_code is not None:
+        if error_code not in KNOWN_DELIVERY_ERROR_CODES:
+            raise FrameError(
+                ErrorCode.INVALID,
+                f"unknown error_code {echo(error_code)}; expected one of {', '.join(KNOWN_DELIVERY_ERROR_CODES)}",
+                frame_id(frame),
+            )
+        # An error code says the request was never made, so the result is a
+        # failure whatever the rest says; one claiming success is contradictory.
+        if ok:
+            raise FrameError(ErrorCode.INVALID, "'ok' must be false when 'error_code' is given", frame_id(frame))
     return DeliveryResult(
         request_id=_field(frame, "request_id", str, required=True, max_length=64),
-        ok=_field(frame, "ok", bool, required=True),
+        ok=ok,
         status=_field(frame, "status", int),
         body=_field(frame, "body", str),
         error=_field(frame, "error", str),
+        error_code=error_code,
     )

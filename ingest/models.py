@@ -28,6 +28,14 @@ class PluginClient(models.Model):
     connection_channel = models.CharField(
         max_length=255, blank=True, help_text="Channel-layer name of the client's current socket."
     )
+    # What the plugin said about itself in its latest hello (SPEC §6).
+    plugin_version = models.CharField(max_length=64, blank=True)
+    capabilities = models.JSONField(
+        default=list, blank=True, help_text="Delivery frames the plugin performs, known names only."
+    )
+    adapters = models.JSONField(
+        default=dict, blank=True, help_text="Platform name -> version of the plugin's adapter for it."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
@@ -39,6 +47,13 @@ class PluginClient(models.Model):
     @property
     def group_name(self) -> str:
         return plugin_group_name(self.pk)
+
+    def has_capability(self, name: str) -> bool:
+        """Whether the plugin's latest hello said it performs ``name`` (an ``ingest.protocol.Capability``).
+
+        A client that never said hello has none: nothing can be sent to it anyway.
+        """
+        return name in (self.capabilities or ())
 
 
 class Instruction(models.Model):

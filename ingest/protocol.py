@@ -10,6 +10,32 @@ FRAME_LIMIT_EXTENSION = "conductor.frame_limit"
 FRAME_LIMIT_LIFT = "conductor.frame_limit.lift"
 
 
+class Capability:
+    """Delivery frames a plugin says it performs, in its hello's ``capabilities``."""
+
+    PROXY_DELIVERY = "proxy_delivery"  # browser.proxy_delivery
+    DOM_DELIVERY = "dom_delivery"  # browser.dom_delivery
+
+
+KNOWN_CAPABILITIES = (Capability.PROXY_DELIVERY, Capability.DOM_DELIVERY)
+# What a hello without ``capabilities`` means: plugins written before the
+# field existed perform proxy deliveries only.
+DEFAULT_CAPABILITIES = (Capability.PROXY_DELIVERY,)
+
+
+class DeliveryErrorCode:
+    """Why a plugin could not make a delivery's request at all (``error_code`` of a result)."""
+
+    PAGE_VALUE_MISSING = "page_value_missing"  # a {{page:NAME}} it could not fill
+    NO_TAB = "no_tab"  # no page of the conversation could be opened
+    BLOCKED = "blocked"  # the app refused the request as automated
+
+
+KNOWN_DELIVERY_ERROR_CODES = (
+    DeliveryErrorCode.PAGE_VALUE_MISSING, DeliveryErrorCode.NO_TAB, DeliveryErrorCode.BLOCKED,
+)
+
+
 class ErrorCode:
     UNAUTHORIZED = "unauthorized"
     BAD_FRAME = "bad_frame"

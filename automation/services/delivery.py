@@ -21,14 +21,19 @@ def delivery_result_record(*, client_pk: int, result: DeliveryResult, now: int |
     """Store the plugin's answer to a delivery request it was sent.
 
     Returns False, storing nothing, when no unanswered request with that id
-    was sent to this client: the plugin gets ``invalid``.
+    was sent to this client: the plugin gets ``invalid``. ``error_code`` is
+    kept beside the rest; a result that has one is never ``ok`` (the frame
+    parser refuses that), so the platform adapters read it as a failure.
     """
     return bool(
         DeliveryRequest.objects.filter(
             request_id=result.request_id, client_id=client_pk, answered_at__isnull=True
         ).update(
             answered_at=now_ms() if now is None else now,
-            result={"ok": result.ok, "status": result.status, "body": result.body, "error": result.error},
+            result={
+                "ok": result.ok, "status": result.status, "body": result.body, "error": result.error,
+                "error_code": result.error_code,
+            },
         )
     )
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from conductor_site.logfmt import log_event
+from ingest.frames import PluginInfo
 from ingest.models import PluginClient
 from ingest.tokens import token_generate, token_hash
 
@@ -44,9 +45,12 @@ def plugin_client_create(*, name: str, token: str | None = None) -> tuple[Plugin
 
 
 def plugin_client_connect(
-    *, client: PluginClient, channel_name: str, now: dt.datetime | None = None
+    *, client: PluginClient, channel_name: str, info: PluginInfo | None = None, now: dt.datetime | None = None
 ) -> str:
     """Make ``channel_name`` the client's socket and mark it present.
+
+    ``info`` is what the hello said about the plugin; it replaces what the
+    previous hello said (None leaves it as it was).
 
     Returns the channel name of the socket it replaces ("" if none): the
     newest socket is the client's, so the caller closes the older one.
@@ -67,10 +71,18 @@ def plugin_client_connect(
         )
         if previous is None:
             raise PluginClientRevoked(f"{client.client_id} was revoked or given a new token meanwhile")
+        described = {} if info is None else {
+            "plugin_version": info.plugin_version,
+            "capabilities": list(info.capabilities),
+            "adapters": info.adapters,
+        }
         PluginClient.objects.filter(pk=client.pk).update(
-            connected=True, connection_channel=channel_name, last_seen_at=now
+            connected=True, connection_channel=channel_name, last_seen_at=now, **described
         )
-    log_event(logger, "plugin_connect", client_id=client.client_id, replaced=bool(previous))
+    log_event(
+        logger, "plugin_connect", client_id=client.client_id, replaced=bool(previous),
+        plugin_version=info.plugin_version if info else None,
+    )
     return previous if previous != channel_name else ""
 
 

@@ -106,7 +106,7 @@ def message_ingest(
         try:
             with transaction.atomic():
                 stored = Message.objects.create(
-                    conversation=conversation, role=Message.Role.ASSISTANT, source=source,
+                    conversation=conversation, role=Message.Role.ASSISTANT, source=source, capture=message.capture,
                     remote_message_id=message.message_id, parent_message_id=message.parent_message_id,
                     dedupe_key=dedupe_key, text=message.text, raw_frame=message.raw,
                     client=client, received_at=now,

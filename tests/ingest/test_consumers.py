@@ -8,6 +8,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import OperationalError
 
 from automation.models import DeliveryRequest
+from automation.platforms import ProxyAnswer, platforms
 from conductor_site.asgi import application
 from conversations.models import Message
 from ingest.models import Instruction, PluginClient
@@ -28,10 +29,10 @@ async def open_socket(headers=None):
     return communicator, connected, code
 
 
-async def hello(client_id):
+async def hello(client_id, **fields):
     communicator, connected, _ = await open_socket()
     assert connected
-    await communicator.send_json_to({**HELLO, "client_id": client_id})
+    await communicator.send_json_to({**HELLO, "client_id": client_id, **fields})
     reply = await communicator.receive_json_from()
     assert reply["type"] == "hello.ok", reply
     return communicator, reply
@@ -57,6 +58,73 @@ async def test_hello_with_a_valid_token_is_accepted_and_marks_the_client_connect
     await communicator.disconnect()
     refreshed = await PluginClient.objects.aget(pk=client.pk)
     assert not refreshed.connected
+
+
+async def test_hello_stores_what_the_plugin_says_about_itself_and_the_next_hello_replaces_it(client):
+    communicator, _ = await hello("laptop-chrome", capabilities=["proxy_delivery", "dom_delivery"],
+                                  adapters={"claude": "2026-11-29", "gemini": "2026-11-01"})
+    await communicator.disconnect()
+    stored = await PluginClient.objects.aget(pk=client.pk)
+    assert (stored.plugin_version, stored.capabilities, stored.adapters) == (
+        "1.0.0", ["proxy_delivery", "dom_delivery"], {"claude": "2026-11-29", "gemini": "2026-11-01"},
+    )
+    assert stored.has_capability("dom_delivery") and stored.has_capability("proxy_delivery")
+
+    communicator, _ = await hello("laptop-chrome", plugin_version="1.1.0", capabilities=["dom_delivery"],
+                                  adapters={"chatgpt": "2026-12-01"})
+    await communicator.disconnect()
+    stored = await PluginClient.objects.aget(pk=client.pk)
+    assert (stored.plugin_version, stored.capabilities, stored.adapters) == (
+        "1.1.0", ["dom_delivery"], {"chatgpt": "2026-12-01"},
+    )
+    assert not stored.has_capability("proxy_delivery")
+
+
+async def test_a_hello_without_capabilities_means_proxy_delivery_only(client):
+    frame = {key: value for key, value in HELLO.items() if key != "plugin_version"}
+    communicator, _, _ = await open_socket()
+    await communicator.send_json_to({**frame, "client_id": "laptop-chrome"})
+    assert (await communicator.receive_json_from())["type"] == "hello.ok"
+    await communicator.disconnect()
+    stored = await PluginClient.objects.aget(pk=client.pk)
+    assert (stored.plugin_version, stored.capabilities, stored.adapters) == ("", ["proxy_delivery"], {})
+    assert stored.has_capability("proxy_delivery") and not stored.has_capability("dom_delivery")
+
+
+async def test_unknown_capabilities_and_platforms_are_dropped_not_refused(client):
+    communicator, _ = await hello(
+        "laptop-chrome", capabilities=["teleport", "dom_delivery", "dom_delivery"],
+        adapters={"bard": "1", "claude": "2026-11-29"},
+    )
+    await communicator.disconnect()
+    stored = await PluginClient.objects.aget(pk=client.pk)
+    assert (stored.capabilities, stored.adapters) == (["dom_delivery"], {"claude": "2026-11-29"})
+
+
+@pytest.mark.parametrize(
+    "change,detail",
+    [
+        ({"capabilities": "proxy_delivery"}, "'capabilities' must be a list of strings"),
+        ({"capabilities": ["proxy_delivery", 7]}, "'capabilities' must be a list of strings"),
+        ({"capabilities": ["x"] * 17}, "'capabilities' has more than 16 entries"),
+        ({"capabilities": ["x" * 65]}, "'capabilities' has a name longer than 64"),
+        ({"adapters": ["claude"]}, "'adapters' must be an object of platform names to version strings"),
+        ({"adapters": {"claude": 20261129}}, "'adapters' must be an object"),
+        ({"adapters": {f"p{n}": "1" for n in range(17)}}, "'adapters' has more than 16 entries"),
+        ({"adapters": {"claude": "1" * 65}}, "'adapters' has a name or version longer than 64"),
+        ({"plugin_version": 1}, "'plugin_version' must be str"),
+        ({"plugin_version": "1" * 65}, "'plugin_version' is longer than 64"),
+    ],
+)
+async def test_a_hello_with_a_malformed_description_is_unauthorized_and_names_the_field(client, change, detail):
+    communicator, _, _ = await open_socket()
+    await communicator.send_json_to({**HELLO, "client_id": "laptop-chrome", **change})
+    error = await communicator.receive_json_from()
+    assert (error["type"], error["code"]) == ("error", "unauthorized")
+    assert detail in error["detail"]
+    assert await closed_with(communicator) == CloseCode.UNAUTHORIZED
+    stored = await PluginClient.objects.aget(pk=client.pk)
+    assert (stored.connected, stored.capabilities, stored.plugin_version) == (False, [], "")
 
 
 @pytest.mark.parametrize(
@@ -261,6 +329,33 @@ async def test_a_final_message_with_bad_fields_is_invalid_and_stores_nothing(cli
     await communicator.disconnect()
 
 
+@pytest.mark.parametrize("capture", ["network", "dom", None])
+async def test_a_final_message_keeps_how_the_plugin_captured_it(client, capture):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to({**FINAL, "capture": capture})
+    assert (await communicator.receive_json_from())["type"] == "ack"
+    assert (await Message.objects.aget()).capture == (capture or "")
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    "capture,detail",
+    [
+        ("screenshot", "unknown capture 'screenshot'; expected one of network, dom"),
+        (1, "'capture' must be str, got int"),
+    ],
+)
+async def test_a_final_message_with_an_unknown_capture_is_invalid_and_the_socket_stays(client, capture, detail):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to({**FINAL, "capture": capture})
+    error = await communicator.receive_json_from()
+    assert (error["code"], error["id"], error["detail"]) == ("invalid", "frame-1", detail)
+    assert not await Message.objects.aexists()
+    await communicator.send_json_to({**FINAL, "capture": "dom"})
+    assert (await communicator.receive_json_from())["type"] == "ack"
+    await communicator.disconnect()
+
+
 async def test_a_final_message_the_database_cannot_store_gets_no_ack(client):
     communicator, _ = await hello("laptop-chrome")
     with mock.patch("ingest.consumers.ingest_final_message", side_effect=OperationalError("disk I/O error")):
@@ -327,19 +422,44 @@ async def test_a_result_for_a_request_sent_to_this_client_is_recorded(client):
     assert await communicator.receive_json_from() == {"type": "pong"}  # no error came first
     request = await DeliveryRequest.objects.aget(pk="req-1")
     assert request.answered_at is not None
-    assert request.result == {"ok": True, "status": 200, "body": "{}", "error": None}
+    assert request.result == {"ok": True, "status": 200, "body": "{}", "error": None, "error_code": None}
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize("error_code", ["page_value_missing", "no_tab", "blocked"])
+async def test_a_result_with_an_error_code_is_recorded_and_read_as_a_failure(client, error_code):
+    await sync_to_async(_delivery_request)(client, "req-1")
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to(
+        {**DELIVERY_RESULT, "ok": False, "status": None, "body": None, "error": "no csrf", "error_code": error_code}
+    )
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}
+    request = await DeliveryRequest.objects.aget(pk="req-1")
+    assert request.result == {"ok": False, "status": None, "body": None, "error": "no csrf", "error_code": error_code}
+    verdict = platforms.get("claude").read_answer(ProxyAnswer.from_result(request.result))
+    assert not verdict.is_delivered and "no csrf" in verdict.error
     await communicator.disconnect()
 
 
 @pytest.mark.parametrize(
     "change,detail",
-    [({"request_id": None}, "'request_id' is required"), ({"ok": "yes"}, "'ok' must be bool"), ({"status": True}, "'status' must be int")],
+    [
+        ({"request_id": None}, "'request_id' is required"),
+        ({"ok": "yes"}, "'ok' must be bool"),
+        ({"status": True}, "'status' must be int"),
+        ({"ok": False, "error_code": "timeout"}, "unknown error_code 'timeout'"),
+        ({"ok": False, "error_code": 3}, "'error_code' must be str"),
+        ({"ok": True, "error_code": "blocked"}, "'ok' must be false when 'error_code' is given"),
+    ],
 )
 async def test_a_delivery_result_with_bad_fields_is_invalid(client, change, detail):
     communicator, _ = await hello("laptop-chrome")
     await communicator.send_json_to({k: v for k, v in {**DELIVERY_RESULT, **change}.items() if v is not None})
     error = await communicator.receive_json_from()
     assert error["code"] == "invalid" and detail in error["detail"]
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}
     await communicator.disconnect()
 
 
