@@ -278,7 +278,15 @@ class DeliveryRequest(models.Model):
     client = models.ForeignKey("ingest.PluginClient", on_delete=models.CASCADE, related_name="+")
     sent_at = models.BigIntegerField()
     answered_at = models.BigIntegerField(null=True, blank=True)
+    # The plugin's answer: {ok, status, body, error, error_code}; see
+    # automation.services.delivery.delivery_result_record.
     result = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        indexes = [
+            # A plugin client's latest deliveries, for its admin page.
+            models.Index(fields=["client", "sent_at"], name="delivery_request_client_idx"),
+        ]
 
     def __str__(self) -> str:
         return f"delivery {self.request_id} of task {self.task_id}"

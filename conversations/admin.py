@@ -342,15 +342,17 @@ class InstructionInline(ReadOnlyInline):
 
 @admin.register(Message)
 class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
-    list_display = ["preview", "role", "source", "conversation_link", "platform", "received_at", "instruction_count"]
-    list_filter = ["role", "source", "conversation__platform"]
+    list_display = [
+        "preview", "role", "source", "capture", "conversation_link", "platform", "received_at", "instruction_count",
+    ]
+    list_filter = ["role", "source", "capture", "conversation__platform"]
     search_fields = ["text", "remote_message_id"]
     list_select_related = ["conversation"]
     ordering = ["-received_at", "-pk"]
     show_full_result_count = False
     inlines = [InstructionInline]
     fields = [
-        "conversation_link", "role", "source", "remote_message_id", "parent_message_id", "client",
+        "conversation_link", "role", "source", "capture", "remote_message_id", "parent_message_id", "client",
         "received_at", "all_instructions", "text_shown", "raw_frame_shown",
     ]
     readonly_fields = fields
@@ -370,7 +372,7 @@ class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     def get_list_queryset(self, queryset):
         return queryset.only(
-            "role", "source", "received_at", "conversation__platform", "conversation__remote_id",
+            "role", "source", "capture", "received_at", "conversation__platform", "conversation__remote_id",
             "conversation__title",
         ).annotate(text_head=_text_head())
 

@@ -15,12 +15,16 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Case, Q, When
 from django.template.response import TemplateResponse
 from django.urls import reverse
+from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
 
+from automation.admin_views import format_ms
 from conductor_site.admin_display import displayable_text, readable_json
 from conductor_site.admin_lists import ListColumnsMixin
+from conversations.models import Platform
 from ingest.models import Instruction, PluginClient
-from ingest.selectors import plugin_clients_connected
+from ingest.selectors import LastDelivery, plugin_client_activity, plugin_clients_connected
 from ingest.services.clients import (
     PluginClientRevoked,
     plugin_client_create,
@@ -31,6 +35,46 @@ from ingest.tokens import MIN_TOKEN_LENGTH, WeakTokenError
 
 EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 TOKEN_TEMPLATE = "admin/ingest/pluginclient/token.html"
+# A plugin's error text can be as long as a frame; the client page shows its start.
+ERROR_PREVIEW_CHARS = 300
+
+
+def _text(value) -> str:
+    """A value a plugin sent, as text that encodes (escaping is format_html's job)."""
+    return displayable_text(str(value))
+
+
+def _capture_cell(message) -> str:
+    if message is None:
+        return "-"
+    url = reverse("admin:conversations_message_change", args=[message.pk])
+    return format_html(
+        '{} · {} · <a href="{}">message {}</a>',
+        formats.localize(timezone.template_localtime(message.received_at)),
+        message.get_capture_display() or "capture not said",
+        url, message.pk,
+    )
+
+
+def _delivery_cell(delivery: LastDelivery | None) -> str:
+    if delivery is None:
+        return "-"
+    if delivery.answered_at is None:
+        outcome = "awaiting the answer"
+    elif delivery.ok is True:
+        outcome = format_html("ok (HTTP {})", _text(delivery.status))
+    else:
+        outcome = format_html(
+            "failed{}{}: {}",
+            format_html(" [{}]", _text(delivery.error_code)) if delivery.error_code else "",
+            format_html(" (HTTP {})", _text(delivery.status)) if delivery.status is not None else "",
+            Truncator(_text(delivery.error or "no error given")).chars(ERROR_PREVIEW_CHARS),
+        )
+    url = reverse("admin:automation_automationtask_change", args=[delivery.task_id])
+    return format_html(
+        '{} · {} · sent {} · <a href="{}">task {}</a>',
+        delivery.method, outcome, format_ms(delivery.sent_at), url, _text(delivery.task_id),
+    )
 
 
 class PluginClientCreateForm(forms.Form):
@@ -48,11 +92,14 @@ class PluginClientCreateForm(forms.Form):
 
 @admin.register(PluginClient)
 class PluginClientAdmin(admin.ModelAdmin):
-    list_display = ["client_id", "name", "enabled", "is_connected", "last_seen_at", "created_at"]
+    list_display = ["client_id", "name", "enabled", "is_connected", "plugin_version", "last_seen_at", "created_at"]
     list_filter = ["enabled"]
     search_fields = ["client_id", "name"]
     ordering = ["client_id"]
-    fields = ["client_id", "name", "enabled", "is_connected", "last_seen_at", "created_at"]
+    fields = [
+        "client_id", "name", "enabled", "is_connected", "last_seen_at", "created_at",
+        "plugin_version", "capabilities_shown", "adapters_shown", "activity",
+    ]
     readonly_fields = fields
     actions = ["revoke", "rotate"]
 
@@ -88,6 +135,38 @@ class PluginClientAdmin(admin.ModelAdmin):
     @admin.display(description="connected", boolean=True, ordering="present")
     def is_connected(self, client):
         return client.present
+
+    # --- what the plugin said in its latest hello, and what it did last ------------------------
+
+    @admin.display(description="capabilities")
+    def capabilities_shown(self, client):
+        if not client.capabilities:
+            return "-"
+        return format_html_join(", ", "{}", ((_text(name),) for name in client.capabilities))
+
+    @admin.display(description="adapters")
+    def adapters_shown(self, client):
+        if not client.adapters:
+            return "-"
+        return format_html_join(
+            ", ", "{}: {}", ((_text(platform), _text(version)) for platform, version in client.adapters.items())
+        )
+
+    @admin.display(description="per platform")
+    def activity(self, client):
+        rows = format_html_join(
+            "",
+            "<tr><th>{}</th><td>{}</td><td>{}</td></tr>",
+            (
+                (Platform(row.platform).label, _capture_cell(row.last_capture), _delivery_cell(row.last_delivery))
+                for row in plugin_client_activity(client_pk=client.pk)
+            ),
+        )
+        return format_html(
+            '<table class="plugin-activity"><thead><tr><th>platform</th><th>last capture</th>'
+            "<th>last delivery</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
 
     # --- create: the token is shown once -------------------------------------------------------
 

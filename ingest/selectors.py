@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
 
+from automation.models import DeliveryRequest
+from conversations.models import Message, Platform
 from ingest.models import PluginClient
 from ingest.tokens import HASH_PREFIX, token_matches
 
@@ -41,3 +45,74 @@ def plugin_client_authenticate(*, client_id: str, token: str) -> PluginClient | 
     if token_matches(token, stored) and client is not None:
         return client
     return None
+
+
+@dataclass(frozen=True)
+class LastDelivery:
+    """A delivery request and the plugin's answer, without the answer's body."""
+
+    request_id: str
+    task_id: str
+    sent_at: int  # epoch ms
+    answered_at: int | None  # epoch ms; None while unanswered
+    ok: Any  # as the answer said: True or False (None while unanswered)
+    status: Any
+    error: Any
+    error_code: Any
+    # Every DeliveryRequest is a browser.proxy_delivery (SPEC §6.1's "http")
+    # until DOM delivery records its own.
+    method: str = "http"
+
+
+@dataclass(frozen=True)
+class PlatformActivity:
+    """A client's latest capture and latest delivery on one platform, for its admin page."""
+
+    platform: str
+    last_capture: Message | None
+    last_delivery: LastDelivery | None
+
+
+def _latest_per_platform(queryset: QuerySet, *, platform_field: str, order: tuple[str, ...]) -> QuerySet:
+    """``queryset``'s first row in ``order`` for each platform, in one statement.
+
+    One subquery per platform, each a short walk of an index newest first,
+    instead of a scan of everything the client ever sent.
+    """
+    latest = Q()
+    for platform in Platform.values:
+        newest = queryset.filter(**{platform_field: platform}).order_by(*order).values("pk")[:1]
+        latest |= Q(pk=Subquery(newest))
+    return queryset.filter(latest)
+
+
+def plugin_client_activity(*, client_pk: int) -> list[PlatformActivity]:
+    """Per platform, the client's latest captured message and latest delivery request. Two queries."""
+    captures = _latest_per_platform(
+        Message.objects.filter(client_id=client_pk, source=Message.Source.PLUGIN),
+        platform_field="conversation__platform", order=("-received_at", "-pk"),
+    ).select_related("conversation").only(
+        "role", "capture", "received_at", "conversation__platform", "conversation__remote_id",
+        "conversation__title",
+    )
+    deliveries = _latest_per_platform(
+        DeliveryRequest.objects.filter(client_id=client_pk),
+        platform_field="task__target_platform", order=("-sent_at", "-pk"),
+    ).values(
+        "request_id", "task_id", "sent_at", "answered_at", "task__target_platform",
+        "result__ok", "result__status", "result__error", "result__error_code",
+    )
+    capture_of = {message.conversation.platform: message for message in captures}
+    delivery_of = {
+        row["task__target_platform"]: LastDelivery(
+            request_id=row["request_id"], task_id=row["task_id"], sent_at=row["sent_at"],
+            answered_at=row["answered_at"], ok=row["result__ok"], status=row["result__status"],
+            error=row["result__error"], error_code=row["result__error_code"],
+        )
+        for row in deliveries
+    }
+    return [
+        PlatformActivity(platform=platform, last_capture=capture_of.get(platform),
+                         last_delivery=delivery_of.get(platform))
+        for platform in Platform.values
+    ]

@@ -291,6 +291,24 @@ def test_the_message_list_filters_and_searches(admin_client):
     assert shown("q=m-plugin") == {"alpha words"}
 
 
+def test_the_message_list_and_page_show_and_filter_by_capture(admin_client):
+    MessageFactory(text="from the stream", capture=Message.Capture.NETWORK)
+    dom = MessageFactory(text="from the page", capture=Message.Capture.DOM)
+    MessageFactory(text="not said")
+
+    def shown(query):
+        page = admin_client.get(f"{MESSAGES}?{query}").content.decode()
+        return {text for text in ("from the stream", "from the page", "not said") if text in page}
+
+    assert shown("capture__exact=network") == {"from the stream"}
+    assert shown("capture__exact=dom") == {"from the page"}
+    listed = admin_client.get(MESSAGES).content.decode()
+    assert '<td class="field-capture">Network</td>' in listed and '<td class="field-capture">DOM</td>' in listed
+    page = admin_client.get(f"{MESSAGES}{dom.pk}/change/").content.decode()
+    capture_row = page.split('class="form-row field-capture"')[1].split('class="form-row')[0]
+    assert '<div class="readonly">DOM</div>' in capture_row
+
+
 def test_messages_are_read_only(admin_client):
     message = MessageFactory()
     page = admin_client.get(f"{MESSAGES}{message.pk}/change/").content.decode()

@@ -9,19 +9,24 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
+from automation.models import DeliveryRequest
 from conductor_site.asgi import application
+from conversations.models import Message
 from ingest.models import PluginClient
 from ingest.protocol import CloseCode
 from ingest.selectors import plugin_client_authenticate
 from ingest.services.clients import PluginClientRevoked, plugin_client_rotate
 from ingest.tokens import token_hash
 from tests.factories import (
+    T0,
     TEST_TOKEN,
+    ConversationFactory,
     InstructionFactory,
     MessageFactory,
     PluginClientFactory,
     create_or_skip,
     make_staff,
+    make_task,
 )
 
 CLIENTS = "/admin/ingest/pluginclient/"
@@ -120,6 +125,95 @@ def test_the_list_shows_presence_not_just_the_stored_flag(admin_client, settings
         "fresh": True, "stale": False, "gone": False,
     }
     assert fresh.client_id in page
+
+
+@pytest.mark.django_db
+def test_the_list_shows_each_clients_plugin_version(admin_client):
+    PluginClientFactory(client_id="desk", plugin_version="1.2.0")
+    page = admin_client.get(CLIENTS).content.decode()
+    assert '<td class="field-plugin_version">1.2.0</td>' in page
+
+
+# --- the change page: what the plugin said and did ----------------------------------------------
+
+
+def change_page(admin_client, client) -> str:
+    response = admin_client.get(f"{CLIENTS}{client.pk}/change/")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def activity_row(page: str, platform_label: str) -> str:
+    [row] = re.findall(rf"<tr><th>{platform_label}</th>(.*?)</tr>", page, flags=re.DOTALL)
+    return row
+
+
+def delivery(client, platform, *, sent_at, result=None, answered=True):
+    task = make_task(kind="instruction.deliver", target_client_id=client.client_id, target_platform=platform)
+    return DeliveryRequest.objects.create(
+        task=task, client=client, sent_at=sent_at, answered_at=sent_at + 500 if answered else None, result=result,
+    )
+
+
+@pytest.mark.django_db
+def test_the_change_page_shows_the_plugins_version_capabilities_and_adapters(admin_client):
+    client = PluginClientFactory(
+        plugin_version="1.0.0", capabilities=["proxy_delivery", "dom_delivery"],
+        adapters={"claude": "2026-11-29", "gemini": "2026-11-01"},
+    )
+    page = change_page(admin_client, client)
+    assert '<div class="readonly">1.0.0</div>' in page
+    assert "proxy_delivery, dom_delivery" in page
+    assert "claude: 2026-11-29, gemini: 2026-11-01" in page
+
+
+@pytest.mark.django_db
+def test_the_change_page_shows_the_latest_capture_and_delivery_of_each_platform(
+    admin_client, django_assert_max_num_queries
+):
+    client = PluginClientFactory()
+    now = timezone.now()
+    claude = ConversationFactory(platform="claude")
+    MessageFactory(conversation=claude, client=client, capture="dom", received_at=now - dt.timedelta(hours=1))
+    latest = MessageFactory(conversation=claude, client=client, capture="network", received_at=now)
+    MessageFactory(conversation=claude, client=client, source=Message.Source.CONDUCTOR, role="user",
+                   dedupe_key=None, received_at=now + dt.timedelta(seconds=1))  # a delivered text, not a capture
+    MessageFactory(conversation=ConversationFactory(platform="gemini"), client=client, received_at=now)
+    MessageFactory(conversation=claude, client=PluginClientFactory(), capture="dom",
+                   received_at=now + dt.timedelta(minutes=1))  # another client's
+    delivery(client, "claude", sent_at=T0, result={"ok": True, "status": 200, "body": "", "error": None})
+    failed = delivery(client, "claude", sent_at=T0 + 1000, result={
+        "ok": False, "status": 403, "body": "x" * 10_000, "error": "challenge", "error_code": "blocked",
+    })
+    waiting = delivery(client, "chatgpt", sent_at=T0, answered=False)
+
+    change_page(admin_client, client)
+    with django_assert_max_num_queries(5) as queries:
+        page = change_page(admin_client, client)
+
+    claude_row = activity_row(page, "Claude")
+    assert "Network" in claude_row and f"/admin/conversations/message/{latest.pk}/change/" in claude_row
+    assert "http · failed [blocked] (HTTP 403): challenge" in claude_row
+    assert f"/admin/automation/automationtask/{failed.task_id}/change/" in claude_row
+    chatgpt_row = activity_row(page, "ChatGPT")
+    assert chatgpt_row.startswith("<td>-</td>")  # no capture
+    assert "awaiting the answer" in chatgpt_row and waiting.task_id in chatgpt_row
+    gemini_row = activity_row(page, "Gemini")
+    assert "capture not said" in gemini_row and gemini_row.endswith("<td>-</td>")  # no delivery
+    sql = "\n".join(query["sql"] for query in queries.captured_queries)
+    assert '"conversations_message"."text"' not in sql and "x" * 100 not in page
+
+
+@pytest.mark.django_db
+def test_the_change_page_escapes_what_the_plugin_sent(admin_client):
+    hostile = "<script>alert(1)</script>"
+    client = PluginClientFactory(plugin_version=hostile, capabilities=[hostile], adapters={"claude": hostile})
+    delivery(client, "claude", sent_at=T0, result={
+        "ok": False, "status": None, "body": None, "error": hostile, "error_code": hostile,
+    })
+    page = change_page(admin_client, client)
+    assert "<script>alert(1)" not in page
+    assert page.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 5
 
 
 # --- revoke and rotate ------------------------------------------------------------------------
