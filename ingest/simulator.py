@@ -25,6 +25,12 @@ class SimulatedPlugin:
     client_id: str
     token: str
     platforms: tuple[str, ...] = ("claude", "chatgpt", "gemini")
+    # What its hello says about itself, as the reference plugin's does (SPEC §6).
+    plugin_version: str = "simulated"
+    capabilities: tuple[str, ...] = ("proxy_delivery",)
+    adapter_version: str = "simulated"
+    # Said in every final message that does not say it already.
+    capture: str = "network"
     # Deliveries received but not yet answered, and frames not yet read.
     deliveries: list[dict[str, Any]] = field(default_factory=list)
     _inbox: list[dict[str, Any]] = field(default_factory=list)
@@ -40,7 +46,9 @@ class SimulatedPlugin:
         self._socket = connect(self.url, max_size=None).__enter__()
         self.send({
             "type": "hello", "client_id": self.client_id, "token": self.token,
-            "plugin_version": "simulated", "platforms": list(self.platforms),
+            "plugin_version": self.plugin_version, "platforms": list(self.platforms),
+            "capabilities": list(self.capabilities),
+            "adapters": {platform: self.adapter_version for platform in self.platforms},
         })
         reply = self.receive(timeout=10)
         if reply.get("type") != "hello.ok":
@@ -66,6 +74,7 @@ class SimulatedPlugin:
 
     def send_final_message(self, frame: dict[str, Any], *, timeout: float = 10) -> dict[str, Any]:
         """Send a ``browser.final_message`` and return its ``ack`` (deliveries arriving meanwhile are kept)."""
+        frame = {"capture": self.capture, **frame}
         self.send(frame)
         deadline = time.monotonic() + timeout
         while True:
@@ -91,10 +100,10 @@ class SimulatedPlugin:
 
     def answer(
         self, delivery: dict[str, Any], *, ok: bool = True, status: int | None = 200, body: str = "",
-        error: str | None = None,
+        error: str | None = None, error_code: str | None = None,
     ) -> None:
-        """Answer a delivery as the page's request came out."""
+        """Answer a delivery as the page's request came out (``error_code``: it could not be made)."""
         self.send({
             "type": "browser.proxy_delivery.result", "request_id": delivery["request_id"],
-            "ok": ok, "status": status, "body": body, "error": error,
+            "ok": ok, "status": status, "body": body, "error": error, "error_code": error_code,
         })
