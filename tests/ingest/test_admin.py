@@ -179,6 +179,7 @@ def test_the_change_page_shows_the_latest_capture_and_delivery_of_each_platform(
     MessageFactory(conversation=claude, client=client, source=Message.Source.CONDUCTOR, role="user",
                    dedupe_key=None, received_at=now + dt.timedelta(seconds=1))  # a delivered text, not a capture
     MessageFactory(conversation=ConversationFactory(platform="gemini"), client=client, received_at=now)
+    delivery(client, "gemini", sent_at=T0, result={"ok": True, "status": 200, "body": "", "error": None})
     MessageFactory(conversation=claude, client=PluginClientFactory(), capture="dom",
                    received_at=now + dt.timedelta(minutes=1))  # another client's
     delivery(client, "claude", sent_at=T0, result={"ok": True, "status": 200, "body": "", "error": None})
@@ -199,7 +200,7 @@ def test_the_change_page_shows_the_latest_capture_and_delivery_of_each_platform(
     assert chatgpt_row.startswith("<td>-</td>")  # no capture
     assert "awaiting the answer" in chatgpt_row and waiting.task_id in chatgpt_row
     gemini_row = activity_row(page, "Gemini")
-    assert "capture not said" in gemini_row and gemini_row.endswith("<td>-</td>")  # no delivery
+    assert "capture not said" in gemini_row and "http · ok (HTTP 200)" in gemini_row
     sql = "\n".join(query["sql"] for query in queries.captured_queries)
     assert '"conversations_message"."text"' not in sql and "x" * 100 not in page
 
