@@ -257,8 +257,9 @@ def parse_delivery_result(frame: dict[str, Any]) -> DeliveryResult:
                 f"unknown error_code {echo(error_code)}; expected one of {', '.join(KNOWN_DELIVERY_ERROR_CODES)}",
                 frame_id(frame),
             )
-        # An error code says the request was never made, so the result is a
-        # failure whatever the rest says; one claiming success is contradictory.
+        # An error code says the delivery could not be made (SPEC §6), so the
+        # result is a failure whatever the rest says; one claiming success is
+        # contradictory, and refusing it keeps every stored error_code on a failure.
         if ok:
             raise FrameError(ErrorCode.INVALID, "'ok' must be false when 'error_code' is given", frame_id(frame))
     return DeliveryResult(
