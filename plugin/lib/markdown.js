@@ -26,6 +26,8 @@ const TEXT = 3;
 const MAX_DEPTH = 200;
 /** A language label is short; longer text before a code block is content. */
 const MAX_LABEL_CHARS = 40;
+/** How many element siblings ahead a language label may sit from its `pre`. */
+const LABEL_REACH = 3;
 
 const SKIPPED = new Set(["BUTTON", "SVG", "STYLE", "SCRIPT", "TEMPLATE", "NOSCRIPT", "IFRAME", "INPUT", "TEXTAREA", "SELECT", "MAT-ICON"]);
 const HEADINGS = { H1: 1, H2: 2, H3: 3, H4: 4, H5: 5, H6: 6 };
@@ -46,7 +48,8 @@ const BLOCKS = new Set([
  * @returns {string} the Markdown, without a trailing newline
  */
 export function elementToMarkdown(element) {
-  return joinBlocks(blocksOf(element, 0)).replace(/\s+$/, "");
+  const blocks = element.nodeType === ELEMENT ? blockOf(element, 0) : paragraph(inline(element, 0));
+  return joinBlocks(blocks).replace(/\s+$/, "");
 }
 
 function name(node) {
@@ -76,9 +79,14 @@ function isBlock(node, depth = 0) {
   return children(node).some((child) => isBlock(child, depth + 1));
 }
 
-/** Blocks joined by blank lines, except a list nested right under its item's text. */
-function joinBlocks(blocks) {
-  return blocks.map((block, index) => (index === 0 ? "" : block.isList ? "\n" : "\n\n") + block.text).join("");
+/**
+ * Blocks joined by blank lines; inside a list item (`isItem`) a nested list
+ * follows the item's text on the next line, as assistants write it. (Outside
+ * an item that would not do: an ordered list starting past 1 cannot
+ * interrupt a paragraph.)
+ */
+function joinBlocks(blocks, isItem = false) {
+  return blocks.map((block, index) => (index === 0 ? "" : isItem && block.isList ? "\n" : "\n\n") + block.text).join("");
 }
 
 /**
@@ -99,9 +107,7 @@ function blocksOf(node, depth) {
     }
     blocks.push(...paragraph(run));
     run = "";
-    let next = index + 1;
-    while (next < nodes.length && nodes[next].nodeType !== ELEMENT) next++;
-    if (isLanguageLabel(child, nodes[next])) return;
+    if (isLanguageLabel(child, followingElements(nodes, index))) return;
     blocks.push(...blockOf(child, depth + 1));
   });
   blocks.push(...paragraph(run));
@@ -155,7 +161,7 @@ function list(element, depth) {
     if (item.nodeType !== ELEMENT || name(item) !== "LI") continue;
     const marker = isOrdered ? `${number++}.` : "-";
     const indent = " ".repeat(marker.length + 1);
-    const body = joinBlocks(blocksOf(item, depth + 1));
+    const body = joinBlocks(blocksOf(item, depth + 1), true);
     const lines = body.split("\n").map((line, index) => (index === 0 ? `${marker} ${line}` : line ? indent + line : line));
     items.push(lines.join("\n").replace(/\s+$/, ""));
   }
@@ -203,17 +209,29 @@ function languageOf(pre) {
   return (code && attribute(code, "class").match(/(?:^|\s)(?:language|lang)-([^\s]+)/)?.[1]) || "";
 }
 
+/** Up to LABEL_REACH element siblings after `nodes[index]`. */
+function followingElements(nodes, index) {
+  const found = [];
+  for (let next = index + 1; next < nodes.length && found.length < LABEL_REACH; next++) {
+    if (nodes[next].nodeType === ELEMENT) found.push(nodes[next]);
+  }
+  return found;
+}
+
 /**
  * Whether `node` is the app's language label for the code block that comes
- * next (Claude puts it as a sibling before `pre`), which must not become a
- * paragraph of its own.
+ * just after it (Claude puts it before `pre`, with the copy button between),
+ * which must not become a paragraph of its own.
  */
-function isLanguageLabel(node, next) {
-  if (!next || name(node) === "PRE" || findFirst(node, (inner) => name(inner) === "PRE", 3)) return false;
-  const pre = name(next) === "PRE" ? next : findFirst(next, (inner) => name(inner) === "PRE", 3);
-  const language = pre ? languageOf(pre) : "";
+function isLanguageLabel(node, following) {
+  if (name(node) === "PRE" || findFirst(node, (inner) => name(inner) === "PRE", 3)) return false;
   const label = (node.textContent ?? "").trim();
-  return Boolean(language) && label.length <= MAX_LABEL_CHARS && label.toLowerCase() === language.toLowerCase();
+  if (!label || label.length > MAX_LABEL_CHARS) return false;
+  for (const next of following) {
+    const pre = name(next) === "PRE" ? next : findFirst(next, (inner) => name(inner) === "PRE", 3);
+    if (pre) return languageOf(pre).toLowerCase() === label.toLowerCase();
+  }
+  return false;
 }
 
 /** The first element under `node` (depth-first, itself excluded) for which `test` holds. */
