@@ -7,6 +7,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 
 import { adapterByName } from "../adapters/index.js";
+import { parse } from "./feed.js";
 
 const FIXTURES = new URL("./fixtures/", import.meta.url);
 const CHUNK_SIZES = [1, 2, 3, 7, 64, 1000, Infinity];
@@ -29,18 +30,6 @@ function fixtures() {
     }
   }
   return found;
-}
-
-/** Feeds `bytes` in chunks of `size` bytes (splitting UTF-8 characters too) and finishes. */
-export function parse(adapter, request, bytes, size) {
-  const parser = adapter.createStreamParser(request);
-  const decoder = new TextDecoder();
-  const step = Number.isFinite(size) ? size : bytes.length;
-  for (let start = 0; start < bytes.length; start += step) {
-    parser.feed(decoder.decode(bytes.subarray(start, start + step), { stream: true }));
-  }
-  parser.feed(decoder.decode());
-  return parser.finish();
 }
 
 const all = fixtures();
