@@ -110,11 +110,15 @@ class ClaudeStreamState {
 /** @param {{requestUrl: string, requestBody?: string | null, pageUrl?: string}} request */
 function createStreamParser({ requestUrl, requestBody }) {
   const path = parseUrl(requestUrl)?.pathname.match(COMPLETION_PATH);
+  const body = parseRequestJson(requestBody);
+  // The ids the page chose itself (turn_message_uuids, 2026), used when
+  // message_start does not name them.
   const state = new ClaudeStreamState({
     organizationId: path ? decodeSegment(path[1]) : "",
     conversationId: path ? decodeSegment(path[2]) : "",
-    parentId: text(at(parseRequestJson(requestBody), "parent_message_uuid")),
+    parentId: text(at(body, "turn_message_uuids", "human_message_uuid")) || text(at(body, "parent_message_uuid")),
   });
+  state.messageId = text(at(body, "turn_message_uuids", "assistant_message_uuid"));
   const reader = sseReader((event, data) => {
     const payload = parseJson(data);
     if (event === "error" || (isObject(payload) && (payload.type === "error" || payload.error))) {

@@ -263,3 +263,15 @@ describe("DOM helpers", () => {
     assert.equal(gemini.dom.messageId(content), "r_1a2b");
   });
 });
+
+describe("claude stream ids", () => {
+  it("fall back to the ids the page chose in turn_message_uuids when message_start names none", () => {
+    const parser = adapterByName("claude").createStreamParser({
+      requestUrl: "https://claude.ai/api/organizations/org-1/chat_conversations/conv-1/completion",
+      requestBody: JSON.stringify({ parent_message_uuid: "older", turn_message_uuids: { human_message_uuid: "human-1", assistant_message_uuid: "assistant-1" } }),
+    });
+    parser.feed('data: {"type":"message_start","message":{}}\n\ndata: {"type":"content_block_delta","delta":{"type":"text_delta","text":"ok"}}\n\n');
+    parser.feed('data: {"type":"message_delta","delta":{"stop_reason":"end_turn"}}\n\ndata: {"type":"message_stop"}\n\n');
+    assert.deepEqual(parser.finish(), { conversation_id: "conv-1", message_id: "assistant-1", parent_message_id: "human-1", organization_id: "org-1", text: "ok" });
+  });
+});
