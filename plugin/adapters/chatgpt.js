@@ -1,0 +1,308 @@
+/**
+ * chatgpt.com: what its pages, requests and answer streams look like.
+ *
+ * Shapes from PLATFORMS.md "ChatGPT (chatgpt.com)", followed as of 2026-11-29:
+ * - `POST /backend-api/f/conversation` (gpt4free, 2025-07 onward; logged out
+ *   `/backend-anon/`), the older `/backend-api/conversation` kept;
+ * - the SSE stream with `delta_encoding` "v1" JSON-patch ops, and the
+ *   cumulative whole-message events without it (OmniRoute `chatgpt-web`,
+ *   2026; gpt4free to 2026-08);
+ * - earlier turns echoed, already finished, at the start of a stream: the
+ *   answer is the message seen `in_progress` (OmniRoute, 2026);
+ * - the DOM: `[data-message-author-role="assistant"]` with
+ *   `data-message-id`, `button[data-testid="stop-button"]`
+ *   (chrome-ai-bridge, 2025-26). Aria labels are localised and not used.
+ *
+ * Uncertain: that a message on another `channel` than "final" (or another
+ * `recipient` than "all") is not the visible answer; the conversation's leaf
+ * being `current_node` of `GET /backend-api/conversation/{id}`.
+ */
+
+import {
+  at,
+  isObject,
+  MAX_TEXT_CHARS,
+  once,
+  parseJson,
+  parseRequestJson,
+  parseUrl,
+  queryAllFirst,
+  queryLast,
+  readValues,
+  sseReader,
+  text,
+  timeZone,
+} from "./streams.js";
+
+const ORIGIN = "https://chatgpt.com";
+// "/c/<id>", also under a custom GPT: "/g/<gizmo>/c/<id>".
+const CONVERSATION_PATH = /^(?:\/g\/[^/]+)?\/c\/([A-Za-z0-9-]{8,64})\/?$/;
+/** Keys a JSON pointer may not walk through: assigning them would reach prototypes. */
+const FORBIDDEN_KEYS = new Set(["__proto__", "constructor", "prototype"]);
+
+const SELECTORS = {
+  generating: ['button[data-testid="stop-button"]'],
+  assistantTurn: ['[data-message-author-role="assistant"]'],
+};
+
+/**
+ * One tracked message: its envelope (`{message, conversation_id, …}`) as the
+ * stream built it so far, and whether it was ever seen being written.
+ */
+class TrackedMessage {
+  constructor(envelope) {
+    this.envelope = envelope;
+    this.wasInProgress = false;
+  }
+
+  get message() {
+    return at(this.envelope, "message");
+  }
+}
+
+class ChatGptStreamState {
+  constructor({ conversationId, parentId }) {
+    this.conversationId = conversationId;
+    this.parentId = parentId;
+    /** @type {TrackedMessage | null} the message v1 ops apply to: the last one added */
+    this.current = null;
+    /** @type {Map<string, TrackedMessage>} cumulative events' messages, by id */
+    this.byId = new Map();
+    /** @type {TrackedMessage | null} the last answer seen going from in_progress to finished */
+    this.final = null;
+    this.lastPath = "";
+    this.lastOp = "append";
+    this.isDone = false;
+    this.hasFailed = false;
+  }
+
+  /** Notes where `tracked` stands after an event changed it. */
+  observe(tracked) {
+    const message = tracked.message;
+    if (!isAnswer(message)) return;
+    if (message.status === "in_progress") tracked.wasInProgress = true;
+    if (message.status === "finished_successfully" && tracked.wasInProgress) this.final = tracked;
+    this.conversationId = text(at(tracked.envelope, "conversation_id")) || this.conversationId;
+  }
+
+  /** A v1 op: `{p, o, v}`, where a missing `p`/`o` repeats the last one (a bare `{"v": "…"}` appends). */
+  applyOp(op, allowPatch = true) {
+    const path = typeof op.p === "string" ? op.p : this.lastPath;
+    const kind = typeof op.o === "string" ? op.o : this.lastOp;
+    if (kind === "patch") {
+      if (allowPatch && Array.isArray(op.v)) {
+        for (const inner of op.v) if (isObject(inner)) this.applyOp(inner, false);
+      }
+      return;
+    }
+    this.lastPath = path;
+    this.lastOp = kind;
+    if (path === "" && kind === "add") {
+      if (isObject(op.v) && isObject(op.v.message)) {
+        this.current = new TrackedMessage(op.v);
+        this.observe(this.current);
+      }
+      return;
+    }
+    if (!this.current || !path.startsWith("/")) return;
+    if (!applyPointerOp(this.current.envelope, path, kind, op.v)) this.hasFailed = true;
+    this.observe(this.current);
+  }
+
+  /** A cumulative event: the whole message as it stands now. */
+  applyWholeMessage(payload) {
+    const id = text(payload.message.id);
+    if (!id) return;
+    const tracked = this.byId.get(id) ?? new TrackedMessage(payload);
+    tracked.envelope = payload;
+    this.byId.set(id, tracked);
+    if (messageText(payload.message).length > MAX_TEXT_CHARS) this.hasFailed = true;
+    this.observe(tracked);
+  }
+}
+
+/** The assistant's visible answer (not a tool call, a tool's output or hidden reasoning). */
+function isAnswer(message) {
+  if (!isObject(message) || at(message, "author", "role") !== "assistant") return false;
+  if (at(message, "content", "content_type") !== "text") return false;
+  const recipient = at(message, "recipient");
+  const channel = at(message, "channel");
+  return (recipient === undefined || recipient === "all") && (channel == null || channel === "final");
+}
+
+function messageText(message) {
+  const parts = at(message, "content", "parts");
+  return Array.isArray(parts) ? parts.filter((part) => typeof part === "string").join("") : "";
+}
+
+/**
+ * Applies one JSON-patch-like op at a JSON pointer inside `root`.
+ *
+ * @returns {boolean} false when the result grew past the text bound
+ */
+function applyPointerOp(root, path, kind, value) {
+  const keys = path.slice(1).split("/").map((key) => key.replaceAll("~1", "/").replaceAll("~0", "~"));
+  const last = keys.pop();
+  let parent = root;
+  for (const key of keys) {
+    parent = child(parent, key);
+    if (parent === undefined) return true;
+  }
+  if (last === undefined || FORBIDDEN_KEYS.has(last) || typeof parent !== "object" || parent === null) return true;
+  const index = Array.isArray(parent) ? arrayIndex(parent, last, kind === "add") : last;
+  if (index === undefined) return true;
+  const current = Array.isArray(parent) || Object.hasOwn(parent, index) ? parent[index] : undefined;
+  switch (kind) {
+    case "add":
+    case "replace":
+      parent[index] = value;
+      return typeof value !== "string" || value.length <= MAX_TEXT_CHARS;
+    case "append":
+      if (typeof current === "string" && typeof value === "string") {
+        if (current.length + value.length > MAX_TEXT_CHARS) return false;
+        parent[index] = current + value;
+      } else if (Array.isArray(current)) {
+        current.push(...(Array.isArray(value) ? value : [value]));
+      } else if (isObject(current) && isObject(value)) {
+        for (const [key, item] of Object.entries(value)) if (!FORBIDDEN_KEYS.has(key)) current[key] = item;
+      } else if (current === undefined) {
+        parent[index] = value;
+      }
+      return true;
+    case "truncate":
+      if (typeof current === "string" && Number.isInteger(value) && value >= 0) parent[index] = current.slice(0, value);
+      return true;
+    case "remove":
+      if (Array.isArray(parent)) parent.splice(index, 1);
+      else delete parent[index];
+      return true;
+    default:
+      return true; // an op this parser does not know yet changes nothing it reads
+  }
+}
+
+function child(value, key) {
+  if (FORBIDDEN_KEYS.has(key)) return undefined;
+  if (Array.isArray(value)) {
+    const index = arrayIndex(value, key, false);
+    return index === undefined ? undefined : value[index];
+  }
+  return isObject(value) && Object.hasOwn(value, key) ? value[key] : undefined;
+}
+
+/** An array index from a pointer segment: an existing index, or the end ("-" or length) when adding. */
+function arrayIndex(array, key, isAdding) {
+  if (isAdding && (key === "-" || key === String(array.length))) return array.length;
+  if (!/^(0|[1-9][0-9]*)$/.test(key)) return undefined;
+  const index = Number(key);
+  return index < array.length ? index : undefined;
+}
+
+/** @param {{requestUrl: string, requestBody?: string | null, pageUrl?: string}} request */
+function createStreamParser({ requestBody, pageUrl }) {
+  const body = parseRequestJson(requestBody);
+  const state = new ChatGptStreamState({
+    conversationId: text(at(body, "conversation_id")) || (pageUrl ? (conversationIdFromUrl(pageUrl) ?? "") : ""),
+    parentId: text(at(body, "messages", 0, "id")),
+  });
+  const reader = sseReader((_event, data) => {
+    if (state.hasFailed) return;
+    if (data === "[DONE]") {
+      state.isDone = true;
+      return;
+    }
+    const payload = parseJson(data);
+    if (!isObject(payload)) return; // "v1" after `event: delta_encoding`, or garbage
+    if (payload.error || at(payload, "v", "error")) {
+      state.hasFailed = true;
+    } else if (isObject(payload.message)) {
+      state.applyWholeMessage(payload);
+    } else if (Object.hasOwn(payload, "v") && typeof payload.type !== "string") {
+      state.applyOp(payload);
+    } else if (typeof payload.conversation_id === "string" && !state.conversationId) {
+      state.conversationId = payload.conversation_id; // typed events (title_generation, …) name it too
+    }
+  });
+  return {
+    feed(chunk) {
+      reader.feed(chunk);
+    },
+    finish() {
+      reader.end();
+      const final = state.final;
+      if (state.hasFailed || reader.overflowed || !state.isDone || !final) return null;
+      return {
+        conversation_id: state.conversationId,
+        message_id: text(final.message.id),
+        parent_message_id: text(at(final.message, "metadata", "parent_id")) || state.parentId,
+        organization_id: "",
+        text: messageText(final.message),
+      };
+    },
+  };
+}
+
+function conversationIdFromUrl(url) {
+  const parsed = parseUrl(url);
+  if (!parsed || parsed.origin !== ORIGIN) return null;
+  return parsed.pathname.match(CONVERSATION_PATH)?.[1] ?? null;
+}
+
+/** @type {import('./types.js').Adapter} */
+export default {
+  name: "chatgpt",
+  version: "2026-11-29",
+  origins: [ORIGIN],
+  conversationIdFromUrl,
+  conversationUrl({ conversation_id, page_url }) {
+    if (page_url && conversationIdFromUrl(page_url) === conversation_id) return page_url;
+    return `${ORIGIN}/c/${encodeURIComponent(conversation_id)}`;
+  },
+  completionRequest: {
+    method: "POST",
+    pattern: /^https:\/\/chatgpt\.com\/backend-(api|anon)\/(f\/)?conversation(\?|$)/,
+  },
+  createStreamParser,
+  dom: {
+    isGenerating(document) {
+      return queryAllFirst(document, SELECTORS.generating).length > 0;
+    },
+    lastAssistantMessage(document) {
+      const turn = queryLast(document, SELECTORS.assistantTurn);
+      // The rendered Markdown, without the turn's own controls when it is there.
+      return turn?.querySelector(".markdown") ?? turn;
+    },
+    messageId(element) {
+      const turn = element.closest?.("[data-message-id]") ?? element;
+      return turn.getAttribute?.("data-message-id") || null;
+    },
+  },
+  // The sentinel (chat-requirements token, proof of work, Turnstile) and
+  // conduit tokens are made by the page's own scripts right before it sends;
+  // the plugin cannot produce them, so they are left out and the server's
+  // optional headers that carry them are dropped. So are the client version,
+  // build number, session id and workspace account id: no dated source says
+  // where the page keeps them, and a wrong one is worse than none.
+  async readPageValues(names, page) {
+    const session = once(() => page.fetchJson(`${ORIGIN}/api/auth/session`));
+    const accessToken = once(async () => text(at(await session(), "accessToken")));
+    const conversation = () => Promise.resolve(conversationIdFromUrl(page.url) ?? "");
+    return readValues(names, {
+      access_token: accessToken,
+      conversation_id: conversation,
+      async parent_message_id() {
+        const [token, conversationId] = [await accessToken(), await conversation()];
+        if (!token || !conversationId) return "";
+        const data = await page.fetchJson(`${ORIGIN}/backend-api/conversation/${encodeURIComponent(conversationId)}`, {
+          headers: { Authorization: `Bearer ${token}` },
+        });
+        return at(data, "current_node");
+      },
+      device_id: () => page.cookie("oai-did"),
+      language: () => page.readGlobal("navigator.language"),
+      async timezone() {
+        return timeZone();
+      },
+    });
+  },
+};

@@ -1,0 +1,228 @@
+/**
+ * claude.ai: what its pages, requests and answer streams look like.
+ *
+ * Shapes from PLATFORMS.md "Claude (claude.ai)", followed as of 2026-11-29:
+ * - the completion request and its SSE stream with `rendering_mode:
+ *   "messages"`: OmniRoute `claude-web` (2026);
+ * - `message_start.message.uuid` as the assistant message and `parent_uuid`
+ *   as the human one: a bundle write-up of 2026-03-22 (uncertain);
+ * - errors as `{error: {type, message}}` and the legacy `completion`
+ *   events: ClewdR (2025-26);
+ * - the DOM: `data-is-streaming` on the message container (2025-26,
+ *   uncertain), `.font-claude-message` / `.font-claude-response` (class
+ *   names change; both kept), the "Stop response" button (refined-claude,
+ *   2025-05; its label is localised, so it is the last fallback).
+ */
+
+import {
+  at,
+  isObject,
+  MAX_TEXT_CHARS,
+  once,
+  parseJson,
+  parseRequestJson,
+  parseUrl,
+  queryAllFirst,
+  queryLast,
+  quietly,
+  readValues,
+  sseReader,
+  text,
+  timeZone,
+} from "./streams.js";
+
+const ORIGIN = "https://claude.ai";
+const CONVERSATION_PATH = /^\/chat\/([0-9a-fA-F-]{36})\/?$/;
+const COMPLETION_PATH = /^\/api\/organizations\/([^/]+)\/chat_conversations\/([^/]+)\/(?:retry_)?completion$/;
+
+/** Selectors, newest first; each later one is a fallback for another version of the page. */
+const SELECTORS = {
+  // While an answer is written its container says so (2025-26, uncertain);
+  // the stop button's aria-label is English-only and comes last.
+  generating: ['[data-is-streaming="true"]', 'button[aria-label="Stop response"]'],
+  assistantContent: [
+    '[data-is-streaming] .font-claude-response',
+    '[data-is-streaming] .font-claude-message',
+    ".font-claude-response",
+    ".font-claude-message",
+  ],
+};
+
+/**
+ * One handler per event `type` of the stream; unknown types (`ping`,
+ * `message_limit`, `conversation_ready`, `compaction_status`, …, and the
+ * ones claude.ai adds next) have none and are skipped.
+ *
+ * @type {Record<string, (state: ClaudeStreamState, payload: Record<string, any>) => void>}
+ */
+const EVENT_HANDLERS = {
+  message_start(state, payload) {
+    state.messageId = text(at(payload, "message", "uuid")) || state.messageId;
+    state.parentId = text(at(payload, "message", "parent_uuid")) || state.parentId;
+  },
+  content_block_delta(state, payload) {
+    // Only text: thinking_delta, input_json_delta (tool input) and
+    // citation deltas are not part of the answer's Markdown.
+    if (at(payload, "delta", "type") === "text_delta") state.append(at(payload, "delta", "text"));
+  },
+  message_delta(state, payload) {
+    state.stopReason = text(at(payload, "delta", "stop_reason")) || state.stopReason;
+  },
+  message_stop(state) {
+    // The end signal counts only after a stop reason (OmniRoute treats a
+    // stream without it as failed).
+    if (state.stopReason) state.isComplete = true;
+  },
+  // Legacy/raw rendering (ClewdR, 2026): each event carries the next piece
+  // of text, and the last one a stop reason; there is no message_stop.
+  completion(state, payload) {
+    state.append(payload.completion);
+    const stopReason = text(payload.stop_reason);
+    if (stopReason) {
+      state.stopReason = stopReason;
+      state.isComplete = true;
+    }
+  },
+};
+
+class ClaudeStreamState {
+  constructor({ organizationId, conversationId, parentId }) {
+    this.organizationId = organizationId;
+    this.conversationId = conversationId;
+    this.parentId = parentId;
+    this.messageId = "";
+    /** @type {string[]} */
+    this.pieces = [];
+    this.length = 0;
+    this.stopReason = "";
+    this.isComplete = false;
+    this.hasFailed = false;
+  }
+
+  append(piece) {
+    if (typeof piece !== "string") return;
+    this.length += piece.length;
+    if (this.length > MAX_TEXT_CHARS) this.hasFailed = true;
+    else this.pieces.push(piece);
+  }
+}
+
+/** @param {{requestUrl: string, requestBody?: string | null, pageUrl?: string}} request */
+function createStreamParser({ requestUrl, requestBody }) {
+  const path = parseUrl(requestUrl)?.pathname.match(COMPLETION_PATH);
+  const body = parseRequestJson(requestBody);
+  // The ids the page chose itself (turn_message_uuids, 2026), used when
+  // message_start does not name them.
+  const state = new ClaudeStreamState({
+    organizationId: path ? decodeSegment(path[1]) : "",
+    conversationId: path ? decodeSegment(path[2]) : "",
+    parentId: text(at(body, "turn_message_uuids", "human_message_uuid")) || text(at(body, "parent_message_uuid")),
+  });
+  state.messageId = text(at(body, "turn_message_uuids", "assistant_message_uuid"));
+  const reader = sseReader((event, data) => {
+    const payload = parseJson(data);
+    if (event === "error" || (isObject(payload) && (payload.type === "error" || payload.error))) {
+      state.hasFailed = true;
+      return;
+    }
+    if (!isObject(payload) || typeof payload.type !== "string") return;
+    const handler = Object.hasOwn(EVENT_HANDLERS, payload.type) ? EVENT_HANDLERS[payload.type] : null;
+    if (handler && !state.isComplete) handler(state, payload);
+  });
+  return {
+    feed(chunk) {
+      reader.feed(chunk);
+    },
+    finish() {
+      reader.end();
+      if (state.hasFailed || reader.overflowed || !state.isComplete) return null;
+      return {
+        conversation_id: state.conversationId,
+        message_id: state.messageId,
+        parent_message_id: state.parentId,
+        organization_id: state.organizationId,
+        text: state.pieces.join(""),
+      };
+    },
+  };
+}
+
+function decodeSegment(segment) {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return "";
+  }
+}
+
+function conversationIdFromUrl(url) {
+  const parsed = parseUrl(url);
+  if (!parsed || parsed.origin !== ORIGIN) return null;
+  return parsed.pathname.match(CONVERSATION_PATH)?.[1].toLowerCase() ?? null;
+}
+
+/**
+ * The organization whose chats this page shows: the `lastActiveOrg` cookie,
+ * else the first membership that can chat from `/api/organizations` (ClewdR
+ * picks the one whose capabilities include "chat").
+ *
+ * @param {import('./types.js').Page} page
+ */
+async function organizationId(page) {
+  const cookie = text(await page.cookie("lastActiveOrg"));
+  if (cookie) return cookie;
+  const organizations = await page.fetchJson(`${ORIGIN}/api/organizations`);
+  if (!Array.isArray(organizations)) return "";
+  const chatting = organizations.find((org) => Array.isArray(org?.capabilities) && org.capabilities.includes("chat"));
+  return text((chatting ?? organizations[0])?.uuid);
+}
+
+/** @type {import('./types.js').Adapter} */
+export default {
+  name: "claude",
+  version: "2026-11-29",
+  origins: [ORIGIN],
+  conversationIdFromUrl,
+  conversationUrl({ conversation_id, page_url }) {
+    if (page_url && conversationIdFromUrl(page_url) === conversation_id) return page_url;
+    return `${ORIGIN}/chat/${encodeURIComponent(conversation_id)}`;
+  },
+  completionRequest: {
+    method: "POST",
+    pattern: /^https:\/\/claude\.ai\/api\/organizations\/[^/]+\/chat_conversations\/[^/]+\/(retry_)?completion(\?|$)/,
+  },
+  createStreamParser,
+  dom: {
+    isGenerating(document) {
+      return queryAllFirst(document, SELECTORS.generating).length > 0;
+    },
+    lastAssistantMessage(document) {
+      return queryLast(document, SELECTORS.assistantContent);
+    },
+    messageId() {
+      return null; // claude.ai does not put message uuids in its DOM
+    },
+  },
+  async readPageValues(names, page) {
+    const org = once(() => organizationId(page));
+    const conversation = () => Promise.resolve(conversationIdFromUrl(page.url) ?? "");
+    return readValues(names, {
+      org_uuid: org,
+      conversation_uuid: conversation,
+      // The branch's newest message (uncertain: PLATFORMS.md, one source).
+      async parent_message_uuid() {
+        const [orgId, conversationId] = [await org(), await conversation()];
+        if (!orgId || !conversationId) return "";
+        const url = `${ORIGIN}/api/organizations/${encodeURIComponent(orgId)}/chat_conversations/${encodeURIComponent(conversationId)}?tree=True&rendering_mode=messages`;
+        return at(await page.fetchJson(url), "current_leaf_message_uuid");
+      },
+      async timezone() {
+        return timeZone();
+      },
+      async locale() {
+        return (await quietly(() => page.readGlobal("navigator.language"))) || page.readGlobal("document.documentElement.lang");
+      },
+      device_id: () => page.cookie("anthropic-device-id"),
+    });
+  },
+};

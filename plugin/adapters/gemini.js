@@ -1,0 +1,196 @@
+/**
+ * gemini.google.com: what its pages, requests and answer streams look like.
+ *
+ * Shapes from PLATFORMS.md "Gemini (gemini.google.com)", followed as of 2026-11-29:
+ * - `StreamGenerate` and its `)]}'` + `<length>\n<json>` frames of
+ *   `["wrb.fr", null, "<inner JSON>"]` parts: gemini_webapi v2.0.0
+ *   (2026-04-06), gpt4free (2026-08-20);
+ * - inner [1] `[cid, rid]`, [4] candidates `[rcid, [text], …, [8]: [status]]`
+ *   with cumulative text, [25] the context token; the turn is final when the
+ *   response closed and the last candidate has status 2 and a context token
+ *   (gemini_webapi, 2026-03); error codes at part [5][2][0][1][0] (2026);
+ * - the page's `WIZ_global_data` keys SNlM0e (`at`), cfb2h (`bl`), FdrFJe
+ *   (`f.sid`), TuX5cc (language) (gemini_webapi, 2026);
+ * - the URL `/app/<hex>`, the hex being the cid without `c_` (uncertain);
+ * - the DOM: `model-response` turns, the stop icon
+ *   `mat-icon[data-mat-icon-name="stop"]` (chrome-ai-bridge, 2026); the
+ *   `message-content-id-r_…` element ids (uncertain).
+ */
+
+import {
+  at,
+  JsonFrameReader,
+  MAX_REQUEST_BODY_CHARS,
+  parseJson,
+  parseUrl,
+  queryAllFirst,
+  queryLast,
+  readValues,
+  text,
+} from "./streams.js";
+
+const ORIGIN = "https://gemini.google.com";
+const CONVERSATION_PATH = /^(?:\/u\/\d+)?\/app\/([0-9a-fA-F]{8,64})\/?$/;
+const COMPLETE_STATUS = 2;
+/** Conversations whose last chat metadata this page remembers. */
+const REMEMBERED_CHATS = 32;
+
+const SELECTORS = {
+  generating: ['mat-icon[data-mat-icon-name="stop"]', 'mat-icon[fonticon="stop"]'],
+  assistantContent: ["model-response message-content .markdown", "model-response message-content", "model-response"],
+};
+
+/**
+ * The chat metadata of each conversation's last finished stream on this page,
+ * by cid: `{{page:chat_metadata.*}}` for the next delivery. Lives as long as
+ * the page's content script (one module instance per tab), which is exactly
+ * as long as the page itself would remember them.
+ *
+ * @type {Map<string, {cid: string, rid: string, rcid: string, context_token: string}>}
+ */
+const chatMetadata = new Map();
+
+function rememberChatMetadata(metadata) {
+  chatMetadata.delete(metadata.cid);
+  chatMetadata.set(metadata.cid, metadata);
+  if (chatMetadata.size > REMEMBERED_CHATS) chatMetadata.delete(chatMetadata.keys().next().value);
+}
+
+class GeminiStreamState {
+  constructor(parentId) {
+    this.parentId = parentId;
+    this.cid = "";
+    this.rid = "";
+    this.rcid = "";
+    this.text = "";
+    this.contextToken = "";
+    this.isLastCandidateComplete = false;
+    this.hasFailed = false;
+  }
+
+  /** One `["wrb.fr", …]` part. */
+  readPart(part) {
+    if (Number.isInteger(at(part, 5, 2, 0, 1, 0))) {
+      this.hasFailed = true; // an error code (1037 usage limit, 1060 IP blocked, …)
+      return;
+    }
+    if (typeof part[2] !== "string") {
+      if (Array.isArray(part[5])) this.hasFailed = true; // a status without a payload
+      return;
+    }
+    const inner = parseJson(part[2]);
+    if (!Array.isArray(inner)) return;
+    this.cid = text(at(inner, 1, 0)) || this.cid;
+    this.rid = text(at(inner, 1, 1)) || this.rid;
+    this.contextToken = text(at(inner, 25)) || this.contextToken;
+    const candidate = at(inner, 4, 0); // the draft the page shows first
+    if (!Array.isArray(candidate)) return;
+    this.rcid = text(candidate[0]) || this.rcid;
+    const candidateText = at(candidate, 1, 0);
+    if (typeof candidateText === "string") this.text = candidateText; // cumulative: each frame has all of it
+    this.isLastCandidateComplete = at(candidate, 8, 0) === COMPLETE_STATUS;
+  }
+}
+
+/**
+ * The rid the request was sent under (f.req's inner [2][1]), for the parent.
+ * The form body is the page's own; anything unexpected gives "".
+ */
+function parentFromRequest(requestBody) {
+  if (typeof requestBody !== "string" || requestBody.length > MAX_REQUEST_BODY_CHARS) return "";
+  try {
+    const outer = parseJson(new URLSearchParams(requestBody).get("f.req") ?? "");
+    return text(at(parseJson(at(outer, 1)), 2, 1));
+  } catch {
+    return "";
+  }
+}
+
+/** @param {{requestUrl: string, requestBody?: string | null, pageUrl?: string}} request */
+function createStreamParser({ requestBody }) {
+  const state = new GeminiStreamState(parentFromRequest(requestBody));
+  const reader = new JsonFrameReader((frame) => {
+    const envelope = parseJson(frame);
+    if (!Array.isArray(envelope) || state.hasFailed) return;
+    for (const part of envelope) {
+      if (!Array.isArray(part)) continue;
+      if (part[0] === "er") state.hasFailed = true; // an HTTP-level error written as a frame
+      else if (part[0] === "wrb.fr") state.readPart(part);
+    }
+  });
+  return {
+    feed(chunk) {
+      reader.feed(chunk);
+    },
+    finish() {
+      const isFinal =
+        !state.hasFailed && !reader.overflowed && state.cid && state.text && state.isLastCandidateComplete && state.contextToken;
+      if (!isFinal) return null;
+      rememberChatMetadata({ cid: state.cid, rid: state.rid, rcid: state.rcid, context_token: state.contextToken });
+      return {
+        conversation_id: state.cid,
+        message_id: state.rid,
+        parent_message_id: state.parentId,
+        organization_id: "",
+        text: state.text,
+      };
+    },
+  };
+}
+
+function conversationIdFromUrl(url) {
+  const parsed = parseUrl(url);
+  if (!parsed || parsed.origin !== ORIGIN) return null;
+  const hex = parsed.pathname.match(CONVERSATION_PATH)?.[1];
+  return hex ? `c_${hex.toLowerCase()}` : null;
+}
+
+/** @param {string} name a `WIZ_global_data` key */
+function wizGlobal(page, name) {
+  return () => page.readGlobal(`WIZ_global_data.${name}`);
+}
+
+/** @type {import('./types.js').Adapter} */
+export default {
+  name: "gemini",
+  version: "2026-11-29",
+  origins: [ORIGIN],
+  conversationIdFromUrl,
+  conversationUrl({ conversation_id, page_url }) {
+    if (page_url && conversationIdFromUrl(page_url) === conversation_id) return page_url;
+    return `${ORIGIN}/app/${encodeURIComponent(conversation_id.replace(/^c_/, ""))}`;
+  },
+  completionRequest: {
+    method: "POST",
+    pattern: /^https:\/\/gemini\.google\.com\/(u\/\d+\/)?_\/BardChatUi\/data\/assistant\.lamda\.BardFrontendService\/StreamGenerate(\?|$)/,
+  },
+  createStreamParser,
+  dom: {
+    isGenerating(document) {
+      return queryAllFirst(document, SELECTORS.generating).length > 0;
+    },
+    lastAssistantMessage(document) {
+      return queryLast(document, SELECTORS.assistantContent);
+    },
+    messageId(element) {
+      const holder = element.closest?.('[id^="message-content-id-"]') ?? element;
+      const id = holder.getAttribute?.("id") ?? "";
+      return id.startsWith("message-content-id-") ? id.slice("message-content-id-".length) || null : null;
+    },
+  },
+  // model_header is left out: model ids depend on the account's tier, and
+  // without the header Gemini uses the account's default model.
+  async readPageValues(names, page) {
+    const metadata = () => chatMetadata.get(conversationIdFromUrl(page.url) ?? "");
+    return readValues(names, {
+      at_token: wizGlobal(page, "SNlM0e"),
+      build_label: wizGlobal(page, "cfb2h"),
+      session_id: wizGlobal(page, "FdrFJe"),
+      language: wizGlobal(page, "TuX5cc"),
+      "chat_metadata.cid": async () => metadata()?.cid,
+      "chat_metadata.rid": async () => metadata()?.rid,
+      "chat_metadata.rcid": async () => metadata()?.rcid,
+      "chat_metadata.context_token": async () => metadata()?.context_token,
+    });
+  },
+};

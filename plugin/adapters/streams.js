@@ -1,0 +1,288 @@
+/**
+ * Pieces the platform adapters share: bounded line and JSON-frame readers
+ * that work on any chunk split in linear time, JSON access that never
+ * throws, and DOM look-ups over a selector table with fallbacks.
+ */
+
+/** A longer line (or Gemini frame) is hostile or broken: the stream is given up. */
+export const MAX_LINE_CHARS = 8 * 1024 * 1024;
+/** The server refuses frames over 1 MiB (SPEC §6), so a longer message cannot be sent anyway. */
+export const MAX_TEXT_CHARS = 1024 * 1024;
+/** Request bodies are read for ids only; one larger than this is not read. */
+export const MAX_REQUEST_BODY_CHARS = 4 * 1024 * 1024;
+
+/** @returns {any} the parsed JSON, or undefined when `text` is not JSON */
+export function parseJson(text) {
+  if (typeof text !== "string") return undefined;
+  try {
+    return JSON.parse(text);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * `value[path[0]][path[1]]...` over parsed JSON, or undefined where the path
+ * leaves the data. Only own properties: JSON.parse can create a key named
+ * "__proto__", and the walk must never reach Object.prototype.
+ */
+export function at(value, ...path) {
+  for (const key of path) {
+    if (typeof key === "number") {
+      if (!Array.isArray(value) || key < 0 || key >= value.length) return undefined;
+      value = value[key];
+    } else {
+      if (!isObject(value) || !Object.hasOwn(value, key)) return undefined;
+      value = value[key];
+    }
+  }
+  return value;
+}
+
+/** @returns {value is Record<string, any>} a plain JSON object (not an array, not null) */
+export function isObject(value) {
+  return typeof value === "object" && value !== null && !Array.isArray(value);
+}
+
+/** @returns {string} `value` when it is a non-empty string, else "" */
+export function text(value) {
+  return typeof value === "string" ? value : "";
+}
+
+/**
+ * Splits decoded text into lines (`\n`, `\r\n` or `\r`, as SSE allows) on any
+ * chunk split. Each character is looked at once; a partial line is kept as
+ * pieces and joined once, so work stays linear however small the chunks.
+ */
+export class LineReader {
+  /** @param {(line: string) => void} onLine */
+  constructor(onLine, maxLineChars = MAX_LINE_CHARS) {
+    this.onLine = onLine;
+    this.maxLineChars = maxLineChars;
+    /** @type {string[]} */
+    this.pieces = [];
+    this.pendingChars = 0;
+    this.afterCR = false;
+    /** Set once a line outgrew the bound; nothing is read after that. */
+    this.overflowed = false;
+  }
+
+  /** @param {string} chunk */
+  feed(chunk) {
+    if (this.overflowed || !chunk) return;
+    let start = 0;
+    if (this.afterCR && chunk.charCodeAt(0) === 10) start = 1; // the \n of a \r\n split between chunks
+    this.afterCR = false;
+    const ends = /\r\n|\r|\n/g;
+    ends.lastIndex = start;
+    for (let match = ends.exec(chunk); match; match = ends.exec(chunk)) {
+      const line = this.pieces.length ? this.pieces.join("") + chunk.slice(start, match.index) : chunk.slice(start, match.index);
+      this.pieces = [];
+      this.pendingChars = 0;
+      start = ends.lastIndex;
+      if (match[0] === "\r" && start === chunk.length) this.afterCR = true;
+      if (line.length > this.maxLineChars) {
+        this.overflowed = true;
+        return;
+      }
+      this.onLine(line);
+    }
+    if (start < chunk.length) {
+      this.pieces.push(chunk.slice(start));
+      this.pendingChars += chunk.length - start;
+      if (this.pendingChars > this.maxLineChars) {
+        this.overflowed = true;
+        this.pieces = [];
+      }
+    }
+  }
+
+  /** Delivers a last line that had no line end. */
+  end() {
+    if (this.overflowed || !this.pieces.length) return;
+    const line = this.pieces.join("");
+    this.pieces = [];
+    this.onLine(line);
+  }
+}
+
+/**
+ * Server-sent events as `(event, data)` per `data:` line, like the server's
+ * `sse_events`: these apps write one JSON document per data line, and
+ * reading lines alone survives a stream whose blank separators were lost.
+ *
+ * @param {(event: string, data: string) => void} onData
+ */
+export function sseReader(onData) {
+  let event = "";
+  return new LineReader((line) => {
+    if (!line.trim()) event = "";
+    else if (line.startsWith("event:")) event = line.slice("event:".length).trim();
+    else if (line.startsWith("data:")) onData(event, line.slice("data:".length).trim());
+  });
+}
+
+/**
+ * Cuts a stream of JSON values written back to back, with anything between
+ * them that is not `[` or `{` skipped (Gemini's `)]}'` prefix and length
+ * lines). Frames are found by bracket matching rather than by the length
+ * lines, which count UTF-16 code units and which a proxy or a changed
+ * prefix could make lie; matching survives both.
+ */
+export class JsonFrameReader {
+  /** @param {(frame: string) => void} onFrame */
+  constructor(onFrame, maxFrameChars = MAX_LINE_CHARS) {
+    this.onFrame = onFrame;
+    this.maxFrameChars = maxFrameChars;
+    /** @type {string[]} */
+    this.pieces = [];
+    this.pendingChars = 0;
+    this.depth = 0;
+    this.inString = false;
+    this.escaped = false;
+    this.overflowed = false;
+  }
+
+  /** @param {string} chunk */
+  feed(chunk) {
+    if (this.overflowed || !chunk) return;
+    let start = this.depth > 0 ? 0 : -1; // where the current frame begins in this chunk
+    for (let i = 0; i < chunk.length; i++) {
+      const c = chunk.charCodeAt(i);
+      if (this.depth === 0) {
+        if (c === 0x5b || c === 0x7b) {
+          start = i;
+          this.depth = 1;
+        }
+        continue;
+      }
+      if (this.inString) {
+        if (this.escaped) this.escaped = false;
+        else if (c === 0x5c) this.escaped = true;
+        else if (c === 0x22) this.inString = false;
+        continue;
+      }
+      if (c === 0x22) this.inString = true;
+      else if (c === 0x5b || c === 0x7b) this.depth++;
+      else if (c === 0x5d || c === 0x7d) {
+        this.depth--;
+        if (this.depth === 0) {
+          const frame = this.pieces.join("") + chunk.slice(start, i + 1);
+          this.pieces = [];
+          this.pendingChars = 0;
+          start = -1;
+          if (frame.length > this.maxFrameChars) {
+            this.overflowed = true;
+            return;
+          }
+          this.onFrame(frame);
+        }
+      }
+    }
+    if (this.depth > 0) {
+      this.pieces.push(chunk.slice(start));
+      this.pendingChars += chunk.length - start;
+      if (this.pendingChars > this.maxFrameChars) {
+        this.overflowed = true;
+        this.pieces = [];
+      }
+    }
+  }
+}
+
+/**
+ * The request body the page sent, parsed as JSON when it is a bounded
+ * string of JSON, else undefined.
+ */
+export function parseRequestJson(body) {
+  return typeof body === "string" && body.length <= MAX_REQUEST_BODY_CHARS ? parseJson(body) : undefined;
+}
+
+/** @returns {URL | null} */
+export function parseUrl(url) {
+  try {
+    return new URL(url);
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * All elements matching the first selector of `selectors` that matches any;
+ * the later selectors are fallbacks for older or newer page versions.
+ *
+ * @param {ParentNode} root
+ * @param {string[]} selectors
+ * @returns {Element[]}
+ */
+export function queryAllFirst(root, selectors) {
+  for (const selector of selectors) {
+    const found = root.querySelectorAll(selector);
+    if (found.length) return [...found];
+  }
+  return [];
+}
+
+/** The last element matching the first matching selector of `selectors`, or null. */
+export function queryLast(root, selectors) {
+  const found = queryAllFirst(root, selectors);
+  return found.length ? found[found.length - 1] : null;
+}
+
+/** The IANA time zone of this browser (the page's too: same process, same settings). */
+export function timeZone() {
+  try {
+    return text(Intl.DateTimeFormat().resolvedOptions().timeZone);
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * Calls `read` and turns a throw, a rejection or a non-string into "": a page
+ * value the page cannot give is left out, never an error.
+ *
+ * @param {() => any} read
+ * @returns {Promise<string>}
+ */
+export async function quietly(read) {
+  try {
+    const value = await read();
+    return typeof value === "string" ? value : "";
+  } catch {
+    return "";
+  }
+}
+
+/**
+ * Fills the names asked for from `readers` (name -> async reader), leaving
+ * out names without a reader and values that came back empty.
+ *
+ * @param {string[]} names
+ * @param {Record<string, () => Promise<string>>} readers
+ * @returns {Promise<Record<string, string>>}
+ */
+export async function readValues(names, readers) {
+  /** @type {Record<string, string>} */
+  const values = {};
+  for (const name of new Set(names)) {
+    if (!Object.hasOwn(readers, name)) continue;
+    const value = await quietly(readers[name]);
+    if (value) values[name] = value;
+  }
+  return values;
+}
+
+/**
+ * Memoises an async reader for one readPageValues call, so that values
+ * sharing a look-up (Claude's org for the parent) fetch it once.
+ *
+ * @template T
+ * @param {() => Promise<T>} read
+ * @returns {() => Promise<T>}
+ */
+export function once(read) {
+  /** @type {Promise<T> | undefined} */
+  let result;
+  return () => (result ??= read());
+}

@@ -1,0 +1,107 @@
+/**
+ * Frames sent to the server and not yet acknowledged (SPEC §9: "keeps frames
+ * it has not had an ack for and sends them again after a reconnect").
+ *
+ * The list lives in `store` (chrome.storage.local in the extension), so a
+ * service worker that is stopped and started again still has it.
+ */
+
+/**
+ * @typedef {{get(key: string): Promise<any>, set(key: string, value: any): Promise<void>}} Store
+ * @typedef {{id: string, [field: string]: any}} Frame
+ */
+
+export class Outbox {
+  /**
+   * @param {Store} store
+   * @param {{key?: string, limit?: number}} [options] `limit`: frames kept; past it the oldest go first
+   */
+  constructor(store, { key = "outbox", limit = 200 } = {}) {
+    if (!(Number.isInteger(limit) && limit > 0)) throw new RangeError(`outbox limit must be a positive integer, not ${limit}`);
+    this.store = store;
+    this.key = key;
+    this.limit = limit;
+    /** @type {Promise<unknown>} */
+    this.tail = Promise.resolve();
+  }
+
+  /**
+   * Runs `change` on the stored state after every earlier operation has
+   * finished: each one reads, changes and writes the whole state, so two
+   * overlapping calls would otherwise lose one's write. (One Outbox per
+   * store and key: a second instance in the same worker would not share
+   * this queue.)
+   *
+   * @template T
+   * @param {(state: {frames: Frame[], dropped: number}) => T} change
+   * @param {boolean} writes
+   * @returns {Promise<T>}
+   */
+  serialised(change, writes) {
+    const run = this.tail.then(async () => {
+      const state = normalised(await this.store.get(this.key));
+      const result = change(state);
+      if (writes) await this.store.set(this.key, state);
+      return result;
+    });
+    this.tail = run.catch(() => {});
+    return run;
+  }
+
+  /**
+   * Keeps `frame` until `ack(frame.id)`. Adding an id already kept replaces
+   * that frame in place (a frame sent again is still the same frame).
+   *
+   * @param {Frame} frame
+   * @returns {Promise<void>}
+   */
+  add(frame) {
+    if (!frame || typeof frame.id !== "string" || !frame.id) {
+      return Promise.reject(new TypeError("an outbox frame needs a string id"));
+    }
+    return this.serialised((state) => {
+      const index = state.frames.findIndex((kept) => kept.id === frame.id);
+      if (index >= 0) {
+        state.frames[index] = frame;
+        return;
+      }
+      state.frames.push(frame);
+      const excess = state.frames.length - this.limit;
+      if (excess > 0) {
+        state.frames.splice(0, excess);
+        state.dropped += excess;
+      }
+    }, true);
+  }
+
+  /**
+   * Forgets the frame with this id.
+   *
+   * @param {string} id
+   * @returns {Promise<boolean>} whether it was kept
+   */
+  ack(id) {
+    return this.serialised((state) => {
+      const index = state.frames.findIndex((kept) => kept.id === id);
+      if (index >= 0) state.frames.splice(index, 1);
+      return index >= 0;
+    }, true);
+  }
+
+  /** @returns {Promise<Frame[]>} the frames not acknowledged yet, oldest first */
+  pending() {
+    return this.serialised((state) => state.frames.slice(), false);
+  }
+
+  /** @returns {Promise<number>} how many frames were dropped, unacknowledged, to keep the limit */
+  dropped() {
+    return this.serialised((state) => state.dropped, false);
+  }
+}
+
+/** The stored state, or an empty one where the store holds nothing usable. */
+function normalised(stored) {
+  const frames = Array.isArray(stored?.frames) ? stored.frames.filter((frame) => typeof frame?.id === "string") : [];
+  const dropped = Number.isInteger(stored?.dropped) && stored.dropped >= 0 ? stored.dropped : 0;
+  return { frames, dropped };
+}
