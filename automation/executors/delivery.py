@@ -93,6 +93,9 @@ def proxy_deliver(ctx: ExecutionContext, *, text: str) -> Outcome:
         "delivery_key": task.pk,
         "platform": adapter.name,
         "conversation_id": task.target_conversation_id,
+        # Not in SPEC §6's frame, and harmless to plugins that ignore it: the
+        # page the conversation was last seen on, so the plugin opens that one.
+        "page_url": target.page_url,
         "text": text,
         "request": request.as_frame(),
         "timeout_ms": timeout * 1000,

@@ -74,6 +74,7 @@ class ChatGptStreamState {
     this.lastOp = "append";
     this.isDone = false;
     this.hasFailed = false;
+    this.isRecognised = false;
   }
 
   /** Notes where `tracked` stands after an event changed it. */
@@ -215,9 +216,12 @@ function createStreamParser({ requestBody, pageUrl }) {
     if (!isObject(payload)) return; // "v1" after `event: delta_encoding`, or garbage
     if (payload.error || at(payload, "v", "error")) {
       state.hasFailed = true;
+      state.isRecognised = true;
     } else if (isObject(payload.message)) {
+      state.isRecognised = true;
       state.applyWholeMessage(payload);
     } else if (Object.hasOwn(payload, "v") && typeof payload.type !== "string") {
+      state.isRecognised = true;
       state.applyOp(payload);
     } else if (typeof payload.conversation_id === "string" && !state.conversationId) {
       state.conversationId = payload.conversation_id; // typed events (title_generation, …) name it too
@@ -238,6 +242,9 @@ function createStreamParser({ requestBody, pageUrl }) {
         organization_id: "",
         text: messageText(final.message),
       };
+    },
+    isRecognised() {
+      return state.isRecognised;
     },
   };
 }

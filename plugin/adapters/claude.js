@@ -97,6 +97,7 @@ class ClaudeStreamState {
     this.stopReason = "";
     this.isComplete = false;
     this.hasFailed = false;
+    this.isRecognised = false;
   }
 
   append(piece) {
@@ -123,10 +124,12 @@ function createStreamParser({ requestUrl, requestBody }) {
     const payload = parseJson(data);
     if (event === "error" || (isObject(payload) && (payload.type === "error" || payload.error))) {
       state.hasFailed = true;
+      state.isRecognised = true;
       return;
     }
     if (!isObject(payload) || typeof payload.type !== "string") return;
     const handler = Object.hasOwn(EVENT_HANDLERS, payload.type) ? EVENT_HANDLERS[payload.type] : null;
+    if (handler) state.isRecognised = true;
     if (handler && !state.isComplete) handler(state, payload);
   });
   return {
@@ -143,6 +146,9 @@ function createStreamParser({ requestUrl, requestBody }) {
         organization_id: state.organizationId,
         text: state.pieces.join(""),
       };
+    },
+    isRecognised() {
+      return state.isRecognised;
     },
   };
 }

@@ -66,6 +66,7 @@ class GeminiStreamState {
     this.contextToken = "";
     this.isLastCandidateComplete = false;
     this.hasFailed = false;
+    this.isRecognised = false;
   }
 
   /** One `["wrb.fr", …]` part. */
@@ -116,6 +117,7 @@ function createStreamParser({ requestBody }) {
       if (!Array.isArray(part)) continue;
       if (part[0] === "er") state.hasFailed = true; // an HTTP-level error written as a frame
       else if (part[0] === "wrb.fr") state.readPart(part);
+      if (part[0] === "er" || part[0] === "wrb.fr") state.isRecognised = true;
     }
   });
   return {
@@ -134,6 +136,9 @@ function createStreamParser({ requestBody }) {
         organization_id: "",
         text: state.text,
       };
+    },
+    isRecognised() {
+      return state.isRecognised;
     },
   };
 }

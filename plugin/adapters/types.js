@@ -5,9 +5,12 @@
  *   organization_id: string, text: string}} Capture
  *   `""` for an id the stream and the page did not give; `text` the final message as Markdown.
  *
- * @typedef {{feed(text: string): void, finish(): Capture | null}} StreamParser
+ * @typedef {{feed(text: string): void, finish(): Capture | null, isRecognised(): boolean}} StreamParser
  *   `feed` takes each decoded chunk, split anywhere; `finish` is called once
- *   when the body ended normally.
+ *   when the body ended normally. `isRecognised` says whether the stream had
+ *   this adapter's shape (any event it knows, an error included): a
+ *   recognised stream that gave no capture was cut or failed, an
+ *   unrecognised one changed shape, and only then may the page be read.
  *
  * @typedef {{url: string,
  *   cookie(name: string): Promise<string | undefined> | string | undefined,

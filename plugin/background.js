@@ -1,0 +1,406 @@
+/**
+ * Conductor's service worker: holds the WebSocket to the server (SPEC §6),
+ * keeps the outbox of final messages not yet acknowledged, performs proxy
+ * deliveries through a tab of the conversation, and shows the connection on
+ * the badge.
+ *
+ * An MV3 worker is stopped when idle and its timers die with it, so what must
+ * survive lives in chrome.storage: the settings, the outbox and the delivery
+ * memory in `local`, the connection's state in `session`. Every start (the
+ * browser's, an alarm's, a content script's message) begins by reconnecting
+ * if it should; the `ping` every 20 s keeps a connected worker alive
+ * (Chrome 116+).
+ */
+
+import { ADAPTERS, adapterByName } from "./adapters/index.js";
+import { reconnectDelay } from "./lib/backoff.js";
+import { DeliveryMemory } from "./lib/delivery-memory.js";
+import { finalMessageFrame, helloFrame, isPosted, proxyResultFrame, socketUrl } from "./lib/frames.js";
+import { Outbox } from "./lib/outbox.js";
+
+const VERSION = chrome.runtime.getManifest().version;
+const PING_MS = 20_000;
+const RECONNECT_ALARM = "conductor-reconnect";
+/** How long a tab opened for a delivery may take to load its content script. */
+const OPEN_TAB_MS = 30_000;
+/** Spacing of resent frames, under the server's per-connection frame limit (50/s by default). */
+const RESEND_SPACING_MS = 40;
+/** Close codes after which reconnecting cannot help until the options change (SPEC §6). */
+const REFUSED_CODES = new Set([4401, 4403]);
+const REPLACED_CODE = 4409;
+/** Error codes that mean the server will never take the frame: it leaves the outbox. */
+const REJECTED_FRAME_CODES = new Set(["invalid", "bad_frame", "too_large", "unknown_type"]);
+const RECENT_ACKS = 50;
+
+const BADGES = {
+  connected: { text: "on", color: "#1a7f37" },
+  connecting: { text: "…", color: "#6e7781" },
+  refused: { text: "key", color: "#cf222e" },
+  paused: { text: "off", color: "#bf8700" },
+  unconfigured: { text: "set", color: "#6e7781" },
+};
+
+/** chrome.storage as the `{get, set}` store the pure modules take. */
+function storeOf(area) {
+  return {
+    async get(key) {
+      return (await area.get(key))[key];
+    },
+    set(key, value) {
+      return area.set({ [key]: value });
+    },
+  };
+}
+
+const local = storeOf(chrome.storage.local);
+const session = storeOf(chrome.storage.session);
+const outbox = new Outbox(local, { key: "outbox", limit: 200 });
+const deliveries = new DeliveryMemory(local, { key: "deliveries" });
+
+/** @type {WebSocket | null} */
+let socket = null;
+let isHelloAcknowledged = false;
+let pingTimer = null;
+let retryTimer = null;
+let attempt = 0;
+/** @type {Promise<void> | null} */
+let ensuring = null;
+/** Frame ids sent on the current socket (a resend happens on the next one). */
+let sentOnSocket = new Set();
+/** When each unacknowledged frame was observed, for the ack latency shown in the popup. */
+const observedAt = new Map();
+let isFlushing = false;
+let isFlushAgain = false;
+/** Deliveries being performed, by delivery_key: a repeat waits for the first. */
+const inFlight = new Map();
+/** Tabs opened for a delivery, waiting for their content script: tab id -> resolve. */
+const tabWaiters = new Map();
+
+// ---- state shown on the badge and in the popup ----------------------------
+
+async function setStatus(state, detail = "") {
+  const previous = (await session.get("status")) ?? {};
+  const status = { ...previous, state, detail, since: previous.state === state ? previous.since : Date.now() };
+  await session.set("status", status);
+  const badge = BADGES[state];
+  await chrome.action.setBadgeText({ text: badge.text });
+  await chrome.action.setBadgeBackgroundColor({ color: badge.color });
+  await chrome.action.setTitle({ title: `Conductor: ${state}${detail ? ` (${detail})` : ""}` });
+}
+
+async function countAttempt() {
+  const status = (await session.get("status")) ?? {};
+  await session.set("status", { ...status, attempts: (status.attempts ?? 0) + 1, lastAttemptAt: Date.now() });
+}
+
+async function recordAck(id) {
+  const observed = observedAt.get(id);
+  observedAt.delete(id);
+  if (observed === undefined) return;
+  const acks = ((await session.get("acks")) ?? []).slice(-(RECENT_ACKS - 1));
+  acks.push({ id, ms: Date.now() - observed, at: Date.now() });
+  await session.set("acks", acks);
+}
+
+// ---- the connection -------------------------------------------------------
+
+function hasSettings(settings) {
+  return Boolean(settings && socketUrl(settings.serverUrl) && settings.clientId && settings.token);
+}
+
+/** Connects unless connected, connecting, paused, refused or not configured. Safe to call often. */
+function ensureConnected() {
+  ensuring ??= connectIfDue().finally(() => {
+    ensuring = null;
+  });
+  return ensuring;
+}
+
+async function connectIfDue() {
+  if (socket || retryTimer) return;
+  const { settings, paused } = await chrome.storage.local.get(["settings", "paused"]);
+  if (!hasSettings(settings)) return setStatus("unconfigured", "open the options to pair with a server");
+  if (paused) return setStatus("paused", "paused from the popup");
+  const holdOff = await session.get("holdOff");
+  if (holdOff) return setStatus(holdOff.state, holdOff.detail);
+  await countAttempt();
+  await setStatus("connecting");
+  open(settings);
+}
+
+function open(settings) {
+  const ws = new WebSocket(socketUrl(settings.serverUrl));
+  socket = ws;
+  isHelloAcknowledged = false;
+  sentOnSocket = new Set();
+  ws.onopen = () => {
+    ws.send(JSON.stringify(helloFrame({ clientId: settings.clientId, token: settings.token, version: VERSION, adapters: ADAPTERS })));
+  };
+  ws.onmessage = (event) => {
+    if (ws !== socket || typeof event.data !== "string") return;
+    let frame;
+    try {
+      frame = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    if (frame && typeof frame.type === "string" && Object.hasOwn(FRAME_HANDLERS, frame.type)) {
+      FRAME_HANDLERS[frame.type](frame).catch((error) => console.warn("Conductor: a frame failed:", frame.type, error));
+    }
+  };
+  ws.onclose = (event) => {
+    if (ws === socket) onClosed(event.code).catch((error) => console.warn("Conductor: close handling failed:", error));
+  };
+}
+
+async function onClosed(code) {
+  socket = null;
+  isHelloAcknowledged = false;
+  clearInterval(pingTimer);
+  if (REFUSED_CODES.has(code)) {
+    const holdOff = { state: "refused", detail: `token refused (close code ${code}); check the options` };
+    await session.set("holdOff", holdOff);
+    return setStatus(holdOff.state, holdOff.detail);
+  }
+  if (code === REPLACED_CODE) {
+    // Another browser of the same client id took over: reconnecting would
+    // take it back and start a fight. Wait for the user (popup) or new options.
+    const holdOff = { state: "paused", detail: "another browser window of this client took over" };
+    await session.set("holdOff", holdOff);
+    return setStatus(holdOff.state, holdOff.detail);
+  }
+  const delay = reconnectDelay(attempt++);
+  await setStatus("connecting", `reconnecting in ${Math.ceil(delay / 1000)} s`);
+  retryTimer = setTimeout(() => {
+    retryTimer = null;
+    ensureConnected();
+  }, delay);
+}
+
+/** Drops the socket (new options, a pause) without the close handler's reconnect. */
+function disconnect() {
+  clearTimeout(retryTimer);
+  retryTimer = null;
+  clearInterval(pingTimer);
+  const ws = socket;
+  socket = null;
+  isHelloAcknowledged = false;
+  ws?.close(1000);
+}
+
+function send(frame) {
+  if (!socket || socket.readyState !== WebSocket.OPEN || !isHelloAcknowledged) return false;
+  socket.send(JSON.stringify(frame));
+  return true;
+}
+
+/** Sends the outbox's frames not yet sent on this socket, oldest first, spaced out. */
+async function flush() {
+  if (isFlushing) {
+    isFlushAgain = true;
+    return;
+  }
+  isFlushing = true;
+  try {
+    do {
+      isFlushAgain = false;
+      for (const frame of await outbox.pending()) {
+        if (sentOnSocket.has(frame.id)) continue;
+        if (!send(frame)) return;
+        sentOnSocket.add(frame.id);
+        if (!observedAt.has(frame.id)) observedAt.set(frame.id, Date.parse(frame.observed_at) || Date.now());
+        await new Promise((resolve) => setTimeout(resolve, RESEND_SPACING_MS));
+      }
+    } while (isFlushAgain);
+  } finally {
+    isFlushing = false;
+  }
+}
+
+const FRAME_HANDLERS = {
+  async "hello.ok"() {
+    isHelloAcknowledged = true;
+    attempt = 0;
+    clearInterval(pingTimer);
+    pingTimer = setInterval(() => send({ type: "ping" }), PING_MS);
+    await setStatus("connected");
+    await flush();
+  },
+  async ack(frame) {
+    if (typeof frame.id !== "string") return;
+    await outbox.ack(frame.id);
+    await recordAck(frame.id);
+  },
+  async pong() {},
+  async error(frame) {
+    // An unauthorized hello is followed by the server's close (4401).
+    if (typeof frame.id === "string" && REJECTED_FRAME_CODES.has(frame.code)) {
+      await outbox.ack(frame.id);
+      observedAt.delete(frame.id);
+      await session.set("lastRejected", { id: frame.id, code: frame.code, detail: String(frame.detail ?? ""), at: Date.now() });
+    } else if (typeof frame.id === "string" && frame.code === "rate_limited") {
+      sentOnSocket.delete(frame.id);
+      setTimeout(flush, 1000);
+    }
+  },
+  async "browser.proxy_delivery"(frame) {
+    const result = await deliver(frame);
+    send(proxyResultFrame(String(frame.request_id), result));
+  },
+};
+
+// ---- deliveries -----------------------------------------------------------
+
+/** @returns {Promise<import('./lib/frames.js').ProxyResult>} */
+async function deliver(frame) {
+  const key = typeof frame.delivery_key === "string" ? frame.delivery_key : "";
+  if (key) {
+    const earlier = await deliveries.recall(key);
+    if (earlier) return earlier;
+    if (inFlight.has(key)) return inFlight.get(key);
+  }
+  const performing = performDelivery(frame).catch((error) => ({
+    ok: false, status: null, body: null, error: `the delivery failed in the browser: ${error?.message ?? error}`, error_code: null,
+  })).then(async (result) => {
+    if (key && isPosted(result)) await deliveries.remember(key, result);
+    return result;
+  });
+  if (key) inFlight.set(key, performing);
+  try {
+    return await performing;
+  } finally {
+    if (key) inFlight.delete(key);
+  }
+}
+
+async function performDelivery(frame) {
+  let adapter;
+  try {
+    adapter = adapterByName(frame.platform);
+  } catch (error) {
+    return { ok: false, status: null, body: null, error: error.message, error_code: null };
+  }
+  const target = { conversation_id: String(frame.conversation_id ?? ""), page_url: typeof frame.page_url === "string" ? frame.page_url : "" };
+  const message = { type: "proxy_delivery", request: frame.request, timeout_ms: frame.timeout_ms };
+  for (const tab of await conversationTabs(adapter, target.conversation_id)) {
+    try {
+      return await chrome.tabs.sendMessage(tab.id, message);
+    } catch {
+      // No content script in that tab (open since before the plugin was installed): try the next.
+    }
+  }
+  let tabId;
+  try {
+    tabId = await openTab(adapter.conversationUrl(target));
+  } catch (error) {
+    return { ok: false, status: null, body: null, error: `no page of the conversation could be opened: ${error.message}`, error_code: "no_tab" };
+  }
+  return chrome.tabs.sendMessage(tabId, message);
+}
+
+/** The open tabs showing this conversation. */
+async function conversationTabs(adapter, conversationId) {
+  const tabs = await chrome.tabs.query({ url: adapter.origins.map((origin) => `${origin}/*`) });
+  return tabs.filter((tab) => tab.id !== undefined && tab.url && adapter.conversationIdFromUrl(tab.url) === conversationId);
+}
+
+/** Opens `url` in a background tab and resolves with its id once its content script is ready. */
+async function openTab(url) {
+  const tab = await chrome.tabs.create({ url, active: false });
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      tabWaiters.delete(tab.id);
+      reject(new Error(`the page did not load within ${OPEN_TAB_MS / 1000} s`));
+    }, OPEN_TAB_MS);
+    tabWaiters.set(tab.id, () => {
+      clearTimeout(timer);
+      tabWaiters.delete(tab.id);
+      resolve(tab.id);
+    });
+  });
+}
+
+// ---- messages from the content scripts and the extension's pages -------------
+
+/** Is the sender a content script on one of this platform's pages? */
+function isFromPlatform(sender, platform) {
+  if (sender.id !== chrome.runtime.id || !sender.tab || !sender.url) return false;
+  try {
+    return adapterByName(platform).origins.includes(new URL(sender.url).origin);
+  } catch {
+    return false;
+  }
+}
+
+async function queueFinalMessage(message) {
+  const capture = message.capture;
+  if (!capture || typeof capture.text !== "string" || typeof capture.conversation_id !== "string" || !capture.conversation_id) return;
+  const frame = finalMessageFrame({
+    id: crypto.randomUUID(),
+    platform: message.platform,
+    capture,
+    method: message.method === "dom" ? "dom" : "network",
+    pageUrl: message.page_url,
+    title: message.title,
+    observedAt: message.observed_at,
+  });
+  observedAt.set(frame.id, Date.parse(frame.observed_at) || Date.now());
+  await outbox.add(frame);
+  await ensureConnected();
+  await flush();
+}
+
+const MESSAGE_HANDLERS = {
+  async "content.settings"(message, sender) {
+    if (!sender.tab) return null;
+    const { settings } = await chrome.storage.local.get("settings");
+    return { readStreams: settings?.readStreams !== false };
+  },
+  async "content.final_message"(message, sender) {
+    if (isFromPlatform(sender, message.platform)) await queueFinalMessage(message);
+    return null;
+  },
+  async "content.ready"(_message, sender) {
+    if (sender.tab?.id !== undefined) tabWaiters.get(sender.tab.id)?.();
+    return null;
+  },
+  async "popup.reconnect"(_message, sender) {
+    if (sender.tab) return null; // the extension's own pages only
+    await chrome.storage.session.remove("holdOff");
+    attempt = 0;
+    disconnect();
+    await ensureConnected();
+    return null;
+  },
+};
+
+chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
+  const type = message?.type;
+  if (typeof type !== "string" || !Object.hasOwn(MESSAGE_HANDLERS, type)) return false;
+  MESSAGE_HANDLERS[type](message, sender).then(sendResponse, (error) => {
+    console.warn("Conductor: a message failed:", type, error);
+    sendResponse(null);
+  });
+  return true;
+});
+
+chrome.storage.onChanged.addListener((changes, area) => {
+  if (area !== "local" || !("settings" in changes || "paused" in changes)) return;
+  (async () => {
+    if ("settings" in changes) await chrome.storage.session.remove("holdOff");
+    attempt = 0;
+    disconnect();
+    await ensureConnected();
+  })();
+});
+
+chrome.runtime.onStartup.addListener(() => ensureConnected());
+chrome.runtime.onInstalled.addListener(() => ensureConnected());
+chrome.alarms.onAlarm.addListener((alarm) => {
+  if (alarm.name === RECONNECT_ALARM) ensureConnected();
+});
+chrome.alarms.get(RECONNECT_ALARM).then((alarm) => {
+  if (!alarm) chrome.alarms.create(RECONNECT_ALARM, { periodInMinutes: 1 });
+});
+
+ensureConnected();

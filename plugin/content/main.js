@@ -1,0 +1,202 @@
+/**
+ * The isolated-world side of a chat page: picks the page's adapter, reads
+ * final assistant messages (the app's stream through the MAIN-world hook
+ * first, the page as the fallback) and performs proxy deliveries for the
+ * service worker. Holds no secret: the token never reaches a content script.
+ */
+
+import { adapterForUrl } from "../adapters/index.js";
+import { CaptureTracker } from "../lib/capture.js";
+import { elementToMarkdown } from "../lib/markdown.js";
+import { fillPageValues, MissingPageValue, placeholderNames } from "../lib/placeholders.js";
+import { proxyErrorCode } from "../lib/proxy.js";
+
+/** How often, at most, the page is looked at while it changes. */
+const DOM_CHECK_MS = 200;
+/** A hook call that takes longer than this has failed (the fetch has its own timeout). */
+const HOOK_CALL_MS = 10_000;
+/** How much of a delivery's timeout may pass before its answer is sent with what arrived so far. */
+const ANSWER_SHARE = 0.5;
+
+/**
+ * Calls into the MAIN-world hook over its private port.
+ *
+ * @param {MessagePort} port
+ */
+function hookClient(port) {
+  let nextId = 1;
+  /** @type {Map<number, {resolve: (value: any) => void, reject: (error: Error) => void}>} */
+  const waiting = new Map();
+  /** @type {(message: any) => void} */
+  let onStream = () => {};
+  port.onmessage = (event) => {
+    const message = event.data;
+    if (message?.kind === "stream") onStream(message);
+    else if (message?.kind === "reply" && waiting.has(message.id)) {
+      const call = waiting.get(message.id);
+      waiting.delete(message.id);
+      if (typeof message.error === "string") call.reject(new Error(message.error));
+      else call.resolve(message.value);
+    }
+  };
+  return {
+    /** @param {(message: any) => void} handler */
+    onStream(handler) {
+      onStream = handler;
+    },
+    call(method, args, timeoutMs = HOOK_CALL_MS) {
+      const id = nextId++;
+      return new Promise((resolve, reject) => {
+        const timer = setTimeout(() => {
+          waiting.delete(id);
+          reject(new Error(`the page did not answer ${method} within ${timeoutMs} ms`));
+        }, timeoutMs);
+        waiting.set(id, {
+          resolve: (value) => (clearTimeout(timer), resolve(value)),
+          reject: (error) => (clearTimeout(timer), reject(error)),
+        });
+        port.postMessage({ kind: "call", id, method, args });
+      });
+    },
+  };
+}
+
+/** What the adapters may reach of this page (see the `Page` type). */
+function pageAccess(hook) {
+  return {
+    get url() {
+      return location.href;
+    },
+    cookie(name) {
+      for (const pair of document.cookie.split(";")) {
+        const at = pair.indexOf("=");
+        if (at > 0 && pair.slice(0, at).trim() === name) return decodeURIComponent(pair.slice(at + 1).trim());
+      }
+      return undefined;
+    },
+    readGlobal(path) {
+      return hook.call("readGlobal", { path });
+    },
+    async fetchJson(url, { headers = {} } = {}) {
+      if (new URL(url, location.href).origin !== location.origin) throw new Error("page values are read from the page's own origin only");
+      const response = await fetch(url, { credentials: "include", headers });
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      return response.json();
+    },
+  };
+}
+
+/**
+ * A `browser.proxy_delivery`'s request, filled and made from the page.
+ *
+ * @returns {Promise<import('../lib/frames.js').ProxyResult>}
+ */
+async function proxyDelivery(adapter, hook, page, { request, timeout_ms }) {
+  const timeoutMs = Number.isFinite(timeout_ms) && timeout_ms > 0 ? timeout_ms : 30_000;
+  let filled;
+  try {
+    const values = await adapter.readPageValues(placeholderNames(request), page);
+    filled = fillPageValues(request, values);
+  } catch (error) {
+    if (error instanceof MissingPageValue) {
+      return { ok: false, status: null, body: null, error: error.message, error_code: "page_value_missing" };
+    }
+    throw error;
+  }
+  const origin = new URL(filled.url).origin;
+  if (!adapter.origins.includes(origin)) {
+    return { ok: false, status: null, body: null, error: `refusing to post to ${origin} from a ${adapter.name} page`, error_code: null };
+  }
+  const answer = await hook.call(
+    "fetch",
+    {
+      method: filled.method,
+      url: filled.url,
+      headers: filled.headers,
+      body: filled.body,
+      timeoutMs,
+      answerWithinMs: Math.floor(timeoutMs * ANSWER_SHARE),
+    },
+    timeoutMs + HOOK_CALL_MS,
+  );
+  if (typeof answer?.error === "string") return { ok: false, status: null, body: null, error: answer.error, error_code: null };
+  const errorCode = proxyErrorCode(answer.status, answer.body);
+  const isOk = errorCode === null && answer.status >= 200 && answer.status < 300;
+  return {
+    ok: isOk,
+    status: answer.status,
+    body: answer.body,
+    error: errorCode ? `${adapter.name} refused the request as automated (HTTP ${answer.status})` : isOk ? null : `HTTP ${answer.status}`,
+    error_code: errorCode,
+  };
+}
+
+/** Watches the page's own end-of-message signal, looking at most every DOM_CHECK_MS. */
+function watchPage(adapter, tracker) {
+  let timer = null;
+  const check = () => {
+    timer = null;
+    tracker.generatingChanged(adapter.dom.isGenerating(document));
+  };
+  new MutationObserver(() => {
+    timer ??= setTimeout(check, DOM_CHECK_MS);
+  }).observe(document.documentElement, { subtree: true, childList: true, attributes: true, characterData: true });
+  check();
+}
+
+/** @param {Promise<MessagePort>} portReady the hook's port (content/relay.js) */
+export async function start(portReady) {
+  const adapter = adapterForUrl(location.href);
+  if (!adapter) return;
+  const hook = hookClient(await portReady);
+  const page = pageAccess(hook);
+  const settings = await chrome.runtime.sendMessage({ type: "content.settings" }).catch(() => null);
+  const conversationId = () => adapter.conversationIdFromUrl(location.href) ?? "";
+
+  const tracker = new CaptureTracker({
+    adapter,
+    conversationId,
+    readDom() {
+      const element = adapter.dom.lastAssistantMessage(document);
+      if (!element) return null;
+      return { text: elementToMarkdown(element), message_id: adapter.dom.messageId(element) ?? "" };
+    },
+    report(capture, method) {
+      chrome.runtime
+        .sendMessage({
+          type: "content.final_message",
+          platform: adapter.name,
+          capture,
+          method,
+          page_url: location.href,
+          title: document.title,
+          observed_at: new Date().toISOString(),
+        })
+        .catch(() => {}); // the worker is restarting: the next answer goes through again
+    },
+  });
+  hook.onStream((message) => {
+    const handlers = {
+      start: () => tracker.streamStarted(message.id, { url: message.url, body: message.body, pageUrl: message.page_url }),
+      chunk: () => tracker.streamChunk(message.id, message.text),
+      end: () => tracker.streamEnded(message.id, { status: message.status }),
+      abort: () => tracker.streamAborted(message.id),
+    };
+    if (typeof message.text === "string" || message.phase !== "chunk") handlers[message.phase]?.();
+  });
+  // With stream reading switched off in the options the hook watches
+  // nothing, and every answer is read from the page.
+  const requests = settings?.readStreams === false ? [] : [{ method: adapter.completionRequest.method, source: adapter.completionRequest.pattern.source }];
+  await hook.call("watch", { requests });
+  watchPage(adapter, tracker);
+
+  chrome.runtime.onMessage.addListener((message, _sender, sendResponse) => {
+    if (message?.type !== "proxy_delivery") return false;
+    proxyDelivery(adapter, hook, page, message).then(sendResponse, (error) =>
+      sendResponse({ ok: false, status: null, body: null, error: `the page could not make the request: ${error?.message ?? error}`, error_code: null }),
+    );
+    return true; // answered asynchronously
+  });
+  window.addEventListener("pagehide", () => tracker.stop());
+  chrome.runtime.sendMessage({ type: "content.ready", platform: adapter.name, conversation_id: conversationId() }).catch(() => {});
+}
