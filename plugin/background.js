@@ -23,6 +23,8 @@ const PING_MS = 20_000;
 const RECONNECT_ALARM = "conductor-reconnect";
 /** How long a tab opened for a delivery may take to load its content script. */
 const OPEN_TAB_MS = 30_000;
+/** How long after a tab finished loading its content script may take to say it is ready. */
+const RELOAD_AFTER_MS = 2_000;
 /** Spacing of resent frames, under the server's per-connection frame limit (50/s by default). */
 const RESEND_SPACING_MS = 40;
 /** Close codes after which reconnecting cannot help until the options change (SPEC §6). */
@@ -304,17 +306,38 @@ async function conversationTabs(adapter, conversationId) {
   return tabs.filter((tab) => tab.id !== undefined && tab.url && adapter.conversationIdFromUrl(tab.url) === conversationId);
 }
 
-/** Opens `url` in a background tab and resolves with its id once its content script is ready. */
+/**
+ * Opens `url` in a background tab and resolves with its id once its content
+ * script is ready. A tab that finished loading without its content script
+ * speaking shows an error page (offline for a moment, a network blip): it
+ * is reloaded once.
+ */
 async function openTab(url) {
   const tab = await chrome.tabs.create({ url, active: false });
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => {
+    let reloadTimer = null;
+    let hasReloaded = false;
+    const onUpdated = (tabId, change) => {
+      if (tabId !== tab.id || change.status !== "complete" || hasReloaded) return;
+      clearTimeout(reloadTimer);
+      reloadTimer = setTimeout(() => {
+        hasReloaded = true;
+        chrome.tabs.reload(tab.id).catch(() => {});
+      }, RELOAD_AFTER_MS);
+    };
+    const done = () => {
+      clearTimeout(timer);
+      clearTimeout(reloadTimer);
+      chrome.tabs.onUpdated.removeListener(onUpdated);
       tabWaiters.delete(tab.id);
+    };
+    const timer = setTimeout(() => {
+      done();
       reject(new Error(`the page did not load within ${OPEN_TAB_MS / 1000} s`));
     }, OPEN_TAB_MS);
+    chrome.tabs.onUpdated.addListener(onUpdated);
     tabWaiters.set(tab.id, () => {
-      clearTimeout(timer);
-      tabWaiters.delete(tab.id);
+      done();
       resolve(tab.id);
     });
   });

@@ -108,16 +108,17 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
 
 @contextlib.contextmanager
 def running_server(
-    data_dir: Path, *, command: str = "serve", ready_timeout: float = 90, **extra_env: str
+    data_dir: Path, *, command: str = "serve", ready_timeout: float = 90, port: int | None = None, **extra_env: str
 ) -> Iterator[RunningServer]:
     """Start the server, wait until /healthz answers, yield it, then stop it.
 
     ``command`` is "make" for ``make run``, "serve" for ``manage.py serve
     --no-cluster`` (the ASGI server alone, quicker to start) or "serve+cluster"
     for ``manage.py serve`` (daphne and the django-q2 cluster, as ``make run``
-    starts them, without the install steps).
+    starts them, without the install steps). ``port``: a port to listen on
+    (a restarted server on its earlier port), else a free one.
     """
-    port = free_port()
+    port = port or free_port()
     env = server_env(data_dir, **extra_env)
     if command == "make":
         argv = ["make", "run", f"PORT={port}"]

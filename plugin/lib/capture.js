@@ -48,7 +48,16 @@ class Answer {
 
 export class CaptureTracker {
   /** @param {TrackerOptions} options */
-  constructor({ adapter, report, readDom, conversationId, graceMs = DEFAULT_GRACE_MS, setTimer = setTimeout, clearTimer = clearTimeout }) {
+  constructor({
+    adapter,
+    report,
+    readDom,
+    conversationId,
+    graceMs = DEFAULT_GRACE_MS,
+    // Wrapped: a browser's setTimeout throws when called as another object's method.
+    setTimer = (fn, ms) => setTimeout(fn, ms),
+    clearTimer = (handle) => clearTimeout(handle),
+  }) {
     this.adapter = adapter;
     this.report = report;
     this.readDom = readDom;

@@ -1,14 +1,11 @@
 """An operator runs Conductor from the admin, in real headless Chromium, against a running server.
 
-Debian's ``chromium`` driven by Playwright (no browser download). Without
-Chromium the test is skipped, unless ``CONDUCTOR_REQUIRE_BROWSER=1`` (as
-``.ci/run`` sets it), which makes a missing browser a failure. Screenshots go
+Debian's ``chromium`` driven by Playwright (``tests/browser.py``). Screenshots go
 to ``CONDUCTOR_SCREENSHOT_DIR`` (default ``data/screenshots``).
 """
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,17 +18,12 @@ from automation.models import AutomationTask, TaskStatus
 from automation.rendering import parse_results
 from conversations.models import Conversation, Message
 from ingest.simulator import SimulatedPlugin
+from tests.browser import CHROMIUM_ARGS, require_chromium
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import ROOT, running_server, server_env, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-CHROMIUM = os.environ.get("CONDUCTOR_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
-# Flags for a machine without a GPU or outside network (background fetches would only fail).
-CHROMIUM_ARGS = [
-    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-    "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
-]
 PASSWORD = "operator-password-1"
 TASKS = "/admin/automation/automationtask/"
 WAIT = 60
@@ -39,11 +31,7 @@ WAIT = 60
 
 @pytest.fixture
 def chromium():
-    if not CHROMIUM:
-        if os.environ.get("CONDUCTOR_REQUIRE_BROWSER") == "1":
-            pytest.fail("Chromium is required (CONDUCTOR_REQUIRE_BROWSER=1) but not installed: apt-get install chromium")
-        pytest.skip("Chromium is not installed (apt-get install chromium)")
-    return CHROMIUM
+    return require_chromium()
 
 
 @pytest.fixture

@@ -1,0 +1,415 @@
+"""Mock chat apps at their real origins, served through Playwright's ``context.route``.
+
+Each mock serves a conversation page and the app's streaming endpoint in the
+shapes of ``../shared/PLATFORMS.md`` (the same shapes as the plugin's
+fixtures under ``plugin/tests/fixtures/``): the page asks the way the app
+does (Claude and ChatGPT with ``fetch``, Gemini with ``XMLHttpRequest``),
+shows the app's "writing" signal while the answer streams, and renders the
+answer's HTML at the end. Every POST to the endpoint is recorded, so a test
+sees what the plugin posted back as a delivery.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import uuid
+from collections import deque
+from dataclasses import dataclass, field
+from html import escape
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+# The page's script, one for every app: CONFIG says how this app renders and asks.
+PAGE_SCRIPT = r"""
+const CONFIG = __CONFIG__;
+const thread = document.getElementById("thread");
+let leaf = CONFIG.leaf;
+
+function writing(isWriting, turn) {
+  if (CONFIG.generating === "attribute") turn.setAttribute("data-is-streaming", String(isWriting));
+  const stop = document.getElementById("stop");
+  if (isWriting && !stop) {
+    const marker = document.createElement(CONFIG.generating === "mat-icon" ? "mat-icon" : "button");
+    marker.id = "stop";
+    if (CONFIG.generating === "mat-icon") marker.setAttribute("data-mat-icon-name", "stop");
+    else marker.setAttribute("data-testid", "stop-button");
+    document.body.appendChild(marker);
+  } else if (!isWriting && stop) stop.remove();
+}
+
+function newTurn() {
+  const turn = document.createElement("div");
+  turn.innerHTML = CONFIG.turn;
+  thread.appendChild(turn.firstElementChild);
+  return thread.lastElementChild;
+}
+
+function send(prompt, signal) {
+  const request = CONFIG.request(prompt, leaf);
+  if (CONFIG.transport === "xhr") {
+    return new Promise((resolve, reject) => {
+      const xhr = new XMLHttpRequest();
+      xhr.open("POST", request.url);
+      for (const [name, value] of Object.entries(request.headers)) xhr.setRequestHeader(name, value);
+      xhr.onload = () => resolve(xhr.responseText);
+      xhr.onerror = () => reject(new Error("network"));
+      xhr.send(request.body);
+    });
+  }
+  return fetch(request.url, { method: "POST", headers: request.headers, body: request.body, signal }).then((r) => r.text());
+}
+
+window.mockChat = {
+  /** Asks as a person would; the answer's stream comes from the mock endpoint. */
+  async ask(prompt, { html = "", abort = false, holdMs = 600 } = {}) {
+    const turn = newTurn();
+    writing(true, turn);
+    // Long enough for the page's signal to be seen, as a real answer takes seconds.
+    const held = new Promise((resolve) => setTimeout(resolve, holdMs));
+    const controller = new AbortController();
+    const answered = send(prompt, controller.signal);
+    if (abort) controller.abort();
+    try {
+      const body = await answered;
+      leaf = CONFIG.leafFrom(body) || leaf;
+    } catch {
+      // The app shows what it had; the turn is not final.
+    }
+    (turn.querySelector(CONFIG.content) || turn).innerHTML = html;
+    await held;
+    writing(false, turn);
+  },
+};
+"""
+
+PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>{head}</head>
+<body><main id="thread"></main><script>{script}</script></body></html>
+"""
+
+
+@dataclass
+class Posted:
+    """One POST to the app's streaming endpoint."""
+
+    url: str
+    headers: dict[str, str]
+    body: str
+
+
+@dataclass
+class Answer:
+    text: str
+    is_cut: bool = False  # the stream ends before the app's end signal
+
+
+@dataclass
+class ChatApp:
+    """One mock app. Subclasses give its pages, request and stream shapes."""
+
+    conversation: str
+    title: str = "Plan the release"
+    posted: list[Posted] = field(default_factory=list)
+    answers: deque[Answer] = field(default_factory=deque)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    name = ""
+    origin = ""
+    endpoint_path = ""
+    transport = "fetch"
+
+    # -- what a test uses ----------------------------------------------------
+
+    def install(self, context) -> None:
+        context.route(f"{self.origin}/**", self.handle)
+
+    def answer_next(self, text: str, *, is_cut: bool = False) -> None:
+        with self.lock:
+            self.answers.append(Answer(text, is_cut))
+
+    def deliveries(self) -> list[Posted]:
+        """The POSTs that carried Conductor's results (its text has ``baa-result`` blocks)."""
+        with self.lock:
+            return [posted for posted in self.posted if "baa-result" in self.delivered_text(posted)]
+
+    # -- serving -------------------------------------------------------------
+
+    def handle(self, route) -> None:
+        request = route.request
+        path = urlsplit(request.url).path
+        if request.method == "GET" and path == urlsplit(self.page_url).path:
+            route.fulfill(status=200, content_type="text/html; charset=utf-8", body=self.page())
+        elif request.method == "POST" and path.endswith(self.endpoint_path):
+            posted = Posted(url=request.url, headers=dict(request.headers), body=request.post_data or "")
+            with self.lock:
+                self.posted.append(posted)
+                answer = self.answers.popleft() if self.answers else Answer("Noted.")
+            route.fulfill(status=200, content_type=self.stream_type, body=self.stream(answer, posted))
+        elif (reply := self.page_value(request.method, request.url)) is not None:
+            route.fulfill(status=200, content_type="application/json", body=json.dumps(reply))
+        else:
+            route.fulfill(status=404, content_type="text/plain", body="not in the mock")
+
+    def page(self) -> str:
+        config = json.dumps(self.page_config())
+        # The request and leaf functions are JavaScript, spliced in after the JSON.
+        config = config[:-1] + ", " + self.page_functions() + "}"
+        script = PAGE_SCRIPT.replace("__CONFIG__", config)
+        return PAGE.format(title=escape(self.title), head=self.page_head(), script=script)
+
+    def page_head(self) -> str:
+        return ""
+
+    def page_value(self, method: str, url: str) -> Any:
+        """JSON for the app's own look-ups the plugin makes for page values, or None."""
+        return None
+
+    # -- per app -------------------------------------------------------------
+
+    stream_type = "text/event-stream; charset=utf-8"
+
+    @property
+    def page_url(self) -> str:
+        raise NotImplementedError
+
+    def page_config(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def page_functions(self) -> str:
+        raise NotImplementedError
+
+    def stream(self, answer: Answer, posted: Posted) -> str:
+        raise NotImplementedError
+
+    def delivered_text(self, posted: Posted) -> str:
+        raise NotImplementedError
+
+
+def sse(events: list[tuple[str | None, Any]]) -> str:
+    lines = []
+    for event, data in events:
+        if event:
+            lines.append(f"event: {event}")
+        lines.append("data: " + (data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))))
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def pieces(text: str, size: int = 7) -> list[str]:
+    return [text[at:at + size] for at in range(0, len(text), size)] or [""]
+
+
+class Claude(ChatApp):
+    name = "claude"
+    origin = "https://claude.ai"
+    endpoint_path = "/completion"
+    organization = "0f6a2b1c-3d4e-4f50-8a6b-7c8d9e0f1a2b"
+
+    @property
+    def page_url(self) -> str:
+        return f"{self.origin}/chat/{self.conversation}"
+
+    def page_config(self):
+        return {
+            "generating": "attribute",
+            "turn": '<div data-is-streaming="false"><div class="font-claude-response"></div></div>',
+            "content": ".font-claude-response",
+            "leaf": "00000000-0000-4000-8000-000000000000",
+            "transport": self.transport,
+        }
+
+    def page_functions(self):
+        endpoint = f"/api/organizations/{self.organization}/chat_conversations/{self.conversation}/completion"
+        return (
+            '"request": (prompt, leaf) => ({url: ' + json.dumps(endpoint) + ', headers: {"Content-Type": "application/json",'
+            ' "Accept": "text/event-stream"}, body: JSON.stringify({prompt, parent_message_uuid: leaf,'
+            ' timezone: "UTC", rendering_mode: "messages", attachments: [], files: []})}),'
+            ' "leafFrom": (body) => (body.match(/"uuid":"([0-9a-f-]{36})"/) || [])[1]'
+        )
+
+    def stream(self, answer, posted):
+        body = json.loads(posted.body)
+        events = [("message_start", {"type": "message_start", "message": {
+            "uuid": str(uuid.uuid4()), "parent_uuid": str(uuid.uuid4()), "model": "", "content": []}})]
+        # A delivery names the ids it wants for its turn (turn_message_uuids), as the web app does.
+        preset = body.get("turn_message_uuids") or {}
+        if preset.get("assistant_message_uuid"):
+            events[0][1]["message"]["uuid"] = preset["assistant_message_uuid"]
+        if preset.get("human_message_uuid"):
+            events[0][1]["message"]["parent_uuid"] = preset["human_message_uuid"]
+        events.append(("content_block_start", {"type": "content_block_start", "index": 0,
+                                               "content_block": {"type": "text", "text": ""}}))
+        events += [("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                             "delta": {"type": "text_delta", "text": piece}})
+                   for piece in pieces(answer.text)]
+        if not answer.is_cut:
+            events += [
+                ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+                ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+                ("message_stop", {"type": "message_stop"}),
+            ]
+        return sse(events)
+
+    def delivered_text(self, posted):
+        try:
+            return json.loads(posted.body).get("prompt", "")
+        except ValueError:
+            return ""
+
+    def parent_of(self, posted) -> str:
+        return json.loads(posted.body)["parent_message_uuid"]
+
+    def conversation_of(self, posted) -> str:
+        return urlsplit(posted.url).path.split("/")[5]
+
+
+class ChatGPT(ChatApp):
+    name = "chatgpt"
+    origin = "https://chatgpt.com"
+    endpoint_path = "/backend-api/f/conversation"
+    access_token = "mock-access-token-for-the-page"
+
+    @property
+    def page_url(self) -> str:
+        return f"{self.origin}/c/{self.conversation}"
+
+    def page_config(self):
+        return {
+            "generating": "button",
+            "turn": '<div data-message-author-role="assistant" data-message-id=""><div class="markdown"></div></div>',
+            "content": ".markdown",
+            "leaf": "a1b2c3d0-e5f6-4a7b-8c9d-0e1f2a3b4c50",
+            "transport": self.transport,
+            "conversation": self.conversation,
+        }
+
+    def page_functions(self):
+        return (
+            '"request": (prompt, leaf) => ({url: "/backend-api/f/conversation", headers: {"Content-Type": "application/json",'
+            ' "Accept": "text/event-stream", "Authorization": "Bearer ' + self.access_token + '"}, body: JSON.stringify({action: "next",'
+            ' messages: [{id: crypto.randomUUID(), author: {role: "user"}, content: {content_type: "text", parts: [prompt]}, metadata: {}}],'
+            ' conversation_id: CONFIG.conversation, parent_message_id: leaf, model: "auto", supported_encodings: ["v1"]})}),'
+            ' "leafFrom": (body) => (body.match(/"message":\\{"id":"([0-9a-f-]{36})","author":\\{"role":"assistant"/) || [])[1]'
+        )
+
+    def stream(self, answer, posted):
+        body = json.loads(posted.body)
+        user = body["messages"][0]
+        assistant = str(uuid.uuid4())
+        message = {"id": assistant, "author": {"role": "assistant"}, "content": {"content_type": "text", "parts": [""]},
+                   "status": "in_progress", "metadata": {"parent_id": user["id"]}, "recipient": "all", "channel": "final"}
+        events = [("delta_encoding", '"v1"'),
+                  ("delta", {"p": "", "o": "add", "v": {"message": message, "conversation_id": self.conversation}})]
+        events += [("delta", {"p": "/message/content/parts/0", "o": "append", "v": piece}) for piece in pieces(answer.text)]
+        if not answer.is_cut:
+            events.append(("delta", {"p": "", "o": "patch", "v": [
+                {"p": "/message/status", "o": "replace", "v": "finished_successfully"},
+                {"p": "/message/metadata", "o": "append", "v": {"finish_details": {"type": "stop"}}},
+            ]}))
+            events.append((None, "[DONE]"))
+        return sse(events)
+
+    def page_value(self, method, url):
+        path = urlsplit(url).path
+        if method == "GET" and path == "/api/auth/session":
+            return {"accessToken": self.access_token, "expires": "2027-01-01T00:00:00Z"}
+        return None
+
+    def delivered_text(self, posted):
+        try:
+            return json.loads(posted.body)["messages"][0]["content"]["parts"][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return ""
+
+    def parent_of(self, posted) -> str:
+        return json.loads(posted.body)["parent_message_id"]
+
+    def conversation_of(self, posted) -> str:
+        return json.loads(posted.body)["conversation_id"]
+
+
+class Gemini(ChatApp):
+    name = "gemini"
+    origin = "https://gemini.google.com"
+    endpoint_path = "/StreamGenerate"
+    transport = "xhr"
+    stream_type = "application/json+protobuf; charset=utf-8"
+    at_token = "AJvLN6Mock:1764400000000"
+    build_label = "boq_assistant-bard-web-server_20261125.07_p0"
+
+    @property
+    def page_url(self) -> str:
+        return f"{self.origin}/app/{self.conversation.removeprefix('c_')}"
+
+    def page_head(self):
+        wiz = {"SNlM0e": self.at_token, "cfb2h": self.build_label, "FdrFJe": "-4837261950384756", "TuX5cc": "en"}
+        return f"<script>window.WIZ_global_data = {json.dumps(wiz)};</script>"
+
+    def page_config(self):
+        return {
+            "generating": "mat-icon",
+            "turn": "<model-response><message-content><div class=\"markdown\"></div></message-content></model-response>",
+            "content": ".markdown",
+            "leaf": "",
+            "transport": self.transport,
+            "conversation": self.conversation,
+        }
+
+    def page_functions(self):
+        path = "/_/BardChatUi/data/assistant.lamda.BardFrontendService/StreamGenerate?bl=" + self.build_label + "&rt=c"
+        return (
+            '"request": (prompt, leaf) => ({url: ' + json.dumps(path) + ', headers: {"Content-Type":'
+            ' "application/x-www-form-urlencoded;charset=utf-8", "X-Same-Domain": "1"}, body: new URLSearchParams({"f.req":'
+            ' JSON.stringify([null, JSON.stringify([[prompt, 0, null, null, null, null, 0], ["en"], [CONFIG.conversation, leaf,'
+            ' null]])]), at: window.WIZ_global_data.SNlM0e}).toString()}),'
+            ' "leafFrom": (body) => (body.match(/\\\\"(r_[0-9a-f]+)\\\\"/) || [])[1]'
+        )
+
+    def stream(self, answer, posted):
+        rid, rcid = f"r_{uuid.uuid4().hex[:16]}", f"rc_{uuid.uuid4().hex[:16]}"
+        frames = []
+        shown = ""
+        for piece in pieces(answer.text, 40):
+            shown += piece
+            candidate = [rcid, [shown], None, None, None, None, None, None, [1]]
+            frames.append([None, [self.conversation, rid], None, None, [candidate]])
+        if not answer.is_cut:
+            final = [None, [self.conversation, rid], None, None, [[rcid, [answer.text], None, None, None, None, None, None, [2]]]]
+            final += [None] * 20 + ["!MockContextToken_" + rid]
+            frames.append(final)
+        out = [")]}'\n"]
+        for inner in frames:
+            frame = json.dumps([["wrb.fr", None, json.dumps(inner)]])
+            out.append(f"\n{len(frame)}\n{frame}\n")
+        return "".join(out)
+
+    def form(self, posted):
+        return parse_qs(posted.body)
+
+    def inner(self, posted):
+        return json.loads(json.loads(self.form(posted)["f.req"][0])[1])
+
+    def delivered_text(self, posted):
+        try:
+            return self.inner(posted)[0][0]
+        except (ValueError, KeyError, IndexError, TypeError):
+            return ""
+
+    def parent_of(self, posted) -> str:
+        return self.inner(posted)[2][1]
+
+    def conversation_of(self, posted) -> str:
+        return self.inner(posted)[2][0]
+
+
+APPS = {app.name: app for app in (Claude, ChatGPT, Gemini)}
+CONVERSATIONS = {
+    "claude": "3f1e2d4c-5b6a-4978-8c9d-0a1b2c3d4e5f",
+    "chatgpt": "6750a3b2-9c4d-8000-a1b2-c3d4e5f60718",
+    "gemini": "c_4f2a9e7b1c3d5e6f",
+}
+
+
+def chat_app(name: str) -> ChatApp:
+    return APPS[name](conversation=CONVERSATIONS[name])

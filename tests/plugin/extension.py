@@ -1,0 +1,181 @@
+"""The reference plugin loaded unpacked into real headless Chromium, and a scripted server peer.
+
+``plugin_browser`` starts Debian's Chromium with ``plugin/`` loaded
+(``--load-extension``, new headless), in a profile of its own, and gives the
+extension's service worker, its id and helpers to pair it through its
+options page and read its state. ``ScriptedServer`` is a WebSocket peer that
+speaks SPEC §6 from the server's side as a test scripts it (close codes,
+repeated deliveries), counting the connections it gets; the end-to-end tests
+use a running Conductor instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from websockets.sync.server import Server, ServerConnection, serve
+
+from tests.browser import CHROMIUM_ARGS
+from tests.server import ROOT
+
+PLUGIN = ROOT / "plugin"
+WAIT_MS = 30_000
+
+
+@dataclass
+class PluginBrowser:
+    context: Any
+    worker: Any
+    extension_id: str
+
+    def pause(self, seconds: float) -> None:
+        """Wait while Playwright goes on serving routes (a plain sleep would stall every mock page)."""
+        self.context.pages[0].wait_for_timeout(seconds * 1000)
+
+    def extension_url(self, path: str) -> str:
+        return f"chrome-extension://{self.extension_id}/{path}"
+
+    def pair(self, server_url: str, client_id: str, token: str, *, read_streams: bool = True) -> None:
+        """Fill in and save the options page, as a person does."""
+        page = self.context.new_page()
+        page.goto(self.extension_url("options/options.html"))
+        page.fill("#server-url", server_url)
+        page.fill("#client-id", client_id)
+        page.fill("#token", token)
+        if not read_streams:
+            page.uncheck("#read-streams")
+        page.click("#save")
+        page.wait_for_function("document.getElementById('saved').textContent.startsWith('Saved')")
+        page.close()
+
+    def storage(self, area: str = "local") -> dict[str, Any]:
+        return self.worker.evaluate(f"chrome.storage.{area}.get(null)")
+
+    def status(self) -> dict[str, Any]:
+        return self.storage("session").get("status") or {}
+
+    def badge(self) -> str:
+        return self.worker.evaluate("chrome.action.getBadgeText({})")
+
+    def wait_for_state(self, state: str, timeout: float = WAIT_MS / 1000) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if (status := self.status()).get("state") == state:
+                return status
+            self.pause(0.1)
+        raise AssertionError(f"the plugin did not become {state!r}; it is {self.status()}")
+
+    def popup_text(self) -> str:
+        page = self.context.new_page()
+        page.goto(self.extension_url("popup/popup.html"))
+        page.wait_for_function("document.getElementById('state').textContent !== '…'")
+        text = page.inner_text("body")
+        page.close()
+        return text
+
+    def open_chat(self, app) -> Any:
+        """A tab showing ``app``'s conversation, once the plugin's content script is running in it."""
+        page = self.context.new_page()
+        page.set_default_timeout(WAIT_MS)
+        page.goto(app.page_url)
+        page.wait_for_function("typeof window.mockChat === 'object'")
+        # The content script loads as a module after the hook handed over its port.
+        page.wait_for_timeout(300)
+        return page
+
+
+@contextlib.contextmanager
+def plugin_browser(chromium: str, profile: Path) -> Iterator[PluginBrowser]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(profile), executable_path=chromium, headless=True,
+            args=[*CHROMIUM_ARGS, f"--disable-extensions-except={PLUGIN}", f"--load-extension={PLUGIN}"],
+        )
+        try:
+            workers = context.service_workers
+            worker = workers[0] if workers else context.wait_for_event("serviceworker", timeout=WAIT_MS)
+            yield PluginBrowser(context=context, worker=worker, extension_id=worker.url.split("/")[2])
+        finally:
+            context.close()
+
+
+@dataclass
+class ScriptedServer:
+    """A server peer on a free port. ``on_hello`` decides what a hello gets:
+    ``None`` accepts it; a close code closes the socket with that code."""
+
+    on_hello: Callable[[dict[str, Any]], int | None] = lambda hello: None
+    ack_final_messages: bool = True
+    # How to wait: a test with a browser passes PluginBrowser.pause, so that routes are served meanwhile.
+    sleep: Callable[[float], None] = time.sleep
+    connections: int = 0
+    hellos: list[dict[str, Any]] = field(default_factory=list)
+    received: list[dict[str, Any]] = field(default_factory=list)
+    _server: Server | None = None
+    _current: ServerConnection | None = None
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __enter__(self) -> ScriptedServer:
+        self._server = serve(self._serve, "127.0.0.1", 0)
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._server.shutdown()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._server.socket.getsockname()[1]}"
+
+    def _serve(self, connection: ServerConnection) -> None:
+        with self._lock:
+            self.connections += 1
+        hello = json.loads(connection.recv())
+        with self._lock:
+            self.hellos.append(hello)
+        code = self.on_hello(hello)
+        if code is not None:
+            connection.send(json.dumps({"type": "error", "code": "unauthorized", "detail": "scripted"}))
+            connection.close(code, "scripted")
+            return
+        connection.send(json.dumps({"type": "hello.ok", "client_id": hello.get("client_id"), "server_time": 0}))
+        self._current = connection
+        with contextlib.suppress(Exception):
+            for raw in connection:
+                frame = json.loads(raw)
+                with self._lock:
+                    self.received.append(frame)
+                if frame.get("type") == "ping":
+                    connection.send(json.dumps({"type": "pong"}))
+                elif frame.get("type") == "browser.final_message" and self.ack_final_messages:
+                    connection.send(json.dumps({
+                        "type": "ack", "id": frame["id"], "message_id": str(len(self.received)),
+                        "instructions": 0, "duplicate": False,
+                    }))
+
+    def send(self, frame: dict[str, Any]) -> None:
+        self._current.send(json.dumps(frame))
+
+    def close_current(self, code: int) -> None:
+        self._current.close(code, "scripted")
+
+    def frames(self, type_: str) -> list[dict[str, Any]]:
+        with self._lock:
+            return [frame for frame in self.received if frame.get("type") == type_]
+
+    def wait_for_frames(self, type_: str, count: int = 1, timeout: float = WAIT_MS / 1000) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if len(found := self.frames(type_)) >= count:
+                return found
+            self.sleep(0.05)
+        raise AssertionError(f"expected {count} {type_} frames, got {self.frames(type_)}")

@@ -1,0 +1,247 @@
+"""The reference plugin in real headless Chromium, against a scripted server peer.
+
+Mock chat pages at the real origins (``chat_apps.py``); the plugin is paired
+through its options page. What the plugin does on its own is tested here;
+the round trips through a running Conductor are in ``test_round_trip.py``.
+"""
+
+import json
+import time
+
+import pytest
+
+from tests.browser import require_chromium
+from tests.plugin.chat_apps import chat_app
+from tests.plugin.extension import ScriptedServer, plugin_browser
+
+TOKEN = "plugin-token-that-no-page-may-read-7c1f"
+BAA = "I'll check.\n\n```baa\necho\n{\"step\": 1}\n```\n"
+BAA_HTML = '<p>I\'ll check.</p><pre><code class="language-baa">echo\n{"step": 1}\n</code></pre>'
+
+
+@pytest.fixture
+def chromium():
+    return require_chromium()
+
+
+@pytest.fixture
+def browser(chromium, tmp_path):
+    with plugin_browser(chromium, tmp_path / "profile") as browser:
+        yield browser
+
+
+@pytest.fixture
+def server(browser):
+    with ScriptedServer(sleep=browser.pause) as server:
+        yield server
+
+
+def paired(browser, server, **options):
+    browser.pair(server.url, "laptop", TOKEN, **options)
+    browser.wait_for_state("connected")
+
+
+@pytest.mark.parametrize("platform", ["claude", "chatgpt", "gemini"])
+def test_a_finished_answer_is_sent_from_the_stream_with_its_ids(browser, server, platform):
+    paired(browser, server)
+    app = chat_app(platform)
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    app.answer_next(BAA)
+    page.evaluate("mockChat.ask('What next?', {html: %s})" % json.dumps(BAA_HTML))
+
+    [frame] = server.wait_for_frames("browser.final_message")
+    assert frame["platform"] == platform
+    assert frame["capture"] == "network"
+    assert frame["text"] == BAA
+    assert frame["conversation_id"] == app.conversation
+    assert frame["page_url"] == app.page_url
+    assert frame["title"] == app.title
+    assert frame["message_id"]
+    [hello] = server.hellos
+    assert hello["capabilities"] == ["proxy_delivery"]
+    assert set(hello["adapters"]) == {"claude", "chatgpt", "gemini"}
+    # The ack empties the outbox.
+    deadline = time.monotonic() + 10
+    while browser.storage().get("outbox", {}).get("frames") and time.monotonic() < deadline:
+        browser.pause(0.1)
+    assert browser.storage()["outbox"]["frames"] == []
+
+
+def test_a_stream_cut_before_its_end_sends_nothing(browser, server):
+    paired(browser, server)
+    app = chat_app("claude")
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    app.answer_next("Half an answer with ```baa\necho\n", is_cut=True)
+    page.evaluate("mockChat.ask('first', {html: '<p>Half an answer</p>'})")
+    page.evaluate("mockChat.ask('first', {html: '<p>Aborted</p>', abort: true})")
+    app.answer_next("The whole second answer.")
+    page.evaluate("mockChat.ask('second', {html: '<p>The whole second answer.</p>'})")
+
+    server.wait_for_frames("browser.final_message")
+    browser.pause(2)  # past the page-reading grace period of the first answers
+    assert [frame["text"] for frame in server.frames("browser.final_message")] == ["The whole second answer."]
+
+
+@pytest.mark.parametrize("platform", ["claude", "chatgpt", "gemini"])
+def test_the_page_is_read_when_stream_reading_is_off(browser, server, platform):
+    paired(browser, server, read_streams=False)
+    app = chat_app(platform)
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    app.answer_next(BAA)
+    page.evaluate("mockChat.ask('What next?', {html: %s})" % json.dumps(BAA_HTML))
+
+    [frame] = server.wait_for_frames("browser.final_message")
+    assert frame["capture"] == "dom"
+    assert frame["conversation_id"] == app.conversation
+    assert '```baa\necho\n{"step": 1}\n```' in frame["text"]
+
+
+def test_frames_not_acknowledged_are_sent_again_after_a_reconnect(browser, server):
+    server.ack_final_messages = False
+    paired(browser, server)
+    app = chat_app("claude")
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    app.answer_next("Kept until acknowledged.")
+    page.evaluate("mockChat.ask('q', {html: '<p>Kept until acknowledged.</p>'})")
+    [first] = server.wait_for_frames("browser.final_message")
+    assert [frame["id"] for frame in browser.storage()["outbox"]["frames"]] == [first["id"]]
+
+    server.ack_final_messages = True
+    server.close_current(1011)  # the server went away without acknowledging
+    frames = server.wait_for_frames("browser.final_message", 2)
+    assert frames[1]["id"] == first["id"] and frames[1]["text"] == first["text"]
+    assert server.connections == 2
+
+
+def test_a_repeated_delivery_key_is_posted_once(browser, server):
+    paired(browser, server)
+    app = chat_app("claude")
+    app.install(browser.context)
+    browser.open_chat(app)
+    request = {
+        "method": "POST",
+        "url": f"https://claude.ai/api/organizations/{app.organization}/chat_conversations/{app.conversation}/completion",
+        "headers": {"Content-Type": "application/json", "anthropic-device-id": "{{page:device_id}}"},
+        "body": json.dumps({"prompt": "```baa-result\n{}\n```", "parent_message_uuid": "p-1", "timezone": "{{page:timezone}}"}),
+    }
+    delivery = {"type": "browser.proxy_delivery", "delivery_key": "task-1", "platform": "claude",
+                "conversation_id": app.conversation, "text": "results", "request": request, "timeout_ms": 10_000}
+    server.send({**delivery, "request_id": "r-1"})
+    [first] = server.wait_for_frames("browser.proxy_delivery.result")
+    server.send({**delivery, "request_id": "r-2"})
+    results = server.wait_for_frames("browser.proxy_delivery.result", 2)
+
+    assert [(result["request_id"], result["ok"], result["status"]) for result in results] == [
+        ("r-1", True, 200), ("r-2", True, 200)], [result["error"] for result in results]
+    assert len(app.deliveries()) == 1
+    posted = json.loads(app.deliveries()[0].body)
+    assert posted["timezone"]  # filled from the page
+    assert "anthropic-device-id" not in {name.lower() for name in app.deliveries()[0].headers}
+
+
+def test_a_delivery_opens_the_conversation_when_no_tab_shows_it(browser, server):
+    # Playwright routes a tab the extension opens only from its second
+    # navigation, so this also proves that a tab which loaded an error page
+    # is reloaded once.
+    paired(browser, server)
+    app = chat_app("chatgpt")
+    app.install(browser.context)
+    request = {
+        "method": "POST", "url": "https://chatgpt.com/backend-api/f/conversation",
+        "headers": {"Content-Type": "application/json", "Authorization": "Bearer {{page:access_token}}"},
+        "body": json.dumps({"action": "next", "conversation_id": app.conversation, "parent_message_id": "p-1",
+                            "messages": [{"id": "u-1", "content": {"parts": ["```baa-result\n{}\n```"]}}]}),
+    }
+    server.send({"type": "browser.proxy_delivery", "request_id": "r-1", "delivery_key": "task-2", "platform": "chatgpt",
+                 "conversation_id": app.conversation, "text": "results", "request": request, "timeout_ms": 20_000})
+    [result] = server.wait_for_frames("browser.proxy_delivery.result")
+    assert result["ok"] is True, result
+    [posted] = app.deliveries()
+    assert posted.headers["authorization"] == f"Bearer {app.access_token}"
+    assert any(page.url == app.page_url for page in browser.context.pages)
+
+
+def test_a_page_value_the_page_lacks_is_answered_page_value_missing(browser, server):
+    paired(browser, server)
+    app = chat_app("gemini")
+    app.install(browser.context)
+    browser.open_chat(app)
+    request = {"method": "POST", "url": "https://gemini.google.com/_/x/StreamGenerate?rt=c",
+               "headers": {"Content-Type": "application/x-www-form-urlencoded"},
+               "body": "at={{page:at_token}}&f.req={{page:chat_metadata.context_token}}"}
+    server.send({"type": "browser.proxy_delivery", "request_id": "r-1", "delivery_key": "task-3", "platform": "gemini",
+                 "conversation_id": app.conversation, "text": "results", "request": request, "timeout_ms": 10_000})
+    [result] = server.wait_for_frames("browser.proxy_delivery.result")
+    assert result["ok"] is False
+    assert result["error_code"] == "page_value_missing"
+    assert "chat_metadata.context_token" in result["error"]
+    assert app.posted == []
+
+
+@pytest.mark.parametrize("code", [4401, 4403])
+def test_a_refused_token_shows_token_refused_and_stops_reconnecting(browser, code):
+    with ScriptedServer(on_hello=lambda hello: code, sleep=browser.pause) as server:
+        browser.pair(server.url, "laptop", TOKEN)
+        status = browser.wait_for_state("refused")
+        assert "token refused" in status["detail"]
+        browser.pause(5)
+        assert server.connections == 1
+        assert browser.badge() == "key"
+        assert "token refused" in browser.popup_text()
+
+
+def test_another_window_taking_over_is_not_fought(browser, server):
+    paired(browser, server)
+    server.close_current(4409)
+    status = browser.wait_for_state("paused")
+    assert "took over" in status["detail"]
+    browser.pause(5)
+    assert server.connections == 1
+    assert browser.badge() == "off"
+
+
+def test_new_options_end_the_hold_off(browser):
+    refuse_wrong = lambda hello: 4401 if hello["token"] == "wrong" else None  # noqa: E731
+    with ScriptedServer(on_hello=refuse_wrong, sleep=browser.pause) as server:
+        browser.pair(server.url, "laptop", "wrong")
+        browser.wait_for_state("refused")
+        browser.pair(server.url, "laptop", TOKEN)
+        browser.wait_for_state("connected")
+        assert [hello["token"] for hello in server.hellos] == ["wrong", TOKEN]
+
+
+def test_a_page_cannot_read_the_token(browser, server):
+    paired(browser, server)
+    app = chat_app("claude")
+    app.install(browser.context)
+    # A page script that records every message and event the page can see, from its first moment.
+    browser.context.add_init_script("""
+        window.__seen = [];
+        for (const type of ['message', 'conductor', 'storage']) {
+          window.addEventListener(type, (event) => window.__seen.push(JSON.stringify(event.data ?? event.detail ?? null)), true);
+        }
+    """)
+    page = browser.open_chat(app)
+    app.answer_next(BAA)
+    page.evaluate("mockChat.ask('What next?', {html: %s})" % json.dumps(BAA_HTML))
+    server.wait_for_frames("browser.final_message")
+
+    seen = page.evaluate("""() => JSON.stringify({
+        seen: window.__seen,
+        html: document.documentElement.outerHTML,
+        cookie: document.cookie,
+        local: Object.entries(localStorage),
+        session: Object.entries(sessionStorage),
+        globals: Object.keys(window).filter((key) => key.toLowerCase().includes('conductor')),
+        chromeStorage: typeof globalThis.chrome?.storage,
+        chromeRuntime: typeof globalThis.chrome?.runtime?.sendMessage,
+    })""")
+    assert TOKEN not in seen
+    found = json.loads(seen)
+    assert found["chromeStorage"] == "undefined"
+    assert found["chromeRuntime"] == "undefined"
+    assert found["globals"] == []
