@@ -61,7 +61,7 @@ function send(prompt, signal) {
 }
 
 window.mockChat = {
-  /** Asks as a person would; the answer's stream comes from the mock endpoint. */
+  /** Asks as a person would (the answer's stream comes from the mock endpoint); returns when the stream ended (ms). */
   async ask(prompt, { html = "", abort = false, holdMs = 600 } = {}) {
     const turn = newTurn();
     writing(true, turn);
@@ -70,8 +70,10 @@ window.mockChat = {
     const controller = new AbortController();
     const answered = send(prompt, controller.signal);
     if (abort) controller.abort();
+    let streamEndedAt = null;
     try {
       const body = await answered;
+      streamEndedAt = Date.now();
       leaf = CONFIG.leafFrom(body) || leaf;
     } catch {
       // The app shows what it had; the turn is not final.
@@ -79,6 +81,7 @@ window.mockChat = {
     (turn.querySelector(CONFIG.content) || turn).innerHTML = html;
     await held;
     writing(false, turn);
+    return streamEndedAt;
   },
 };
 """

@@ -1,0 +1,98 @@
+"""Stream end → ack: from a chat page's answer stream ending to the plugin's service worker
+receiving Conductor's ``ack`` for it, in real Chromium with the reference plugin.
+
+Starts ``manage.py serve`` (daphne + the django-q2 cluster) on the configured
+database and channel layer, loads ``plugin/`` into Debian's Chromium (as the
+browser tests do), pairs it through its options page, and has a mock Claude
+page (``tests/plugin/chat_apps.py``, served at https://claude.ai through
+Playwright's routing) stream --messages answers one at a time, each with one
+``echo`` block. Each latency is the page's clock when its stream ended to the
+worker's clock when the ack arrived (one machine, one clock). Prints p50, p90
+and max in milliseconds.
+
+    uv run python bench/plugin_ack_latency.py [--messages 50]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench REDIS_URL=redis://127.0.0.1:6379/14 \\
+        uv run python bench/plugin_ack_latency.py
+"""
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.common import running_server, setup_django  # noqa: E402
+
+CLIENT_ID = "bench-plugin"
+
+
+def prepare() -> str:
+    setup_django()
+    from django.core.management import call_command
+
+    from ingest.models import PluginClient
+    from ingest.services.clients import plugin_client_create
+
+    call_command("migrate_all", verbosity=0)
+    PluginClient.objects.filter(client_id=CLIENT_ID).delete()
+    _, token = plugin_client_create(name=CLIENT_ID)
+    return token
+
+
+def measure(server_url: str, token: str, count: int, warmup: int) -> list[int]:
+    from tests.browser import CHROMIUM
+    from tests.plugin.chat_apps import chat_app
+    from tests.plugin.extension import plugin_browser
+
+    if not CHROMIUM:
+        raise SystemExit("Chromium is not installed (apt-get install chromium)")
+    latencies = []
+    with tempfile.TemporaryDirectory() as profile, plugin_browser(CHROMIUM, Path(profile)) as browser:
+        app = chat_app("claude")
+        app.install(browser.context)
+        browser.pair(server_url, CLIENT_ID, token)
+        browser.wait_for_state("connected")
+        page = browser.open_chat(app)
+        last_id = None
+        for n in range(warmup + count):
+            text = f"Step {n}.\n\n```baa\necho\n{{\"n\": {n}}}\n```\n"
+            app.answer_next(text)
+            ended_at = page.evaluate("mockChat.ask('next', {holdMs: 0})")
+            deadline = time.monotonic() + 30
+            while True:
+                acks = browser.storage("session").get("acks", [])
+                if acks and acks[-1]["id"] != last_id:
+                    last_id = acks[-1]["id"]
+                    break
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"no ack for message {n}")
+                browser.pause(0.005)
+            if n >= warmup:
+                latencies.append(acks[-1]["at"] - ended_at)
+    return latencies
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--port", type=int, default=8791)
+    args = parser.parse_args()
+    token = prepare()
+    from django.conf import settings
+
+    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    layer = "redis" if settings.REDIS_URL else "embedded"
+    with running_server(args.port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0"):
+        latencies = measure(f"http://127.0.0.1:{args.port}", token, args.messages, args.warmup)
+    ordered = sorted(latencies)
+    print(f"stream end -> ack ({engine}, {layer} channel layer), {len(latencies)} messages: "
+          f"p50 {statistics.median(ordered):.0f} ms, p90 {ordered[int(len(ordered) * 0.9) - 1]:.0f} ms, "
+          f"max {ordered[-1]:.0f} ms")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""End to end: a mock chat page's answer goes through the reference plugin to a running Conductor and back.
+
+Real processes: ``manage.py serve`` (daphne and the django-q2 cluster) on
+the test databases, Debian's Chromium with ``plugin/`` loaded, mock pages at
+the real origins (``chat_apps.py``). The plugin is paired through its
+options page with a client made as ``create_plugin_client`` makes one.
+"""
+
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from automation.kinds import INSTRUCTION_DELIVER
+from automation.models import AutomationTask, TaskStatus
+from conversations.models import Message
+from ingest.models import PluginClient
+from ingest.services.clients import plugin_client_revoke
+from tests.browser import require_chromium
+from tests.factories import TEST_TOKEN, PluginClientFactory
+from tests.plugin.chat_apps import chat_app
+from tests.plugin.extension import plugin_browser
+from tests.server import running_server, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+WAIT = 60
+ASK = "```baa\necho\n{\"step\": %d}\n```\n"
+ASK_HTML = '<pre><code class="language-baa">echo\n{"step": %d}\n</code></pre>'
+
+
+@pytest.fixture
+def chromium(monkeypatch):
+    # Playwright's sync API keeps an event loop in this thread; the ORM calls
+    # between its steps are plain synchronous ones.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    return require_chromium()
+
+
+@pytest.fixture
+def server_env(tmp_path):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    return {
+        "CONDUCTOR_WORKSPACE": str(workspace), "CONDUCTOR_TICK_SECONDS": "0.5",
+        "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": "0", "CONDUCTOR_RETRY_JITTER_MAX_MS": "0",
+    }
+
+
+def assistant_messages(app):
+    return Message.objects.filter(conversation__platform=app.name, role=Message.Role.ASSISTANT).order_by("pk")
+
+
+def ask(browser, page, app, step):
+    app.answer_next(ASK % step)
+    page.evaluate("([html]) => mockChat.ask('Go on', {html})", [ASK_HTML % step])
+
+
+@pytest.mark.parametrize("platform", ["claude", "chatgpt", "gemini"])
+def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path, server_env, platform):
+    PluginClientFactory(client_id="laptop")
+    app = chat_app(platform)
+    with (
+        running_server(tmp_path, command="serve+cluster", **server_env) as server,
+        plugin_browser(chromium, tmp_path / "profile") as browser,
+    ):
+        app.install(browser.context)
+        browser.pair(server.base_url, "laptop", TEST_TOKEN)
+        browser.wait_for_state("connected")
+        page = browser.open_chat(app)
+        ask(browser, page, app, 1)
+
+        def stored():
+            browser.pause(0.1)
+            return assistant_messages(app).first()
+
+        message = wait_for(stored, "the assistant message in Conductor", WAIT)
+        assert message.capture == Message.Capture.NETWORK
+        assert message.text == ASK % 1
+        assert message.conversation.remote_id == app.conversation
+        assert message.remote_message_id
+
+        def delivered():
+            browser.pause(0.1)
+            return app.deliveries()
+
+        [posted] = wait_for(delivered, "the delivery POST at the mock app", WAIT)
+        assert app.conversation_of(posted) == app.conversation
+        assert app.parent_of(posted) == message.remote_message_id
+        text = app.delivered_text(posted)
+        result = json.loads(re.search(r"```baa-result\n(.*?)\n```", text, re.S).group(1))
+        assert result["ok"] is True and result["tool"] == "echo" and result["result"] == {"step": 1}
+
+        deliver = wait_for(
+            lambda: AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER, status=TaskStatus.SUCCEEDED).first(),
+            "the delivery task to succeed", WAIT,
+        )
+        assert deliver.attempt_count == 1
+        # The app's reply to the delivery is itself a final message, read from its stream.
+        wait_for(lambda: (browser.pause(0.1), assistant_messages(app).count() == 2)[1], "the reply to the results", WAIT)
+        client = PluginClient.objects.get(client_id="laptop")
+        assert client.capabilities == ["proxy_delivery"]
+        assert set(client.adapters) == {"claude", "chatgpt", "gemini"}
+        assert browser.badge() == "on"
+        assert "connected" in browser.popup_text()
+
+
+def test_a_message_sent_while_the_server_is_down_arrives_once_after_it_restarts(chromium, tmp_path, server_env):
+    PluginClientFactory(client_id="laptop")
+    app = chat_app("claude")
+    with plugin_browser(chromium, tmp_path / "profile") as browser:
+        app.install(browser.context)
+        with running_server(tmp_path, **server_env) as server:
+            port = server.port
+            browser.pair(server.base_url, "laptop", TEST_TOKEN)
+            browser.wait_for_state("connected")
+            page = browser.open_chat(app)
+            server.kill()
+            browser.wait_for_state("connecting")
+            ask(browser, page, app, 7)
+            wait_for(lambda: browser.storage().get("outbox", {}).get("frames"), "the message in the outbox")
+        assert not Message.objects.exists()
+
+        with running_server(tmp_path, port=port, **server_env):
+            browser.wait_for_state("connected", timeout=WAIT)
+            wait_for(lambda: (browser.pause(0.1), not browser.storage()["outbox"]["frames"])[1], "the ack", WAIT)
+            assert [message.text for message in assistant_messages(app)] == [ASK % 7]
+
+
+def test_a_revoked_token_shows_token_refused_and_no_reconnect_storm(chromium, tmp_path, server_env):
+    client = PluginClientFactory(client_id="laptop")
+    with (
+        running_server(tmp_path, **server_env) as server,
+        plugin_browser(chromium, tmp_path / "profile") as browser,
+    ):
+        browser.pair(server.base_url, "laptop", TEST_TOKEN)
+        browser.wait_for_state("connected")
+        # Outside Playwright's thread: the revoke tells the socket through the channel layer (async_to_sync).
+        with ThreadPoolExecutor(1) as pool:
+            pool.submit(plugin_client_revoke, client=client, actor="operator").result()
+        status = browser.wait_for_state("refused")
+        assert "token refused" in status["detail"]
+        attempts = status.get("attempts")
+        browser.pause(6)
+        assert browser.status().get("attempts") == attempts
+        # The revoke closed the socket (4403); the plugin did not come back to be refused.
+        assert server.log().count("action=hello_refused") == 0
+        assert "token refused" in browser.popup_text()
