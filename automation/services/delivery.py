@@ -11,7 +11,7 @@ from django.utils import timezone
 from automation.clock import now_ms
 from automation.models import DeliveryRequest
 from conductor_site.logfmt import log_event
-from conversations.models import ConversationLink, Message
+from conversations.models import Conversation, ConversationLink, Message
 from ingest.frames import DeliveryResult
 
 logger = logging.getLogger(__name__)
@@ -70,6 +70,12 @@ def delivered_message_store(
     under it from now on.
     """
     with transaction.atomic():
+        # The conversation's lock first, as ingest takes it: ingest locks the
+        # conversation and then updates the link, while this updates the link
+        # and (PostgreSQL checks deferred foreign keys at commit) then needs
+        # the conversation row. In opposite orders the two deadlock when the
+        # app's reply to this delivery is ingested while it is stored.
+        Conversation.objects.select_for_update().filter(pk=conversation_id).first()
         existing = Message.objects.filter(
             conversation_id=conversation_id, source=Message.Source.CONDUCTOR, raw_frame__delivery_key=task_id
         ).first()

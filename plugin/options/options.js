@@ -33,8 +33,9 @@ form.addEventListener("submit", async (event) => {
     return;
   }
   // Asked here, inside the click: Chrome grants permissions only on a user
-  // gesture. The socket works without it; the permission lets the plugin's
-  // pages read answers from a server that is not on this machine.
+  // gesture. The socket opens without it today; host access keeps a server
+  // on another machine reachable where Chrome's Local Network Access rules
+  // would otherwise ask. A refusal is not an error.
   if (!isLoopback(serverUrl)) {
     const origin = new URL(serverUrl).origin;
     await chrome.permissions.request({ origins: [`${origin}/*`] }).catch(() => false);
