@@ -117,4 +117,22 @@ describe("stream parsers on hostile input", () => {
     parser.feed(new TextDecoder().decode(fixture.bytes).replace("data: [DONE]", `data: ${"x".repeat(MAX_LINE_CHARS + 1)}\n\ndata: [DONE]`));
     assert.equal(parser.finish(), null);
   });
+
+  it("recognise their own shape in every fixture, and no other shape", () => {
+    for (const fixture of all) {
+      const parser = adapterByName(fixture.platform).createStreamParser(fixture.expected.request);
+      parser.feed(new TextDecoder().decode(fixture.bytes));
+      parser.finish();
+      assert.equal(parser.isRecognised(), true, `${fixture.platform}/${fixture.name}`);
+    }
+    const strangers = ['data: {"kind": "a shape from next year"}\n\n', "<html><body>Sign in</body></html>", '{"ok": true}', ""];
+    for (const name of ["claude", "chatgpt", "gemini"]) {
+      for (const body of strangers) {
+        const parser = adapterByName(name).createStreamParser({ requestUrl: "", requestBody: "" });
+        parser.feed(body);
+        assert.equal(parser.finish(), null);
+        assert.equal(parser.isRecognised(), false, `${name}: ${JSON.stringify(body)}`);
+      }
+    }
+  });
 });
