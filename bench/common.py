@@ -34,6 +34,18 @@ def setup_django(*, with_noop_kind: bool = False) -> None:
                                 executor=lambda ctx: Success(None)))
 
 
+def fresh_plugin_client(name: str):
+    """Migrate, then make the plugin client ``name`` anew (an earlier run's is deleted); return (client, token)."""
+    from django.core.management import call_command
+
+    from ingest.models import PluginClient
+    from ingest.services.clients import plugin_client_create
+
+    call_command("migrate_all", verbosity=0)
+    PluginClient.objects.filter(client_id=name).delete()
+    return plugin_client_create(name=name)
+
+
 def child_env(data_dir: str, **extra: str) -> dict[str, str]:
     """Environment for a child server or cluster with its own data folder but our
     databases, channel layer and SECRET_KEY (django-q2 signs queued tasks with it)."""

@@ -30,22 +30,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import running_server, setup_django  # noqa: E402
+from bench.common import fresh_plugin_client, running_server, setup_django  # noqa: E402
 
 CLIENT_ID = "bench-loop"
 
 
 def prepare() -> str:
     setup_django()
-    from django.core.management import call_command
-
     from automation.models import DispatcherState, ToolPolicy
-    from ingest.models import PluginClient
-    from ingest.services.clients import plugin_client_create
 
-    call_command("migrate_all", verbosity=0)
-    PluginClient.objects.filter(client_id=CLIENT_ID).delete()
-    client, token = plugin_client_create(name=CLIENT_ID)
+    client, token = fresh_plugin_client(CLIENT_ID)
     ToolPolicy.objects.create(tool="shell.run", client=client, policy="allow", note="bench/dispatcher_loop.py")
     DispatcherState.objects.update_or_create(
         pk=1, defaults={"run_owner": "", "run_until": None, "standby_owner": "", "standby_until": None}

@@ -24,21 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import running_server, setup_django  # noqa: E402
+from bench.common import fresh_plugin_client, running_server, setup_django  # noqa: E402
 
 CLIENT_ID = "bench-plugin"
 
 
 def prepare() -> str:
     setup_django()
-    from django.core.management import call_command
-
-    from ingest.models import PluginClient
-    from ingest.services.clients import plugin_client_create
-
-    call_command("migrate_all", verbosity=0)
-    PluginClient.objects.filter(client_id=CLIENT_ID).delete()
-    _, token = plugin_client_create(name=CLIENT_ID)
+    _, token = fresh_plugin_client(CLIENT_ID)
     return token
 
 
