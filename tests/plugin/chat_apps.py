@@ -105,6 +105,7 @@ class Posted:
 class Answer:
     text: str
     is_cut: bool = False  # the stream ends before the app's end signal
+    status: int = 200  # another status answers with ``text`` as an HTML page (a challenge, a login)
 
 
 @dataclass
@@ -127,9 +128,9 @@ class ChatApp:
     def install(self, context) -> None:
         context.route(f"{self.origin}/**", self.handle)
 
-    def answer_next(self, text: str, *, is_cut: bool = False) -> None:
+    def answer_next(self, text: str, *, is_cut: bool = False, status: int = 200) -> None:
         with self.lock:
-            self.answers.append(Answer(text, is_cut))
+            self.answers.append(Answer(text, is_cut, status))
 
     def deliveries(self) -> list[Posted]:
         """The POSTs that carried Conductor's results (its text has ``baa-result`` blocks)."""
@@ -148,7 +149,10 @@ class ChatApp:
             with self.lock:
                 self.posted.append(posted)
                 answer = self.answers.popleft() if self.answers else Answer("Noted.")
-            route.fulfill(status=200, content_type=self.stream_type, body=self.stream(answer, posted))
+            if answer.status != 200:
+                route.fulfill(status=answer.status, content_type="text/html; charset=utf-8", body=answer.text)
+            else:
+                route.fulfill(status=200, content_type=self.stream_type, body=self.stream(answer, posted))
         elif (reply := self.page_value(request.method, request.url)) is not None:
             route.fulfill(status=200, content_type="application/json", body=json.dumps(reply))
         else:

@@ -143,6 +143,27 @@ def test_a_repeated_delivery_key_is_posted_once(browser, server):
     assert "anthropic-device-id" not in {name.lower() for name in app.deliveries()[0].headers}
 
 
+def test_a_request_the_app_refuses_as_automated_is_answered_blocked_and_may_be_posted_again(browser, server):
+    paired(browser, server)
+    app = chat_app("chatgpt")
+    app.install(browser.context)
+    browser.open_chat(app)
+    app.answer_next('{"detail": "Unusual activity has been detected from your device. Try again later."}', status=403)
+    body = {"action": "next", "messages": [{"id": "u-1", "content": {"parts": ["```baa-result\n{}\n```"]}}]}
+    request = {"method": "POST", "url": "https://chatgpt.com/backend-api/f/conversation",
+               "headers": {"Content-Type": "application/json"}, "body": json.dumps(body)}
+    delivery = {"type": "browser.proxy_delivery", "delivery_key": "task-4", "platform": "chatgpt",
+                "conversation_id": app.conversation, "text": "results", "request": request, "timeout_ms": 10_000}
+    server.send({**delivery, "request_id": "r-1"})
+    [refused] = server.wait_for_frames("browser.proxy_delivery.result")
+    assert (refused["ok"], refused["status"], refused["error_code"]) == (False, 403, "blocked")
+    # Nothing was posted, so nothing is remembered: the retry posts.
+    server.send({**delivery, "request_id": "r-2"})
+    _, retried = server.wait_for_frames("browser.proxy_delivery.result", 2)
+    assert (retried["ok"], retried["status"], "error_code" in retried) == (True, 200, False)
+    assert len(app.posted) == 2
+
+
 def test_a_delivery_opens_the_conversation_when_no_tab_shows_it(browser, server):
     # Playwright routes a tab the extension opens only from its second
     # navigation, so this also proves that a tab which loaded an error page
