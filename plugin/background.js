@@ -33,6 +33,11 @@ const REPLACED_CODE = 4409;
 /** Error codes that mean the server will never take the frame: it leaves the outbox. */
 const REJECTED_FRAME_CODES = new Set(["invalid", "bad_frame", "too_large", "unknown_type"]);
 const RECENT_ACKS = 50;
+const REMEMBERED_BODY_CHARS = 4096;
+/** The server's bound on a frame (SPEC §6). */
+const MAX_FRAME_BYTES = 1024 * 1024;
+/** Observation times kept for frames not yet acknowledged (the outbox drops some unacknowledged). */
+const MAX_OBSERVED = 1000;
 
 const BADGES = {
   connected: { text: "on", color: "#1a7f37" },
@@ -264,7 +269,11 @@ async function deliver(frame) {
   const performing = performDelivery(frame).catch((error) => ({
     ok: false, status: null, body: null, error: `the delivery failed in the browser: ${error?.message ?? error}`, error_code: null,
   })).then(async (result) => {
-    if (key && isPosted(result)) await deliveries.remember(key, result);
+    // The start of the body is what the server reads (the new message's id,
+    // an early error); all of it, for hundreds of deliveries, would not fit
+    // in chrome.storage.local.
+    const remembered = typeof result.body === "string" ? { ...result, body: result.body.slice(0, REMEMBERED_BODY_CHARS) } : result;
+    if (key && isPosted(result)) await deliveries.remember(key, remembered);
     return result;
   });
   if (key) inFlight.set(key, performing);
@@ -367,8 +376,23 @@ async function queueFinalMessage(message) {
     title: message.title,
     observedAt: message.observed_at,
   });
+  if (new TextEncoder().encode(JSON.stringify(frame)).length > MAX_FRAME_BYTES) {
+    // The server refuses it (SPEC §6 too_large); kept, it would be resent forever.
+    await session.set("lastRejected", { id: frame.id, code: "too_large", detail: "the message is over 1 MiB", at: Date.now() });
+    return;
+  }
+  if (observedAt.size >= MAX_OBSERVED) observedAt.clear();
   observedAt.set(frame.id, Date.parse(frame.observed_at) || Date.now());
-  await outbox.add(frame);
+  try {
+    await outbox.add(frame);
+  } catch (error) {
+    // Storage refused it (full, or the browser is shutting down): send it
+    // once now rather than lose it; it is not resent after a reconnect.
+    console.warn("Conductor: the outbox could not keep a message:", error);
+    await ensureConnected();
+    if (send(frame)) sentOnSocket.add(frame.id);
+    return;
+  }
   await ensureConnected();
   await flush();
 }

@@ -11,16 +11,26 @@
  * @typedef {{id: string, [field: string]: any}} Frame
  */
 
+/**
+ * chrome.storage.local holds 10 MB without the `unlimitedStorage`
+ * permission, and a final message may be up to 1 MiB: the outbox keeps to
+ * part of it, so that a write never fails for want of room.
+ */
+export const DEFAULT_MAX_CHARS = 6 * 1024 * 1024;
+
 export class Outbox {
   /**
    * @param {Store} store
-   * @param {{key?: string, limit?: number}} [options] `limit`: frames kept; past it the oldest go first
+   * @param {{key?: string, limit?: number, maxChars?: number}} [options] `limit`: frames kept;
+   *   `maxChars`: their JSON length together; past either the oldest go first (the newest frame always stays)
    */
-  constructor(store, { key = "outbox", limit = 200 } = {}) {
+  constructor(store, { key = "outbox", limit = 200, maxChars = DEFAULT_MAX_CHARS } = {}) {
     if (!(Number.isInteger(limit) && limit > 0)) throw new RangeError(`outbox limit must be a positive integer, not ${limit}`);
+    if (!(Number.isInteger(maxChars) && maxChars > 0)) throw new RangeError(`outbox maxChars must be a positive integer, not ${maxChars}`);
     this.store = store;
     this.key = key;
     this.limit = limit;
+    this.maxChars = maxChars;
     /** @type {Promise<unknown>} */
     this.tail = Promise.resolve();
   }
@@ -66,7 +76,15 @@ export class Outbox {
         return;
       }
       state.frames.push(frame);
-      const excess = state.frames.length - this.limit;
+      let excess = Math.max(state.frames.length - this.limit, 0);
+      let chars = 0;
+      for (let i = state.frames.length - 1; i >= excess; i--) {
+        chars += JSON.stringify(state.frames[i]).length;
+        if (chars > this.maxChars && i < state.frames.length - 1) {
+          excess = i + 1;
+          break;
+        }
+      }
       if (excess > 0) {
         state.frames.splice(0, excess);
         state.dropped += excess;

@@ -24,6 +24,18 @@ describe("Outbox", () => {
     assert.equal(await outbox.dropped(), 2);
   });
 
+  it("drops the oldest frames past its size bound, but never the newest", async () => {
+    const big = (id) => ({ ...frame(id), text: "x".repeat(400) });
+    const outbox = new Outbox(new MapStore(), { key: "outbox", limit: 100, maxChars: 1000 });
+    for (const id of ["1", "2", "3", "4"]) await outbox.add(big(id));
+    assert.deepEqual((await outbox.pending()).map((kept) => kept.id), ["3", "4"]);
+    assert.equal(await outbox.dropped(), 2);
+    const huge = { ...frame("5"), text: "x".repeat(5000) };
+    await outbox.add(huge);
+    assert.deepEqual(await outbox.pending(), [huge]);
+    assert.equal(await outbox.dropped(), 4);
+  });
+
   it("replaces a frame added again under the same id instead of keeping it twice", async () => {
     const outbox = new Outbox(new MapStore(), { key: "outbox", limit: 3 });
     await outbox.add(frame("a"));
