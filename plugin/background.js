@@ -20,6 +20,8 @@ import { Outbox } from "./lib/outbox.js";
 
 const VERSION = chrome.runtime.getManifest().version;
 const PING_MS = 20_000;
+/** Nothing heard for this long (two pings unanswered, or a hello) means the socket is dead. */
+const SILENCE_MS = 2 * PING_MS + 5_000;
 const RECONNECT_ALARM = "conductor-reconnect";
 /** How long a tab opened for a delivery may take to load its content script. */
 const OPEN_TAB_MS = 30_000;
@@ -68,6 +70,7 @@ const deliveries = new DeliveryMemory(local, { key: "deliveries" });
 let socket = null;
 let isHelloAcknowledged = false;
 let pingTimer = null;
+let lastHeardAt = 0;
 let retryTimer = null;
 let attempt = 0;
 /** @type {Promise<void> | null} */
@@ -140,11 +143,26 @@ function open(settings) {
   socket = ws;
   isHelloAcknowledged = false;
   sentOnSocket = new Set();
+  lastHeardAt = Date.now();
   ws.onopen = () => {
     ws.send(JSON.stringify(helloFrame({ clientId: settings.clientId, token: settings.token, version: VERSION, adapters: ADAPTERS })));
   };
+  // Each ping also checks that the server was heard from lately: a socket
+  // whose network went away without a close would otherwise look open for
+  // minutes. Until hello.ok it checks that the hello was answered.
+  clearInterval(pingTimer);
+  pingTimer = setInterval(() => {
+    if (ws !== socket) return;
+    if (Date.now() - lastHeardAt > SILENCE_MS) {
+      ws.close(4000, "no answer");
+      onClosed(1006).catch(() => {});
+    } else if (isHelloAcknowledged) {
+      send({ type: "ping" });
+    }
+  }, PING_MS);
   ws.onmessage = (event) => {
     if (ws !== socket || typeof event.data !== "string") return;
+    lastHeardAt = Date.now();
     let frame;
     try {
       frame = JSON.parse(event.data);
@@ -228,8 +246,6 @@ const FRAME_HANDLERS = {
   async "hello.ok"() {
     isHelloAcknowledged = true;
     attempt = 0;
-    clearInterval(pingTimer);
-    pingTimer = setInterval(() => send({ type: "ping" }), PING_MS);
     await setStatus("connected");
     await flush();
   },
