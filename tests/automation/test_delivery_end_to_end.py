@@ -74,6 +74,7 @@ def final_message(text, message_id="m1", frame_id="f1"):
     return {
         "type": "browser.final_message", "id": frame_id, "platform": "claude", "conversation_id": "conv-1",
         "organization_id": "org-1", "message_id": message_id, "text": text,
+        "page_url": "https://claude.ai/chat/conv-1",
     }
 
 
@@ -100,6 +101,8 @@ def test_a_message_comes_back_as_one_delivery_with_every_result_in_order(servers
         task = delivery_task()
         assert delivery["delivery_key"] == task.pk
         assert (delivery["platform"], delivery["conversation_id"]) == ("claude", "conv-1")
+        # The page the conversation was seen on, for the plugin to find or open.
+        assert delivery["page_url"] == "https://claude.ai/chat/conv-1"
         assert delivery["request"]["url"].endswith("/organizations/org-1/chat_conversations/conv-1/completion")
         results = parse_results(delivery["text"])
         assert [(r["block"], r["tool"], r["ok"]) for r in results] == [
