@@ -182,7 +182,8 @@ export async function start(portReady) {
       end: () => tracker.streamEnded(message.id, { status: message.status }),
       abort: () => tracker.streamAborted(message.id),
     };
-    if (typeof message.text === "string" || message.phase !== "chunk") handlers[message.phase]?.();
+    if (!Object.hasOwn(handlers, message.phase) || (message.phase === "chunk" && typeof message.text !== "string")) return;
+    handlers[message.phase]();
   });
   // With stream reading switched off in the options the hook watches
   // nothing, and every answer is read from the page.
