@@ -11,6 +11,7 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.db import connections
 
 from automation.kinds import INSTRUCTION_DELIVER
 from automation.models import AutomationTask, TaskStatus
@@ -46,6 +47,14 @@ def server_env(tmp_path):
         "CONDUCTOR_WORKSPACE": str(workspace), "CONDUCTOR_TICK_SECONDS": "0.5",
         "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": "0", "CONDUCTOR_RETRY_JITTER_MAX_MS": "0",
     }
+
+
+def revoke(client):
+    try:
+        plugin_client_revoke(client=client, actor="operator")
+    finally:
+        # This thread's connection would keep PostgreSQL from dropping the test database.
+        connections.close_all()
 
 
 def assistant_messages(app):
@@ -138,7 +147,7 @@ def test_a_revoked_token_shows_token_refused_and_no_reconnect_storm(chromium, tm
         browser.wait_for_state("connected")
         # Outside Playwright's thread: the revoke tells the socket through the channel layer (async_to_sync).
         with ThreadPoolExecutor(1) as pool:
-            pool.submit(plugin_client_revoke, client=client, actor="operator").result()
+            pool.submit(revoke, client).result()
         status = browser.wait_for_state("refused")
         assert "token refused" in status["detail"]
         attempts = status.get("attempts")
