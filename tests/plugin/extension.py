@@ -72,6 +72,16 @@ class PluginBrowser:
             self.pause(0.1)
         raise AssertionError(f"the plugin did not become {state!r}; it is {self.status()}")
 
+    def stop_worker(self, page) -> None:
+        """Stop the extension's service worker, as Chrome stops an idle one (its globals and timers die)."""
+        cdp = self.context.new_cdp_session(page)
+        try:
+            for target in cdp.send("Target.getTargets")["targetInfos"]:
+                if target["type"] == "service_worker" and target["url"].startswith(self.extension_url("")):
+                    cdp.send("Target.closeTarget", {"targetId": target["targetId"]})
+        finally:
+            cdp.detach()
+
     def popup_text(self) -> str:
         page = self.context.new_page()
         page.goto(self.extension_url("popup/popup.html"))

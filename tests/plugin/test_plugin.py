@@ -117,6 +117,27 @@ def test_frames_not_acknowledged_are_sent_again_after_a_reconnect(browser, serve
     assert server.connections == 2
 
 
+def test_frames_not_acknowledged_survive_a_service_worker_restart(browser, server):
+    server.ack_final_messages = False
+    paired(browser, server)
+    app = chat_app("claude")
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    app.answer_next("Kept in storage.")
+    page.evaluate("mockChat.ask('q', {html: '<p>Kept in storage.</p>'})")
+    [first] = server.wait_for_frames("browser.final_message")
+
+    browser.stop_worker(page)
+    # The next answer wakes a new worker, which reconnects and sends both.
+    server.ack_final_messages = True
+    app.answer_next("After the restart.")
+    page.evaluate("mockChat.ask('q', {html: '<p>After the restart.</p>'})")
+    frames = server.wait_for_frames("browser.final_message", 3)
+    assert server.connections == 2
+    assert [(frame["id"], frame["text"]) for frame in frames[1:]][0] == (first["id"], "Kept in storage.")
+    assert frames[2]["text"] == "After the restart."
+
+
 def test_a_repeated_delivery_key_is_posted_once(browser, server):
     paired(browser, server)
     app = chat_app("claude")
