@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connections
 
 from automation.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from automation.models import AutomationTask, TaskStatus
@@ -165,6 +166,9 @@ def test_an_operator_approves_pauses_resumes_and_retries_from_the_admin(
         expect(page.locator(".overview-chart")).to_be_visible()
         page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
         browser.close()
+        # Opened while Playwright's loop ran in this thread, so in its context,
+        # where the test database's teardown would not close them.
+        connections.close_all()
 
     retry = AutomationTask.objects.get(pk=failed.pk).events.get(action="retry")
     assert retry.actor == "operator"

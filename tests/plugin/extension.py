@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from django.core.exceptions import SynchronousOnlyOperation
+from django.db import connections
 from websockets.sync.server import Server, ServerConnection, serve
 
 from tests.browser import CHROMIUM_ARGS
@@ -64,13 +66,20 @@ class PluginBrowser:
     def badge(self) -> str:
         return self.worker.evaluate("chrome.action.getBadgeText({})")
 
-    def wait_for_state(self, state: str, timeout: float = WAIT_MS / 1000) -> dict[str, Any]:
+    def wait_until(self, predicate: Callable[[], Any], what: str, timeout: float = WAIT_MS / 1000) -> Any:
+        """Poll ``predicate`` while routes are served, and return its first true value."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if (status := self.status()).get("state") == state:
-                return status
+            if value := predicate():
+                return value
             self.pause(0.1)
-        raise AssertionError(f"the plugin did not become {state!r}; it is {self.status()}")
+        raise AssertionError(f"timed out waiting for {what}")
+
+    def wait_for_state(self, state: str, timeout: float = WAIT_MS / 1000) -> dict[str, Any]:
+        return self.wait_until(
+            lambda: (status := self.status()).get("state") == state and status,
+            f"the plugin to become {state!r} (it is {self.status()})", timeout,
+        )
 
     def stop_worker(self, page) -> None:
         """Stop the extension's service worker, as Chrome stops an idle one (its globals and timers die)."""
@@ -116,6 +125,12 @@ def plugin_browser(chromium: str, profile: Path) -> Iterator[PluginBrowser]:
             yield PluginBrowser(context=context, worker=worker, extension_id=worker.url.split("/")[2])
         finally:
             context.close()
+            # With Playwright's loop running in this thread, the ORM's
+            # connections opened meanwhile belong to that context, where the
+            # test database's teardown would not close them. A test that did
+            # not allow the ORM there (DJANGO_ALLOW_ASYNC_UNSAFE) opened none.
+            with contextlib.suppress(SynchronousOnlyOperation):
+                connections.close_all()
 
 
 @dataclass

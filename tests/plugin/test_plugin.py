@@ -6,7 +6,6 @@ the round trips through a running Conductor are in ``test_round_trip.py``.
 """
 
 import json
-import time
 
 import pytest
 
@@ -62,10 +61,7 @@ def test_a_finished_answer_is_sent_from_the_stream_with_its_ids(browser, server,
     assert hello["capabilities"] == ["proxy_delivery"]
     assert set(hello["adapters"]) == {"claude", "chatgpt", "gemini"}
     # The ack empties the outbox.
-    deadline = time.monotonic() + 10
-    while browser.storage().get("outbox", {}).get("frames") and time.monotonic() < deadline:
-        browser.pause(0.1)
-    assert browser.storage()["outbox"]["frames"] == []
+    browser.wait_until(lambda: browser.storage()["outbox"]["frames"] == [], "the ack to empty the outbox")
 
 
 def test_a_stream_cut_before_its_end_sends_nothing(browser, server):

@@ -80,21 +80,13 @@ def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path
         page = browser.open_chat(app)
         ask(browser, page, app, 1)
 
-        def stored():
-            browser.pause(0.1)
-            return assistant_messages(app).first()
-
-        message = wait_for(stored, "the assistant message in Conductor", WAIT)
+        message = browser.wait_until(lambda: assistant_messages(app).first(), "the assistant message in Conductor", WAIT)
         assert message.capture == Message.Capture.NETWORK
         assert message.text == ASK % 1
         assert message.conversation.remote_id == app.conversation
         assert message.remote_message_id
 
-        def delivered():
-            browser.pause(0.1)
-            return app.deliveries()
-
-        [posted] = wait_for(delivered, "the delivery POST at the mock app", WAIT)
+        [posted] = browser.wait_until(app.deliveries, "the delivery POST at the mock app", WAIT)
         assert app.conversation_of(posted) == app.conversation
         assert app.parent_of(posted) == message.remote_message_id
         text = app.delivered_text(posted)
@@ -107,7 +99,7 @@ def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path
         )
         assert deliver.attempt_count == 1
         # The app's reply to the delivery is itself a final message, read from its stream.
-        wait_for(lambda: (browser.pause(0.1), assistant_messages(app).count() == 2)[1], "the reply to the results", WAIT)
+        browser.wait_until(lambda: assistant_messages(app).count() == 2, "the reply to the results", WAIT)
         client = PluginClient.objects.get(client_id="laptop")
         assert client.capabilities == ["proxy_delivery"]
         assert set(client.adapters) == {"claude", "chatgpt", "gemini"}
@@ -128,12 +120,12 @@ def test_a_message_sent_while_the_server_is_down_arrives_once_after_it_restarts(
             server.kill()
             browser.wait_for_state("connecting")
             ask(browser, page, app, 7)
-            wait_for(lambda: browser.storage().get("outbox", {}).get("frames"), "the message in the outbox")
+            browser.wait_until(lambda: browser.storage().get("outbox", {}).get("frames"), "the message in the outbox")
         assert not Message.objects.exists()
 
         with running_server(tmp_path, port=port, **server_env):
             browser.wait_for_state("connected", timeout=WAIT)
-            wait_for(lambda: (browser.pause(0.1), not browser.storage()["outbox"]["frames"])[1], "the ack", WAIT)
+            browser.wait_until(lambda: not browser.storage()["outbox"]["frames"], "the ack", WAIT)
             assert [message.text for message in assistant_messages(app)] == [ASK % 7]
 
 
