@@ -151,11 +151,14 @@ def running_server(
             server.kill()
 
 
-def wait_for(predicate, what: str, timeout: float = 60):
-    """Poll ``predicate`` until it returns something true, and return that; fail after ``timeout`` s."""
+def wait_for(predicate, what: str, timeout: float = 60, *, sleep=time.sleep):
+    """Poll ``predicate`` until it returns something true, and return that; fail after ``timeout`` s.
+
+    ``sleep`` waits between polls (a browser test passes one that keeps Playwright serving routes).
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if value := predicate():
             return value
-        time.sleep(0.1)
+        sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")

@@ -25,7 +25,7 @@ from django.db import connections
 from websockets.sync.server import Server, ServerConnection, serve
 
 from tests.browser import CHROMIUM_ARGS
-from tests.server import ROOT
+from tests.server import ROOT, wait_for
 
 PLUGIN = ROOT / "plugin"
 WAIT_MS = 30_000
@@ -68,12 +68,7 @@ class PluginBrowser:
 
     def wait_until(self, predicate: Callable[[], Any], what: str, timeout: float = WAIT_MS / 1000) -> Any:
         """Poll ``predicate`` while routes are served, and return its first true value."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if value := predicate():
-                return value
-            self.pause(0.1)
-        raise AssertionError(f"timed out waiting for {what}")
+        return wait_for(predicate, what, timeout, sleep=self.pause)
 
     def wait_for_state(self, state: str, timeout: float = WAIT_MS / 1000) -> dict[str, Any]:
         return self.wait_until(
