@@ -17,10 +17,12 @@ export HOST PORT
 install:
 	$(UV) sync --frozen
 
-# The plugin's pure modules first (Node 20+). The shell expands the glob:
+# The layers contract first (pyproject.toml, ARCHITECTURE.md), then the
+# plugin's pure modules (Node 20+). The shell expands the glob:
 # Node 20 also searches a directory argument for *.test.js, later versions
 # read arguments as globs, and the explicit list means the same to both.
 test: install
+	$(UV) run --frozen lint-imports --no-cache
 	$(NODE) --test plugin/tests/*.test.js
 	$(UV) run --frozen pytest $(PYTEST_ARGS)
 

@@ -21,9 +21,9 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 
-from automation.clock import now_ms
+from core.clock import now_ms
 from automation.kinds import KindSpec, kinds
 from automation.models import AutomationTask
 from automation.outcomes import (
@@ -33,7 +33,7 @@ from automation.outcomes import (
     Success,
     TerminalFailure,
 )
-from automation.retry import outbound_jitter_ms, retry_delay
+from automation.retry import RetryPolicy, outbound_jitter_ms
 from automation.services.claim import tasks_claim, tasks_reclaim_expired
 from automation.services.dispatcher_state import dispatcher_tick_record
 from automation.services.transitions import (
@@ -45,8 +45,7 @@ from automation.services.transitions import (
     task_start,
     task_succeed,
 )
-from conductor_site.logfmt import log_event
-from ingest.selectors import plugin_client_is_connected
+from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +75,11 @@ class DispatcherConfig:
             retry_jitter_max_ms=settings.CONDUCTOR_RETRY_JITTER_MAX_MS,
         )
 
+    def retry_policy(self, rng: random.Random) -> RetryPolicy:
+        return RetryPolicy(
+            backoff_seconds=self.retry_backoff_seconds, jitter_max_ms=self.retry_jitter_max_ms, rng=rng
+        )
+
     @property
     def heartbeat_seconds(self) -> float:
         # Well before the lease runs out, with room for two missed beats.
@@ -101,6 +105,7 @@ class Dispatcher:
         self.config = config or DispatcherConfig.from_settings()
         self.clock = clock
         self.rng = rng or random.Random()
+        self.retry = self.config.retry_policy(self.rng)
         self.stopping = threading.Event()
         # Set whenever a task of this dispatcher finishes: what it freed (the
         # next block of a conversation, a delivery it created) is due at once,
@@ -124,7 +129,7 @@ class Dispatcher:
     def tick(self) -> TickReport:
         """Reclaim expired leases, claim what is due, start running it. Returns at once."""
         now = self.clock()
-        reclaimed = tasks_reclaim_expired(actor=self.owner, now=now, rng=self.rng)
+        reclaimed = tasks_reclaim_expired(actor=self.owner, now=now, retry=self.retry)
         free_slots = self.config.max_tasks_per_tick - self.in_flight()
         claimed = [] if self.stopping.is_set() else tasks_claim(
             lease_owner=self.owner, now=now, limit=free_slots, lease_ms=self.config.lease_ms
@@ -183,9 +188,9 @@ class Dispatcher:
                 task_release(task.pk, lease_owner=self.owner, reason="dispatcher stopping", now=self.clock())
                 return
             if (
-                spec.is_outbound
+                spec.targets is not None
                 and task.target_client_id is not None
-                and not plugin_client_is_connected(client_id=task.target_client_id)
+                and not spec.targets.is_present(client_id=task.target_client_id)
             ):
                 # Gone since the claim: the task waits for its hello, using no attempt.
                 # (A task with no route at all runs, and its executor fails it.)
@@ -253,25 +258,27 @@ class Dispatcher:
             close_old_connections()
 
     def _record(self, task: AutomationTask, outcome: Outcome) -> None:
+        """Turn the outcome into the task's next state; the kind's follow-up commits with it."""
         now = self.clock()
+        with transaction.atomic():
+            task = self._record_outcome(task, outcome, now)
+            kinds.follow_up(task, actor=self.owner)
+
+    def _record_outcome(self, task: AutomationTask, outcome: Outcome, now: int) -> AutomationTask:
         match outcome:
             case Success(result=result):
-                task_succeed(task.pk, lease_owner=self.owner, result=result, now=now)
-            case RetryableFailure(error=error) if task.attempt_count < task.max_attempts:
-                delay = retry_delay(
-                    attempt_count=task.attempt_count,
-                    backoff_seconds=self.config.retry_backoff_seconds,
-                    jitter_max_ms=self.config.retry_jitter_max_ms,
-                    rng=self.rng,
-                )
-                task_retry_later(
-                    task.pk, lease_owner=self.owner, error=error, retry_at=now + delay.total_ms,
-                    backoff_ms=delay.backoff_ms, jitter_ms=delay.jitter_ms, now=now,
-                )
+                return task_succeed(task.pk, lease_owner=self.owner, result=result, now=now)
             case RetryableFailure(error=error, result=result):
-                task_fail(
+                delay = self.retry.next_delay(attempt_count=task.attempt_count, max_attempts=task.max_attempts)
+                if delay is not None:
+                    return task_retry_later(
+                        task.pk, lease_owner=self.owner, error=error, retry_at=now + delay.total_ms,
+                        backoff_ms=delay.backoff_ms, jitter_ms=delay.jitter_ms, now=now,
+                    )
+                return task_fail(
                     task.pk, lease_owner=self.owner, now=now, result=result,
                     error=f"{error} (attempt {task.attempt_count} of {task.max_attempts}, none left)",
                 )
             case TerminalFailure(error=error, result=result):
-                task_fail(task.pk, lease_owner=self.owner, error=error, result=result, now=now)
+                return task_fail(task.pk, lease_owner=self.owner, error=error, result=result, now=now)
+        raise TypeError(f"an executor returned {outcome!r}, not an Outcome")

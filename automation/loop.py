@@ -39,7 +39,7 @@ from automation.services.dispatcher_state import (
     dispatcher_standby_lease,
 )
 from automation.wake import WakeListener
-from conductor_site.logfmt import log_event
+from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 

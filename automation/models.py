@@ -5,7 +5,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
-from automation.tools.registry import Policy, tools
+from tools.registry import Policy, tools
 
 
 def new_task_id() -> str:
@@ -279,7 +279,7 @@ class DeliveryRequest(models.Model):
     sent_at = models.BigIntegerField()
     answered_at = models.BigIntegerField(null=True, blank=True)
     # The plugin's answer: {ok, status, body, error, error_code}; see
-    # automation.services.delivery.delivery_result_record.
+    # ingest.services.deliveries.delivery_result_record.
     result = models.JSONField(null=True, blank=True)
 
     class Meta:

@@ -34,3 +34,25 @@ def retry_delay(
 def outbound_jitter_ms(*, jitter_max_ms: int, rng: random.Random) -> int:
     """Uniform wait of ``0..jitter_max_ms`` before an outbound task (SPEC §4)."""
     return rng.randint(0, jitter_max_ms)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """The one place that decides whether a failed or interrupted run is tried again, and when.
+
+    Built from the dispatcher's config; the dispatcher and the reclaim of
+    expired leases both ask it, and the transitions only assert its answer.
+    """
+
+    backoff_seconds: tuple[int, ...]
+    jitter_max_ms: int
+    rng: random.Random
+
+    def next_delay(self, *, attempt_count: int, max_attempts: int) -> RetryDelay | None:
+        """The wait before the next run after ``attempt_count`` runs; None when none is left."""
+        if attempt_count >= max_attempts:
+            return None
+        return retry_delay(
+            attempt_count=attempt_count, backoff_seconds=self.backoff_seconds,
+            jitter_max_ms=self.jitter_max_ms, rng=self.rng,
+        )

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from core.registry import Registry
+
 DISPATCH_FUNC = "automation.tasks.dispatch_run"
 
 # The dispatcher loop runs until the cluster stops, so the cluster must never
@@ -9,30 +14,48 @@ DISPATCH_FUNC = "automation.tasks.dispatch_run"
 # (django_q/worker.py and django_q/timeout.py, 1.11).
 DISPATCH_Q_OPTIONS = {"timeout": -1}
 
-SCHEDULES = {
-    # name: (function, schedule type, minutes between runs, keyword arguments)
-    # Every minute a dispatcher loop is started; it returns at once while one
-    # loop ticks and another stands by (automation.loop), so this only fills
-    # a gap: after start-up, or after a worker died.
-    "conductor.dispatch": (DISPATCH_FUNC, "I", 1, {"q_options": DISPATCH_Q_OPTIONS}),
-    "conductor.prune": ("automation.tasks.prune_daily", "D", None, None),
-    "conductor.renew": ("automation.tasks.renew_scheduled", "I", 1, None),
-}
+
+@dataclass(frozen=True)
+class Schedule:
+    """A django-q2 schedule: ``func`` every ``minutes`` (type ``I``) or daily (type ``D``)."""
+
+    name: str
+    func: str
+    schedule_type: str = "I"
+    minutes: int | None = None
+    kwargs: dict[str, Any] | None = None
+
+
+class ScheduleRegistry(Registry[Schedule]):
+    what = "schedule"
+
+
+schedules = ScheduleRegistry()
+# Every minute a dispatcher loop is started; it returns at once while one loop
+# ticks and another stands by (automation.loop), so this only fills a gap:
+# after start-up, or after a worker died.
+schedules.register(Schedule(
+    name="conductor.dispatch", func=DISPATCH_FUNC, minutes=1, kwargs={"q_options": DISPATCH_Q_OPTIONS},
+))
+schedules.register(Schedule(name="conductor.prune", func="automation.tasks.prune_daily", schedule_type="D"))
 
 
 def schedules_register(*, using: str = "default", **kwargs) -> None:
-    """Create or update each schedule by name; safe to run any number of times."""
-    from django.db import router
-    from django_q.models import Schedule
+    """Create or update each registered schedule by name; safe to run any number of times.
 
-    if not router.allow_migrate_model(using, Schedule):
+    Connected to ``post_migrate``, when every app has registered its schedules.
+    """
+    from django.db import router
+    from django_q.models import Schedule as QSchedule
+
+    if not router.allow_migrate_model(using, QSchedule):
         return  # e.g. the channel layer's own database
-    for name, (func, schedule_type, minutes, func_kwargs) in SCHEDULES.items():
-        Schedule.objects.using(using).update_or_create(
-            name=name,
+    for schedule in schedules:
+        QSchedule.objects.using(using).update_or_create(
+            name=schedule.name,
             defaults={
-                "func": func, "schedule_type": schedule_type, "minutes": minutes, "repeats": -1,
-                "kwargs": repr(func_kwargs) if func_kwargs else None,
+                "func": schedule.func, "schedule_type": schedule.schedule_type, "minutes": schedule.minutes,
+                "repeats": -1, "kwargs": repr(schedule.kwargs) if schedule.kwargs else None,
             },
         )
 

@@ -6,29 +6,12 @@ from typing import NamedTuple
 
 from django.db.models import Count, F, Q, QuerySet, Value
 
-from automation.models import AutomationTask, DispatcherState, TaskEvent, TaskStatus, ToolPolicy
-from automation.tools.registry import tools
-
-
-def tool_policy_for(*, tool: str, client_pk: int | None, conversation_pk: int | None) -> str:
-    """The policy that applies to ``tool`` for this client and conversation.
-
-    The most specific ``ToolPolicy`` row wins; without one, the tool's default.
-    Raises ``UnknownTool`` for a tool that is not registered.
-    """
-    default = tools.get(tool).default_policy
-    rows = ToolPolicy.objects.filter(
-        Q(client__isnull=True) | Q(client_id=client_pk),
-        Q(conversation__isnull=True) | Q(conversation_id=conversation_pk),
-        tool=tool,
-    ).values_list("policy", "client_id", "conversation_id")
-    ranked = sorted(rows, key=lambda row: (row[2] is not None, row[1] is not None), reverse=True)
-    return ranked[0][0] if ranked else default
+from automation.models import AutomationTask, DispatcherState, TaskEvent, TaskStatus
 
 
 def dispatcher_state() -> DispatcherState:
-    state, _ = DispatcherState.objects.get_or_create(pk=1)
-    return state
+    """The dispatcher-wide row; an unsaved one with the defaults before anything wrote it."""
+    return DispatcherState.objects.filter(pk=1).first() or DispatcherState(pk=1)
 
 
 def dispatcher_is_paused() -> bool:

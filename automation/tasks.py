@@ -9,7 +9,6 @@ from django.conf import settings
 
 from automation.loop import dispatcher_loop
 from automation.services.prune import prune
-from automation.services.renewal import renewal_project
 
 
 def dispatch_run() -> dict[str, int | bool]:
@@ -39,9 +38,3 @@ def dispatch_run() -> dict[str, int | bool]:
 
 def prune_daily() -> str:
     return str(prune(older_than_days=settings.CONDUCTOR_RETENTION_DAYS))
-
-
-def renew_scheduled() -> dict[str, int]:
-    report = renewal_project()
-    # Counts only: this runs every minute and django-q2 keeps each result.
-    return {"created": len(report.created), "skipped": len(report.skipped)}

@@ -1,8 +1,10 @@
 """Waking a running dispatcher loop across processes, through the channel layer.
 
-Ingest (in the ASGI server) calls ``dispatcher_wake`` after committing new
-tasks; the dispatcher loop (in a django-q2 worker) listens with ``WakeListener``
-and ticks at once instead of at its next scheduled tick.
+Whatever makes tasks due calls ``dispatcher_wake_on_commit``: creating a task
+(``task_create``, whoever calls it), an operator's approve or retry, resuming
+a conversation or the dispatcher. The dispatcher loop (in a django-q2 worker)
+listens with ``WakeListener`` and ticks at once instead of at its next
+scheduled tick.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 
 from asgiref.sync import async_to_sync
 from channels.layers import channel_layers, get_channel_layer
+from django.db import transaction
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +38,23 @@ def dispatcher_wake() -> None:
         async_to_sync(dispatcher_wake_async)()
     except Exception:
         logger.exception("could not wake the dispatcher; the next tick will claim the tasks")
+
+
+def dispatcher_wake_on_commit() -> None:
+    """Wake the dispatcher once the current transaction commits (at once outside one).
+
+    One wake per transaction however many tasks it creates: a wake already
+    waiting for this transaction's commit is not queued again. (Django keeps
+    the callbacks of the open transaction in ``connection.run_on_commit``,
+    and drops those of a rolled-back savepoint, so a rollback never leaves a
+    wake counted that will not happen.)
+    """
+    connection = transaction.get_connection()
+    if connection.in_atomic_block and any(
+        callback is dispatcher_wake for _, callback, _ in connection.run_on_commit
+    ):
+        return
+    transaction.on_commit(dispatcher_wake)
 
 
 class WakeListener:

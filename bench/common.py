@@ -30,7 +30,7 @@ def setup_django(*, with_noop_kind: bool = False) -> None:
         from automation.kinds import KindSpec, always, kinds
         from automation.outcomes import Success
 
-        kinds.register(KindSpec(name=NOOP_KIND, is_outbound=False, lane=None, is_idempotent=always,
+        kinds.register(KindSpec(name=NOOP_KIND, lane=None, is_idempotent=always,
                                 executor=lambda ctx: Success(None)))
 
 

@@ -68,7 +68,7 @@ def idle_ticks(port: int, seconds: float) -> None:
 
 
 def long_command(url: str, token: str, seconds: int) -> None:
-    from automation.kinds import INSTRUCTION_EXECUTE
+    from ingest.services.instructions import INSTRUCTION_EXECUTE
     from automation.models import AutomationTask
     from ingest.simulator import SimulatedPlugin
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db import DatabaseError, connection
 
-from automation.clock import now_ms
+from core.clock import now_ms
 from automation.selectors import dispatcher_last_tick_age_seconds
 from ingest.selectors import plugin_clients_connected
 

@@ -56,9 +56,13 @@ INSTALLED_APPS = [
     "channels",
     "django_q",
     "conductor_site",
+    # Lowest layer first: see ARCHITECTURE.md.
     "conversations",
-    "ingest",
     "automation",
+    "tools",
+    "ingest",
+    "pipelines",
+    "console",
 ]
 
 MIDDLEWARE = [

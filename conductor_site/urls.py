@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from automation.admin_views import dispatcher_pause, overview
+from console.views import dispatcher_pause, overview
 from conductor_site.views import healthz
 
 urlpatterns = [

@@ -5,12 +5,13 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterable
+from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
-from automation.wake import dispatcher_wake
-from conductor_site.logfmt import log_event
-from conversations.models import Conversation, ConversationLink
+from conversations.models import Conversation, ConversationLink, Message
+from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
@@ -83,14 +84,11 @@ def conversations_pause_set(*, conversation_ids: Iterable[int], is_paused: bool,
     """Pause or resume the conversations; return how many changed.
 
     The tasks of a paused conversation are not claimed; they stay pending or
-    waiting (SPEC §4.2). Resuming wakes the dispatcher once this commits, so the
-    held tasks go out at once instead of at the next tick. Conversations
-    already in the asked state are left alone.
+    waiting (SPEC §4.2). Conversations already in the asked state are left
+    alone. Operators call ``automation.services.operator.conversations_pause``,
+    which also wakes the dispatcher when tasks become claimable.
     """
-    with transaction.atomic():
-        changed = _flag_set(conversation_ids=conversation_ids, field="paused", value=is_paused)
-        if changed and not is_paused:
-            transaction.on_commit(dispatcher_wake)
+    changed = _flag_set(conversation_ids=conversation_ids, field="paused", value=is_paused)
     if changed:
         log_event(
             logger,
@@ -137,3 +135,38 @@ def conversation_renewal_policy_set(
         daily_cap=daily_cap,
         actor=actor,
     )
+
+
+def delivered_message_store(
+    *, task_id: str, conversation_id: int, client_pk: int, text: str, frame: dict[str, Any],
+    remote_message_id: str | None,
+) -> Message:
+    """Store a delivered text as the conversation's user message (source ``conductor``), once per task.
+
+    The stored frame (``raw_frame``) carries the delivery key, which makes a
+    second call for the same task return the first message. When the answer
+    revealed the id of the message the platform created, the link replies
+    under it from now on.
+    """
+    with transaction.atomic():
+        # The conversation's lock first, as ingest takes it: ingest locks the
+        # conversation and then updates the link, while this updates the link
+        # and (PostgreSQL checks deferred foreign keys at commit) then needs
+        # the conversation row. In opposite orders the two deadlock when the
+        # app's reply to this delivery is ingested while it is stored.
+        Conversation.objects.select_for_update().filter(pk=conversation_id).first()
+        existing = Message.objects.filter(
+            conversation_id=conversation_id, source=Message.Source.CONDUCTOR, raw_frame__delivery_key=task_id
+        ).first()
+        if existing:
+            return existing
+        message = Message.objects.create(
+            conversation_id=conversation_id, role=Message.Role.USER, source=Message.Source.CONDUCTOR,
+            text=text, raw_frame=frame, client_id=client_pk, received_at=timezone.now(),
+            parent_message_id=frame.get("parent_message_id", ""),
+        )
+        if remote_message_id:
+            ConversationLink.objects.filter(conversation_id=conversation_id, client_id=client_pk).update(
+                last_assistant_message_id=remote_message_id
+            )
+    return message

@@ -21,12 +21,12 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
 
-from automation.services.delivery import (
+from ingest.services.deliveries import (
     delivery_requests_abandon,
     delivery_result_record,
 )
 from automation.wake import dispatcher_wake_async
-from conductor_site.logfmt import log_event
+from core.logfmt import log_event
 from ingest import selectors
 from ingest.blocks import parse_blocks
 from ingest.frames import (

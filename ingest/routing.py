@@ -2,7 +2,7 @@ import logging
 
 from django.urls import path, re_path
 
-from conductor_site.logfmt import log_event
+from core.logfmt import log_event
 from ingest.consumers import PluginConsumer
 
 logger = logging.getLogger(__name__)

@@ -10,10 +10,12 @@ from django.conf import settings
 from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
 
-from automation.models import DeliveryRequest
+from core.clock import datetime_from_ms
+from automation.models import DeliveryRequest, ToolPolicy
 from conversations.models import Message, Platform
 from ingest.models import PluginClient
 from ingest.tokens import HASH_PREFIX, token_matches
+from tools.registry import tools
 
 # A socket that died without a close (its server killed) stops counting after
 # this long at most, whatever the ping interval (SPEC §4).
@@ -36,6 +38,23 @@ def plugin_clients_connected(*, now: dt.datetime | None = None) -> QuerySet[Plug
 
 def plugin_client_is_connected(*, client_id: str, now: dt.datetime | None = None) -> bool:
     return plugin_clients_connected(now=now).filter(client_id=client_id).exists()
+
+
+class PluginTargets:
+    """The ``targets`` of outbound kinds (``automation.kinds.Targets``): plugin clients.
+
+    A client can take a task while it is enabled and connected and was seen
+    within the presence window.
+    """
+
+    def present(self, *, now: int) -> QuerySet:
+        return plugin_clients_connected(now=datetime_from_ms(now)).values("client_id")
+
+    def is_present(self, *, client_id: str) -> bool:
+        return plugin_client_is_connected(client_id=client_id)
+
+
+plugin_targets = PluginTargets()
 
 
 def plugin_client_authenticate(*, client_id: str, token: str) -> PluginClient | None:
@@ -116,3 +135,19 @@ def plugin_client_activity(*, client_pk: int) -> list[PlatformActivity]:
                          last_delivery=delivery_of.get(platform))
         for platform in Platform.values
     ]
+
+
+def tool_policy_for(*, tool: str, client_pk: int | None, conversation_pk: int | None) -> str:
+    """The policy that applies to ``tool`` for this client and conversation.
+
+    The most specific ``ToolPolicy`` row wins; without one, the tool's default.
+    Raises ``UnknownTool`` for a tool that is not registered.
+    """
+    default = tools.get(tool).default_policy
+    rows = ToolPolicy.objects.filter(
+        Q(client__isnull=True) | Q(client_id=client_pk),
+        Q(conversation__isnull=True) | Q(conversation_id=conversation_pk),
+        tool=tool,
+    ).values_list("policy", "client_id", "conversation_id")
+    ranked = sorted(rows, key=lambda row: (row[2] is not None, row[1] is not None), reverse=True)
+    return ranked[0][0] if ranked else default

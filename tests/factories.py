@@ -7,6 +7,7 @@ product does, so every task a test sees has a consistent event log.
 from __future__ import annotations
 
 import datetime as dt
+import random
 
 import factory
 import pytest
@@ -153,3 +154,10 @@ def create_or_skip(model_factory, **fields):
             return model_factory(**fields)
     except (UnicodeEncodeError, DataError) as exc:
         pytest.skip(f"this database cannot store the value: {exc}")
+
+
+def retry_policy(rng=None):
+    """The retry policy a dispatcher builds from the settings, with ``rng`` as its random source."""
+    from automation.dispatcher import DispatcherConfig
+
+    return DispatcherConfig.from_settings().retry_policy(rng or random.Random())

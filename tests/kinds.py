@@ -8,6 +8,7 @@ table (see tests/side_effects.py), then return the outcome named in the payload.
 import time
 
 from automation.kinds import LANE_INSTRUCTIONS, LANE_OUTBOUND, KindSpec, kinds
+from ingest.selectors import plugin_targets
 from automation.outcomes import ExecutionContext, RetryableFailure, Success, TerminalFailure
 
 OUTCOMES = {
@@ -38,14 +39,14 @@ def _idempotent(task) -> bool:
 
 
 TEST_KINDS = [
-    KindSpec(name="test.local", is_outbound=False, lane=None, is_idempotent=_idempotent,
+    KindSpec(name="test.local", lane=None, is_idempotent=_idempotent,
              executor=execute_test_task),
-    KindSpec(name="test.instruction", is_outbound=False, lane=LANE_INSTRUCTIONS, is_guarded=True,
+    KindSpec(name="test.instruction", lane=LANE_INSTRUCTIONS, is_guarded=True,
              is_idempotent=_idempotent, executor=execute_test_task),
-    KindSpec(name="test.outbound", is_outbound=True, lane=LANE_OUTBOUND, is_idempotent=_idempotent,
+    KindSpec(name="test.outbound", lane=LANE_OUTBOUND, targets=plugin_targets, is_idempotent=_idempotent,
              executor=execute_test_task),
     # Registered without an executor: the dispatcher must leave its tasks alone.
-    KindSpec(name="test.unrunnable", is_outbound=False, lane=None, is_idempotent=_idempotent),
+    KindSpec(name="test.unrunnable", lane=None, is_idempotent=_idempotent),
 ]
 
 for spec in TEST_KINDS:

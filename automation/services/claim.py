@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import logging
-import random
 from collections.abc import Collection
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
-from automation.clock import datetime_from_ms
 from automation.kinds import kinds
 from automation.models import (
     CLAIMABLE_STATUSES,
@@ -19,7 +16,7 @@ from automation.models import (
     AutomationTask,
     TaskStatus,
 )
-from automation.retry import retry_delay
+from automation.retry import RetryPolicy
 from automation.selectors import dispatcher_is_paused
 from automation.services.transitions import (
     TransitionError,
@@ -27,13 +24,23 @@ from automation.services.transitions import (
     task_reclaim_interrupted,
     task_reclaim_unstarted,
 )
-from ingest.models import PluginClient
-from ingest.selectors import presence_window
 
 logger = logging.getLogger(__name__)
 
 # Candidates read per free slot: some share a target or lane with a better one.
 CANDIDATES_PER_SLOT = 4
+
+def _target_present(now: int, runnable_kinds: Collection[str]) -> Q:
+    """Outbound tasks whose target can take them now, as their kinds' ``targets`` say."""
+    present = Q(pk__in=[])
+    by_targets: dict[int, tuple[object, list[str]]] = {}
+    for name in runnable_kinds:
+        if (targets := kinds.get(name).targets) is not None:
+            by_targets.setdefault(id(targets), (targets, []))[1].append(name)
+    for targets, names in by_targets.values():
+        present |= Q(kind__in=names, target_client_id__in=targets.present(now=now))
+    return present
+
 
 def _claimable(now: int, runnable_kinds: Collection[str]):
     """Due tasks that may run now, best first.
@@ -55,18 +62,13 @@ def _claimable(now: int, runnable_kinds: Collection[str]):
         target_platform=OuterRef("target_platform"),
         status__in=LEASE_HOLDING_STATUSES,
     )
-    seen_after = datetime_from_ms(now) - presence_window()
-    target_connected = PluginClient.objects.filter(
-        client_id=OuterRef("target_client_id"), enabled=True, connected=True,
-        last_seen_at__gte=seen_after,
-    )
     return (
         AutomationTask.objects.filter(
             status__in=CLAIMABLE_STATUSES, execute_after__lte=now, kind__in=list(runnable_kinds)
         )
         .filter(Q(conversation__isnull=True) | Q(conversation__paused=False))
         .filter(Q(lane__isnull=True) | Q(conversation__isnull=True) | ~Exists(earlier_in_lane))
-        .filter(Q(target_client_id__isnull=True) | (~Exists(target_busy) & Exists(target_connected)))
+        .filter(Q(target_client_id__isnull=True) | (~Exists(target_busy) & _target_present(now, runnable_kinds)))
         .order_by("-priority", "execute_after", "sequence")
     )
 
@@ -120,13 +122,14 @@ def tasks_claim(*, lease_owner: str, now: int, limit: int, lease_ms: int) -> lis
 
 
 def tasks_reclaim_expired(
-    *, actor: str, now: int, rng: random.Random, limit: int = 100
+    *, actor: str, now: int, retry: RetryPolicy, limit: int = 100
 ) -> list[AutomationTask]:
     """Take back tasks whose lease expired (SPEC §4.4); return them in their new state.
 
     A leased task that never started goes back to pending. A running task
     whose worker died used an attempt: it waits to be retried when its kind or
-    tool is idempotent and attempts remain, and fails as interrupted otherwise.
+    tool is idempotent and ``retry`` allows another run, and fails as
+    interrupted otherwise. Each reclaim and its kind's follow-up commit together.
     """
     expired = list(
         AutomationTask.objects.filter(status__in=LEASE_HOLDING_STATUSES, lease_until__lt=now)
@@ -139,21 +142,17 @@ def tasks_reclaim_expired(
                 reclaimed.append(task_reclaim_unstarted(task.pk, actor=actor, now=now))
                 continue
             delay = None
-            if kinds.get(task.kind).is_idempotent(task) and task.attempt_count < task.max_attempts:
-                delay = retry_delay(
-                    attempt_count=task.attempt_count,
-                    backoff_seconds=settings.CONDUCTOR_RETRY_BACKOFF_SECONDS,
-                    jitter_max_ms=settings.CONDUCTOR_RETRY_JITTER_MAX_MS,
-                    rng=rng,
-                )
-            reclaimed.append(
-                task_reclaim_interrupted(
+            if kinds.get(task.kind).is_idempotent(task):
+                delay = retry.next_delay(attempt_count=task.attempt_count, max_attempts=task.max_attempts)
+            with transaction.atomic():
+                task = task_reclaim_interrupted(
                     task.pk, actor=actor, now=now,
                     retry_at=now + delay.total_ms if delay else None,
                     backoff_ms=delay.backoff_ms if delay else None,
                     jitter_ms=delay.jitter_ms if delay else None,
                 )
-            )
+                kinds.follow_up(task, actor=actor)
+            reclaimed.append(task)
         except TransitionError as exc:
             # Its worker renewed the lease, or another dispatcher reclaimed it.
             logger.debug("reclaim skipped task %s: %s", task.pk, exc)

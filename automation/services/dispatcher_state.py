@@ -8,7 +8,8 @@ from django.db.models import Q
 from django.utils import timezone
 
 from automation.models import DispatcherState
-from conductor_site.logfmt import log_event
+from automation.wake import dispatcher_wake_on_commit
+from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +23,10 @@ def dispatcher_tick_record(*, lease_owner: str, now: int) -> None:
 
 
 def dispatcher_pause_set(*, is_paused: bool, actor: str) -> bool:
-    """Switch the global pause; returns whether it changed. While paused nothing is claimed."""
+    """Switch the global pause; returns whether it changed. While paused nothing is claimed.
+
+    Resuming wakes the dispatcher on commit: what waited is due at once.
+    """
     DispatcherState.objects.get_or_create(pk=1)
     changed = bool(
         DispatcherState.objects.filter(pk=1)
@@ -31,6 +35,8 @@ def dispatcher_pause_set(*, is_paused: bool, actor: str) -> bool:
     )
     if changed:
         log_event(logger, "dispatcher_pause" if is_paused else "dispatcher_resume", actor=actor)
+        if not is_paused:
+            dispatcher_wake_on_commit()
     return changed
 
 

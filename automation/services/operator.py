@@ -1,8 +1,10 @@
 """What an operator does to tasks, from the admin or a script (SPEC §2.2, §7).
 
 Each service takes many task ids, moves the eligible ones through the
-transition services with the operator as actor, and reports what it did and
-what it skipped, and why.
+transition services with the operator as actor, runs the kind's follow-up in
+the same transaction (a rejected or cancelled instruction completes its
+message; see ``automation.kinds``), and reports what it did and what it
+skipped, and why. What becomes due wakes the dispatcher on commit.
 """
 
 from __future__ import annotations
@@ -10,8 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from django.db import transaction
+
+from automation.kinds import kinds
 from automation.models import AutomationTask
 from automation.services import transitions as tr
+from automation.wake import dispatcher_wake_on_commit
+from conversations.services import conversations_pause_set
 
 
 @dataclass
@@ -24,11 +31,17 @@ class OperatorReport:
         return f"{len(self.done)} done, {len(self.skipped)} skipped" + (f" ({reasons})" if reasons else "")
 
 
-def _apply(task_ids: Iterable[str], move: Callable[[str], AutomationTask]) -> OperatorReport:
+def _apply(
+    task_ids: Iterable[str], move: Callable[[str], AutomationTask], *, actor: str, makes_due: bool = False
+) -> OperatorReport:
     report = OperatorReport()
     for task_id in task_ids:
         try:
-            move(task_id)
+            with transaction.atomic():
+                task = move(task_id)
+                kinds.follow_up(task, actor=actor)
+                if makes_due:
+                    dispatcher_wake_on_commit()
         except tr.TransitionError as exc:
             report.skipped[task_id] = str(exc).removeprefix(f"task {task_id}: ")
         else:
@@ -38,19 +51,32 @@ def _apply(task_ids: Iterable[str], move: Callable[[str], AutomationTask]) -> Op
 
 def tasks_approve(*, task_ids: Iterable[str], actor: str) -> OperatorReport:
     """Blocked tasks become due at once."""
-    return _apply(task_ids, lambda task_id: tr.task_approve(task_id, actor=actor))
+    return _apply(task_ids, lambda task_id: tr.task_approve(task_id, actor=actor), actor=actor, makes_due=True)
 
 
 def tasks_reject(*, task_ids: Iterable[str], actor: str, reason: str = "") -> OperatorReport:
     """Blocked tasks fail with the operator's reason."""
-    return _apply(task_ids, lambda task_id: tr.task_reject(task_id, actor=actor, reason=reason))
+    return _apply(task_ids, lambda task_id: tr.task_reject(task_id, actor=actor, reason=reason), actor=actor)
 
 
 def tasks_retry(*, task_ids: Iterable[str], actor: str) -> OperatorReport:
     """Failed or cancelled tasks run again, with a fresh set of attempts."""
-    return _apply(task_ids, lambda task_id: tr.task_retry(task_id, actor=actor))
+    return _apply(task_ids, lambda task_id: tr.task_retry(task_id, actor=actor), actor=actor, makes_due=True)
 
 
 def tasks_cancel(*, task_ids: Iterable[str], actor: str) -> OperatorReport:
     """Pending, waiting, blocked or running tasks end; a running one stops at its next heartbeat."""
-    return _apply(task_ids, lambda task_id: tr.task_cancel(task_id, actor=actor))
+    return _apply(task_ids, lambda task_id: tr.task_cancel(task_id, actor=actor), actor=actor)
+
+
+def conversations_pause(*, conversation_ids: Iterable[int], is_paused: bool, actor: str) -> int:
+    """Pause or resume conversations; return how many changed.
+
+    Resuming wakes the dispatcher once this commits, so the held tasks go out
+    at once instead of at the next tick.
+    """
+    with transaction.atomic():
+        changed = conversations_pause_set(conversation_ids=conversation_ids, is_paused=is_paused, actor=actor)
+        if changed and not is_paused:
+            dispatcher_wake_on_commit()
+    return changed

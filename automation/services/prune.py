@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from automation.clock import ms_from_datetime
+from core.clock import ms_from_datetime
 from automation.models import OPEN_STATUSES, TERMINAL_STATUSES, AutomationTask, TaskEvent
-from conductor_site.logfmt import log_event
+from core.logfmt import log_event
 from conversations.models import Message
 
 logger = logging.getLogger(__name__)

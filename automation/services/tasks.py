@@ -14,10 +14,11 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from automation.clock import now_ms, sequence_next
+from core.clock import now_ms, sequence_next
 from automation.kinds import kinds
 from automation.models import AutomationTask, TaskEvent, TaskStatus
-from conductor_site.logfmt import log_event
+from automation.wake import dispatcher_wake_on_commit
+from core.logfmt import log_event
 from conversations.selectors import conversation_route
 
 logger = logging.getLogger(__name__)
@@ -54,6 +55,7 @@ def task_create(
 
     Returns ``(task, created)``. With a ``dedupe_key`` that already exists,
     nothing is written and the existing task is returned with ``created=False``.
+    A created task wakes the dispatcher once the transaction commits.
     """
     spec = kinds.get(kind)
     if status not in INITIAL_STATUSES:
@@ -97,6 +99,7 @@ def task_create(
         if existing is None:
             raise
         return existing, False
+    dispatcher_wake_on_commit()
     log_event(
         logger,
         "create",

@@ -5,7 +5,11 @@ the starting state, applies fencing when the task leaves ``leased`` or
 ``running`` (only the holding ``lease_owner`` may move it), writes one
 ``TaskEvent`` with its actor and one structured log line, and raises a
 ``TransitionError`` subclass when the move is not allowed. Nothing else in the
-code base assigns ``status``.
+code base assigns ``status``. The state machine knows no kind and decides
+nothing: what follows a change is the kind's ``follow_up``, which the callers
+(the dispatcher, the reclaim, the operator services) run in the same
+transaction; whether to retry is the ``RetryPolicy``'s answer, which the
+guards here only assert.
 
 Routing fields (``target_*``) are never touched here; ``task_retarget`` in
 ``automation.services.tasks`` is the one service that changes them.
@@ -20,10 +24,9 @@ from typing import Any
 
 from django.db import transaction
 
-from automation.clock import now_ms
-from automation.kinds import kinds
+from core.clock import now_ms
 from automation.models import LEASE_HOLDING_STATUSES, AutomationTask, TaskEvent, TaskStatus
-from conductor_site.logfmt import log_event
+from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
@@ -139,8 +142,6 @@ def _transition(
             error=error,
             detail=detail or {},
         )
-        if status_to != status_from and (hook := kinds.get(task.kind).on_transition):
-            hook(task, status_from, status_to, actor)
     log_event(
         logger,
         action,
@@ -355,35 +356,24 @@ def task_reclaim_interrupted(
 ) -> AutomationTask:
     """running -> retry_wait or failed when the worker died (its lease expired).
 
-    The run already counted as an attempt. ``retry_at`` is given by the caller
-    only when the task's kind or tool is idempotent: the task then waits to be
-    retried if it has attempts left. Otherwise it fails with an error saying it
-    was interrupted and not re-run; an operator may still retry it.
+    The run already counted as an attempt. The caller gives ``retry_at`` only
+    when the retry policy allows another run (the kind or tool is idempotent
+    and attempts remain): the task then waits to be retried. Otherwise it
+    fails with an error saying it was interrupted and not re-run; an operator
+    may still retry it.
     """
     now = now_ms() if now is None else now
-
-    def outcome(task: AutomationTask) -> str:
-        if retry_at is not None and task.attempt_count < task.max_attempts:
-            return S.RETRY_WAIT
-        return S.FAILED
-
-    def changes(task: AutomationTask) -> dict[str, Any]:
-        if outcome(task) == S.RETRY_WAIT:
-            return {**_CLEAR_LEASE, "execute_after": retry_at}
-        return {**_CLEAR_LEASE, "finished_at": now}
-
+    if retry_at is None:
+        return _transition(
+            task_id, action="reclaim", allowed_from={S.RUNNING}, to_status=S.FAILED, actor=actor,
+            now=now, guard=_lease_expired, changes={**_CLEAR_LEASE, "finished_at": now},
+            error=INTERRUPTED_ERROR,
+        )
     return _transition(
-        task_id,
-        action="reclaim",
-        allowed_from={S.RUNNING},
-        to_status=outcome,
-        actor=actor,
-        now=now,
-        guard=_lease_expired,
-        changes=changes,
-        error=INTERRUPTED_ERROR,
-        backoff_ms=backoff_ms if retry_at is not None else None,
-        jitter_ms=jitter_ms if retry_at is not None else None,
+        task_id, action="reclaim", allowed_from={S.RUNNING}, to_status=S.RETRY_WAIT, actor=actor,
+        now=now, guard=lambda task, now: _lease_expired(task, now) or _attempts_left(task, now),
+        changes={**_CLEAR_LEASE, "execute_after": retry_at}, error=INTERRUPTED_ERROR,
+        backoff_ms=backoff_ms, jitter_ms=jitter_ms,
     )
 
 

@@ -12,7 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
-from conductor_site.logfmt import log_event
+from core.logfmt import log_event
 from ingest.frames import PluginInfo
 from ingest.models import PluginClient
 from ingest.tokens import token_generate, token_hash

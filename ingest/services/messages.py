@@ -11,23 +11,21 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from automation import kinds
 from automation.models import TaskStatus
-from automation.selectors import tool_policy_for
-from automation.services.completion import delivery_key
-from automation.services.tasks import task_create, task_retarget
-from automation.wake import dispatcher_wake
-from automation.tools.registry import Policy, UnknownTool, tools
-from conductor_site.logfmt import log_event
+from automation.services.tasks import task_retarget
 from conversations.models import Conversation, Message
 from conversations.services import (
     conversation_get_locked,
     conversation_link_seen,
     conversation_touch,
 )
+from core.logfmt import log_event
 from ingest.blocks import Block, parse_blocks
 from ingest.frames import FinalMessage
 from ingest.models import Instruction, PluginClient
+from ingest.selectors import tool_policy_for
+from ingest.services.instructions import STATUS_OF_TASK, instruction_task_create, message_delivery_ensure
+from tools.registry import Policy, UnknownTool, tools
 
 logger = logging.getLogger(__name__)
 
@@ -119,8 +117,6 @@ def message_ingest(
             return existing
 
         queued = _queue_blocks(stored, conversation, client, blocks, now)
-        if queued:
-            transaction.on_commit(dispatcher_wake)
 
     log_event(
         logger, "message_ingest", message_id=stored.pk, conversation_id=conversation.pk,
@@ -143,39 +139,29 @@ def _queue_blocks(
     stored: Message, conversation: Conversation, client: PluginClient | None,
     blocks: list[Block], now: dt.datetime,
 ) -> int:
-    """Create an Instruction per block and a task per valid one; return the tasks created."""
+    """Create an Instruction per block and a task per valid one; return the tasks created.
+
+    Each task wakes the dispatcher once the transaction commits.
+    """
     budget = _hourly_budget(conversation, now)
     queued = 0
     for block in blocks:
-        status, error = _judge(block, conversation, client, budget_left=budget - queued)
+        task_status, error = _judge(block, conversation, client, budget_left=budget - queued)
         instruction = Instruction.objects.create(
             message=stored, block_index=block.index, raw_text=block.raw_text,
-            target=block.target, tool=block.tool, params=block.params, status=status, error=error,
+            target=block.target, tool=block.tool, params=block.params,
+            status=Instruction.Status.REJECTED if task_status is None else STATUS_OF_TASK[task_status],
+            error=error,
         )
-        if status == Instruction.Status.REJECTED:
+        if task_status is None:
             continue
-        task_create(
-            kind=kinds.INSTRUCTION_EXECUTE,
-            payload={
-                "instruction_id": instruction.pk, "message_id": stored.pk,
-                "conversation_id": conversation.pk, "target": block.target,
-                "tool": block.tool, "params": block.params,
-            },
-            actor=ACTOR,
-            status=TaskStatus.BLOCKED if status == Instruction.Status.AWAITING_APPROVAL else TaskStatus.PENDING,
-            dedupe_key=f"execute:{instruction.pk}",
-            conversation_id=conversation.pk, message_id=stored.pk, instruction_id=instruction.pk,
+        instruction_task_create(
+            instruction=instruction, conversation_id=conversation.pk, status=task_status, actor=ACTOR
         )
         queued += 1
     if blocks and not queued:
         # Every block was rejected: the chat hears why at once.
-        task_create(
-            kind=kinds.INSTRUCTION_DELIVER,
-            payload={"message_id": stored.pk},
-            actor=ACTOR,
-            dedupe_key=delivery_key(stored.pk),
-            conversation_id=conversation.pk, message_id=stored.pk,
-        )
+        message_delivery_ensure(message_id=stored.pk, conversation_id=conversation.pk, actor=ACTOR)
         queued += 1
     return queued
 
@@ -194,9 +180,9 @@ def _hourly_budget(conversation: Conversation, now: dt.datetime) -> int:
 
 def _judge(
     block: Block, conversation: Conversation, client: PluginClient | None, *, budget_left: int
-) -> tuple[str, str]:
-    """The instruction status of a block and, when rejected, why."""
-    rejected = Instruction.Status.REJECTED
+) -> tuple[str | None, str]:
+    """The status a block's task starts in, or None and why when the block is rejected."""
+    rejected = None
     if block.error:
         return rejected, block.error
     try:
@@ -217,8 +203,8 @@ def _judge(
             "(CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR); wait before sending more"
         )
     if policy == Policy.APPROVE:
-        return Instruction.Status.AWAITING_APPROVAL, ""
-    return Instruction.Status.PENDING, ""
+        return TaskStatus.BLOCKED, ""
+    return TaskStatus.PENDING, ""
 
 
 def ingest_final_message(

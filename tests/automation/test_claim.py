@@ -6,13 +6,13 @@ import random
 import pytest
 from django.utils import timezone
 
-from automation.clock import now_ms
+from core.clock import now_ms
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
 from automation.services.claim import tasks_claim, tasks_reclaim_expired
 from automation.services.dispatcher_state import dispatcher_pause_set
 from automation.services.tasks import task_create
-from tests.factories import ConversationFactory, PluginClientFactory
+from tests.factories import ConversationFactory, PluginClientFactory, retry_policy
 
 pytestmark = pytest.mark.django_db
 
@@ -105,7 +105,7 @@ def test_a_blocked_instruction_never_runs_and_holds_back_the_later_ones(now):
 
     for minutes in (0, 10, 60 * 24):
         assert claim(now + minutes * 60_000) == []
-    assert tasks_reclaim_expired(actor="d1", now=now + 10**9, rng=random.Random()) == []
+    assert tasks_reclaim_expired(actor="d1", now=now + 10**9, retry=retry_policy(random.Random())) == []
     blocked.refresh_from_db()
     assert blocked.status == S.BLOCKED
 
@@ -195,7 +195,7 @@ def test_reclaim_returns_unstarted_tasks_and_keeps_their_target(now):
     connected("laptop")
     task = outbound(ConversationFactory(), now=now)
     claim(now)
-    [reclaimed] = tasks_reclaim_expired(actor="d2", now=now + LEASE + 1, rng=random.Random())
+    [reclaimed] = tasks_reclaim_expired(actor="d2", now=now + LEASE + 1, retry=retry_policy(random.Random()))
     assert reclaimed.pk == task.pk
     assert (reclaimed.status, reclaimed.attempt_count, reclaimed.target_client_id) == (S.PENDING, 0, "laptop")
 
@@ -206,8 +206,8 @@ def test_reclaim_of_an_interrupted_run_retries_only_idempotent_work(now, idempot
     claim(now)
     tr.task_start(task.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
 
-    assert tasks_reclaim_expired(actor="d2", now=now + LEASE - 1, rng=random.Random()) == []
-    [reclaimed] = tasks_reclaim_expired(actor="d2", now=now + LEASE + 1, rng=random.Random(4))
+    assert tasks_reclaim_expired(actor="d2", now=now + LEASE - 1, retry=retry_policy(random.Random())) == []
+    [reclaimed] = tasks_reclaim_expired(actor="d2", now=now + LEASE + 1, retry=retry_policy(random.Random(4)))
     assert (reclaimed.status, reclaimed.attempt_count) == (status, 1)
     event = reclaimed.events.last()
     assert (event.action, event.actor) == ("reclaim", "d2")

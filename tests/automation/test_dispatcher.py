@@ -7,7 +7,7 @@ import time
 import pytest
 from django.utils import timezone
 
-from automation.clock import now_ms
+from core.clock import now_ms
 from automation.dispatcher import Dispatcher, DispatcherConfig
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from automation.clock import now_ms
+from core.clock import now_ms
 from automation.models import AutomationTask, TaskEvent, TaskStatus
 from automation.services.claim import tasks_reclaim_expired
 from automation.services.tasks import task_create
 from tests import side_effects
-from tests.factories import ConversationFactory, PluginClientFactory
+from tests.factories import ConversationFactory, PluginClientFactory, retry_policy
 from tests.procs import database_url, run_in_processes, spawn_process
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -115,8 +115,8 @@ def test_a_dispatcher_killed_mid_run_loses_nothing():
     running = AutomationTask.objects.filter(pk__in=ids, status=S.RUNNING)
     assert running.count() == 6  # killed: nobody wrote an outcome
     leases = list(running.values_list("lease_until", flat=True))
-    assert tasks_reclaim_expired(actor="survivor", now=min(leases) - 1, rng=random.Random()) == []
-    reclaimed = tasks_reclaim_expired(actor="survivor", now=max(leases) + 1, rng=random.Random(1))
+    assert tasks_reclaim_expired(actor="survivor", now=min(leases) - 1, retry=retry_policy(random.Random())) == []
+    reclaimed = tasks_reclaim_expired(actor="survivor", now=max(leases) + 1, retry=retry_policy(random.Random(1)))
 
     assert sorted(t.pk for t in reclaimed) == sorted(ids)
     states = {t.pk: t for t in AutomationTask.objects.filter(pk__in=ids)}
@@ -134,7 +134,7 @@ def test_a_heartbeat_keeps_a_long_task_from_being_reclaimed_by_another_process()
         wait_for(lambda: AutomationTask.objects.get(pk=task.pk).status == S.RUNNING)
         # Another dispatcher keeps looking for expired leases the whole time (lease: 1 s).
         while AutomationTask.objects.get(pk=task.pk).status == S.RUNNING:
-            assert tasks_reclaim_expired(actor="rival", now=now_ms(), rng=random.Random()) == []
+            assert tasks_reclaim_expired(actor="rival", now=now_ms(), retry=retry_policy(random.Random())) == []
             time.sleep(0.1)
     finally:
         process.join(30)

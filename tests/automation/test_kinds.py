@@ -1,16 +1,8 @@
 import pytest
 
-from automation.kinds import (
-    INSTRUCTION_DELIVER,
-    INSTRUCTION_EXECUTE,
-    RENEWAL_DELIVER,
-    DuplicateKind,
-    KindRegistry,
-    KindSpec,
-    UnknownKind,
-    always,
-    kinds,
-)
+from automation.kinds import DuplicateKind, KindRegistry, KindSpec, UnknownKind, always, kinds
+from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from pipelines.renewal import RENEWAL_DELIVER
 from automation.services.tasks import task_create
 from tests.factories import make_task
 
@@ -29,7 +21,7 @@ def test_the_spec_kinds_are_registered_with_their_policies():
 
 def test_duplicate_and_unknown_kinds_raise_clear_errors():
     registry = KindRegistry()
-    spec = KindSpec(name="x", is_outbound=False, lane=None, is_idempotent=always)
+    spec = KindSpec(name="x", lane=None, is_idempotent=always)
     registry.register(spec)
     with pytest.raises(DuplicateKind):
         registry.register(spec)
@@ -39,7 +31,7 @@ def test_duplicate_and_unknown_kinds_raise_clear_errors():
 
 def test_an_executor_is_attached_once_and_makes_the_kind_runnable():
     registry = KindRegistry()
-    registry.register(KindSpec(name="x", is_outbound=False, lane=None, is_idempotent=always))
+    registry.register(KindSpec(name="x", lane=None, is_idempotent=always))
     assert registry.runnable() == []
 
     @registry.executor("x")

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from automation.clock import now_ms
+from core.clock import now_ms
 from automation.dispatcher import Dispatcher, DispatcherConfig
 from automation.loop import LEASE_MIN_SECONDS, dispatcher_loop, lease_seconds
 from automation.models import AutomationTask, DispatcherState, TaskStatus

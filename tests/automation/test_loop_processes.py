@@ -11,7 +11,7 @@ import time
 import pytest
 from websockets.sync.client import connect
 
-from automation.kinds import INSTRUCTION_EXECUTE
+from ingest.services.instructions import INSTRUCTION_EXECUTE
 from automation.models import AutomationTask, DispatcherState, TaskEvent, ToolPolicy
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.procs import spawn_process

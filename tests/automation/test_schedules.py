@@ -17,7 +17,7 @@ def test_the_schedules_are_registered_once_however_often_migrate_runs():
     assert rows == {
         "conductor.dispatch": ("automation.tasks.dispatch_run", "I", 1, -1),
         "conductor.prune": ("automation.tasks.prune_daily", "D", None, -1),
-        "conductor.renew": ("automation.tasks.renew_scheduled", "I", 1, -1),
+        "conductor.renew": ("pipelines.tasks.renew_scheduled", "I", 1, -1),
     }
 
 

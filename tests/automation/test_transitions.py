@@ -253,9 +253,12 @@ def test_reclaimed_non_idempotent_task_fails_as_interrupted():
 
 
 @pytest.mark.django_db
-def test_reclaimed_idempotent_task_without_attempts_left_fails():
+def test_a_reclaim_may_not_retry_a_task_without_attempts_left():
+    # The retry policy decides; the transition only asserts its answer.
     task = make_task(S.RUNNING, max_attempts=1)
-    failed = tr.task_reclaim_interrupted(task.pk, actor="d2", retry_at=LATER + 5000, now=LATER)
+    with pytest.raises(tr.InvalidTransition, match="no attempts left"):
+        tr.task_reclaim_interrupted(task.pk, actor="d2", retry_at=LATER + 5000, now=LATER)
+    failed = tr.task_reclaim_interrupted(task.pk, actor="d2", retry_at=None, now=LATER)
     assert failed.status == S.FAILED
 
 

@@ -8,7 +8,7 @@ from channels.testing import WebsocketCommunicator
 from django.db import OperationalError
 
 from automation.models import DeliveryRequest
-from automation.platforms import ProxyAnswer, platforms
+from platforms import ProxyAnswer, platforms
 from conductor_site.asgi import application
 from conversations.models import Message
 from ingest.models import Instruction, PluginClient

@@ -5,10 +5,10 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from automation import kinds
+from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from automation.models import AutomationTask, ToolPolicy
-from automation.results import message_results_text
-from automation.tools.registry import Policy
+from pipelines.results import message_results_text
+from tools.registry import Policy
 from conversations.models import Conversation, ConversationLink, Message
 from ingest.frames import parse_final_message
 from ingest.models import Instruction
@@ -74,7 +74,7 @@ def test_each_valid_block_becomes_an_instruction_and_a_task_in_order(client):
     for instruction in instructions:
         task = instruction.tasks.get()
         assert (task.kind, task.status, task.conversation_id, task.message_id) == (
-            kinds.INSTRUCTION_EXECUTE, "pending", conversation_id, instruction.message_id,
+            INSTRUCTION_EXECUTE, "pending", conversation_id, instruction.message_id,
         )
         assert task.dedupe_key == f"execute:{instruction.pk}"
         assert task.target_client_id is None  # runs here, not in a browser
@@ -114,7 +114,7 @@ def test_broken_blocks_are_rejected_with_their_error_and_the_chat_is_told_at_onc
     assert not instruction.tasks.exists()
     deliver = AutomationTask.objects.get()
     assert (deliver.kind, deliver.status, deliver.dedupe_key) == (
-        kinds.INSTRUCTION_DELIVER, "pending", f"deliver:{result.message_id}",
+        INSTRUCTION_DELIVER, "pending", f"deliver:{result.message_id}",
     )
     assert (deliver.target_client_id, deliver.target_platform, deliver.target_conversation_id) == (
         "laptop", "claude", "conv-1",
@@ -135,7 +135,7 @@ def test_blocks_past_the_limit_are_stored_as_one_rejection_that_counts_them(clie
     assert rows[-1][2] == OVERFLOW_80000
     # Every block was rejected: one delivery tells the chat, the overflow with the rest.
     deliver = AutomationTask.objects.get()
-    assert deliver.kind == kinds.INSTRUCTION_DELIVER
+    assert deliver.kind == INSTRUCTION_DELIVER
     assert OVERFLOW_80000 in message_results_text(message_id=result.message_id)
 
     again = ingest(text, client)
@@ -151,7 +151,7 @@ def test_valid_blocks_past_the_limit_are_not_queued(client):
     assert (overflow.status, overflow.tool, overflow.raw_text) == ("rejected", "", "")
     assert overflow.error.endswith("; 8 more blocks from line 129 on were ignored")
     assert not overflow.tasks.exists()
-    assert AutomationTask.objects.filter(kind=kinds.INSTRUCTION_EXECUTE).count() == 32
+    assert AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).count() == 32
 
 
 def test_denied_tools_are_rejected(client):
@@ -162,7 +162,7 @@ def test_denied_tools_are_rejected(client):
 
 def test_a_message_with_a_valid_block_gets_no_delivery_at_ingest(client):
     ingest(block("echo") + "\n" + block("nope"), client)
-    assert list(AutomationTask.objects.values_list("kind", flat=True)) == [kinds.INSTRUCTION_EXECUTE]
+    assert list(AutomationTask.objects.values_list("kind", flat=True)) == [INSTRUCTION_EXECUTE]
 
 
 def test_the_same_message_id_again_is_a_duplicate(client):
@@ -204,7 +204,7 @@ def test_force_stores_the_message_again(client):
 def test_a_conversation_seen_on_another_client_takes_its_waiting_deliveries_along(client):
     ingest("first", client)
     conversation = Conversation.objects.get()
-    waiting = make_task(kind=kinds.INSTRUCTION_DELIVER, target_client_id="laptop", target_platform="claude",
+    waiting = make_task(kind=INSTRUCTION_DELIVER, target_client_id="laptop", target_platform="claude",
                         target_conversation_id="conv-1", conversation_id=conversation.pk)
     desktop = PluginClientFactory(client_id="desktop")
 
@@ -237,14 +237,14 @@ def test_the_hourly_limit_is_rolling(client, settings):
 def test_messages_of_a_paused_conversation_are_still_stored_and_queued(client):
     Conversation.objects.create(platform="claude", remote_id="conv-1", paused=True)
     ingest(block("echo"), client)
-    assert AutomationTask.objects.filter(kind=kinds.INSTRUCTION_EXECUTE).count() == 1
+    assert AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).count() == 1
 
 
 def test_the_dispatcher_is_woken_after_commit_only_when_work_was_queued(client, django_capture_on_commit_callbacks):
-    with mock.patch("ingest.services.messages.dispatcher_wake") as wake:
+    with mock.patch("automation.wake.dispatcher_wake") as wake:
         with django_capture_on_commit_callbacks(execute=True):
             ingest("no blocks", client)
         wake.assert_not_called()
         with django_capture_on_commit_callbacks(execute=True):
-            ingest(block("echo"), client, message_id="msg-2")
-        wake.assert_called_once()
+            ingest(block("echo") + "\n" + block("time.now") + "\n" + block("echo"), client, message_id="msg-2")
+        wake.assert_called_once()  # one wake for the three tasks of the transaction

@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connections
 
-from automation.kinds import INSTRUCTION_DELIVER
+from ingest.services.instructions import INSTRUCTION_DELIVER
 from automation.models import AutomationTask, TaskStatus
 from conversations.models import Message
 from ingest.models import PluginClient

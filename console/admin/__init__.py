@@ -1,0 +1,3 @@
+"""The admin of every app, registered from here (``admin.autodiscover`` imports this package)."""
+
+from console.admin import clients, conversations, tasks  # noqa: F401

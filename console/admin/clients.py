@@ -1,0 +1,316 @@
+"""Admin for plugin clients (superusers only) and instructions (SPEC §7).
+
+A plugin client's token is shown once, on the page that answers the create or
+rotate request, and never again: only its hash is stored, and it never goes
+through the messages framework (whose storage is a cookie or the session).
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import ActionLocation
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db.models import Case, Q, When
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import formats, timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
+
+from console.views import format_ms
+from console.helpers import displayable_text, readable_json
+from console.lists import ListColumnsMixin
+from conversations.models import Platform
+from ingest.models import Instruction, PluginClient
+from ingest.selectors import LastDelivery, plugin_client_activity, plugin_clients_connected
+from ingest.services.clients import (
+    PluginClientRevoked,
+    plugin_client_create,
+    plugin_client_revoke,
+    plugin_client_rotate,
+)
+from ingest.tokens import MIN_TOKEN_LENGTH, WeakTokenError
+
+EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
+TOKEN_TEMPLATE = "admin/ingest/pluginclient/token.html"
+# A plugin's error text can be as long as a frame; the client page shows its start.
+ERROR_PREVIEW_CHARS = 300
+
+
+def _text(value) -> str:
+    """A value a plugin sent, as text that encodes (escaping is format_html's job)."""
+    return displayable_text(str(value))
+
+
+def _capture_cell(message) -> str:
+    if message is None:
+        return "-"
+    url = reverse("admin:conversations_message_change", args=[message.pk])
+    return format_html(
+        '{} · {} · <a href="{}">message {}</a>',
+        formats.localize(timezone.template_localtime(message.received_at)),
+        message.get_capture_display() or "capture not said",
+        url, message.pk,
+    )
+
+
+def _delivery_cell(delivery: LastDelivery | None) -> str:
+    if delivery is None:
+        return "-"
+    if delivery.answered_at is None:
+        outcome = "awaiting the answer"
+    elif delivery.ok is True:
+        outcome = format_html("ok (HTTP {})", _text(delivery.status))
+    else:
+        outcome = format_html(
+            "failed{}{}: {}",
+            format_html(" [{}]", _text(delivery.error_code)) if delivery.error_code else "",
+            format_html(" (HTTP {})", _text(delivery.status)) if delivery.status is not None else "",
+            Truncator(_text(delivery.error or "no error given")).chars(ERROR_PREVIEW_CHARS),
+        )
+    url = reverse("admin:automation_automationtask_change", args=[delivery.task_id])
+    return format_html(
+        '{} · {} · sent {} · <a href="{}">task {}</a>',
+        delivery.method, outcome, format_ms(delivery.sent_at), url, _text(delivery.task_id),
+    )
+
+
+class PluginClientCreateForm(forms.Form):
+    name = forms.CharField(
+        max_length=200,
+        help_text="A name for the plugin, e.g. 'laptop chrome'. Its client id is the name as a slug.",
+    )
+    token = forms.CharField(
+        required=False,
+        strip=True,
+        widget=forms.PasswordInput(render_value=False),
+        help_text=f"Leave empty to generate one. At least {MIN_TOKEN_LENGTH} characters.",
+    )
+
+
+@admin.register(PluginClient)
+class PluginClientAdmin(admin.ModelAdmin):
+    list_display = ["client_id", "name", "enabled", "is_connected", "plugin_version", "last_seen_at", "created_at"]
+    list_filter = ["enabled"]
+    search_fields = ["client_id", "name"]
+    ordering = ["client_id"]
+    fields = [
+        "client_id", "name", "enabled", "is_connected", "last_seen_at", "created_at",
+        "plugin_version", "capabilities_shown", "adapters_shown", "activity",
+    ]
+    readonly_fields = fields
+    actions = ["revoke", "rotate"]
+
+    # --- superusers only --------------------------------------------------------------------
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+    has_add_permission = has_view_permission
+
+    def has_change_permission(self, request, obj=None):
+        # Allows the actions; a client's row is never saved from a form, which
+        # could write back a token hash that a rotation just replaced.
+        return obj is None and self.has_view_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoke instead: a deleted client would take its links and policies along
+
+    # --- the list ---------------------------------------------------------------------------
+
+    def get_queryset(self, request):
+        # Presence as the dispatcher sees it (a fresh `last_seen_at`), not the stored flag alone.
+        return super().get_queryset(request).annotate(
+            present=Case(
+                When(Q(pk__in=plugin_clients_connected().values("pk")), then=True),
+                default=False,
+            )
+        )
+
+    @admin.display(description="connected", boolean=True, ordering="present")
+    def is_connected(self, client):
+        return client.present
+
+    # --- what the plugin said in its latest hello, and what it did last ------------------------
+
+    @admin.display(description="capabilities")
+    def capabilities_shown(self, client):
+        if not client.capabilities:
+            return "-"
+        return format_html_join(", ", "{}", ((_text(name),) for name in client.capabilities))
+
+    @admin.display(description="adapters")
+    def adapters_shown(self, client):
+        if not client.adapters:
+            return "-"
+        return format_html_join(
+            ", ", "{}: {}", ((_text(platform), _text(version)) for platform, version in client.adapters.items())
+        )
+
+    @admin.display(description="per platform")
+    def activity(self, client):
+        rows = format_html_join(
+            "",
+            "<tr><th>{}</th><td>{}</td><td>{}</td></tr>",
+            (
+                (Platform(row.platform).label, _capture_cell(row.last_capture), _delivery_cell(row.last_delivery))
+                for row in plugin_client_activity(client_pk=client.pk)
+            ),
+        )
+        return format_html(
+            '<table class="plugin-activity"><thead><tr><th>platform</th><th>last capture</th>'
+            "<th>last delivery</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    # --- create: the token is shown once -------------------------------------------------------
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = PluginClientCreateForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                client, token = plugin_client_create(
+                    name=form.cleaned_data["name"], token=form.cleaned_data["token"] or None
+                )
+            except WeakTokenError as exc:
+                form.add_error("token", str(exc))
+            except ValidationError as exc:
+                form.add_error(None, exc.messages)
+            else:
+                self.log_addition(request, client, "Created; its token was shown once")
+                return self._tokens_page(request, [(client, token)], "created")
+        context = {
+            **self.admin_site.each_context(request),
+            **(extra_context or {}),
+            "title": "Add plugin client",
+            "opts": self.opts,
+            "form": form,
+            "media": self.media + form.media,
+        }
+        return TemplateResponse(request, "admin/ingest/pluginclient/add.html", context)
+
+    def _tokens_page(self, request, issued: list[tuple[PluginClient, str]], verb: str):
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Plugin client token {verb}",
+            "opts": self.opts,
+            "issued": issued,
+            "verb": verb,
+        }
+        return TemplateResponse(request, TOKEN_TEMPLATE, context)
+
+    # --- actions ----------------------------------------------------------------------------
+
+    @admin.action(permissions=["change"], description="Revoke selected clients (closes their sockets)",
+                  location=EVERYWHERE)
+    def revoke(self, request, queryset):
+        selected = list(queryset)
+        eligible = [client for client in selected if client.enabled]
+        for client in eligible:
+            plugin_client_revoke(client=client, actor=request.user.username)
+        self._log(request, eligible, "Revoked; its open socket was closed")
+        if eligible:
+            self.message_user(
+                request, f"Revoked {len(eligible)} client(s): {', '.join(c.client_id for c in eligible)}.",
+                messages.SUCCESS,
+            )
+        if len(selected) > len(eligible):
+            skipped = ", ".join(c.client_id for c in selected if not c.enabled)
+            self.message_user(request, f"Skipped (already revoked): {skipped}.", messages.WARNING)
+
+    @admin.action(permissions=["change"], description="Rotate the token of selected clients",
+                  location=EVERYWHERE)
+    def rotate(self, request, queryset):
+        issued, skipped = [], []
+        for client in queryset:
+            try:
+                issued.append((client, plugin_client_rotate(client=client, actor=request.user.username)))
+            except PluginClientRevoked as exc:
+                skipped.append(str(exc))
+        self._log(request, [client for client, _ in issued], "Rotated its token; its open socket was closed")
+        if skipped:
+            self.message_user(request, "Skipped: " + "; ".join(skipped), messages.WARNING)
+        if issued:
+            return self._tokens_page(request, issued, "rotated")
+        return None
+
+    def _log(self, request, clients, message: str) -> None:
+        if clients:
+            LogEntry.objects.log_actions(
+                user_id=request.user.pk, queryset=clients, action_flag=CHANGE, change_message=message
+            )
+
+
+@admin.register(Instruction)
+class InstructionAdmin(ListColumnsMixin, admin.ModelAdmin):
+    """Every baa block, valid or not; approve or reject held ones through their tasks."""
+
+    list_display = ["__str__", "block_index", "call", "status", "message_link", "created_at"]
+    list_filter = ["status", "tool"]
+    search_fields = ["tool", "raw_text", "error"]
+    ordering = ["-created_at", "-pk"]
+    show_full_result_count = False
+    fields = [
+        "message_link", "block_index", "call", "status", "error", "raw_text_shown", "params_shown", "task_list",
+    ]
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_queryset(self, request):
+        # The page names its message, not its message's text.
+        return super().get_queryset(request).select_related("message__conversation").defer(
+            "message__text", "message__raw_frame"
+        )
+
+    def get_list_queryset(self, queryset):
+        return queryset.only(
+            "block_index", "target", "tool", "status", "created_at", "message__role",
+            "message__conversation__platform", "message__conversation__remote_id", "message__conversation__title",
+        )
+
+    @admin.display(description="tool")
+    def call(self, instruction):
+        if not instruction.tool:
+            return "-"
+        return f"{instruction.target}::{instruction.tool}" if instruction.target else instruction.tool
+
+    @admin.display(description="message", ordering="message__received_at")
+    def message_link(self, instruction):
+        url = reverse("admin:conversations_message_change", args=[instruction.message_id])
+        return format_html('<a href="{}">{}</a>', url, instruction.message)
+
+    @admin.display(description="block")
+    def raw_text_shown(self, instruction):
+        return format_html('<pre style="white-space: pre-wrap">{}</pre>', displayable_text(instruction.raw_text))
+
+    @admin.display(description="params")
+    def params_shown(self, instruction):
+        if instruction.params is None:
+            return "-"
+        return format_html('<pre style="white-space: pre-wrap">{}</pre>', readable_json(instruction.params))
+
+    @admin.display(description="tasks")
+    def task_list(self, instruction):
+        tasks = list(instruction.tasks.order_by("created_at", "pk"))
+        if not tasks:
+            return "-"
+        return format_html_join(
+            ", ",
+            '<a href="{}">{}</a> ({})',
+            ((reverse("admin:automation_automationtask_change", args=[t.pk]), t.task_id, t.status) for t in tasks),
+        )

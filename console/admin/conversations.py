@@ -1,0 +1,410 @@
+"""Admin for conversations and messages (SPEC §7).
+
+Pausing, resuming, renewal on and off, and "renew now" are actions that call
+the services and record the operator in the admin log. Messages, their
+instructions and the instructions' tasks are read-only here.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import ActionLocation
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.db.models import F, Prefetch
+from django.db.models.functions import Substr
+from django.forms.models import BaseInlineFormSet
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.text import Truncator
+
+from automation.models import OPEN_STATUSES, AutomationTask
+from console.helpers import displayable_text, link_or_text, readable_json
+from console.lists import ListColumnsMixin, count_of
+from conversations.models import Conversation, ConversationLink, Message
+from automation.services.operator import conversations_pause
+from conversations.services import conversation_renewal_policy_set, conversations_renewal_set
+from ingest.models import Instruction
+from pipelines.renewal import conversations_renew_now
+
+EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
+RECENT_MESSAGES = 20
+# A runaway chat can put tens of thousands of blocks in one message; its page
+# shows the first ones and links to the instruction list for the rest.
+SHOWN_INSTRUCTIONS = 100
+PREVIEW_CHARS = 120
+RESULT_PREVIEW_CHARS = 2000
+
+
+def _instruction_count():
+    return count_of(Instruction.objects.all(), to="message")
+
+
+def _text_head():
+    """The first characters of a message's text: one more than a preview shows, so the
+    preview knows whether it was cut. Lists fetch this instead of the whole text."""
+    return Substr("text", 1, PREVIEW_CHARS + 1)
+
+
+def _preview(message) -> str:
+    return displayable_text(Truncator(message.text_head).chars(PREVIEW_CHARS))
+
+
+def _change_url(obj) -> str:
+    return reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
+
+
+def _log_change(request, objects, message: str) -> None:
+    """One admin log entry per object, naming the action, by the acting operator."""
+    if objects:
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk, queryset=objects, action_flag=CHANGE, change_message=message
+        )
+
+
+class ReadOnlyInline(admin.TabularInline):
+    """Rows shown with their parent, never edited here.
+
+    Whoever may view the parent may view these rows: a conversation's links
+    and messages, a message's instructions belong to it.
+    """
+
+    extra = 0
+    can_delete = False
+
+    def has_view_permission(self, request, obj=None):
+        return self.admin_site.get_model_admin(self.parent_model).has_view_permission(request, obj)
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+# --- conversations -------------------------------------------------------------------------
+
+
+class ConversationLinkInline(ReadOnlyInline):
+    model = ConversationLink
+    verbose_name_plural = "links (where the conversation was seen; the most recent one routes deliveries)"
+    fields = ["client", "page", "organization_id", "last_assistant_message_id", "last_seen_at"]
+    readonly_fields = fields
+    ordering = ["-last_seen_at", "-pk"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).select_related("client")
+
+    @admin.display(description="page")
+    def page(self, link):
+        # The plugin reports the URL; a hostile page can make it "javascript:...".
+        return link_or_text(link.page_url) if link.page_url else "-"
+
+
+class FirstRowsFormSet(BaseInlineFormSet):
+    """Only the first ``limit`` rows of the inline's ordering."""
+
+    limit: int
+
+    def get_queryset(self):
+        if not hasattr(self, "_first_rows"):
+            self._first_rows = super().get_queryset()[: self.limit]
+            len(self._first_rows)  # evaluate once; the formset indexes it per row
+        return self._first_rows
+
+
+class RecentFormSet(FirstRowsFormSet):
+    limit = RECENT_MESSAGES
+
+
+class FirstInstructionsFormSet(FirstRowsFormSet):
+    limit = SHOWN_INSTRUCTIONS
+
+
+class RecentMessageInline(ReadOnlyInline):
+    model = Message
+    formset = RecentFormSet
+    verbose_name_plural = f"recent messages (the latest {RECENT_MESSAGES}, newest first)"
+    fields = ["received_at", "role", "source", "preview", "instruction_count"]
+    readonly_fields = fields
+    ordering = ["-received_at", "-pk"]
+    show_change_link = True
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).defer("text", "raw_frame").annotate(
+            text_head=_text_head(), n_instructions=_instruction_count()
+        )
+
+    @admin.display(description="text")
+    def preview(self, message):
+        return _preview(message)
+
+    @admin.display(description="instructions")
+    def instruction_count(self, message):
+        return message.n_instructions
+
+
+class ConversationForm(forms.ModelForm):
+    class Meta:
+        model = Conversation
+        fields = ["renewal_idle_seconds", "renewal_text", "renewal_daily_cap"]
+
+
+@admin.register(Conversation)
+class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
+    form = ConversationForm
+    list_display = [
+        "title", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at", "open_tasks",
+    ]
+    list_display_links = ["title", "remote_id"]
+    list_filter = ["platform", "paused", "renewal_enabled"]
+    search_fields = ["remote_id", "title"]
+    ordering = [F("last_activity_at").desc(nulls_last=True), "-pk"]
+    show_full_result_count = False
+    actions = ["pause", "resume", "enable_renewal", "disable_renewal", "renew_now"]
+    inlines = [ConversationLinkInline, RecentMessageInline]
+    fieldsets = [
+        (None, {"fields": [
+            "platform", "remote_id", "title", "paused", "last_activity_at", "created_at",
+            "open_tasks", "related",
+        ]}),
+        ("Renewal", {"fields": [
+            "renewal_enabled", "renewal_idle_seconds", "renewal_text", "renewal_daily_cap",
+        ]}),
+    ]
+    readonly_fields = [
+        "platform", "remote_id", "title", "paused", "last_activity_at", "created_at", "open_tasks",
+        "related", "renewal_enabled",
+    ]
+
+    def has_add_permission(self, request):
+        return False  # conversations come from the plugin
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # their tasks and history stay; `prune` removes old messages
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            n_open_tasks=count_of(AutomationTask.objects.filter(status__in=OPEN_STATUSES), to="conversation")
+        )
+
+    def get_list_queryset(self, queryset):
+        # The columns, and the flags the actions read.
+        return queryset.only(
+            "title", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at",
+        )
+
+    def save_model(self, request, obj, form, change):
+        conversation_renewal_policy_set(
+            conversation=obj,
+            idle_seconds=form.cleaned_data["renewal_idle_seconds"],
+            text=form.cleaned_data["renewal_text"],
+            daily_cap=form.cleaned_data["renewal_daily_cap"],
+            actor=request.user.username,
+        )
+
+    @admin.display(description="open tasks", ordering="n_open_tasks")
+    def open_tasks(self, conversation):
+        url = reverse("admin:automation_automationtask_changelist")
+        return format_html(
+            '<a href="{}?conversation__id__exact={}">{}</a>', url, conversation.pk, conversation.n_open_tasks
+        )
+
+    @admin.display(description="see also")
+    def related(self, conversation):
+        tasks = reverse("admin:automation_automationtask_changelist")
+        messages_url = reverse("admin:conversations_message_changelist")
+        return format_html(
+            '<a href="{}?conversation__id__exact={}">all tasks</a> · '
+            '<a href="{}?conversation__id__exact={}">all messages</a>',
+            tasks, conversation.pk, messages_url, conversation.pk,
+        )
+
+    # --- actions ---------------------------------------------------------------------------
+
+    def _set_flag(self, request, queryset, *, field: str, value: bool, service, done: str, already: str):
+        """Call ``service`` for the selected conversations whose ``field`` is not ``value`` yet."""
+        selected = list(queryset)
+        eligible = [conversation for conversation in selected if getattr(conversation, field) != value]
+        if eligible:
+            changed = service(conversation_ids=[c.pk for c in eligible], actor=request.user.username)
+            _log_change(request, eligible, done)
+            self.message_user(request, f"{done}: {changed} conversation(s).", messages.SUCCESS)
+        if len(selected) > len(eligible):
+            self.message_user(
+                request, f"Skipped {len(selected) - len(eligible)} conversation(s): {already}.", messages.WARNING
+            )
+
+    @admin.action(permissions=["change"], description="Pause selected conversations", location=EVERYWHERE)
+    def pause(self, request, queryset):
+        self._set_flag(request, queryset, field="paused", value=True, done="Paused", already="already paused",
+                       service=partial(conversations_pause, is_paused=True))
+
+    @admin.action(permissions=["change"], description="Resume selected conversations", location=EVERYWHERE)
+    def resume(self, request, queryset):
+        self._set_flag(request, queryset, field="paused", value=False, done="Resumed", already="not paused",
+                       service=partial(conversations_pause, is_paused=False))
+
+    @admin.action(permissions=["change"], description="Enable renewal", location=EVERYWHERE)
+    def enable_renewal(self, request, queryset):
+        self._set_flag(request, queryset, field="renewal_enabled", value=True, done="Enabled renewal",
+                       already="renewal already on", service=partial(conversations_renewal_set, is_enabled=True))
+
+    @admin.action(permissions=["change"], description="Disable renewal", location=EVERYWHERE)
+    def disable_renewal(self, request, queryset):
+        self._set_flag(request, queryset, field="renewal_enabled", value=False, done="Disabled renewal",
+                       already="renewal already off", service=partial(conversations_renewal_set, is_enabled=False))
+
+    @admin.action(permissions=["change"], description="Renew now (send the renewal text)", location=EVERYWHERE)
+    def renew_now(self, request, queryset):
+        conversations = queryset.in_bulk()
+        report = conversations_renew_now(conversation_ids=sorted(conversations), actor=request.user.username)
+        for pk, task_id in report.created:
+            _log_change(request, [conversations[pk]], f"Renew now: queued renewal task {task_id}")
+        if report.created:
+            self.message_user(
+                request,
+                format_html(
+                    "Queued a renewal for {} conversation(s): {}",
+                    len(report.created),
+                    format_html_join(
+                        ", ", '{} (<a href="{}">task {}</a>)',
+                        ((conversations[pk], reverse("admin:automation_automationtask_change", args=[task_id]),
+                          task_id) for pk, task_id in report.created),
+                    ),
+                ),
+                messages.SUCCESS,
+            )
+        if report.skipped:
+            self.message_user(
+                request,
+                f"Skipped {len(report.skipped)} conversation(s): "
+                + "; ".join(f"{conversations.get(pk, pk)}: {why}" for pk, why in report.skipped),
+                messages.WARNING,
+            )
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+class InstructionInline(ReadOnlyInline):
+    model = Instruction
+    formset = FirstInstructionsFormSet
+    verbose_name_plural = f"instructions (the message's baa blocks, the first {SHOWN_INSTRUCTIONS})"
+    fields = ["block_index", "call", "params_shown", "status", "error", "task_list"]
+    readonly_fields = fields
+    ordering = ["block_index"]
+    show_change_link = True
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).prefetch_related(
+            Prefetch("tasks", queryset=AutomationTask.objects.order_by("created_at", "pk"))
+        )
+
+    @admin.display(description="tool")
+    def call(self, instruction):
+        if not instruction.tool:
+            return "-"
+        return f"{instruction.target}::{instruction.tool}" if instruction.target else instruction.tool
+
+    @admin.display(description="params")
+    def params_shown(self, instruction):
+        if instruction.params is None:
+            return "-"
+        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', readable_json(instruction.params))
+
+    @admin.display(description="tasks and results")
+    def task_list(self, instruction):
+        tasks = list(instruction.tasks.all())
+        if not tasks:
+            return "-"
+        return format_html_join(
+            "",
+            '<div class="instruction-task"><a href="{}">{}</a> {} '
+            '<pre style="white-space: pre-wrap; margin: 0">{}</pre></div>',
+            (
+                (_change_url(task), task.task_id, task.status,
+                 displayable_text(Truncator(task.result_json or task.last_error or "").chars(RESULT_PREVIEW_CHARS)))
+                for task in tasks
+            ),
+        )
+
+
+@admin.register(Message)
+class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
+    list_display = [
+        "preview", "role", "source", "capture", "conversation_link", "platform", "received_at", "instruction_count",
+    ]
+    list_filter = ["role", "source", "capture", "conversation__platform"]
+    search_fields = ["text", "remote_message_id"]
+    list_select_related = ["conversation"]
+    ordering = ["-received_at", "-pk"]
+    show_full_result_count = False
+    inlines = [InstructionInline]
+    fields = [
+        "conversation_link", "role", "source", "capture", "remote_message_id", "parent_message_id", "client",
+        "received_at", "all_instructions", "text_shown", "raw_frame_shown",
+    ]
+    readonly_fields = fields
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False  # what was said stays as it was said
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # `prune` removes old messages
+
+    def get_queryset(self, request):
+        # In the root queryset, so that the list can sort by it.
+        return super().get_queryset(request).annotate(n_instructions=_instruction_count())
+
+    def get_list_queryset(self, queryset):
+        return queryset.only(
+            "role", "source", "capture", "received_at", "conversation__platform", "conversation__remote_id",
+            "conversation__title",
+        ).annotate(text_head=_text_head())
+
+    @admin.display(description="text")
+    def preview(self, message):
+        return _preview(message)
+
+    @admin.display(description="conversation", ordering="conversation__title")
+    def conversation_link(self, message):
+        return format_html('<a href="{}">{}</a>', _change_url(message.conversation), message.conversation)
+
+    @admin.display(description="platform", ordering="conversation__platform")
+    def platform(self, message):
+        return message.conversation.get_platform_display()
+
+    @admin.display(description="instructions", ordering="n_instructions")
+    def instruction_count(self, message):
+        return message.n_instructions
+
+    @admin.display(description="instructions")
+    def all_instructions(self, message):
+        url = reverse("admin:ingest_instruction_changelist")
+        return format_html(
+            '{} (<a href="{}?message__id__exact={}">all in the instruction list</a>)',
+            message.n_instructions, url, message.pk,
+        )
+
+    @admin.display(description="text")
+    def text_shown(self, message):
+        return format_html(
+            '<pre class="message-text" style="white-space: pre-wrap">{}</pre>', displayable_text(message.text)
+        )
+
+    @admin.display(description="raw frame")
+    def raw_frame_shown(self, message):
+        if message.raw_frame is None:
+            return "-"
+        return format_html(
+            '<pre style="white-space: pre-wrap">{}</pre>', readable_json(message.raw_frame, sort_keys=True)
+        )

@@ -1,0 +1,230 @@
+"""Admin for tasks and tool policies (SPEC §7).
+
+Tasks change only through the operator services: the change page is a
+read-only view (payload, result, links, the event timeline), and retry,
+cancel, approve and reject are actions that report what they did and what
+they skipped, and why.
+"""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin import ActionLocation
+from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.urls import reverse
+from django.utils.html import format_html
+
+from console.views import format_ms
+from automation.models import AutomationTask, ToolPolicy
+from automation.selectors import task_events
+from automation.services import operator
+from tools.registry import tools
+from console.helpers import readable_json_text
+from console.lists import ListColumnsMixin
+
+EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
+
+
+def admin_link(obj, text=None) -> str:
+    """A link to ``obj``'s admin page, or "-" without one."""
+    if obj is None:
+        return "-"
+    url = reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
+    return format_html('<a href="{}">{}</a>', url, text if text is not None else obj)
+
+
+def pretty_json(text: str | None) -> str:
+    """Stored JSON text, indented in a <pre>; text that is not JSON is shown as it is."""
+    if text is None:
+        return "-"
+    return format_html('<pre class="conductor-json" style="white-space: pre-wrap">{}</pre>', readable_json_text(text))
+
+
+def id_list(ids: list[str], *, limit: int = 20) -> str:
+    """Ids for a message: the first ``limit`` of them, then how many more."""
+    shown = ", ".join(ids[:limit])
+    return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+
+
+class ToolPolicyForm(forms.ModelForm):
+    tool = forms.ChoiceField(choices=[])
+
+    class Meta:
+        model = ToolPolicy
+        fields = ["tool", "policy", "client", "conversation", "note"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tool"].choices = [
+            (spec.name, f"{spec.name} (default: {spec.default_policy})") for spec in tools
+        ]
+
+
+@admin.register(ToolPolicy)
+class ToolPolicyAdmin(admin.ModelAdmin):
+    form = ToolPolicyForm
+    list_display = ["tool", "policy", "client", "conversation", "note", "updated_at"]
+    list_filter = ["policy", "tool"]
+    raw_id_fields = ["client", "conversation"]
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_superuser
+
+    has_add_permission = has_change_permission = has_delete_permission = has_view_permission
+
+
+@admin.register(AutomationTask)
+class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
+    change_form_template = "admin/automation/automationtask/change_form.html"
+    list_display = [
+        "task_id", "kind", "status", "conversation_link", "target", "attempts",
+        "due", "updated",
+    ]
+    list_filter = ["kind", "status", "target_platform", "target_client_id"]
+    search_fields = [
+        "task_id", "dedupe_key", "target_conversation_id", "conversation__remote_id", "conversation__title",
+    ]
+    ordering = ["-created_at", "-pk"]
+    show_full_result_count = False
+    actions = ["retry", "cancel", "approve", "reject"]
+    fieldsets = [
+        (None, {"fields": ["task_id", "kind", "status", "attempts", "last_error", "dedupe_key", "priority"]}),
+        ("Source and route", {"fields": [
+            "conversation_link", "message_link", "instruction_link",
+            "target_client_id", "target_platform", "target_conversation_id",
+        ]}),
+        ("Times", {"fields": ["created", "updated", "due", "started", "finished", "lease_owner", "lease_expiry"]}),
+        ("Payload", {"fields": ["payload"]}),
+        ("Result", {"fields": ["result"]}),
+    ]
+
+    # --- permissions: tasks are never added, edited through a form or deleted ----------
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        # The model's change permission allows the actions; no single task is
+        # ever edited through a form, so its page is a view page.
+        return obj is None and super().has_change_permission(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_readonly_fields(self, request, obj=None):
+        return flatten_fieldsets(self.fieldsets)
+
+    def get_queryset(self, request):
+        # The page names the task's message and instruction; their text stays behind.
+        return super().get_queryset(request).select_related(
+            "conversation", "message__conversation", "instruction"
+        ).defer("message__text", "message__raw_frame", "instruction__raw_text", "instruction__params")
+
+    def get_list_queryset(self, queryset):
+        # A row names only its conversation: no join to messages and instructions.
+        return queryset.select_related(None).select_related("conversation").only(
+            "kind", "status", "target_client_id", "target_platform", "attempt_count", "max_attempts",
+            "execute_after", "updated_at", "conversation__platform", "conversation__remote_id",
+            "conversation__title",
+        )
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra_context = {**(extra_context or {}), "timeline": [
+            (format_ms(event.at), event) for event in task_events(task_id=unquote(object_id))
+        ]}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    # --- columns and fields -----------------------------------------------------------------
+
+    @admin.display(description="conversation", ordering="conversation__title")
+    def conversation_link(self, task):
+        return admin_link(task.conversation)
+
+    @admin.display(description="message")
+    def message_link(self, task):
+        return admin_link(task.message)
+
+    @admin.display(description="instruction")
+    def instruction_link(self, task):
+        return admin_link(task.instruction)
+
+    @admin.display(description="target", ordering="target_client_id")
+    def target(self, task):
+        return f"{task.target_client_id}/{task.target_platform}" if task.has_route else "-"
+
+    @admin.display(description="attempts", ordering="attempt_count")
+    def attempts(self, task):
+        return f"{task.attempt_count}/{task.max_attempts}"
+
+    @admin.display(description="execute after", ordering="execute_after")
+    def due(self, task):
+        return format_ms(task.execute_after)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated(self, task):
+        return format_ms(task.updated_at)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, task):
+        return format_ms(task.created_at)
+
+    @admin.display(description="started")
+    def started(self, task):
+        return format_ms(task.started_at)
+
+    @admin.display(description="finished")
+    def finished(self, task):
+        return format_ms(task.finished_at)
+
+    @admin.display(description="lease until")
+    def lease_expiry(self, task):
+        return format_ms(task.lease_until)
+
+    @admin.display(description="payload")
+    def payload(self, task):
+        return pretty_json(task.payload_json)
+
+    @admin.display(description="result")
+    def result(self, task):
+        return pretty_json(task.result_json)
+
+    # --- actions: each calls an operator service and reports done and skipped ------------
+
+    def _run(self, request, queryset, service, verb: str, **kwargs) -> None:
+        # In creation order, so the report reads in the order the tasks were made.
+        task_ids = list(queryset.order_by("sequence").values_list("pk", flat=True))
+        report = service(task_ids=task_ids, actor=request.user.username, **kwargs)
+        if report.done:
+            self.message_user(
+                request, f"{verb} {len(report.done)} task(s): {id_list(report.done)}", messages.SUCCESS
+            )
+        if report.skipped:
+            by_reason: dict[str, list[str]] = {}
+            for task_id, why in report.skipped.items():
+                by_reason.setdefault(why, []).append(task_id)
+            reasons = "; ".join(f"{why}: {id_list(ids)}" for why, ids in by_reason.items())
+            self.message_user(
+                request, f"Skipped {len(report.skipped)} task(s) ({reasons})", messages.WARNING
+            )
+
+    @admin.action(permissions=["change"], description="Retry selected tasks (failed or cancelled)",
+                  location=EVERYWHERE)
+    def retry(self, request, queryset):
+        self._run(request, queryset, operator.tasks_retry, "Retried")
+
+    @admin.action(permissions=["change"], description="Cancel selected tasks (running ones too)",
+                  location=EVERYWHERE)
+    def cancel(self, request, queryset):
+        self._run(request, queryset, operator.tasks_cancel, "Cancelled")
+
+    @admin.action(permissions=["change"], description="Approve selected blocked tasks", location=EVERYWHERE)
+    def approve(self, request, queryset):
+        self._run(request, queryset, operator.tasks_approve, "Approved")
+
+    @admin.action(permissions=["change"], description="Reject selected blocked tasks", location=EVERYWHERE)
+    def reject(self, request, queryset):
+        self._run(request, queryset, operator.tasks_reject, "Rejected")

@@ -1,0 +1,190 @@
+"""The admin's overview page and its global pause switch (SPEC §4, §7).
+
+Wired in ``conductor_site/urls.py`` through ``admin.site.admin_view``, so both
+need a staff login. The overview shows tasks, their errors, conversation
+titles and plugin clients, so it also needs the permission to view tasks;
+the pause switch is for superusers. Reads come from the selectors, the one
+write from ``dispatcher_pause_set``; this module only shapes what the
+template draws.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.contrib import admin, messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.auth.decorators import permission_required
+from django.core.exceptions import PermissionDenied
+from django.shortcuts import redirect
+from django.template.response import TemplateResponse
+from django.utils import timezone
+from django.views.decorators.http import require_POST
+
+from core import clock
+from core.clock import now_ms
+from automation.models import TaskStatus
+from automation.selectors import (
+    HourlyFinishes,
+    dispatcher_last_tick_age_seconds,
+    dispatcher_state,
+    task_counts_by_kind_and_status,
+    task_finishes_by_hour,
+    tasks_awaiting_approval,
+    tasks_recently_failed,
+)
+from automation.services.dispatcher_state import dispatcher_pause_set
+from ingest.selectors import plugin_clients_connected
+
+# Who may open the overview; templates/admin/index.html shows its link only to them.
+OVERVIEW_PERMISSION = "automation.view_automationtask"
+
+# The dispatcher counts as lagging when its last tick is older than this many ticks.
+LAG_TICKS = 3
+
+
+def datetime_from_ms(ms: int | None) -> dt.datetime | None:
+    """An aware datetime for epoch milliseconds (the tasks' time fields), in the site's time zone."""
+    return None if ms is None else timezone.localtime(clock.datetime_from_ms(ms))
+
+
+def format_ms(ms: int | None) -> str:
+    """Epoch milliseconds as a readable time to the millisecond, e.g. ``2026-11-29 12:00:00.250 UTC``."""
+    moment = datetime_from_ms(ms)
+    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} {moment:%Z}"
+
+
+# --- the throughput chart ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bar:
+    x: float
+    y: float
+    height: float
+    count: int
+    series: str
+    hour: dt.datetime
+
+
+@dataclass(frozen=True)
+class Chart:
+    width: int
+    height: int
+    plot_top: int
+    plot_bottom: int
+    bar_width: float
+    bars: list[Bar]
+    labels: list[tuple[float, str]]  # (x, text) under the axis
+    max_count: int
+    total_succeeded: int
+    total_failed: int
+
+
+CHART_WIDTH, CHART_HEIGHT = 720, 200
+CHART_TOP, CHART_BOTTOM, CHART_LEFT = 16, 170, 8
+LABEL_EVERY_HOURS = 3
+
+
+def chart_layout(buckets: Sequence[HourlyFinishes]) -> Chart:
+    """Geometry of a grouped bar chart: per hour, a succeeded bar and a failed bar.
+
+    Pure: the template draws the rectangles as they are given here.
+    """
+    max_count = max([1, *(b.succeeded for b in buckets), *(b.failed for b in buckets)])
+    plot_height = CHART_BOTTOM - CHART_TOP
+    slot = (CHART_WIDTH - 2 * CHART_LEFT) / max(1, len(buckets))
+    bar_width = slot * 0.4
+    bars, labels = [], []
+    for i, bucket in enumerate(buckets):
+        hour = datetime_from_ms(bucket.start_ms)
+        left = CHART_LEFT + i * slot + slot * 0.1
+        for offset, series, count in ((0, "succeeded", bucket.succeeded), (bar_width, "failed", bucket.failed)):
+            height = plot_height * count / max_count
+            bars.append(
+                Bar(x=round(left + offset, 1), y=round(CHART_BOTTOM - height, 1), height=round(height, 1),
+                    count=count, series=series, hour=hour)
+            )
+        if hour.hour % LABEL_EVERY_HOURS == 0:
+            labels.append((round(left + bar_width, 1), f"{hour:%H}:00"))
+    return Chart(
+        width=CHART_WIDTH, height=CHART_HEIGHT, plot_top=CHART_TOP, plot_bottom=CHART_BOTTOM,
+        bar_width=round(bar_width, 1), bars=bars, labels=labels, max_count=max_count,
+        total_succeeded=sum(b.succeeded for b in buckets), total_failed=sum(b.failed for b in buckets),
+    )
+
+
+# --- the page ------------------------------------------------------------------------
+
+
+def status_table(counts: dict[str, dict[str, int]]) -> dict:
+    """Per kind, a (status, count) cell for every status; and the totals per status."""
+    statuses = list(TaskStatus)
+    rows = [
+        (kind, [(status, by_status.get(status, 0)) for status in statuses], sum(by_status.values()))
+        for kind, by_status in sorted(counts.items())
+    ]
+    totals = [(status, sum(by_status.get(status, 0) for by_status in counts.values())) for status in statuses]
+    return {"statuses": statuses, "rows": rows, "totals": totals, "total": sum(n for _, n in totals)}
+
+
+@permission_required(OVERVIEW_PERMISSION, raise_exception=True)
+def overview(request):
+    """Tasks by status and kind, held instructions, throughput, failures, dispatcher, clients."""
+    now = now_ms()
+    state = dispatcher_state()
+    tick_age = dispatcher_last_tick_age_seconds(now_ms=now)
+    lag_limit = LAG_TICKS * settings.CONDUCTOR_TICK_SECONDS
+    table = status_table(task_counts_by_kind_and_status())
+    context = {
+        **admin.site.each_context(request),
+        "title": "Overview",
+        "table": table,
+        "blocked_count": dict(table["totals"])[TaskStatus.BLOCKED],
+        "awaiting_approval": [
+            (datetime_from_ms(task.created_at), task) for task in tasks_awaiting_approval(limit=10)
+        ],
+        "chart": chart_layout(task_finishes_by_hour(now_ms=now, hours=24)),
+        "recent_failures": [
+            (datetime_from_ms(task.finished_at), task) for task in tasks_recently_failed(limit=10)
+        ],
+        "dispatcher": state,
+        "last_tick": datetime_from_ms(state.last_tick_at),
+        "tick_age": tick_age,
+        "lag_limit": lag_limit,
+        "is_lagging": tick_age is None or tick_age > lag_limit,
+        "standby": state.live_standby(now=now),
+        "connected_clients": plugin_clients_connected().order_by("client_id"),
+        "can_pause": request.user.is_superuser,
+    }
+    return TemplateResponse(request, "admin/conductor/overview.html", context)
+
+
+@require_POST
+def dispatcher_pause(request):
+    """The global pause switch: superusers only. ``is_paused=1`` pauses, ``0`` resumes."""
+    if not request.user.is_superuser:
+        raise PermissionDenied
+    choice = request.POST.get("is_paused")
+    if choice not in ("0", "1"):
+        messages.error(request, "Choose to pause or to resume.")
+        return redirect("admin-overview")
+    is_paused = choice == "1"
+    if dispatcher_pause_set(is_paused=is_paused, actor=request.user.username):
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk,
+            queryset=[dispatcher_state()],
+            action_flag=CHANGE,
+            change_message="Paused all claiming" if is_paused else "Resumed claiming",
+        )
+        messages.success(
+            request,
+            "The dispatcher is paused: no task is claimed until it is resumed."
+            if is_paused else "The dispatcher is running again.",
+        )
+    else:
+        messages.info(request, f"The dispatcher was already {'paused' if is_paused else 'running'}.")
+    return redirect("admin-overview")

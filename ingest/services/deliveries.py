@@ -1,0 +1,99 @@
+"""Delivery requests and their answers: the plugin edge's side of a delivery (SPEC §6).
+
+A request is recorded as a ``DeliveryRequest`` row, then sent as a frame to
+the target client's socket through the channel layer; whichever ASGI server
+holds that socket stores the plugin's answer on the row
+(``delivery_result_record``), and the executor that sent it, in a dispatcher
+worker elsewhere, waits for it there (``delivery_answer_wait``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import threading
+import time
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from automation.models import DeliveryRequest
+from core.clock import now_ms
+from core.logfmt import log_event
+from ingest.frames import DeliveryResult
+from ingest.models import plugin_group_name
+
+logger = logging.getLogger(__name__)
+
+# How often a waiting executor looks for the answer: a cheap primary-key read.
+ANSWER_POLL_SECONDS = 0.02
+ANSWER_POLL_MAX_SECONDS = 0.1
+
+
+def delivery_result_record(*, client_pk: int, result: DeliveryResult, now: int | None = None) -> bool:
+    """Store the plugin's answer to a delivery request it was sent.
+
+    Returns False, storing nothing, when no unanswered request with that id
+    was sent to this client: the plugin gets ``invalid``. ``error_code`` is
+    kept beside the rest; a result that has one is never ``ok`` (the frame
+    parser refuses that), so the platform adapters read it as a failure.
+    """
+    return bool(
+        DeliveryRequest.objects.filter(
+            request_id=result.request_id, client_id=client_pk, answered_at__isnull=True
+        ).update(
+            answered_at=now_ms() if now is None else now,
+            result={
+                "ok": result.ok, "status": result.status, "body": result.body, "error": result.error,
+                "error_code": result.error_code,
+            },
+        )
+    )
+
+
+def delivery_request_create(*, task_id: str, client_pk: int, now: int | None = None) -> DeliveryRequest:
+    """Record a request about to be sent to a plugin client, before it is sent."""
+    return DeliveryRequest.objects.create(task_id=task_id, client_id=client_pk, sent_at=now_ms() if now is None else now)
+
+
+def delivery_request_send(*, client_pk: int, frame: dict) -> None:
+    """Send a recorded request's frame to every socket of the client, through the channel layer."""
+    async_to_sync(get_channel_layer().group_send)(
+        plugin_group_name(client_pk), {"type": "plugin.deliver", "frame": frame}
+    )
+
+
+def delivery_answer_wait(*, request_id: str, timeout: float, cancelled: threading.Event) -> dict | None:
+    """The stored answer to the request, or None when the time ran out or ``cancelled`` was set."""
+    deadline = time.monotonic() + timeout
+    pause = ANSWER_POLL_SECONDS
+    while not cancelled.is_set():
+        result = (
+            DeliveryRequest.objects.filter(pk=request_id, answered_at__isnull=False)
+            .values_list("result", flat=True)
+            .first()
+        )
+        if result is not None:
+            return result
+        if time.monotonic() >= deadline:
+            return None
+        # Backs off a little while the plugin's request is under way.
+        cancelled.wait(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 1.5, ANSWER_POLL_MAX_SECONDS)
+    return None
+
+
+def delivery_requests_abandon(*, client_pk: int, reason: str, now: int | None = None) -> int:
+    """Answer every unanswered request of the client with a failure: its socket closed first.
+
+    The waiting executors see it at once and retry later with the same
+    delivery key, instead of waiting out their timeout. Returns how many.
+    """
+    abandoned = DeliveryRequest.objects.filter(client_id=client_pk, answered_at__isnull=True).update(
+        answered_at=now_ms() if now is None else now,
+        result={"ok": False, "status": None, "body": None, "error": reason},
+    )
+    if abandoned:
+        log_event(logger, "delivery_abandoned", client_pk=client_pk, requests=abandoned, reason=reason)
+    return abandoned

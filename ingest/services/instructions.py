@@ -1,0 +1,110 @@
+"""An instruction's life after ingest: its status, and its message's delivery (SPEC §3, §5.3).
+
+Ingest turns each valid block into an ``instruction.execute`` task and each
+message into one ``instruction.deliver`` task; the pipelines of those kinds
+(``pipelines.instructions``, ``pipelines.deliveries``) run them and call back
+here when an instruction's task changes state.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from automation.models import AutomationTask, TaskStatus
+from automation.services.tasks import task_create
+from core.logfmt import log_event
+from ingest.models import Instruction
+
+logger = logging.getLogger(__name__)
+
+# The kinds ingest queues (SPEC §3).
+INSTRUCTION_EXECUTE = "instruction.execute"
+INSTRUCTION_DELIVER = "instruction.deliver"
+
+S = TaskStatus
+I = Instruction.Status
+
+# An instruction's status while it has a task: its task's, told in the instruction's words.
+STATUS_OF_TASK = {
+    S.PENDING: I.PENDING,
+    S.LEASED: I.PENDING,
+    S.RUNNING: I.PENDING,
+    S.RETRY_WAIT: I.PENDING,
+    S.BLOCKED: I.AWAITING_APPROVAL,
+    S.SUCCEEDED: I.SUCCEEDED,
+    S.FAILED: I.FAILED,
+    S.CANCELLED: I.CANCELLED,
+}
+FINISHED = (I.SUCCEEDED, I.FAILED, I.REJECTED, I.CANCELLED)
+# The instruction keeps its task's error only in these states.
+WITH_ERROR = (I.FAILED, I.CANCELLED)
+
+
+def delivery_key(message_id: int) -> str:
+    """The dedupe key of a message's one delivery."""
+    return f"deliver:{message_id}"
+
+
+def instruction_status_set(*, task: AutomationTask, actor: str) -> str:
+    """Mirror the state of the instruction's task on the instruction; return the new status.
+
+    The one place an instruction's status changes after ingest. A change is
+    logged as an ``instruction_status`` event with its actor.
+    """
+    status = STATUS_OF_TASK[task.status]
+    error = (task.last_error or "") if status in WITH_ERROR else ""
+    previous = Instruction.objects.filter(pk=task.instruction_id).values_list("status", flat=True).first()
+    if Instruction.objects.filter(pk=task.instruction_id).exclude(status=status, error=error).update(
+        status=status, error=error
+    ):
+        log_event(
+            logger, "instruction_status", instruction_id=task.instruction_id, task_id=task.pk,
+            status_from=previous, status_to=status, actor=actor,
+        )
+    return status
+
+
+def instruction_task_create(*, instruction: Instruction, conversation_id: int, status: str, actor: str) -> None:
+    """Queue the instruction's ``instruction.execute`` task, ``pending`` or ``blocked``."""
+    message_id = instruction.message_id
+    task_create(
+        kind=INSTRUCTION_EXECUTE,
+        payload={
+            "instruction_id": instruction.pk, "message_id": message_id, "conversation_id": conversation_id,
+            "target": instruction.target, "tool": instruction.tool, "params": instruction.params,
+        },
+        actor=actor,
+        status=status,
+        dedupe_key=f"execute:{instruction.pk}",
+        conversation_id=conversation_id, message_id=message_id, instruction_id=instruction.pk,
+    )
+
+
+def message_delivery_ensure(
+    *, message_id: int, conversation_id: int | None, actor: str, finished: AutomationTask | None = None
+) -> AutomationTask | None:
+    """Create the message's delivery once every block of it has finished; return the task created.
+
+    Exactly one delivery per message: created at ingest when every block was
+    rejected, otherwise when its last open block finishes. A block that
+    finishes again after that delivery (``finished``, an instruction task an
+    operator retried) gets a follow-up delivery of its own with just its
+    result, keyed by how often it was retried. Returns None when blocks are
+    still open or the delivery exists already.
+    """
+    if Instruction.objects.filter(message_id=message_id).exclude(status__in=FINISHED).exists():
+        return None
+    key, instruction_ids = delivery_key(message_id), None
+    if finished is not None and AutomationTask.objects.filter(dedupe_key=key).exists():
+        retries = finished.events.filter(action="retry").count()
+        key = f"{key}:block:{finished.instruction_id}:retry:{retries}"
+        instruction_ids = [finished.instruction_id]
+    task, created = task_create(
+        kind=INSTRUCTION_DELIVER,
+        payload={"message_id": message_id, "instruction_ids": instruction_ids},
+        actor=actor,
+        dedupe_key=key,
+        conversation_id=conversation_id,
+        message_id=message_id,
+    )
+    return task if created else None

@@ -1,0 +1,106 @@
+"""The ``instruction.execute`` pipeline: run one instruction's tool, then complete its message (SPEC §3, §5.1).
+
+Executor: success persists the tool's result (the dispatcher stores it as
+the task's ``result_json``). A tool error, an unknown tool, params that no
+longer fit and a tool denied since ingest are terminal; a tool may say a
+failure is worth another attempt (``ToolRetryableError``).
+
+Follow-up, after every change of the task's state (the dispatcher's outcome,
+a reclaim, an operator's approve, reject, retry or cancel), in the same
+transaction: the instruction takes its task's status, and once every block
+of the message has finished, the message gets its delivery.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.conf import settings
+
+from automation.kinds import LANE_INSTRUCTIONS, KindSpec, kinds
+from automation.models import AutomationTask
+from automation.outcomes import ExecutionContext, Outcome, RetryableFailure, Success, TerminalFailure
+from core.logfmt import log_event
+from ingest.selectors import tool_policy_for
+from ingest.services.instructions import (
+    FINISHED,
+    INSTRUCTION_EXECUTE,
+    instruction_status_set,
+    message_delivery_ensure,
+)
+from tools.registry import (
+    DEFAULT_TARGET,
+    Policy,
+    ToolCall,
+    ToolError,
+    ToolRetryableError,
+    UnknownTool,
+    tools,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def instruction_execute(ctx: ExecutionContext) -> Outcome:
+    task = ctx.task
+    payload = task.payload
+    tool_name, target = payload.get("tool", ""), payload.get("target", DEFAULT_TARGET)
+    params = payload.get("params", {})
+    try:
+        spec = tools.get(tool_name, target=target)
+    except UnknownTool as exc:
+        return TerminalFailure(str(exc))
+    if spec.run is None:
+        return TerminalFailure(f"tool {spec.full_name} cannot run on this server")
+    if error := spec.params_error(params):
+        return TerminalFailure(error)
+    client_pk = task.message.client_id if task.message_id else None
+    policy = tool_policy_for(tool=spec.name, client_pk=client_pk, conversation_pk=task.conversation_id)
+    if policy == Policy.DENY:
+        return TerminalFailure(f"permission denied: tool {spec.name} is denied by policy")
+
+    call = ToolCall(
+        params=params,
+        workspace=settings.CONDUCTOR_WORKSPACE,
+        shell_max_timeout_seconds=settings.CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS,
+        cancelled=ctx.cancelled,
+    )
+    try:
+        result = spec.run(call)
+    except ToolRetryableError as exc:
+        outcome: Outcome = RetryableFailure(str(exc), result=exc.result)
+    except ToolError as exc:
+        outcome = TerminalFailure(str(exc), result=exc.result)
+    else:
+        outcome = Success(result)
+    log_event(logger, "tool_run", task_id=task.pk, tool=spec.full_name, outcome=type(outcome).__name__)
+    return outcome
+
+
+def instruction_follow_up(task: AutomationTask, actor: str) -> None:
+    """Mirror the task's state on its instruction; deliver the message once every block is done."""
+    if task.instruction_id is None:
+        return
+    if instruction_status_set(task=task, actor=actor) in FINISHED and task.message_id is not None:
+        message_delivery_ensure(
+            message_id=task.message_id, conversation_id=task.conversation_id, actor=actor, finished=task
+        )
+
+
+def tool_is_idempotent(task: AutomationTask) -> bool:
+    """Whether an interrupted run of the task's tool may be repeated: only the tool knows."""
+    payload = task.payload
+    try:
+        return tools.get(payload.get("tool", ""), target=payload.get("target", DEFAULT_TARGET)).is_idempotent
+    except UnknownTool:
+        return False
+
+
+kinds.register(KindSpec(
+    name=INSTRUCTION_EXECUTE,
+    lane=LANE_INSTRUCTIONS,
+    is_idempotent=tool_is_idempotent,
+    is_guarded=True,
+    executor=instruction_execute,
+    follow_up=instruction_follow_up,
+))

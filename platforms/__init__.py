@@ -1,0 +1,31 @@
+"""Platform adapters (SPEC §6): one module per chat web app, registered by name.
+
+Importing this package registers every adapter; see ``registry.py`` for the
+interface and the placeholder contract, and ``CAPTURING.md`` for how to check
+a module against the live web app.
+"""
+
+from platforms import chatgpt, claude, gemini  # noqa: F401  (each registers its adapter)
+from platforms.registry import (
+    DeliveryTarget,
+    DeliveryVerdict,
+    DuplicatePlatform,
+    PlatformAdapter,
+    PlatformRegistry,
+    ProxyAnswer,
+    ProxyRequest,
+    UnsupportedPlatform,
+    platforms,
+)
+
+__all__ = [
+    "DeliveryTarget",
+    "DeliveryVerdict",
+    "DuplicatePlatform",
+    "PlatformAdapter",
+    "PlatformRegistry",
+    "ProxyAnswer",
+    "ProxyRequest",
+    "UnsupportedPlatform",
+    "platforms",
+]

@@ -1,0 +1,176 @@
+"""An operator runs Conductor from the admin, in real headless Chromium, against a running server.
+
+Debian's ``chromium`` driven by Playwright (``tests/browser.py``). Screenshots go
+to ``CONDUCTOR_SCREENSHOT_DIR`` (default ``data/screenshots``).
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.db import connections
+
+from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from automation.models import AutomationTask, TaskStatus
+from pipelines.rendering import parse_results
+from conversations.models import Conversation, Message
+from ingest.simulator import SimulatedPlugin
+from tests.browser import CHROMIUM_ARGS, require_chromium
+from tests.factories import TEST_TOKEN, PluginClientFactory
+from tests.server import ROOT, running_server, server_env, wait_for
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+PASSWORD = "operator-password-1"
+TASKS = "/admin/automation/automationtask/"
+WAIT = 60
+
+
+@pytest.fixture
+def chromium():
+    return require_chromium()
+
+
+@pytest.fixture
+def screenshots():
+    folder = Path(os.environ.get("CONDUCTOR_SCREENSHOT_DIR", ROOT / "data" / "screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def task_of(kind, message_pk):
+    return AutomationTask.objects.filter(kind=kind, message_id=message_pk).order_by("sequence").last()
+
+
+def final_message(text, message_id):
+    return {
+        "type": "browser.final_message", "id": message_id, "platform": "claude", "conversation_id": "conv-1",
+        "organization_id": "org-1", "message_id": message_id, "title": "Plan the release", "text": text,
+    }
+
+
+def run_action(page, list_url, pks, action):
+    """Tick the rows, choose the action, press Go; return the admin's message."""
+    page.goto(list_url)
+    for pk in pks:
+        page.check(f"input[name=_selected_action][value='{pk}']")
+    page.select_option("select[name=action]", action)
+    page.click("button[name=index]")
+    return page.locator("ul.messagelist").inner_text()
+
+
+def test_an_operator_approves_pauses_resumes_and_retries_from_the_admin(
+    chromium, screenshots, tmp_path, monkeypatch,
+):
+    # Playwright's sync API keeps an event loop in this thread; the ORM calls
+    # between its steps are plain synchronous ones.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import expect, sync_playwright
+
+    User.objects.create_superuser("operator", password=PASSWORD)
+    PluginClientFactory(client_id="laptop")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    env = {
+        "CONDUCTOR_WORKSPACE": str(workspace), "CONDUCTOR_TICK_SECONDS": "0.5",
+        "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": "0", "CONDUCTOR_MAX_ATTEMPTS": "1",
+    }
+    # As `make run` does before it serves: the admin's CSS and scripts.
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
+        cwd=ROOT, env=server_env(tmp_path), check=True,
+    )
+    with (
+        running_server(tmp_path, command="serve+cluster", **env) as server,
+        SimulatedPlugin(url=server.ws_url, client_id="laptop", token=TEST_TOKEN) as plugin,
+        sync_playwright() as playwright,
+    ):
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(20_000)
+
+        page.goto(f"{server.base_url}/admin/overview/")
+        page.fill("#id_username", "operator")
+        page.fill("#id_password", PASSWORD)
+        page.click("input[type=submit]")
+        expect(page.locator("h1")).to_contain_text("Overview")
+
+        # 1. A held instruction: the operator approves it and its result reaches the chat.
+        ack = plugin.send_final_message(final_message(
+            '```baa\nfiles.write\n{"path": "plan.md", "content": "step 1"}\n```', "m1"))
+        held = wait_for(lambda: task_of(INSTRUCTION_EXECUTE, int(ack["message_id"])), "the held task")
+        assert held.status == TaskStatus.BLOCKED
+        page.goto(f"{server.base_url}/admin/overview/")
+        expect(page.locator("#blocked-count")).to_have_text("1")
+        expect(page.locator("#overview-approval")).to_contain_text("files.write")
+        page.screenshot(path=str(screenshots / "overview-held.png"), full_page=True)
+
+        message = run_action(page, f"{server.base_url}{TASKS}?status__exact=blocked", [held.pk], "approve")
+        assert "1" in message and "approve" in message.lower(), message
+        delivery = plugin.next_delivery(timeout=WAIT)
+        [result] = parse_results(delivery["text"])
+        assert (result["tool"], result["ok"], result["result"]["bytes_written"]) == ("files.write", True, 6)
+        plugin.answer(delivery)
+        wait_for(lambda: task_of(INSTRUCTION_DELIVER, int(ack["message_id"])).status == TaskStatus.SUCCEEDED,
+                 "the delivery to succeed")
+        assert (workspace / "plan.md").read_text() == "step 1"
+        conversation = Conversation.objects.get()
+        page.goto(f"{server.base_url}/admin/conversations/conversation/{conversation.pk}/change/")
+        expect(page.locator("body")).to_contain_text("Conductor results for 1 block")
+        page.screenshot(path=str(screenshots / "conversation.png"), full_page=True)
+        delivered = Message.objects.get(source=Message.Source.CONDUCTOR)
+        page.goto(f"{server.base_url}/admin/conversations/message/{delivered.pk}/change/")
+        expect(page.locator("body")).to_contain_text("baa-result")
+        expect(page.locator("body")).to_contain_text('"bytes_written": 6')
+
+        # 2. A paused conversation holds its work; resuming lets it go.
+        conversations = f"{server.base_url}/admin/conversations/conversation/"
+        assert "paus" in run_action(page, conversations, [conversation.pk], "pause").lower()
+        ack = plugin.send_final_message(final_message('```baa\necho\n{"step": 2}\n```', "m2"))
+        with pytest.raises(TimeoutError):
+            plugin.next_delivery(timeout=3)
+        assert task_of(INSTRUCTION_EXECUTE, int(ack["message_id"])).status == TaskStatus.PENDING
+        page.goto(f"{server.base_url}{TASKS}?status__exact=pending")
+        expect(page.locator("#result_list")).to_contain_text(INSTRUCTION_EXECUTE)
+        assert "resum" in run_action(page, conversations, [conversation.pk], "resume").lower()
+        delivery = plugin.next_delivery(timeout=WAIT)
+        assert parse_results(delivery["text"])[0]["result"] == {"step": 2}
+        plugin.answer(delivery)
+        wait_for(lambda: task_of(INSTRUCTION_DELIVER, int(ack["message_id"])).status == TaskStatus.SUCCEEDED,
+                 "the resumed delivery to succeed")
+
+        # 3. A failed delivery: the operator retries it and it goes out again, same delivery key.
+        ack = plugin.send_final_message(final_message('```baa\necho\n{"step": 3}\n```', "m3"))
+        first = plugin.next_delivery(timeout=WAIT)
+        plugin.answer(first, ok=True, status=500, body="Internal Server Error")
+        failed = wait_for(
+            lambda: (task := task_of(INSTRUCTION_DELIVER, int(ack["message_id"]))).status == TaskStatus.FAILED
+            and task, "the delivery to fail")
+        message = run_action(page, f"{server.base_url}{TASKS}?status__exact=failed", [failed.pk], "retry")
+        assert "1" in message, message
+        second = plugin.next_delivery(timeout=WAIT)
+        assert second["delivery_key"] == first["delivery_key"] == failed.pk
+        plugin.answer(second)
+        wait_for(lambda: AutomationTask.objects.get(pk=failed.pk).status == TaskStatus.SUCCEEDED,
+                 "the retried delivery to succeed")
+        page.goto(f"{server.base_url}{TASKS}{failed.pk}/change/")
+        timeline = page.locator("body")
+        expect(timeline).to_contain_text("claude answered HTTP 500")
+        expect(timeline).to_contain_text("operator")
+        page.screenshot(path=str(screenshots / "task-timeline.png"), full_page=True)
+        page.goto(f"{server.base_url}/admin/overview/")
+        expect(page.locator(".overview-chart")).to_be_visible()
+        page.screenshot(path=str(screenshots / "overview.png"), full_page=True)
+        browser.close()
+        # Opened while Playwright's loop ran in this thread, so in its context,
+        # where the test database's teardown would not close them.
+        connections.close_all()
+
+    retry = AutomationTask.objects.get(pk=failed.pk).events.get(action="retry")
+    assert retry.actor == "operator"
+    assert Message.objects.filter(source=Message.Source.CONDUCTOR).count() == 3
+    assert json.loads(AutomationTask.objects.get(pk=failed.pk).result_json)["status"] == 200

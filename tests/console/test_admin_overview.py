@@ -1,0 +1,241 @@
+import datetime as dt
+import re
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.test import Client
+from django.utils import timezone
+
+from console.views import chart_layout, status_table
+from core.clock import now_ms
+from automation.models import DispatcherState, TaskStatus
+from automation.selectors import HOUR_MS, HourlyFinishes, task_finishes_by_hour
+from automation.services import transitions as tr
+from automation.services.dispatcher_state import dispatcher_pause_set, dispatcher_tick_record
+from tests.factories import ConversationFactory, InstructionFactory, PluginClientFactory, make_staff, make_task
+
+pytestmark = pytest.mark.django_db
+
+S = TaskStatus
+OVERVIEW = "/admin/overview/"
+PAUSE = "/admin/overview/pause/"
+
+
+def section(page, element_id):
+    """The HTML of the module with this id, up to the next module."""
+    start = page.index(f'id="{element_id}"')
+    end = page.find('<div class="module', start)
+    return page[start:end if end != -1 else None]
+
+
+# --- the page ------------------------------------------------------------------------------------
+
+
+def test_the_admin_index_links_to_the_overview(admin_client):
+    assert 'href="/admin/overview/"' in admin_client.get("/admin/").content.decode()
+
+
+def test_the_overview_counts_tasks_by_status_and_kind(admin_client):
+    for state in (S.PENDING, S.PENDING, S.BLOCKED, S.FAILED):
+        make_task(state)
+    make_task(S.SUCCEEDED, kind="test.local")
+    page = admin_client.get(OVERVIEW).content.decode()
+    totals = section(page, "overview-tasks")
+    cells = dict(re.findall(r'data-status="(\w+)">(?:<a [^>]*>)?(\d+)', totals))
+    assert cells == {
+        "pending": "2", "leased": "0", "running": "0", "retry_wait": "0",
+        "succeeded": "1", "failed": "1", "blocked": "1", "cancelled": "0",
+    }
+    assert "test.instruction" in totals and "test.local" in totals
+    assert "?kind=test.local&amp;status__exact=succeeded" in totals
+
+
+def test_the_overview_lists_instructions_awaiting_approval(admin_client):
+    conversation = ConversationFactory(title="Build server")
+    instruction = InstructionFactory(tool="shell.run")
+    blocked = make_task(S.BLOCKED, conversation_id=conversation.pk, instruction_id=instruction.pk)
+    make_task(S.PENDING)
+    part = section(admin_client.get(OVERVIEW).content.decode(), "overview-approval")
+    assert '<span class="overview-number" id="blocked-count">1</span>' in part
+    assert "/admin/automation/automationtask/?status__exact=blocked" in part
+    assert f"/admin/automation/automationtask/{blocked.pk}/change/" in part
+    assert "shell.run" in part and "Build server" in part
+
+
+def test_the_overview_draws_throughput_and_failures_as_inline_svg(admin_client):
+    now = now_ms()
+    for _ in range(3):
+        make_task(S.SUCCEEDED, now=now - 1000)
+    make_task(S.SUCCEEDED, now=now - 5 * HOUR_MS)
+    make_task(S.FAILED, now=now - 2 * HOUR_MS)
+    make_task(S.SUCCEEDED, now=now - 30 * HOUR_MS)  # older than the chart
+    part = section(admin_client.get(OVERVIEW).content.decode(), "overview-throughput")
+    assert "<svg" in part and "</svg>" in part
+    assert '<strong id="throughput-succeeded">4</strong>' in part
+    assert '<strong id="throughput-failed">1</strong>' in part
+    assert len(re.findall(r'<rect class="succeeded"', part)) == 24
+    assert len(re.findall(r'<rect class="failed"', part)) == 24
+    assert ": 3 succeeded</title>" in part and ": 1 failed</title>" in part
+    assert "<script" not in part
+
+
+def test_the_overview_lists_the_ten_most_recent_failures(admin_client):
+    failures = [make_task(S.FAILED, now=now_ms() - n * 1000) for n in range(12)]
+    part = section(admin_client.get(OVERVIEW).content.decode(), "overview-failures")
+    listed = re.findall(r"/admin/automation/automationtask/(\w+)/change/", part)
+    assert listed == [task.pk for task in failures[:10]]  # newest first
+    assert "boom" in part
+
+
+def test_the_overview_shows_the_last_tick_and_flags_a_lagging_dispatcher(admin_client, settings):
+    settings.CONDUCTOR_TICK_SECONDS = 2
+    dispatcher_tick_record(lease_owner="host-1:42", now=now_ms() - 1000)
+    part = section(admin_client.get(OVERVIEW).content.decode(), "overview-dispatcher")
+    assert "by host-1:42" in part and 'id="dispatcher-lagging"' not in part
+
+    dispatcher_tick_record(lease_owner="host-1:42", now=now_ms() - 60_000)
+    part = section(admin_client.get(OVERVIEW).content.decode(), "overview-dispatcher")
+    assert 'id="dispatcher-lagging"' in part and "more than 6 s" in part
+
+
+def test_the_overview_shows_the_loop_standing_by_only_while_its_slot_is_live(admin_client):
+    DispatcherState.objects.create(pk=1, standby_owner="host-1:43:abc", standby_until=now_ms() + 10_000)
+    part = section(admin_client.get(OVERVIEW).content.decode(), "dispatcher-standby")
+    assert "host-1:43:abc, ready to take over" in part
+
+    DispatcherState.objects.filter(pk=1).update(standby_until=now_ms() - 1)
+    part = section(admin_client.get(OVERVIEW).content.decode(), "dispatcher-standby")
+    assert "host-1:43:abc" not in part and "none" in part
+
+
+def test_a_dispatcher_that_never_ticked_is_flagged(admin_client):
+    part = section(admin_client.get(OVERVIEW).content.decode(), "overview-dispatcher")
+    assert 'id="dispatcher-lagging"' in part and "never" in part
+
+
+def test_the_overview_lists_connected_plugin_clients_only(admin_client):
+    PluginClientFactory(client_id="present", connected=True, last_seen_at=timezone.now())
+    PluginClientFactory(client_id="stale", connected=True, last_seen_at=timezone.now() - dt.timedelta(hours=1))
+    PluginClientFactory(client_id="offline")
+    part = section(admin_client.get(OVERVIEW).content.decode(), "overview-clients")
+    assert re.findall(r'<li class="connected-client">([\w-]+)', part) == ["present"]
+
+
+def test_the_overview_needs_a_fixed_number_of_queries(admin_client, django_assert_max_num_queries):
+    admin_client.get(OVERVIEW)
+    for state in (S.BLOCKED, S.FAILED, S.SUCCEEDED):
+        for _ in range(5):
+            make_task(state, conversation_id=ConversationFactory().pk, instruction_id=InstructionFactory().pk)
+    with django_assert_max_num_queries(15):
+        admin_client.get(OVERVIEW)
+
+
+# --- the global pause ---------------------------------------------------------------------------
+
+
+def test_a_superuser_pauses_and_resumes_the_dispatcher(admin_client, admin_user):
+    page = admin_client.get(OVERVIEW).content.decode()
+    assert 'action="/admin/overview/pause/"' in page and 'name="csrfmiddlewaretoken"' in page
+
+    response = admin_client.post(PAUSE, {"is_paused": "1"}, follow=True)
+    state = DispatcherState.objects.get()
+    assert state.is_paused and state.paused_by == admin_user.username
+    page = response.content.decode()
+    assert 'id="dispatcher-paused"' in page and "Resume the dispatcher" in page
+    assert "The dispatcher is paused" in page
+
+    admin_client.post(PAUSE, {"is_paused": "0"})
+    assert not DispatcherState.objects.get().is_paused
+    assert list(LogEntry.objects.order_by("action_time", "pk").values_list("user__username", "change_message")) == [
+        (admin_user.username, "Paused all claiming"), (admin_user.username, "Resumed claiming"),
+    ]
+
+
+def test_pausing_twice_says_so_and_changes_nothing(admin_client):
+    dispatcher_pause_set(is_paused=True, actor="alice")
+    response = admin_client.post(PAUSE, {"is_paused": "1"}, follow=True)
+    assert "The dispatcher was already paused." in response.content.decode()
+    assert DispatcherState.objects.get().paused_by == "alice"
+
+
+def test_the_pause_switch_takes_only_a_post_with_a_csrf_token(admin_user):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(admin_user)
+    assert browser.get(PAUSE).status_code == 405
+    assert browser.post(PAUSE, {"is_paused": "1"}).status_code == 403
+    assert not DispatcherState.objects.filter(is_paused=True).exists()
+
+
+def test_staff_who_may_view_tasks_see_the_overview_but_cannot_switch_the_pause(client):
+    client.force_login(make_staff("viewer", "automation.view_automationtask"))
+    assert 'href="/admin/overview/"' in client.get("/admin/").content.decode()
+    page = client.get(OVERVIEW)
+    assert page.status_code == 200
+    assert 'action="/admin/overview/pause/"' not in page.content.decode()
+    assert client.post(PAUSE, {"is_paused": "1"}).status_code == 403
+    assert not DispatcherState.objects.filter(is_paused=True).exists()
+
+
+@pytest.mark.parametrize("permissions", [(), ("conversations.view_conversation", "ingest.view_instruction")])
+def test_staff_who_may_not_view_tasks_are_refused_the_overview_and_not_shown_its_link(client, permissions):
+    client.force_login(make_staff("stranger", *permissions))
+    make_task(S.FAILED, conversation_id=ConversationFactory(title="Secret plans").pk)
+    response = client.get(OVERVIEW)
+    assert response.status_code == 403
+    assert "Secret plans" not in response.content.decode() and "boom" not in response.content.decode()
+    assert "/admin/overview/" not in client.get("/admin/").content.decode()
+    assert client.post(PAUSE, {"is_paused": "1"}).status_code == 403
+    assert not DispatcherState.objects.filter(is_paused=True).exists()
+
+
+@pytest.mark.parametrize("url", [OVERVIEW, PAUSE])
+def test_anonymous_visitors_are_sent_to_the_login(client, url):
+    response = client.post(url, {"is_paused": "1"}) if url == PAUSE else client.get(url)
+    assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
+    assert not DispatcherState.objects.filter(is_paused=True).exists()
+
+
+# --- the pieces ---------------------------------------------------------------------------------
+
+
+def test_finishes_are_bucketed_by_clock_hour_from_the_event_log():
+    now = 1_700_000_000_000  # 22:13:20 UTC
+    current_hour = now // HOUR_MS * HOUR_MS
+    make_task(S.SUCCEEDED, now=current_hour)
+    make_task(S.SUCCEEDED, now=now)
+    make_task(S.FAILED, now=current_hour - 1)  # the last millisecond of the hour before
+    retried = make_task(S.FAILED, now=current_hour - 3 * HOUR_MS)
+    tr.task_retry(retried.pk, actor="alice", now=now)  # its failure still counts
+    make_task(S.FAILED, now=current_hour - 23 * HOUR_MS - 1)  # just outside 24 hours
+
+    buckets = task_finishes_by_hour(now_ms=now, hours=24)
+
+    assert len(buckets) == 24
+    assert buckets[-1] == HourlyFinishes(start_ms=current_hour, succeeded=2, failed=0)
+    assert buckets[-2] == HourlyFinishes(start_ms=current_hour - HOUR_MS, succeeded=0, failed=1)
+    assert buckets[-4].failed == 1
+    assert buckets[0].start_ms == current_hour - 23 * HOUR_MS
+    assert sum(b.failed for b in buckets) == 2 and sum(b.succeeded for b in buckets) == 2
+
+
+def test_chart_layout_scales_bars_to_the_tallest():
+    hour = 1_700_000_000_000 // HOUR_MS * HOUR_MS
+    chart = chart_layout([HourlyFinishes(hour, 4, 0), HourlyFinishes(hour + HOUR_MS, 2, 1)])
+    heights = {(bar.hour.hour, bar.series): bar.height for bar in chart.bars}
+    full = chart.plot_bottom - chart.plot_top
+    assert heights == {
+        (22, "succeeded"): full, (22, "failed"): 0, (23, "succeeded"): full / 2, (23, "failed"): full / 4,
+    }
+    assert all(bar.y + bar.height == chart.plot_bottom for bar in chart.bars)
+    assert (chart.total_succeeded, chart.total_failed, chart.max_count) == (6, 1, 4)
+
+
+def test_an_empty_chart_has_no_division_by_zero():
+    chart = chart_layout([HourlyFinishes(0, 0, 0)] * 24)
+    assert chart.max_count == 1 and all(bar.height == 0 for bar in chart.bars)
+
+
+def test_status_table_sums_each_status_across_kinds():
+    table = status_table({"a": {"pending": 2, "failed": 1}, "b": {"pending": 3}})
+    assert dict(table["totals"])[S.PENDING] == 5 and table["total"] == 6
+    assert [(kind, total) for kind, _, total in table["rows"]] == [("a", 3), ("b", 3)]

@@ -1,0 +1,112 @@
+"""A message's delivery follows its last finished block (SPEC §3)."""
+
+import json
+
+import pytest
+
+from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from automation.models import AutomationTask, TaskStatus
+from automation.services import transitions as tr
+from automation.kinds import kinds
+from automation.services.operator import tasks_cancel, tasks_reject, tasks_retry
+from ingest.frames import parse_final_message
+from ingest.models import Instruction
+from ingest.services.messages import message_ingest
+from tests.factories import PluginClientFactory
+
+pytestmark = pytest.mark.django_db
+
+S = TaskStatus
+NOW = 1_900_000_000_000
+
+
+def ingest(text, message_id="m1"):
+    client = PluginClientFactory(client_id=f"laptop-{message_id}")
+    frame = {"type": "browser.final_message", "platform": "claude", "conversation_id": "c1",
+             "message_id": message_id, "text": text}
+    return message_ingest(message=parse_final_message(frame), client=client)
+
+
+def blocks(*tools):
+    return "\n".join(f"```baa\n{tool}\n```" for tool in tools)
+
+
+def execute_tasks(message_id):
+    return list(AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE, message_id=message_id)
+                .order_by("sequence"))
+
+
+def deliveries():
+    return list(AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER).order_by("sequence"))
+
+
+def run(task, outcome="succeed", owner="d1"):
+    """Run the task as the dispatcher does: the outcome, then the kind's follow-up."""
+    tr.task_lease(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
+    tr.task_start(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
+    if outcome == "succeed":
+        task = tr.task_succeed(task.pk, lease_owner=owner, result={"ok": True}, now=NOW)
+    else:
+        task = tr.task_fail(task.pk, lease_owner=owner, error="tool error", now=NOW)
+    kinds.follow_up(task, actor=owner)
+    return task
+
+
+def test_the_delivery_is_created_with_the_last_finished_block_and_only_then():
+    result = ingest(blocks("echo", "time.now", "nope"))
+    first, second = execute_tasks(result.message_id)
+
+    run(first)
+    assert deliveries() == []
+    assert Instruction.objects.get(pk=first.instruction_id).status == "succeeded"
+
+    run(second, "fail")
+    [delivery] = deliveries()
+    assert (delivery.dedupe_key, delivery.status, delivery.message_id) == (f"deliver:{result.message_id}", S.PENDING, result.message_id)
+    assert json.loads(delivery.payload_json) == {"message_id": result.message_id, "instruction_ids": None}
+    assert (delivery.target_client_id, delivery.target_platform, delivery.target_conversation_id) == ("laptop-m1", "claude", "c1")
+    instruction = Instruction.objects.get(pk=second.instruction_id)
+    assert (instruction.status, instruction.error) == ("failed", "tool error")
+    assert delivery.events.get().actor == "d1"
+
+
+def test_a_block_waiting_for_approval_holds_the_delivery_until_decided():
+    result = ingest(blocks("echo", 'shell.run\n{"argv": ["ls"]}'))
+    echo, shell = execute_tasks(result.message_id)
+    run(echo)
+    assert deliveries() == []
+    assert Instruction.objects.get(pk=shell.instruction_id).status == "awaiting_approval"
+    assert tasks_reject(task_ids=[shell.pk], actor="alice", reason="no").done == [shell.pk]
+    assert len(deliveries()) == 1
+    assert Instruction.objects.get(pk=shell.instruction_id).status == "failed"
+
+
+def test_a_cancelled_block_counts_as_finished():
+    result = ingest(blocks("echo"))
+    [task] = execute_tasks(result.message_id)
+    assert tasks_cancel(task_ids=[task.pk], actor="alice").done == [task.pk]
+    assert Instruction.objects.get(pk=task.instruction_id).status == "cancelled"
+    assert len(deliveries()) == 1
+
+
+def test_a_block_retried_after_delivery_gets_a_follow_up_delivery_each_time():
+    result = ingest(blocks("echo", "time.now"))
+    first, second = execute_tasks(result.message_id)
+    run(first)
+    run(second, "fail")
+    assert len(deliveries()) == 1
+
+    for attempt in (1, 2):
+        assert tasks_retry(task_ids=[second.pk], actor="alice").done == [second.pk]
+        assert Instruction.objects.get(pk=second.instruction_id).status == "pending"
+        run(second, "fail")  # failed again: still finished, so the chat hears of it again
+        follow_up = deliveries()[-1]
+        assert follow_up.dedupe_key == f"deliver:{result.message_id}:block:{second.instruction_id}:retry:{attempt}"
+        assert json.loads(follow_up.payload_json)["instruction_ids"] == [second.instruction_id]
+    assert len(deliveries()) == 3
+
+
+def test_a_message_whose_blocks_were_all_rejected_is_delivered_at_ingest_once():
+    result = ingest(blocks("nope", "Bad Header"))
+    [delivery] = deliveries()
+    assert delivery.dedupe_key == f"deliver:{result.message_id}"

@@ -1,0 +1,120 @@
+"""``instruction.execute`` through the real dispatcher: results persisted, outcomes as SPEC §3 says."""
+
+import json
+import random
+
+import pytest
+
+from automation.dispatcher import Dispatcher, DispatcherConfig
+from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from automation.models import AutomationTask, TaskStatus, ToolPolicy
+from automation.services.tasks import task_create
+from ingest.frames import parse_final_message
+from ingest.models import Instruction
+from ingest.services.messages import message_ingest
+from tests.factories import PluginClientFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CONFIG = DispatcherConfig(
+    max_tasks_per_tick=20, lease_ms=60_000, outbound_jitter_max_ms=0,
+    retry_backoff_seconds=(5, 15, 45), retry_jitter_max_ms=0,
+)
+
+
+@pytest.fixture(autouse=True)
+def workspace(settings, tmp_path):
+    settings.CONDUCTOR_WORKSPACE = tmp_path / "workspace"
+    settings.CONDUCTOR_WORKSPACE.mkdir()
+    return settings.CONDUCTOR_WORKSPACE
+
+
+@pytest.fixture
+def dispatcher():
+    dispatcher = Dispatcher(config=CONFIG, rng=random.Random(1))
+    yield dispatcher
+    dispatcher.stop(grace=5)
+
+
+def ingest(text, message_id="m1"):
+    client = PluginClientFactory(client_id=f"laptop-{message_id}")
+    frame = {"type": "browser.final_message", "platform": "claude", "conversation_id": "c1",
+             "message_id": message_id, "text": text}
+    return message_ingest(message=parse_final_message(frame), client=client)
+
+
+def block(tool, params=None):
+    return f"```baa\n{tool}\n{json.dumps(params or {})}\n```"
+
+
+def run_until_quiet(dispatcher, ticks=20):
+    """Tick until a tick claims nothing; blocks of a conversation run one per tick."""
+    for _ in range(ticks):
+        report = dispatcher.tick()
+        dispatcher.wait_idle(30)
+        if not report.claimed and not dispatcher.in_flight():
+            return
+    raise AssertionError("the dispatcher never went quiet")
+
+
+def executed(message_id):
+    return list(AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE, message_id=message_id).order_by("sequence"))
+
+
+def test_blocks_run_in_order_and_their_results_are_persisted(dispatcher, workspace):
+    (workspace / "todo.md").write_text("- ship\n")
+    result = ingest("\n".join([
+        block("files.read", {"path": "todo.md"}),
+        block("echo", {"said": "hi"}),
+        block("files.read", {"path": "missing.md"}),
+        block("files.list", {"path": "../"}),
+    ]))
+    run_until_quiet(dispatcher)
+
+    tasks = executed(result.message_id)
+    assert [t.status for t in tasks] == ["succeeded", "succeeded", "failed", "failed"]
+    assert json.loads(tasks[0].result_json) == {"path": "todo.md", "text": "- ship\n", "size": 7, "truncated": False}
+    assert json.loads(tasks[1].result_json) == {"said": "hi"}
+    assert tasks[2].last_error == "missing.md: no such file or folder"
+    assert tasks[3].last_error == "path '../' leads outside the workspace"
+    # Tool errors are terminal: one attempt each.
+    assert [t.attempt_count for t in tasks] == [1, 1, 1, 1]
+    assert list(Instruction.objects.filter(message_id=result.message_id).order_by("block_index")
+                .values_list("status", "error")) == [
+        ("succeeded", ""), ("succeeded", ""),
+        ("failed", "missing.md: no such file or folder"),
+        ("failed", "path '../' leads outside the workspace"),
+    ]
+    # The message's one delivery follows its last block.
+    assert AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER, message_id=result.message_id).count() == 1
+
+
+def test_a_failed_command_keeps_its_output_with_the_error(dispatcher, settings):
+    ToolPolicy.objects.create(tool="shell.run", policy="allow")
+    result = ingest(block("shell.run", {"argv": ["sh", "-c", "echo partial; exit 2"]}))
+    run_until_quiet(dispatcher)
+    [task] = executed(result.message_id)
+    assert (task.status, task.last_error) == ("failed", "exited with code 2")
+    assert json.loads(task.result_json)["stdout"] == "partial\n"
+
+
+def test_a_tool_denied_after_ingest_fails_with_permission_denied(dispatcher):
+    result = ingest(block("time.now"))
+    ToolPolicy.objects.create(tool="time.now", policy="deny")
+    run_until_quiet(dispatcher)
+    [task] = executed(result.message_id)
+    assert (task.status, task.last_error) == ("failed", "permission denied: tool time.now is denied by policy")
+
+
+@pytest.mark.parametrize("payload,error", [
+    ({"tool": "files.delete", "params": {}}, "unknown tool 'files.delete' for target 'conductor'"),
+    ({"tool": "echo", "target": "laptop", "params": {}}, "unknown target 'laptop'"),
+    ({"tool": "files.read", "params": {"path": 3}}, "params.path: 3 is not of type 'string'"),
+])
+def test_a_task_the_registry_cannot_run_fails_terminally(dispatcher, payload, error):
+    task, _ = task_create(kind=INSTRUCTION_EXECUTE, payload=payload, actor="test")
+    run_until_quiet(dispatcher)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.FAILED
+    assert task.last_error.startswith(error)
+    assert task.attempt_count == 1

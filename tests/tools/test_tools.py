@@ -1,0 +1,632 @@
+"""The tools of SPEC §5.1: success and failure paths, the workspace sandbox, shell.run's limits."""
+
+import datetime as dt
+import json
+import os
+import secrets
+import signal
+import stat
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from automation.models import TaskStatus
+from tools import files as files_module
+from tools import launcher
+from tools.registry import ToolCall, ToolError, tools
+from tests.factories import make_task
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def workspace(tmp_path):
+    root = tmp_path / "workspace"
+    root.mkdir()
+    return root
+
+
+@pytest.fixture
+def outside(tmp_path):
+    secret = tmp_path / "outside" / "secret.txt"
+    secret.parent.mkdir()
+    secret.write_text("top secret")
+    return secret
+
+
+def run(workspace: Path, tool: str, params: dict, *, max_timeout: float = 300, cancelled=None):
+    spec = tools.get(tool)
+    assert spec.params_error(params) is None, spec.params_error(params)
+    call = ToolCall(
+        params=params, workspace=workspace, shell_max_timeout_seconds=max_timeout,
+        cancelled=cancelled or threading.Event(),
+    )
+    return spec.run(call)
+
+
+def refused(workspace: Path, tool: str, params: dict, **kwargs) -> ToolError:
+    with pytest.raises(ToolError) as caught:
+        run(workspace, tool, params, **kwargs)
+    return caught.value
+
+
+def finishes_within(seconds: float, function, *args, **kwargs):
+    """``function``'s return value, or the exception it raised; fails the test when it is still running after ``seconds``.
+
+    It runs in a thread, so a call that blocks forever fails the test instead of hanging it.
+    """
+    outcome = {}
+
+    def target():
+        try:
+            outcome["value"] = function(*args, **kwargs)
+        except BaseException as exc:  # handed back to the test below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if thread.is_alive():
+        pytest.fail(f"still running after {seconds} s")
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().split()[2] != "Z"
+
+
+def test_every_registered_tool_has_an_implementation():
+    assert [spec.name for spec in tools if spec.run is None] == []
+
+
+# --- echo, time.now, tasks.status --------------------------------------------------------------
+
+
+def test_echo_returns_its_params(workspace):
+    params = {"a": [1, {"b": None}], "text": "héllo"}
+    assert run(workspace, "echo", params) == params
+
+
+def test_time_now_is_iso_8601_utc(workspace):
+    result = run(workspace, "time.now", {})
+    parsed = dt.datetime.fromisoformat(result["now"])
+    assert result["now"].endswith("Z")
+    assert abs((dt.datetime.now(dt.UTC) - parsed).total_seconds()) < 60
+
+
+@pytest.mark.django_db
+def test_tasks_status_counts_tasks_by_kind_and_status(workspace):
+    make_task(TaskStatus.PENDING)
+    make_task(TaskStatus.PENDING)
+    make_task(TaskStatus.FAILED, kind="test.local")
+    assert run(workspace, "tasks.status", {}) == {
+        "tasks": {"test.instruction": {"pending": 2}, "test.local": {"failed": 1}},
+        "total": 3,
+    }
+
+
+# --- files.write ----------------------------------------------------------------------------
+
+
+def test_write_creates_a_file_and_its_folders(workspace):
+    result = run(workspace, "files.write", {"path": "notes/day/todo.md", "content": "é\n"})
+    assert result == {"path": "notes/day/todo.md", "mode": "create", "bytes_written": 3}
+    assert (workspace / "notes/day/todo.md").read_text() == "é\n"
+
+
+def test_write_in_create_mode_refuses_an_existing_file(workspace):
+    (workspace / "a.txt").write_text("keep")
+    error = refused(workspace, "files.write", {"path": "a.txt", "content": "x"})
+    assert "a.txt: already exists" in str(error)
+    assert (workspace / "a.txt").read_text() == "keep"
+
+
+@pytest.mark.parametrize("mode,expected", [("overwrite", "new"), ("append", "oldnew")])
+def test_write_overwrites_or_appends(workspace, mode, expected):
+    (workspace / "a.txt").write_text("old")
+    assert run(workspace, "files.write", {"path": "a.txt", "content": "new", "mode": mode})["bytes_written"] == 3
+    assert (workspace / "a.txt").read_text() == expected
+
+
+def test_write_onto_a_folder_is_an_error(workspace):
+    (workspace / "folder").mkdir()
+    assert "folder: is a folder" in str(refused(workspace, "files.write", {
+        "path": "folder", "content": "x", "mode": "overwrite",
+    }))
+
+
+# --- files.read -----------------------------------------------------------------------------
+
+
+def test_read_returns_text_size_and_no_truncation(workspace):
+    (workspace / "a.md").write_text("# Todo\n- ship\n")
+    assert run(workspace, "files.read", {"path": "a.md"}) == {
+        "path": "a.md", "text": "# Todo\n- ship\n", "size": 14, "truncated": False,
+    }
+
+
+def test_read_stops_at_max_bytes_without_splitting_a_character(workspace):
+    (workspace / "a.txt").write_bytes("abé€z".encode())  # é is 2 bytes, € is 3
+    result = run(workspace, "files.read", {"path": "a.txt", "max_bytes": 5})
+    assert result == {"path": "a.txt", "text": "abé", "size": 8, "truncated": True}
+
+
+def test_read_replaces_bad_bytes(workspace):
+    (workspace / "bin").write_bytes(b"ok\xff\xfeend")
+    assert run(workspace, "files.read", {"path": "bin"})["text"] == "ok\ufffd\ufffdend"
+
+
+@pytest.mark.parametrize("name,setup,message", [
+    ("missing.txt", lambda ws: None, "missing.txt: no such file or folder"),
+    ("folder", lambda ws: (ws / "folder").mkdir(), "folder: is a folder"),
+])
+def test_read_failures_name_the_path(workspace, name, setup, message):
+    setup(workspace)
+    assert message in str(refused(workspace, "files.read", {"path": name}))
+
+
+def test_read_follows_a_symlink_that_stays_inside(workspace):
+    (workspace / "real.txt").write_text("inside")
+    (workspace / "link.txt").symlink_to("real.txt")
+    assert run(workspace, "files.read", {"path": "link.txt"})["text"] == "inside"
+
+
+# --- files.read and files.write on what is not a regular file --------------------------------
+
+
+def make_fifo(workspace: Path) -> Path:
+    path = workspace / "pipe"
+    os.mkfifo(path)
+    return path
+
+
+def release_fifo(path: Path) -> None:
+    """Let go of a tool stuck opening ``path``: an end that both reads and writes opens at once and serves either."""
+    os.close(os.open(path, os.O_RDWR | os.O_NONBLOCK))
+
+
+def make_socket(workspace: Path) -> Path:
+    # What a server leaves behind: the socket's file (mknod: no limit on the path's length).
+    path = workspace / "sock"
+    os.mknod(path, stat.S_IFSOCK | 0o600)
+    return path
+
+
+def make_device(workspace: Path) -> Path:
+    path = workspace / "null"
+    try:
+        os.mknod(path, stat.S_IFCHR | 0o666, os.stat("/dev/null").st_rdev)
+    except PermissionError:
+        pytest.skip("making a device node needs CAP_MKNOD")
+    return path
+
+
+NOT_REGULAR = {
+    "FIFO": (make_fifo, "is a FIFO, not a regular file"),
+    "socket": (make_socket, "is a socket, not a regular file"),
+    "device": (make_device, "is a character device, not a regular file"),
+}
+TOOLS_ON_A_PATH = {
+    "read": ("files.read", {}),
+    "overwrite": ("files.write", {"content": "x", "mode": "overwrite"}),
+    "append": ("files.write", {"content": "x", "mode": "append"}),
+}
+
+
+@pytest.mark.parametrize("use", TOOLS_ON_A_PATH)
+@pytest.mark.parametrize("kind", NOT_REGULAR)
+def test_only_regular_files_are_read_or_written(workspace, kind, use):
+    make, message = NOT_REGULAR[kind]
+    path = make(workspace)
+    tool, params = TOOLS_ON_A_PATH[use]
+    started = time.monotonic()
+    try:
+        error = finishes_within(5, refused, workspace, tool, {"path": path.name, **params})
+    finally:
+        if kind == "FIFO":
+            release_fifo(path)
+    assert str(error) == f"{path.name}: {message}"
+    assert time.monotonic() - started < 1
+
+
+@pytest.mark.parametrize("use,message", [
+    # Opened without blocking: a read end opens at once and shows what it is.
+    ("read", "swap: is a FIFO, not a regular file"),
+    # A write end without a reader does not open at all.
+    ("overwrite", "swap: is not a regular file"),
+])
+def test_a_fifo_swapped_in_after_the_look_does_not_block_the_open(workspace, monkeypatch, use, message):
+    target = workspace / "swap"
+    target.write_text("regular at first")
+    real_open = files_module._open
+
+    def swap_then_open(path, flags, name):
+        target.unlink()
+        os.mkfifo(target)
+        return real_open(path, flags, name)
+
+    monkeypatch.setattr(files_module, "_open", swap_then_open)
+    tool, params = TOOLS_ON_A_PATH[use]
+    try:
+        error = finishes_within(5, refused, workspace, tool, {"path": "swap", **params})
+    finally:
+        release_fifo(target)
+    assert str(error) == message
+
+
+# --- files.list -----------------------------------------------------------------------------
+
+
+def test_list_shows_entries_with_type_and_size(workspace, outside):
+    (workspace / "b.txt").write_text("12345")
+    (workspace / "a").mkdir()
+    (workspace / "a" / "deep.py").write_text("x")
+    (workspace / "out").symlink_to(outside.parent)
+    assert run(workspace, "files.list", {}) == {
+        "path": ".",
+        "entries": [
+            {"name": "a", "type": "dir", "size": None},
+            {"name": "b.txt", "type": "file", "size": 5},
+            {"name": "out", "type": "symlink", "size": len(str(outside.parent))},
+        ],
+        "truncated": False,
+    }
+
+
+def test_list_matches_a_glob_and_walks_with_double_star(workspace, outside):
+    (workspace / "src" / "pkg").mkdir(parents=True)
+    for name in ("src/a.py", "src/pkg/b.py", "src/c.txt"):
+        (workspace / name).write_text("x")
+    # A symlinked folder is listed but never walked into.
+    (workspace / "src" / "out").symlink_to(outside.parent)
+
+    def names(result):
+        return [entry["name"] for entry in result["entries"]]
+
+    assert names(run(workspace, "files.list", {"path": "src", "glob": "*.py"})) == ["a.py"]
+    assert names(run(workspace, "files.list", {"path": "src", "glob": "**/*.py"})) == ["pkg/b.py"]
+    assert names(run(workspace, "files.list", {"path": "src", "glob": "**"})) == [
+        "a.py", "c.txt", "out", "pkg", "pkg/b.py",
+    ]
+
+
+def test_list_is_capped(workspace, monkeypatch):
+    monkeypatch.setattr(files_module, "MAX_LIST_ENTRIES", 3)
+    for n in range(5):
+        (workspace / f"{n}.txt").write_text("")
+    result = run(workspace, "files.list", {})
+    assert [entry["name"] for entry in result["entries"]] == ["0.txt", "1.txt", "2.txt"]
+    assert result["truncated"] is True
+
+
+def test_list_of_a_file_is_an_error(workspace):
+    (workspace / "f").write_text("")
+    assert "f: is not a folder" in str(refused(workspace, "files.list", {"path": "f"}))
+
+
+def test_a_missing_workspace_is_created(tmp_path):
+    assert run(tmp_path / "new-workspace", "files.list", {})["entries"] == []
+
+
+# --- every way out of the workspace ---------------------------------------------------------
+
+ESCAPES = {
+    "dot-dot": ("../outside/secret.txt", "leads outside the workspace"),
+    "dot-dot in the middle": ("notes/../../outside/secret.txt", "leads outside the workspace"),
+    "absolute": ("/etc/passwd", "is absolute"),
+    "symlinked file": ("secret-link", "leads outside the workspace"),
+    "through a symlinked folder": ("out-folder/secret.txt", "leads outside the workspace"),
+    "NUL byte": ("a\x00b", "contains a NUL byte"),
+    "symlink to a device": ("null-link", "leads outside the workspace"),
+}
+
+
+@pytest.fixture
+def escape_routes(workspace, outside):
+    (workspace / "notes").mkdir()
+    (workspace / "secret-link").symlink_to(outside)
+    (workspace / "out-folder").symlink_to(outside.parent)
+    (workspace / "null-link").symlink_to("/dev/null")
+    return workspace
+
+
+@pytest.mark.parametrize("route", ESCAPES)
+@pytest.mark.parametrize("tool,params", [
+    ("files.read", lambda path: {"path": path}),
+    ("files.write", lambda path: {"path": path, "content": "pwned", "mode": "overwrite"}),
+    ("files.list", lambda path: {"path": path}),
+    ("shell.run", lambda path: {"argv": ["ls"], "cwd": path}),
+])
+def test_every_way_out_of_the_workspace_is_refused(escape_routes, outside, route, tool, params):
+    path, message = ESCAPES[route]
+    error = refused(escape_routes, tool, params(path))
+    assert message in str(error)
+    assert outside.read_text() == "top secret"
+
+
+def test_a_symlink_swapped_in_after_the_check_is_not_followed(workspace, outside, monkeypatch):
+    # The check sees a plain path; by the open, it is a link pointing out.
+    target = workspace / "swap.txt"
+    real_open = files_module._open
+
+    def swap_then_open(path, flags, name):
+        target.symlink_to(outside)
+        return real_open(path, flags, name)
+
+    monkeypatch.setattr(files_module, "_open", swap_then_open)
+    error = refused(workspace, "files.write", {"path": "swap.txt", "content": "pwned", "mode": "overwrite"})
+    assert "is a symlink" in str(error)
+    assert outside.read_text() == "top secret"
+
+
+# --- shell.run ------------------------------------------------------------------------------
+
+
+def test_shell_runs_an_argv_without_a_shell(workspace):
+    (workspace / "sub").mkdir()
+    result = run(workspace, "shell.run", {"argv": ["sh", "-c", "pwd; echo oops >&2"], "cwd": "sub"})
+    assert result["exit_code"] == 0
+    assert result["stdout"] == f"{(workspace / 'sub').resolve()}\n"
+    assert result["stderr"] == "oops\n"
+    assert result["timed_out"] is False
+    # No shell: metacharacters are plain arguments.
+    assert run(workspace, "shell.run", {"argv": ["echo", "$HOME", ";", "ls"]})["stdout"] == "$HOME ; ls\n"
+
+
+def test_a_non_zero_exit_is_a_failure_that_keeps_the_output(workspace):
+    error = refused(workspace, "shell.run", {"argv": ["sh", "-c", "echo partial; exit 3"]})
+    assert str(error) == "exited with code 3"
+    assert error.result["exit_code"] == 3
+    assert error.result["stdout"] == "partial\n"
+
+
+def test_an_unknown_command_is_a_clear_error(workspace):
+    assert "command not found: 'no-such-command'" in str(
+        refused(workspace, "shell.run", {"argv": ["no-such-command"]})
+    )
+
+
+def test_a_missing_cwd_is_refused(workspace):
+    assert "is not a folder" in str(refused(workspace, "shell.run", {"argv": ["ls"], "cwd": "nope"}))
+
+
+def test_the_environment_is_minimal_and_holds_no_server_secret(workspace, monkeypatch, settings):
+    monkeypatch.setenv("SECRET_KEY", "server-secret-value")
+    monkeypatch.setenv("DATABASE_URL", "postgres://conductor:db-password@db/conductor")
+    result = run(workspace, "shell.run", {"argv": ["env"]})
+    lines = sorted(result["stdout"].splitlines())
+    assert lines == sorted([
+        "HOME=" + str(workspace.resolve()), "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin",
+    ])
+    for secret in ("server-secret-value", "db-password", settings.SECRET_KEY):
+        assert secret not in result["stdout"]
+
+
+def test_a_command_that_outlives_its_timeout_is_killed_with_its_children(workspace):
+    argv = ["sh", "-c", "sleep 60 & echo $! > child.pid; echo started; sleep 60"]
+    started = time.monotonic()
+    error = refused(workspace, "shell.run", {"argv": argv, "timeout_s": 0.5})
+    assert time.monotonic() - started < 10
+    assert str(error).startswith("timed out after 0.5 s")
+    assert error.result["timed_out"] is True
+    assert error.result["stdout"] == "started\n"
+    child = int((workspace / "child.pid").read_text())
+    deadline = time.monotonic() + 5
+    while is_alive(child) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not is_alive(child)
+
+
+def test_the_timeout_is_capped_by_the_servers_maximum(workspace):
+    error = refused(workspace, "shell.run", {"argv": ["sleep", "60"], "timeout_s": 3600}, max_timeout=0.3)
+    assert str(error).startswith("timed out after 0.3 s")
+
+
+def test_output_is_capped_and_the_rest_drained(workspace):
+    result = run(workspace, "shell.run", {"argv": ["head", "-c", "300000", "/dev/zero"]})
+    assert len(result["stdout"]) == 64 * 1024
+    assert result["stdout_truncated"] is True
+    assert result["stderr_truncated"] is False
+
+
+def test_a_cancelled_task_stops_its_command(workspace):
+    cancelled = threading.Event()
+    threading.Timer(0.3, cancelled.set).start()
+    started = time.monotonic()
+    error = refused(workspace, "shell.run", {"argv": ["sleep", "60"]}, cancelled=cancelled)
+    assert str(error) == "cancelled; the command was killed"
+    assert time.monotonic() - started < 10
+
+
+# --- shell.run: no process left behind -------------------------------------------------------
+
+
+@pytest.fixture
+def marker():
+    """A ``sleep`` argument no other process has, to find the processes a test started.
+
+    Any still running at the end are killed, so a failing test leaves nothing behind.
+    """
+    token = f"1002.{secrets.randbelow(10**9):09d}"
+    yield token
+    for pid in pids_with_argument(token):
+        os.kill(pid, signal.SIGKILL)
+
+
+def pids_with_argument(argument: str) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as cmdline:
+                if argument.encode() in cmdline.read().split(b"\0"):
+                    pids.append(int(entry))
+        except (OSError, ValueError):
+            pass
+    return [pid for pid in pids if is_alive(pid)]
+
+
+DETACHING = {
+    "a child in a session of its own": "setsid sleep {marker} &",
+    "an orphan whose parent exited (double fork)": "sh -c 'setsid sleep {marker} &'",
+    "a child that ignores hangups and closed its output": "nohup setsid sleep {marker} >/dev/null 2>&1 &",
+}
+
+
+@pytest.mark.parametrize("detach", DETACHING)
+def test_children_are_killed_at_the_timeout_however_they_detached(workspace, marker, detach):
+    argv = ["sh", "-c", DETACHING[detach].format(marker=marker) + "\necho started; sleep 60"]
+    started = time.monotonic()
+    error = finishes_within(15, refused, workspace, "shell.run", {"argv": argv, "timeout_s": 1})
+    assert str(error).startswith("timed out after 1 s")
+    assert error.result["stdout"] == "started\n"
+    assert time.monotonic() - started < 5
+    assert pids_with_argument(marker) == []
+
+
+def test_a_command_that_exits_while_a_detached_child_holds_its_output_returns_at_once(workspace, marker):
+    # The child keeps the stdout pipe open; the call must not wait for it. The
+    # command exits only once the child has left its session (the pid file).
+    detach = f"setsid sh -c 'echo $$ > detached.pid; exec sleep {marker}' &"
+    argv = ["sh", "-c", detach + "\nwhile [ ! -s detached.pid ]; do sleep 0.01; done; echo started"]
+    started = time.monotonic()
+    result = finishes_within(15, run, workspace, "shell.run", {"argv": argv, "timeout_s": 30})
+    assert result["exit_code"] == 0
+    assert result["stdout"] == "started\n"
+    assert time.monotonic() - started < 2
+    assert pids_with_argument(marker) == []
+    assert not is_alive(int((workspace / "detached.pid").read_text()))
+
+
+def test_a_cancel_kills_detached_children_too(workspace, marker):
+    cancelled = threading.Event()
+    threading.Timer(0.5, cancelled.set).start()
+    argv = ["sh", "-c", f"setsid sleep {marker} & sleep 60"]
+    error = finishes_within(15, refused, workspace, "shell.run", {"argv": argv}, cancelled=cancelled)
+    assert str(error) == "cancelled; the command was killed"
+    assert pids_with_argument(marker) == []
+
+
+@pytest.mark.skipif(launcher.landlock_abi() < 6, reason="signal scoping needs Landlock ABI 6 (Linux 6.12)")
+def test_a_command_cannot_signal_its_launcher_or_the_server(workspace):
+    # Killing the launcher would let the command's children escape its clean-up.
+    # kill -0 only asks whether a signal would be allowed.
+    argv = ["sh", "-c", f"kill -0 $PPID; echo $?; kill -0 {os.getpid()}; echo $?"]
+    result = run(workspace, "shell.run", {"argv": argv})
+    assert result["stdout"] == "1\n1\n"
+    assert "Operation not permitted" in result["stderr"]
+
+
+# A stand-in for the server (or a worker): runs one shell.run and prints its pid and the outcome.
+SERVER = """
+import json, os, subprocess, sys
+from pathlib import Path
+from tools.registry import ToolCall, ToolError
+from tools.shell import shell_environment, shell_run
+
+workspace, mode, argv = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+print(json.dumps({"server_pid": os.getpid()}), flush=True)
+call = ToolCall(params={"argv": argv}, workspace=workspace, shell_max_timeout_seconds=60)
+if mode == "plain":  # as shell.run did before its launcher: the server's own child
+    done = subprocess.run(argv, env=shell_environment(call), capture_output=True, text=True)
+    result = {"stdout": done.stdout, "stderr": done.stderr}
+else:
+    try:
+        result = shell_run(call)
+    except ToolError as exc:
+        result = {"error": str(exc), **(exc.result or {})}
+print(json.dumps(result), flush=True)
+"""
+
+
+def start_server(workspace: Path, argv: list[str], *, mode: str = "shell.run", env=None) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", SERVER, str(workspace), mode, json.dumps(argv)],
+        cwd=PROJECT_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def test_a_server_that_dies_takes_its_commands_with_it(workspace, marker):
+    server = start_server(workspace, ["sh", "-c", f"setsid sleep {marker} & sleep {marker}"])
+    deadline = time.monotonic() + 15
+    while len(pids_with_argument(marker)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(pids_with_argument(marker)) == 2
+    server.kill()
+    server.communicate()
+    deadline = time.monotonic() + 5
+    while pids_with_argument(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pids_with_argument(marker) == []
+
+
+# --- shell.run: no secret of the server within reach ----------------------------------------
+
+# Run as the command: walks its ancestry up to pid 1 and reads the environment of
+# every process in /proc it can; reports the pids whose environment holds the canary.
+PROBE = """
+import json, os, sys
+canary = sys.argv[1].encode()
+
+def parent(pid):
+    with open(f"/proc/{pid}/stat") as stat:
+        text = stat.read()
+    return int(text[text.rindex(")") + 1:].split()[1])
+
+def holds_canary(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as environ:
+            return canary in environ.read()
+    except OSError:
+        return False
+
+ancestors, pid = [], os.getpid()
+while pid > 1:
+    pid = parent(pid)
+    ancestors.append(pid)
+pids = {int(entry) for entry in os.listdir("/proc") if entry.isdigit()} | set(ancestors)
+print(json.dumps({"ancestors": ancestors, "leaks": sorted(pid for pid in pids if holds_canary(pid))}))
+"""
+
+
+def probe_from_server(workspace: Path, canary: str, mode: str) -> tuple[int, dict]:
+    """Start a server whose environment holds ``canary``; returns its pid and what the probe it ran found."""
+    env = {**os.environ, "CONDUCTOR_TEST_CANARY": canary}
+    server = start_server(workspace, [sys.executable, "-I", "-S", "-c", PROBE, canary], mode=mode, env=env)
+    stdout, stderr = server.communicate(timeout=60)
+    assert server.returncode == 0, stderr
+    started, finished = (json.loads(line) for line in stdout.splitlines())
+    assert "error" not in finished, finished
+    return started["server_pid"], json.loads(finished["stdout"])
+
+
+def test_no_process_within_the_commands_reach_holds_the_servers_environment(workspace):
+    # The server must be a process of its own: /proc/<pid>/environ shows the
+    # environment a process started with, not what it put in os.environ later.
+    canary = f"canary-{secrets.token_hex(8)}"
+
+    # Started straight from the server, a command reads the canary from its parent.
+    server_pid, found = probe_from_server(workspace, canary, "plain")
+    assert server_pid in found["leaks"]
+
+    # Through shell.run, the server is still an ancestor, and still unreadable.
+    server_pid, found = probe_from_server(workspace, canary, "shell.run")
+    assert server_pid in found["ancestors"]
+    assert found["leaks"] == []
+
+
+def test_a_command_still_reads_its_own_processes(workspace):
+    # tr reads the environment of its parent, the shell: both are inside the sandbox.
+    result = run(workspace, "shell.run", {"argv": ["sh", "-c", "tr '\\0' '\\n' < /proc/$$/environ"]})
+    assert "PATH=/usr/local/bin:/usr/bin:/bin" in result["stdout"].splitlines()

@@ -1,0 +1,244 @@
+"""The process ``shell.run`` starts every command from; see ``tools.shell`` for why.
+
+Run as ``python -I -S launcher.py STATUS_FD -- ARGV...``, with the minimal
+environment the command gets and the command's folder as its own. It uses the
+standard library only: it runs in a fresh interpreter without the project,
+its settings or its site-packages. It
+
+1. becomes a child subreaper, so every process the command starts stays below
+   it however it detaches (``setsid``, a double fork): an orphan is
+   re-parented to the launcher, not to init;
+2. starts the command in the sandbox of ``enter_sandbox``, in a session of
+   its own, with stdin from ``/dev/null`` and its own stdout and stderr (the
+   server's pipes);
+3. waits until the command exits, or until the server asks it to stop by
+   shutting down its end of the status socket (a timeout or a cancel). A
+   server that dies closes that socket too, so no command outlives it;
+4. kills every process left below it, the command included, and reaps them,
+   so nothing holds the output pipes once it exits;
+5. writes one JSON line on the status socket and exits: ``{"exit_code": N}``
+   (``-N`` when killed by signal N, as ``Popen.returncode``), or
+   ``{"error": KIND, "detail": "..."}`` when the command could not start.
+
+Linux only: it needs prctl, pidfd and Landlock (Linux 5.13 or newer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+# prctl(2) options and capability numbers, from <linux/prctl.h> and <linux/capability.h>.
+PR_CAPBSET_DROP = 24
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+CAP_SYS_PTRACE = 19
+CAP_SYS_ADMIN = 21
+CAP_PERFMON = 38
+
+# Landlock's system calls have the same numbers on every architecture but alpha.
+SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_RESTRICT_SELF = 446
+LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
+LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 11
+LANDLOCK_SCOPE_SIGNAL = 1 << 1  # ABI 6 (Linux 6.12)
+
+# Each of these lets a process read other processes' environment and memory
+# past the checks that stop a plain process (on Linux 6.18, even from inside a
+# Landlock domain). Normally only root holds them.
+MEMORY_READING_CAPABILITIES = (CAP_SYS_PTRACE, CAP_SYS_ADMIN, CAP_PERFMON)
+# How long the kill loop waits for SIGKILLed children to become reapable.
+REAP_POLL_SECONDS = 0.01
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Stop(Exception):
+    """The launcher itself was told to stop (SIGTERM, SIGINT, SIGHUP)."""
+
+
+def _checked(result: int, what: str) -> int:
+    if result < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+    return result
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 when Landlock is missing or disabled, or this is not Linux."""
+    if sys.platform != "linux":
+        return 0  # syscall numbers mean other things elsewhere
+    version = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION)
+    return max(version, 0)
+
+
+def create_ruleset(abi: int) -> int:
+    """A Landlock ruleset that restricts nothing a command needs; returns its (close-on-exec) fd.
+
+    What matters is the domain it creates, not its rules: a process in a
+    Landlock domain may not read or trace any process outside it. The
+    ruleset must handle some access, so it handles making block devices
+    (which needs root anyway) and grants none. From ABI 6 it also scopes
+    signals: the command cannot kill this launcher to escape the clean-up,
+    nor signal the server.
+    """
+    attr = (ctypes.c_uint64 * 3)(LANDLOCK_ACCESS_FS_MAKE_BLOCK, 0, LANDLOCK_SCOPE_SIGNAL if abi >= 6 else 0)
+    # The kernel reads only as much of the struct as its ABI knows.
+    size = ctypes.sizeof(attr) if abi >= 6 else ctypes.sizeof(ctypes.c_uint64)
+    return _checked(
+        _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(size), 0), "landlock_create_ruleset"
+    )
+
+
+def enter_sandbox(ruleset_fd: int) -> None:
+    """Called in the command's process between fork and exec (the launcher has one thread, so this is safe).
+
+    Drops the capabilities that read other processes' memory (they exist
+    only when the server runs as root, and the drop needs root), clears
+    ambient capabilities, sets no_new_privs (so no setuid program gives them
+    back) and enters the Landlock domain, which every descendant inherits
+    and none can leave.
+    """
+    _checked(_libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
+    for capability in MEMORY_READING_CAPABILITIES:
+        # EPERM: not root (no CAP_SETPCAP), and under no_new_privs a
+        # non-root exec gains no capability anyway; EINVAL: a kernel that
+        # predates the capability.
+        if _libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) < 0 and ctypes.get_errno() not in (
+            errno.EPERM, errno.EINVAL,
+        ):
+            _checked(-1, f"drop capability {capability}")
+    _checked(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    _checked(_libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset_fd, 0), "landlock_restrict_self")
+
+
+def parent_pid(stat: str) -> int:
+    """The parent pid in the text of ``/proc/<pid>/stat``; the command name in it may hold spaces and ``)``."""
+    return int(stat[stat.rindex(")") + 1 :].split()[1])
+
+
+def child_pids(parent: int) -> list[int]:
+    """Pids whose parent is ``parent`` right now."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                if parent_pid(stat.read()) == parent:
+                    children.append(int(entry))
+        except (OSError, ValueError):
+            pass  # gone meanwhile
+    return children
+
+
+def end_descendants() -> dict[int, int]:
+    """SIGKILL every process below the launcher and reap it; returns each reaped child's wait status.
+
+    Killing a child re-parents its own children here (we are a subreaper), so
+    killing children until none is left ends the whole tree. Only an empty
+    ``waitpid`` (ECHILD) proves that: a child re-parented after a scan is
+    found by the next one.
+    """
+    statuses: dict[int, int] = {}
+    me = os.getpid()
+    while True:
+        for pid in child_pids(me):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        reaped = False
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return statuses
+            if not pid:
+                break
+            statuses[pid], reaped = status, True
+        if not reaped:
+            time.sleep(REAP_POLL_SECONDS)
+
+
+def wait_for_exit_or_stop(pid: int, status: socket.socket) -> None:
+    """Block until process ``pid`` exits or the server writes to or closes the status socket."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        poller.register(status, select.POLLIN)
+        poller.poll()
+    finally:
+        os.close(pidfd)
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise Stop(signal.Signals(signum).name)
+
+
+def run(command: list[str], status: socket.socket) -> dict[str, object]:
+    """Start ``command``, wait, end every process below us; returns the report for the server."""
+    abi = landlock_abi()
+    if abi < 1:
+        return {"error": "sandbox", "detail": "Landlock is not available (it needs Linux 5.13 or newer, enabled)"}
+    ruleset = create_ruleset(abi)
+    _checked(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "child subreaper")
+    child = None
+    try:
+        try:
+            child = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+                preexec_fn=lambda: enter_sandbox(ruleset),
+            )
+        except FileNotFoundError:
+            return {"error": "not_found"}
+        except PermissionError:
+            return {"error": "not_executable"}
+        except OSError as exc:
+            return {"error": "start", "detail": exc.strerror or str(exc)}
+        except subprocess.SubprocessError:
+            return {"error": "sandbox", "detail": "the command could not enter the sandbox"}
+        finally:
+            os.close(ruleset)
+        wait_for_exit_or_stop(child.pid, status)
+    except Stop:
+        pass
+    finally:
+        # A second signal must not cut the clean-up short.
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)
+        statuses = end_descendants()
+    if child is None:
+        return {"error": "start", "detail": "the launcher was stopped before the command started"}
+    child.returncode = os.waitstatus_to_exitcode(statuses[child.pid])
+    return {"exit_code": child.returncode}
+
+
+def main(argv: list[str]) -> int:
+    status_fd, separator, *command = argv[1:]
+    if separator != "--" or not command:
+        raise SystemExit(f"usage: {argv[0]} STATUS_FD -- ARGV...")
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, _stop)
+    with socket.socket(fileno=int(status_fd)) as status:
+        report = run(command, status)
+        with contextlib.suppress(OSError):  # the server is gone: nobody to tell
+            status.sendall(json.dumps(report).encode() + b"\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,133 @@
+"""The tool registry (STYLE rule 4).
+
+Each tool is registered once, by target and name, with the JSON Schema its
+params must match, whether running it twice is harmless (idempotent), and its
+default permission policy (SPEC §5.2). Ingest validates blocks against it;
+the dispatcher asks it whether an interrupted run may be retried.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import best_match
+
+from core.registry import Registry
+
+DEFAULT_TARGET = "conductor"
+
+
+class Policy:
+    """Permission of a tool (SPEC §5.2). The values are stored in ``ToolPolicy``."""
+
+    ALLOW = "allow"
+    APPROVE = "approve"  # the task is created blocked until an operator approves it
+    DENY = "deny"  # rejected at ingest
+
+    CHOICES = [(ALLOW, "Allow"), (APPROVE, "Needs approval"), (DENY, "Deny")]
+
+
+class UnknownTool(LookupError):
+    pass
+
+
+class ToolError(Exception):
+    """The tool ran and failed in a way that will not change on a retry (a terminal failure).
+
+    ``result`` carries what the tool did produce (a command's output, say),
+    so the chat sees it next to the error.
+    """
+
+    def __init__(self, message: str, *, result: Any = None) -> None:
+        super().__init__(message)
+        self.result = result
+
+
+class ToolRetryableError(ToolError):
+    """The tool failed for a passing reason (a timeout of an idempotent tool): worth another attempt."""
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """What a tool's implementation gets: its validated params and its surroundings.
+
+    Long-running tools watch ``cancelled`` (set when the task is cancelled or
+    its lease is lost) and stop.
+    """
+
+    params: dict[str, Any]
+    workspace: Path
+    shell_max_timeout_seconds: float
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+ToolFunction = Callable[[ToolCall], Any]
+
+
+class DuplicateTool(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    params_schema: dict[str, Any]
+    is_idempotent: bool
+    default_policy: str
+    run: ToolFunction | None = field(default=None, compare=False)
+    target: str = DEFAULT_TARGET
+    _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        Draft202012Validator.check_schema(self.params_schema)
+        object.__setattr__(self, "_validator", Draft202012Validator(self.params_schema))
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.target}::{self.name}"
+
+    def params_error(self, params: dict[str, Any]) -> str | None:
+        """Why ``params`` do not fit this tool, in one line, or None when they do."""
+        error = best_match(self._validator.iter_errors(params))
+        if error is None:
+            return None
+        where = "params" + "".join(
+            f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
+        )
+        return f"{where}: {error.message}"
+
+
+class ToolRegistry(Registry[ToolSpec]):
+    """Tools by ``(target, name)``."""
+
+    what = "tool"
+    duplicate_error = DuplicateTool
+    unknown_error = UnknownTool
+
+    def key_of(self, spec: ToolSpec) -> tuple[str, str]:
+        return (spec.target, spec.name)
+
+    def describe(self, key: tuple[str, str]) -> str:
+        return f"tool {key[0]}::{key[1]}"
+
+    def unknown_message(self, key: tuple[str, str]) -> str:
+        target, name = key
+        if not any(t == target for t, _ in self._entries):
+            return f"unknown target {target!r}"
+        known = ", ".join(sorted(n for t, n in self._entries if t == target))
+        return f"unknown tool {name!r} for target {target!r}; known: {known}"
+
+    def get(self, name: str, *, target: str = DEFAULT_TARGET) -> ToolSpec:
+        return super().get((target, name))
+
+    def __contains__(self, name: object) -> bool:
+        return (DEFAULT_TARGET, name) in self._entries
+
+
+tools = ToolRegistry()
