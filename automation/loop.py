@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.db import close_old_connections
@@ -80,8 +81,11 @@ class DispatcherLoop:
         dispatcher: Dispatcher,
         listen_for_wake: bool,
         exit_when_covered: bool,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.stop = stop
+        # Paces the ticks; the dispatcher's own clock (epoch ms) stamps leases.
+        self.monotonic = monotonic
         self.tick_seconds = tick_seconds
         self.dispatcher = dispatcher
         self.listen_for_wake = listen_for_wake
@@ -136,14 +140,14 @@ class DispatcherLoop:
         log_event(logger, "dispatcher_loop_start", lease_owner=self.owner, tick_seconds=self.tick_seconds)
         listener = WakeListener(self.dispatcher.wake).start() if self.listen_for_wake else None
         try:
-            next_tick = time.monotonic()
+            next_tick = self.monotonic()
             while not self.stop.is_set():
                 if not self._tick():
                     self.report.lost_lease = True
                     log_event(logger, "dispatcher_lease_lost", level=logging.WARNING, lease_owner=self.owner)
                     return
                 next_tick += self.tick_seconds
-                while next_tick <= time.monotonic():
+                while next_tick <= self.monotonic():
                     next_tick += self.tick_seconds  # a slow tick skips slots rather than bunching
                 self._wait_for_next_tick(next_tick)
         finally:
@@ -170,7 +174,7 @@ class DispatcherLoop:
         """Until the next tick: a wake-up ticks at once, a stop ends the wait."""
         wake = self.dispatcher.wake
         while not self.stop.is_set():
-            remaining = next_tick - time.monotonic()
+            remaining = next_tick - self.monotonic()
             if remaining <= 0:
                 return
             if wake.wait(min(remaining, STOP_POLL_SECONDS)):

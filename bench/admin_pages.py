@@ -79,7 +79,8 @@ def fill(*, conversations: int, messages: int, message_kib: int, instructions: i
     from django.utils import timezone
 
     from automation.models import AutomationTask, TaskEvent
-    from conversations.models import Conversation, ConversationLink, Message, Platform
+    from conversations.models import Conversation, ConversationLink, Message
+    from platforms import platforms
     from ingest.models import Instruction, PluginClient
 
     rng = random.Random(1)
@@ -95,7 +96,7 @@ def fill(*, conversations: int, messages: int, message_kib: int, instructions: i
         Conversation.objects.filter(remote_id__startswith=f"{PREFIX}-").delete()
         client, _ = PluginClient.objects.get_or_create(client_id=PREFIX, defaults={"name": PREFIX, "token_hash": "-"})
         chats = Conversation.objects.bulk_create(
-            Conversation(platform=Platform.values[n % len(Platform.values)], remote_id=f"{PREFIX}-{n}",
+            Conversation(platform=platforms.names()[n % len(platforms)], remote_id=f"{PREFIX}-{n}",
                          title=f"Bench conversation {n}", last_activity_at=now - dt.timedelta(minutes=n))
             for n in range(conversations)
         )

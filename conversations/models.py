@@ -1,19 +1,15 @@
 from django.db import models
 from django.db.models import Q
 
-
-class Platform(models.TextChoices):
-    """The chat web apps a plugin can watch (SPEC §6)."""
-
-    CLAUDE = "claude", "Claude"
-    CHATGPT = "chatgpt", "ChatGPT"
-    GEMINI = "gemini", "Gemini"
+from platforms import platform_choices
 
 
 class Conversation(models.Model):
     """One chat on one platform, identified by the platform's own id."""
 
-    platform = models.CharField(max_length=16, choices=Platform.choices)
+    platform = models.CharField(
+        max_length=16, choices=platform_choices, help_text="The chat web app: a registered platform adapter."
+    )
     remote_id = models.CharField(
         max_length=255, help_text="The platform's conversation id, as the plugin reports it."
     )

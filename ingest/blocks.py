@@ -49,9 +49,9 @@ from markdown_it import MarkdownIt
 from markdown_it.token import Token
 
 from ingest.jsoncheck import JsonRefused, loads_checked
+from tools.registry import DEFAULT_TARGET
 
 INFO_STRING = "baa"
-DEFAULT_TARGET = "conductor"
 MAX_BLOCKS = 32
 MAX_BLOCK_BYTES = 64 * 1024
 MAX_NESTING = 20  # markdown-it's own default for its commonmark preset

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from conversations.models import Message, Platform
+from conversations.models import Message
 from ingest.jsoncheck import JsonRefused, loads_checked
+from platforms import platforms
 from ingest.protocol import (
     DEFAULT_CAPABILITIES,
     KNOWN_CAPABILITIES,
@@ -164,7 +165,7 @@ def parse_plugin_info(frame: dict[str, Any]) -> PluginInfo:
             ErrorCode.INVALID, f"'adapters' has a name or version longer than {MAX_NAME_CHARS} characters",
             frame_id(frame),
         )
-    adapters = {name: raw_adapters[name] for name in Platform.values if name in raw_adapters}
+    adapters = {name: raw_adapters[name] for name in platforms.names() if name in raw_adapters}
     return PluginInfo(plugin_version=version, capabilities=capabilities, adapters=adapters)
 
 
@@ -188,10 +189,10 @@ class FinalMessage:
 
 def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
     platform = _field(frame, "platform", str, required=True)
-    if platform not in Platform.values:
+    if platform not in platforms:
         raise FrameError(
             ErrorCode.INVALID,
-            f"unknown platform {echo(platform)}; expected one of {', '.join(Platform.values)}",
+            f"unknown platform {echo(platform)}; expected one of {', '.join(platforms.names())}",
             frame_id(frame),
         )
     observed_raw = _field(frame, "observed_at", str)

@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from core.clock import datetime_from_ms
 from automation.models import DeliveryRequest, ToolPolicy
-from conversations.models import Message, Platform
+from conversations.models import Message
+from platforms import platforms
 from ingest.models import PluginClient
 from ingest.tokens import HASH_PREFIX, token_matches
 from tools.registry import tools
@@ -99,7 +100,7 @@ def _latest_per_platform(queryset: QuerySet, *, platform_field: str, order: tupl
     instead of a scan of everything the client ever sent.
     """
     latest = Q()
-    for platform in Platform.values:
+    for platform in platforms.names():
         newest = queryset.filter(**{platform_field: platform}).order_by(*order).values("pk")[:1]
         latest |= Q(pk=Subquery(newest))
     return queryset.filter(latest)
@@ -133,7 +134,7 @@ def plugin_client_activity(*, client_pk: int) -> list[PlatformActivity]:
     return [
         PlatformActivity(platform=platform, last_capture=capture_of.get(platform),
                          last_delivery=delivery_of.get(platform))
-        for platform in Platform.values
+        for platform in platforms.names()
     ]
 
 

@@ -8,14 +8,7 @@ from collections.abc import Sequence
 from django.conf import settings
 
 from pipelines.rendering import BlockOutcome, render_results
-from tools.registry import DEFAULT_TARGET
 from ingest.models import Instruction
-
-
-def _tool_label(instruction: Instruction) -> str:
-    if instruction.target and instruction.target != DEFAULT_TARGET:
-        return f"{instruction.target}::{instruction.tool}"
-    return instruction.tool
 
 
 def message_block_outcomes(*, message_id: int, instruction_ids: Sequence[int] | None = None) -> list[BlockOutcome]:
@@ -35,7 +28,7 @@ def message_block_outcomes(*, message_id: int, instruction_ids: Sequence[int] | 
         result_json = latest.result_json if latest else None
         outcomes.append(BlockOutcome(
             block=instruction.block_index,
-            tool=_tool_label(instruction),
+            tool=instruction.label,
             status=instruction.status,
             result=json.loads(result_json) if result_json else None,
             error=instruction.error or None,

@@ -15,6 +15,7 @@ from platforms.registry import (
     ProxyAnswer,
     ProxyRequest,
     UnsupportedPlatform,
+    platform_choices,
     platforms,
 )
 
@@ -27,5 +28,6 @@ __all__ = [
     "ProxyAnswer",
     "ProxyRequest",
     "UnsupportedPlatform",
+    "platform_choices",
     "platforms",
 ]

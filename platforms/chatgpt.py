@@ -56,6 +56,7 @@ MODEL = "auto"
 
 class ChatGPTAdapter(PlatformAdapter):
     name = "chatgpt"
+    label = "ChatGPT"
     page_values = (
         "access_token",
         "account_id",

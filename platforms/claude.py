@@ -46,6 +46,7 @@ ORIGIN = "https://claude.ai"
 
 class ClaudeAdapter(PlatformAdapter):
     name = "claude"
+    label = "Claude"
     page_values = ("conversation_uuid", "device_id", "locale", "org_uuid", "parent_message_uuid", "timezone")
 
     def build_request(self, target: DeliveryTarget) -> ProxyRequest:

@@ -76,6 +76,7 @@ ERROR_CODES = {
 
 class GeminiAdapter(PlatformAdapter):
     name = "gemini"
+    label = "Gemini"
     page_values = (
         "at_token",
         "build_label",

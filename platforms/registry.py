@@ -138,6 +138,7 @@ class PlatformAdapter:
     """
 
     name: str = ""
+    label: str = ""  # the app's own name, for people
     page_values: tuple[str, ...] = ()
 
     def build_request(self, target: DeliveryTarget) -> ProxyRequest:
@@ -189,6 +190,11 @@ class PlatformRegistry(Registry[PlatformAdapter]):
 
 
 platforms = PlatformRegistry()
+
+
+def platform_choices() -> list[tuple[str, str]]:
+    """The platforms as model field choices: the registry is the one list of them."""
+    return [(adapter.name, adapter.label) for adapter in platforms]
 
 
 # Building requests -----------------------------------------------------------

@@ -17,7 +17,7 @@ from django.utils import timezone
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
 from automation.services.tasks import task_create
-from conversations.models import Conversation, ConversationLink, Message, Platform
+from conversations.models import Conversation, ConversationLink, Message
 from ingest.models import Instruction, PluginClient
 from ingest.tokens import token_hash
 
@@ -40,7 +40,7 @@ class ConversationFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Conversation
 
-    platform = Platform.CLAUDE
+    platform = "claude"
     remote_id = factory.Sequence(lambda n: f"conv-{n}")
     title = factory.Sequence(lambda n: f"Conversation {n}")
 

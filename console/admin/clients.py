@@ -22,7 +22,7 @@ from django.utils.text import Truncator
 from console.views import format_ms
 from console.helpers import displayable_text, readable_json
 from console.lists import ListColumnsMixin
-from conversations.models import Platform
+from platforms import platforms
 from ingest.models import Instruction, PluginClient
 from ingest.selectors import LastDelivery, plugin_client_activity, plugin_clients_connected
 from ingest.services.clients import (
@@ -158,7 +158,7 @@ class PluginClientAdmin(admin.ModelAdmin):
             "",
             "<tr><th>{}</th><td>{}</td><td>{}</td></tr>",
             (
-                (Platform(row.platform).label, _capture_cell(row.last_capture), _delivery_cell(row.last_delivery))
+                (platforms.get(row.platform).label, _capture_cell(row.last_capture), _delivery_cell(row.last_delivery))
                 for row in plugin_client_activity(client_pk=client.pk)
             ),
         )

@@ -1,5 +1,6 @@
 """Running claimed tasks: outcomes, retries, heartbeats, cancellation, lost leases."""
 
+import dataclasses
 import datetime as dt
 import random
 import time
@@ -255,3 +256,43 @@ def test_an_outbound_task_with_no_route_fails_at_once_instead_of_waiting_for_a_c
     assert "no route for the conversation" in done.last_error
     assert not done.events.filter(action="release").exists()  # never put back to wait for nobody
     dispatcher.stop(grace=0)
+
+
+def test_the_reclaim_of_an_interrupted_run_waits_the_injected_configs_backoff(settings):
+    # The dispatcher's config decides the wait, not the settings it was not built from.
+    settings.CONDUCTOR_RETRY_BACKOFF_SECONDS = (999,)
+    clock = Clock()
+    task = create(kind="test.local", sleep=0)
+    tr.task_lease(task.pk, lease_owner="gone", lease_until=clock.now + 1000, now=clock.now)
+    tr.task_start(task.pk, lease_owner="gone", lease_until=clock.now + 1000, now=clock.now)
+    clock.now += 2000
+    dispatcher = make_dispatcher(clock, retry_backoff_seconds=(7,), retry_jitter_max_ms=0)
+    try:
+        assert dispatcher.tick().reclaimed == [task.pk]
+    finally:
+        dispatcher.stop(grace=5)
+    reclaimed = reload(task)
+    assert (reclaimed.status, reclaimed.execute_after) == (S.RETRY_WAIT, clock.now + 7000)
+    assert reclaimed.events.last().backoff_ms == 7000
+
+
+def test_an_outcome_and_its_kinds_follow_up_commit_together(monkeypatch):
+    from automation.kinds import kinds
+
+    calls = []
+
+    def follow_up(task, actor):
+        calls.append((task.pk, task.status, actor))
+        raise RuntimeError("follow-up broke")
+
+    spec = kinds.get("test.local")
+    monkeypatch.setitem(kinds._entries, "test.local", dataclasses.replace(spec, follow_up=follow_up))
+    task = create(kind="test.local")
+    dispatcher = make_dispatcher()
+    try:
+        run_tick(dispatcher)
+    finally:
+        dispatcher.stop(grace=5)
+    assert calls == [(task.pk, S.SUCCEEDED, "d1")]
+    # The outcome rolled back with its follow-up: the task is reclaimed as interrupted later.
+    assert reload(task).status == S.RUNNING

@@ -1,6 +1,11 @@
+import dataclasses
+from unittest import mock
+
 import pytest
 
+from automation.kinds import kinds
 from automation.models import AutomationTask, TaskStatus
+from automation.services.dispatcher_state import dispatcher_pause_set
 from automation.services.operator import tasks_approve, tasks_cancel, tasks_reject, tasks_retry
 from tests.factories import make_task
 
@@ -62,3 +67,44 @@ def test_the_global_pause_records_its_actor_and_reports_a_no_op():
     assert (state.is_paused, state.paused_by) == (True, "alice") and state.paused_at is not None
     assert dispatcher_pause_set(is_paused=False, actor="bob") is True
     assert DispatcherState.objects.get().is_paused is False
+
+
+# Real commits: a test wrapped in one transaction would never run its on-commit callbacks.
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize(("status", "service"), [(S.BLOCKED, tasks_approve), (S.FAILED, tasks_retry)])
+def test_approve_and_retry_wake_the_dispatcher_once_they_commit(status, service):
+    tasks = [make_task(status), make_task(status)]
+    with mock.patch("automation.wake.dispatcher_wake") as wake:
+        assert service(task_ids=[t.pk for t in tasks], actor="alice").done == [t.pk for t in tasks]
+    assert wake.call_count == 2  # each change commits on its own, and its task is due at once
+
+
+@pytest.mark.django_db(transaction=True)
+def test_reject_and_cancel_make_nothing_due_and_wake_nothing():
+    blocked, pending = make_task(S.BLOCKED), make_task(S.PENDING)
+    with mock.patch("automation.wake.dispatcher_wake") as wake:
+        tasks_reject(task_ids=[blocked.pk], actor="alice")
+        tasks_cancel(task_ids=[pending.pk], actor="alice")
+    wake.assert_not_called()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_global_resume_wakes_the_dispatcher_once_it_commits():
+    with mock.patch("automation.wake.dispatcher_wake") as wake:
+        assert dispatcher_pause_set(is_paused=True, actor="alice")
+        wake.assert_not_called()
+        assert dispatcher_pause_set(is_paused=False, actor="alice")
+        assert not dispatcher_pause_set(is_paused=False, actor="alice")
+    wake.assert_called_once_with()
+
+
+def test_an_operators_change_and_its_kinds_follow_up_commit_together(monkeypatch):
+    def follow_up(task, actor):
+        raise RuntimeError("follow-up broke")
+
+    spec = kinds.get("test.instruction")
+    monkeypatch.setitem(kinds._entries, "test.instruction", dataclasses.replace(spec, follow_up=follow_up))
+    blocked = make_task(S.BLOCKED)
+    with pytest.raises(RuntimeError, match="follow-up broke"):
+        tasks_reject(task_ids=[blocked.pk], actor="alice")
+    assert statuses(blocked) == [S.BLOCKED]

@@ -1,4 +1,7 @@
+from unittest import mock
+
 import pytest
+from django.db import transaction
 
 from automation.models import TaskEvent, TaskStatus
 from automation.services.tasks import task_create, task_retarget
@@ -77,3 +80,33 @@ def test_retarget_moves_blocked_instructions_with_a_route():
 def test_retarget_never_clears_the_route():
     with pytest.raises(ValueError):
         task_retarget(conversation_id=1, client_id="", actor="ingest")
+
+
+# Real commits: a test wrapped in one transaction would never run its on-commit callbacks.
+@pytest.mark.django_db(transaction=True)
+def test_creating_tasks_wakes_the_dispatcher_once_per_transaction_whoever_creates_them():
+    with mock.patch("automation.wake.dispatcher_wake") as wake:
+        with transaction.atomic():
+            for n in range(3):
+                task_create(kind="test.local", payload={"n": n}, actor="anyone")
+            wake.assert_not_called()  # not before the commit
+        assert wake.call_count == 1
+        task_create(kind="test.local", payload={}, actor="anyone", dedupe_key="once")  # autocommit
+        assert wake.call_count == 2
+        task_create(kind="test.local", payload={}, actor="anyone", dedupe_key="once")  # exists: not created
+        assert wake.call_count == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_creation_wakes_nothing_and_does_not_swallow_the_next_wake():
+    with mock.patch("automation.wake.dispatcher_wake") as wake:
+        with transaction.atomic():
+            with pytest.raises(RuntimeError), transaction.atomic():
+                task_create(kind="test.local", payload={}, actor="anyone")
+                raise RuntimeError("rolled back")
+            task_create(kind="test.local", payload={}, actor="anyone")
+        wake.assert_called_once_with()
+        with pytest.raises(RuntimeError), transaction.atomic():
+            task_create(kind="test.local", payload={}, actor="anyone")
+            raise RuntimeError("rolled back")
+        wake.assert_called_once_with()

@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from pipelines.renewal import RENEWAL_DELIVER
 from automation.models import AutomationTask, TaskStatus
-from conversations.models import Conversation, Message, Platform
+from conversations.models import Conversation, Message
 from automation.services.operator import conversations_pause
 from conversations.services import conversations_renewal_set
 from ingest.models import Instruction
@@ -54,7 +54,7 @@ def log_messages(conversation):
 
 
 def test_the_list_shows_the_conversation_and_its_open_task_count(admin_client):
-    conversation = ConversationFactory(title="Trip planning", remote_id="r-123", platform=Platform.GEMINI)
+    conversation = ConversationFactory(title="Trip planning", remote_id="r-123", platform="gemini")
     for state in (TaskStatus.PENDING, TaskStatus.BLOCKED, TaskStatus.SUCCEEDED, TaskStatus.FAILED):
         make_task(state, conversation_id=conversation.pk)
     page = admin_client.get(CONVERSATIONS).content.decode()
@@ -89,7 +89,7 @@ def test_the_list_needs_a_fixed_number_of_queries(admin_client, django_assert_ma
 )
 def test_filters_and_search(admin_client, query, expected):
     rows = {
-        "chatgpt": ConversationFactory(platform=Platform.CHATGPT, remote_id="remote-xyz", title="Alpha"),
+        "chatgpt": ConversationFactory(platform="chatgpt", remote_id="remote-xyz", title="Alpha"),
         "paused": ConversationFactory(paused=True, title="Holiday ideas"),
         "renewing": ConversationFactory(renewal_enabled=True, title="Gamma"),
     }
@@ -279,7 +279,7 @@ def test_the_message_page_shows_the_first_instructions_and_links_to_all(admin_cl
 def test_the_message_list_filters_and_searches(admin_client):
     plugin = MessageFactory(text="alpha words", remote_message_id="m-plugin")
     user_turn = MessageFactory(text="beta words", role=Message.Role.USER, source=Message.Source.CONDUCTOR)
-    on_gemini = MessageFactory(text="gamma words", conversation=ConversationFactory(platform=Platform.GEMINI))
+    on_gemini = MessageFactory(text="gamma words", conversation=ConversationFactory(platform="gemini"))
 
     def shown(query):
         page = admin_client.get(f"{MESSAGES}?{query}").content.decode()

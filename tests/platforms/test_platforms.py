@@ -19,7 +19,6 @@ from platforms import (
     platforms,
 )
 from platforms.registry import FORM_CONTENT_TYPE, fill_page_values
-from conversations.models import Platform
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "platforms"
 PLATFORMS = ("claude", "chatgpt", "gemini")
@@ -307,7 +306,7 @@ def test_a_stored_result_reads_as_an_answer():
 
 
 def test_every_platform_of_the_spec_has_its_adapter_registered():
-    assert [adapter.name for adapter in platforms] == sorted(Platform.values) == sorted(PLATFORMS)
+    assert [adapter.name for adapter in platforms] == platforms.names() == sorted(PLATFORMS)
     for name in PLATFORMS:
         adapter = platforms.get(name)
         assert name in platforms
