@@ -86,9 +86,7 @@ class KindRegistry(Registry[KindSpec]):
     what = "task kind"
     duplicate_error = DuplicateKind
     unknown_error = UnknownKind
-
-    def unknown_message(self, name: str) -> str:
-        return f"unknown task kind {name!r}; registered: {', '.join(self.names())}"
+    unknown_format = "unknown task kind {key!r}; registered: {known}"
 
     def executor(self, name: str) -> Callable[[Executor], Executor]:
         """Decorator attaching the executor of a registered kind."""

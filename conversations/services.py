@@ -62,11 +62,14 @@ def conversation_link_seen(
         )
 
 
-def _flag_set(*, conversation_ids: Iterable[int], field: str, value: bool) -> list[int]:
-    """Set a boolean ``field`` on the conversations where it differs; return the pks changed.
+def _flag_set(
+    *, conversation_ids: Iterable[int], field: str, value: bool, actor: str, actions: tuple[str, str]
+) -> int:
+    """Set a boolean ``field`` on the conversations where it differs; return how many changed.
 
-    The rows are locked while they are read, so the pks returned are exactly
-    the rows this call changed, even with another operator acting at once.
+    The rows are locked while they are read, so the count is exactly the rows
+    this call changed, even with another operator acting at once. The change
+    is logged as ``actions[0]`` when set, ``actions[1]`` when cleared.
     """
     ids = list(conversation_ids)
     with transaction.atomic():
@@ -77,7 +80,9 @@ def _flag_set(*, conversation_ids: Iterable[int], field: str, value: bool) -> li
             .values_list("pk", flat=True)
         )
         Conversation.objects.filter(pk__in=changed).update(**{field: value})
-    return changed
+    if changed:
+        log_event(logger, actions[0] if value else actions[1], conversation_ids=changed, actor=actor)
+    return len(changed)
 
 
 def conversations_pause_set(*, conversation_ids: Iterable[int], is_paused: bool, actor: str) -> int:
@@ -88,15 +93,10 @@ def conversations_pause_set(*, conversation_ids: Iterable[int], is_paused: bool,
     alone. Operators call ``automation.services.operator.conversations_pause``,
     which also wakes the dispatcher when tasks become claimable.
     """
-    changed = _flag_set(conversation_ids=conversation_ids, field="paused", value=is_paused)
-    if changed:
-        log_event(
-            logger,
-            "conversation_pause" if is_paused else "conversation_resume",
-            conversation_ids=changed,
-            actor=actor,
-        )
-    return len(changed)
+    return _flag_set(
+        conversation_ids=conversation_ids, field="paused", value=is_paused, actor=actor,
+        actions=("conversation_pause", "conversation_resume"),
+    )
 
 
 def conversations_renewal_set(*, conversation_ids: Iterable[int], is_enabled: bool, actor: str) -> int:
@@ -104,15 +104,10 @@ def conversations_renewal_set(*, conversation_ids: Iterable[int], is_enabled: bo
 
     The renewal projector only considers conversations with renewal on.
     """
-    changed = _flag_set(conversation_ids=conversation_ids, field="renewal_enabled", value=is_enabled)
-    if changed:
-        log_event(
-            logger,
-            "conversation_renewal_enable" if is_enabled else "conversation_renewal_disable",
-            conversation_ids=changed,
-            actor=actor,
-        )
-    return len(changed)
+    return _flag_set(
+        conversation_ids=conversation_ids, field="renewal_enabled", value=is_enabled, actor=actor,
+        actions=("conversation_renewal_enable", "conversation_renewal_disable"),
+    )
 
 
 def conversation_renewal_policy_set(

@@ -18,6 +18,8 @@ class Registry(Generic[T]):
     what = "entry"  # how messages name an entry: "task kind", "tool", ...
     duplicate_error: type[Exception] = ValueError
     unknown_error: type[Exception] = LookupError
+    # The message for an unknown key; ``{known}`` lists the registered keys.
+    unknown_format = "unknown {what} {key!r}; known: {known}"
 
     def __init__(self) -> None:
         self._entries: dict[Hashable, T] = {}
@@ -48,7 +50,7 @@ class Registry(Generic[T]):
         return f"{self.what} {key!r}"
 
     def unknown_message(self, key: Hashable) -> str:
-        return f"unknown {self.describe(key)}; known: {', '.join(self.names()) or 'none'}"
+        return self.unknown_format.format(what=self.what, key=key, known=", ".join(self.names()) or "none")
 
     def names(self) -> list[str]:
         return sorted(str(key) for key in self._entries)

@@ -27,7 +27,8 @@ from ingest.selectors import plugin_targets
 from ingest.services.deliveries import delivery_answer_wait, delivery_request_create, delivery_request_send
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from pipelines.results import message_results_text
-from platforms import DeliveryTarget, ProxyAnswer, UnsupportedPlatform, platforms
+from platforms import platforms
+from platforms.registry import DeliveryTarget, ProxyAnswer, UnsupportedPlatform
 
 logger = logging.getLogger(__name__)
 

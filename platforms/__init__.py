@@ -6,28 +6,6 @@ a module against the live web app.
 """
 
 from platforms import chatgpt, claude, gemini  # noqa: F401  (each registers its adapter)
-from platforms.registry import (
-    DeliveryTarget,
-    DeliveryVerdict,
-    DuplicatePlatform,
-    PlatformAdapter,
-    PlatformRegistry,
-    ProxyAnswer,
-    ProxyRequest,
-    UnsupportedPlatform,
-    platform_choices,
-    platforms,
-)
+from platforms.registry import platform_choices, platforms
 
-__all__ = [
-    "DeliveryTarget",
-    "DeliveryVerdict",
-    "DuplicatePlatform",
-    "PlatformAdapter",
-    "PlatformRegistry",
-    "ProxyAnswer",
-    "ProxyRequest",
-    "UnsupportedPlatform",
-    "platform_choices",
-    "platforms",
-]
+__all__ = ["platform_choices", "platforms"]

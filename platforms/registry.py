@@ -184,9 +184,7 @@ class PlatformRegistry(Registry[PlatformAdapter]):
     what = "platform"
     duplicate_error = DuplicatePlatform
     unknown_error = UnsupportedPlatform
-
-    def unknown_message(self, name: str) -> str:
-        return f"unsupported platform {name!r}; known: {', '.join(self.names()) or 'none'}"
+    unknown_format = "unsupported platform {key!r}; known: {known}"
 
 
 platforms = PlatformRegistry()

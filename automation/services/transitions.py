@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -76,12 +77,40 @@ class LeaseLost(TransitionError):
 Changes = dict[str, Any] | Callable[[AutomationTask], dict[str, Any]]
 
 
+@dataclass(frozen=True)
+class Edge:
+    """One edge of the state diagram: the action, the states it leaves, the state it enters."""
+
+    action: str
+    allowed_from: frozenset[str]
+    to_status: str | None  # None: the status stays (a heartbeat)
+
+
+def _edge(action: str, allowed_from: Collection[str], to_status: str | None) -> Edge:
+    return Edge(action, frozenset(allowed_from), to_status)
+
+
+# The state diagram of SPEC §2.2, one line an edge.
+LEASE = _edge("lease", {S.PENDING, S.RETRY_WAIT}, S.LEASED)
+RELEASE = _edge("release", {S.LEASED}, S.PENDING)
+START = _edge("start", {S.LEASED}, S.RUNNING)
+HEARTBEAT = _edge("heartbeat", LEASE_HOLDING_STATUSES, None)
+SUCCEED = _edge("succeed", {S.RUNNING}, S.SUCCEEDED)
+RETRY_LATER = _edge("retry_later", {S.RUNNING}, S.RETRY_WAIT)
+FAIL = _edge("fail", {S.RUNNING}, S.FAILED)
+RECLAIM_UNSTARTED = _edge("reclaim", {S.LEASED}, S.PENDING)
+RECLAIM_TO_RETRY = _edge("reclaim", {S.RUNNING}, S.RETRY_WAIT)
+RECLAIM_TO_FAILED = _edge("reclaim", {S.RUNNING}, S.FAILED)
+APPROVE = _edge("approve", {S.BLOCKED}, S.PENDING)
+REJECT = _edge("reject", {S.BLOCKED}, S.FAILED)
+CANCEL = _edge("cancel", {S.PENDING, S.RETRY_WAIT, S.BLOCKED, S.RUNNING}, S.CANCELLED)
+RETRY = _edge("retry", {S.FAILED, S.CANCELLED}, S.PENDING)
+
+
 def _transition(
     task_id: str,
+    edge: Edge,
     *,
-    action: str,
-    allowed_from: Collection[str],
-    to_status: str | Callable[[AutomationTask], str],
     actor: str,
     now: int | None,
     fenced_owner: str | None = None,
@@ -109,13 +138,14 @@ def _transition(
             task.status not in LEASE_HOLDING_STATUSES or task.lease_owner != fenced_owner
         ):
             raise LeaseLost(task_id, fenced_owner, task.lease_owner, task.status)
-        if task.status not in allowed_from:
+        action = edge.action
+        if task.status not in edge.allowed_from:
             raise InvalidTransition(task_id, action, task.status)
         if guard is not None and (reason := guard(task, now)):
             raise InvalidTransition(task_id, action, task.status, reason)
 
         status_from = task.status
-        status_to = to_status(task) if callable(to_status) else to_status
+        status_to = edge.to_status or status_from
         values = changes(task) if callable(changes) else dict(changes or {})
         values.update(status=status_to, updated_at=now)
         if error is not None:
@@ -183,12 +213,7 @@ def _attempts_left(task: AutomationTask, now: int) -> str | None:
 def task_lease(task_id: str, *, lease_owner: str, lease_until: int, now: int | None = None) -> AutomationTask:
     """pending / retry_wait -> leased, for a due task. Called only by the dispatcher's claim path."""
     return _transition(
-        task_id,
-        action="lease",
-        allowed_from={S.PENDING, S.RETRY_WAIT},
-        to_status=S.LEASED,
-        actor=lease_owner,
-        now=now,
+        task_id, LEASE, actor=lease_owner, now=now,
         guard=_due,
         changes={"lease_owner": lease_owner, "lease_until": lease_until},
         detail={"lease_until": lease_until},
@@ -200,12 +225,7 @@ def task_release(
 ) -> AutomationTask:
     """leased -> pending, using no attempt: the holder gives the task back unstarted."""
     return _transition(
-        task_id,
-        action="release",
-        allowed_from={S.LEASED},
-        to_status=S.PENDING,
-        actor=lease_owner,
-        now=now,
+        task_id, RELEASE, actor=lease_owner, now=now,
         fenced_owner=lease_owner,
         changes=_CLEAR_LEASE,
         detail={"reason": reason},
@@ -223,12 +243,7 @@ def task_start(
     """leased -> running; counts the run as an attempt. ``jitter_ms``: the wait before it."""
     now = now_ms() if now is None else now
     return _transition(
-        task_id,
-        action="start",
-        allowed_from={S.LEASED},
-        to_status=S.RUNNING,
-        actor=lease_owner,
-        now=now,
+        task_id, START, actor=lease_owner, now=now,
         fenced_owner=lease_owner,
         changes=lambda task: {
             "attempt_count": task.attempt_count + 1, "started_at": now, "lease_until": lease_until,
@@ -246,12 +261,7 @@ def task_heartbeat(
     the worker must then stop the task's work.
     """
     return _transition(
-        task_id,
-        action="heartbeat",
-        allowed_from=LEASE_HOLDING_STATUSES,
-        to_status=lambda task: task.status,
-        actor=lease_owner,
-        now=now,
+        task_id, HEARTBEAT, actor=lease_owner, now=now,
         fenced_owner=lease_owner,
         changes={"lease_until": lease_until},
         detail={"lease_until": lease_until},
@@ -264,12 +274,7 @@ def task_succeed(
     """running -> succeeded, storing the executor's result."""
     now = now_ms() if now is None else now
     return _transition(
-        task_id,
-        action="succeed",
-        allowed_from={S.RUNNING},
-        to_status=S.SUCCEEDED,
-        actor=lease_owner,
-        now=now,
+        task_id, SUCCEED, actor=lease_owner, now=now,
         fenced_owner=lease_owner,
         changes={**_CLEAR_LEASE, "result_json": json.dumps(result), "finished_at": now},
     )
@@ -290,12 +295,7 @@ def task_retry_later(
     Refused when the task has used all its attempts: the caller must fail it.
     """
     return _transition(
-        task_id,
-        action="retry_later",
-        allowed_from={S.RUNNING},
-        to_status=S.RETRY_WAIT,
-        actor=lease_owner,
-        now=now,
+        task_id, RETRY_LATER, actor=lease_owner, now=now,
         fenced_owner=lease_owner,
         guard=_attempts_left,
         changes={**_CLEAR_LEASE, "execute_after": retry_at},
@@ -319,12 +319,7 @@ def task_fail(
     if result is not None:
         changes["result_json"] = json.dumps(result)
     return _transition(
-        task_id,
-        action="fail",
-        allowed_from={S.RUNNING},
-        to_status=S.FAILED,
-        actor=lease_owner,
-        now=now,
+        task_id, FAIL, actor=lease_owner, now=now,
         fenced_owner=lease_owner,
         changes=changes,
         error=error,
@@ -334,12 +329,7 @@ def task_fail(
 def task_reclaim_unstarted(task_id: str, *, actor: str, now: int | None = None) -> AutomationTask:
     """leased -> pending when the lease expired before the task started: no side effect, no attempt."""
     return _transition(
-        task_id,
-        action="reclaim",
-        allowed_from={S.LEASED},
-        to_status=S.PENDING,
-        actor=actor,
-        now=now,
+        task_id, RECLAIM_UNSTARTED, actor=actor, now=now,
         guard=_lease_expired,
         changes=_CLEAR_LEASE,
     )
@@ -365,12 +355,12 @@ def task_reclaim_interrupted(
     now = now_ms() if now is None else now
     if retry_at is None:
         return _transition(
-            task_id, action="reclaim", allowed_from={S.RUNNING}, to_status=S.FAILED, actor=actor,
+            task_id, RECLAIM_TO_FAILED, actor=actor,
             now=now, guard=_lease_expired, changes={**_CLEAR_LEASE, "finished_at": now},
             error=INTERRUPTED_ERROR,
         )
     return _transition(
-        task_id, action="reclaim", allowed_from={S.RUNNING}, to_status=S.RETRY_WAIT, actor=actor,
+        task_id, RECLAIM_TO_RETRY, actor=actor,
         now=now, guard=lambda task, now: _lease_expired(task, now) or _attempts_left(task, now),
         changes={**_CLEAR_LEASE, "execute_after": retry_at}, error=INTERRUPTED_ERROR,
         backoff_ms=backoff_ms, jitter_ms=jitter_ms,
@@ -381,12 +371,7 @@ def task_approve(task_id: str, *, actor: str, now: int | None = None) -> Automat
     """blocked -> pending, due at once: an operator allowed the held instruction."""
     now = now_ms() if now is None else now
     return _transition(
-        task_id,
-        action="approve",
-        allowed_from={S.BLOCKED},
-        to_status=S.PENDING,
-        actor=actor,
-        now=now,
+        task_id, APPROVE, actor=actor, now=now,
         changes={"execute_after": now},
     )
 
@@ -395,12 +380,7 @@ def task_reject(task_id: str, *, actor: str, reason: str, now: int | None = None
     """blocked -> failed: an operator refused the held instruction."""
     now = now_ms() if now is None else now
     return _transition(
-        task_id,
-        action="reject",
-        allowed_from={S.BLOCKED},
-        to_status=S.FAILED,
-        actor=actor,
-        now=now,
+        task_id, REJECT, actor=actor, now=now,
         changes={"finished_at": now},
         error=f"rejected by {actor}: {reason}" if reason else f"rejected by {actor}",
     )
@@ -414,12 +394,7 @@ def task_cancel(task_id: str, *, actor: str, now: int | None = None) -> Automati
     """
     now = now_ms() if now is None else now
     return _transition(
-        task_id,
-        action="cancel",
-        allowed_from={S.PENDING, S.RETRY_WAIT, S.BLOCKED, S.RUNNING},
-        to_status=S.CANCELLED,
-        actor=actor,
-        now=now,
+        task_id, CANCEL, actor=actor, now=now,
         changes={**_CLEAR_LEASE, "finished_at": now},
     )
 
@@ -428,11 +403,6 @@ def task_retry(task_id: str, *, actor: str, now: int | None = None) -> Automatio
     """failed / cancelled -> pending by an operator, with a fresh set of attempts."""
     now = now_ms() if now is None else now
     return _transition(
-        task_id,
-        action="retry",
-        allowed_from={S.FAILED, S.CANCELLED},
-        to_status=S.PENDING,
-        actor=actor,
-        now=now,
+        task_id, RETRY, actor=actor, now=now,
         changes={"attempt_count": 0, "execute_after": now, "finished_at": None},
     )

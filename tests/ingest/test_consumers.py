@@ -8,7 +8,8 @@ from channels.testing import WebsocketCommunicator
 from django.db import OperationalError
 
 from automation.models import DeliveryRequest
-from platforms import ProxyAnswer, platforms
+from platforms import platforms
+from platforms.registry import ProxyAnswer
 from conductor_site.asgi import application
 from conversations.models import Message
 from ingest.models import Instruction, PluginClient

@@ -7,7 +7,9 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-from platforms import (
+from platforms import platforms
+from platforms.registry import (
+    FORM_CONTENT_TYPE,
     DeliveryTarget,
     DeliveryVerdict,
     DuplicatePlatform,
@@ -16,9 +18,8 @@ from platforms import (
     ProxyAnswer,
     ProxyRequest,
     UnsupportedPlatform,
-    platforms,
+    fill_page_values,
 )
-from platforms.registry import FORM_CONTENT_TYPE, fill_page_values
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "platforms"
 PLATFORMS = ("claude", "chatgpt", "gemini")
