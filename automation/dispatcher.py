@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from django.conf import settings
 from django.db import close_old_connections, transaction
 
-from core.clock import now_ms
 from automation.kinds import KindSpec, kinds
 from automation.models import AutomationTask
 from automation.outcomes import (
@@ -45,6 +44,7 @@ from automation.services.transitions import (
     task_start,
     task_succeed,
 )
+from core.clock import now_ms
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from django.db.models import Count, F, Q, QuerySet, Value
+from django.db.models import Count, F, QuerySet, Value
 
 from automation.models import AutomationTask, DispatcherState, TaskEvent, TaskStatus
 

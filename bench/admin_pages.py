@@ -80,8 +80,8 @@ def fill(*, conversations: int, messages: int, message_kib: int, instructions: i
 
     from automation.models import AutomationTask, TaskEvent
     from conversations.models import Conversation, ConversationLink, Message
-    from platforms import platforms
     from ingest.models import Instruction, PluginClient
+    from platforms import platforms
 
     rng = random.Random(1)
     size = message_kib * 1024

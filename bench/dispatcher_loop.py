@@ -68,8 +68,8 @@ def idle_ticks(port: int, seconds: float) -> None:
 
 
 def long_command(url: str, token: str, seconds: int) -> None:
-    from ingest.services.instructions import INSTRUCTION_EXECUTE
     from automation.models import AutomationTask
+    from ingest.services.instructions import INSTRUCTION_EXECUTE
     from ingest.simulator import SimulatedPlugin
 
     run = uuid.uuid4().hex[:8]

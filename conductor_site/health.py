@@ -6,8 +6,8 @@ from typing import Any
 
 from django.db import DatabaseError, connection
 
-from core.clock import now_ms
 from automation.selectors import dispatcher_last_tick_age_seconds
+from core.clock import now_ms
 from ingest.selectors import plugin_clients_connected
 
 

@@ -11,7 +11,11 @@ from pathlib import Path
 import environ
 
 from conductor_site.config import conductor_settings
-from conductor_site.private_files import private_file, private_folder, private_sqlite_database
+from conductor_site.private_files import (
+    private_file,
+    private_folder,
+    private_sqlite_database,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

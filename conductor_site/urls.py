@@ -1,8 +1,8 @@
 from django.contrib import admin
 from django.urls import path
 
-from console.views import dispatcher_pause, overview
 from conductor_site.views import healthz
+from console.views import dispatcher_pause, overview
 
 urlpatterns = [
     # Before the admin's own URLs, which would otherwise answer /admin/overview/ with a 404.

@@ -24,8 +24,6 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from core import clock
-from core.clock import now_ms
 from automation.models import TaskStatus
 from automation.selectors import (
     HourlyFinishes,
@@ -37,6 +35,8 @@ from automation.selectors import (
     tasks_recently_failed,
 )
 from automation.services.dispatcher_state import dispatcher_pause_set
+from core import clock
+from core.clock import now_ms
 from ingest.selectors import plugin_clients_connected
 
 # Who may open the overview; templates/admin/index.html shows its link only to them.

@@ -21,10 +21,6 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError
 
-from ingest.services.deliveries import (
-    delivery_requests_abandon,
-    delivery_result_record,
-)
 from automation.wake import dispatcher_wake_async
 from core.logfmt import log_event
 from ingest import selectors
@@ -48,6 +44,10 @@ from ingest.protocol import (
 )
 from ingest.ratelimit import SlidingWindowLimiter
 from ingest.services import clients
+from ingest.services.deliveries import (
+    delivery_requests_abandon,
+    delivery_result_record,
+)
 from ingest.services.messages import ingest_final_message
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,6 @@ from urllib.parse import urlsplit
 
 from conversations.models import Message
 from ingest.jsoncheck import JsonRefused, loads_checked
-from platforms import platforms
 from ingest.protocol import (
     DEFAULT_CAPABILITIES,
     KNOWN_CAPABILITIES,
@@ -20,6 +19,7 @@ from ingest.protocol import (
     ErrorCode,
     FrameError,
 )
+from platforms import platforms
 
 # How much of a value a frame sent is echoed back in an error's detail.
 ECHO_CHARS = 40

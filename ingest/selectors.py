@@ -10,12 +10,12 @@ from django.conf import settings
 from django.db.models import Q, QuerySet, Subquery
 from django.utils import timezone
 
-from core.clock import datetime_from_ms
 from automation.models import DeliveryRequest, ToolPolicy
 from conversations.models import Message
-from platforms import platforms
+from core.clock import datetime_from_ms
 from ingest.models import PluginClient
 from ingest.tokens import HASH_PREFIX, token_matches
+from platforms import platforms
 from tools.registry import tools
 
 # A socket that died without a close (its server killed) stops counting after

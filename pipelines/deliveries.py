@@ -18,13 +18,23 @@ import logging
 from django.conf import settings
 
 from automation.kinds import LANE_OUTBOUND, KindSpec, always, kinds
-from automation.outcomes import ExecutionContext, Outcome, RetryableFailure, Success, TerminalFailure
+from automation.outcomes import (
+    ExecutionContext,
+    Outcome,
+    RetryableFailure,
+    Success,
+    TerminalFailure,
+)
 from conversations.models import ConversationLink, Message
 from conversations.services import delivered_message_store
 from core.logfmt import log_event
 from ingest.models import PluginClient
 from ingest.selectors import plugin_targets
-from ingest.services.deliveries import delivery_answer_wait, delivery_request_create, delivery_request_send
+from ingest.services.deliveries import (
+    delivery_answer_wait,
+    delivery_request_create,
+    delivery_request_send,
+)
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from pipelines.results import message_results_text
 from platforms import platforms

@@ -19,7 +19,13 @@ from django.conf import settings
 
 from automation.kinds import LANE_INSTRUCTIONS, KindSpec, kinds
 from automation.models import AutomationTask
-from automation.outcomes import ExecutionContext, Outcome, RetryableFailure, Success, TerminalFailure
+from automation.outcomes import (
+    ExecutionContext,
+    Outcome,
+    RetryableFailure,
+    Success,
+    TerminalFailure,
+)
 from core.logfmt import log_event
 from ingest.selectors import tool_policy_for
 from ingest.services.instructions import (

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 
 from django.conf import settings
 
-from pipelines.rendering import BlockOutcome, render_results
 from ingest.models import Instruction
+from pipelines.rendering import BlockOutcome, render_results
 
 
 def message_block_outcomes(*, message_id: int, instruction_ids: Sequence[int] | None = None) -> list[BlockOutcome]:

@@ -8,8 +8,13 @@ table (see tests/side_effects.py), then return the outcome named in the payload.
 import time
 
 from automation.kinds import LANE_INSTRUCTIONS, LANE_OUTBOUND, KindSpec, kinds
+from automation.outcomes import (
+    ExecutionContext,
+    RetryableFailure,
+    Success,
+    TerminalFailure,
+)
 from ingest.selectors import plugin_targets
-from automation.outcomes import ExecutionContext, RetryableFailure, Success, TerminalFailure
 
 OUTCOMES = {
     "success": lambda payload: Success({"echo": payload.get("n")}),

@@ -67,9 +67,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from core.logfmt import log_event
 from tools.registry import ToolCall, ToolError
 from tools.workspace import workspace_path, workspace_root
-from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 

@@ -9,10 +9,15 @@ from dataclasses import dataclass
 from django.db import transaction
 from django.utils import timezone
 
-from core.clock import ms_from_datetime
-from automation.models import OPEN_STATUSES, TERMINAL_STATUSES, AutomationTask, TaskEvent
-from core.logfmt import log_event
+from automation.models import (
+    OPEN_STATUSES,
+    TERMINAL_STATUSES,
+    AutomationTask,
+    TaskEvent,
+)
 from conversations.models import Message
+from core.clock import ms_from_datetime
+from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 

@@ -14,12 +14,12 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from core.clock import now_ms, sequence_next
 from automation.kinds import kinds
 from automation.models import AutomationTask, TaskEvent, TaskStatus
 from automation.wake import dispatcher_wake_on_commit
-from core.logfmt import log_event
 from conversations.selectors import conversation_route
+from core.clock import now_ms, sequence_next
+from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 

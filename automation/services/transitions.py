@@ -25,8 +25,13 @@ from typing import Any
 
 from django.db import transaction
 
+from automation.models import (
+    LEASE_HOLDING_STATUSES,
+    AutomationTask,
+    TaskEvent,
+    TaskStatus,
+)
 from core.clock import now_ms
-from automation.models import LEASE_HOLDING_STATUSES, AutomationTask, TaskEvent, TaskStatus
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)

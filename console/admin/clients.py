@@ -19,12 +19,15 @@ from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from console.views import format_ms
 from console.helpers import displayable_text, readable_json
 from console.lists import ListColumnsMixin
-from platforms import platforms
+from console.views import format_ms
 from ingest.models import Instruction, PluginClient
-from ingest.selectors import LastDelivery, plugin_client_activity, plugin_clients_connected
+from ingest.selectors import (
+    LastDelivery,
+    plugin_client_activity,
+    plugin_clients_connected,
+)
 from ingest.services.clients import (
     PluginClientRevoked,
     plugin_client_create,
@@ -32,6 +35,7 @@ from ingest.services.clients import (
     plugin_client_rotate,
 )
 from ingest.tokens import MIN_TOKEN_LENGTH, WeakTokenError
+from platforms import platforms
 
 EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 TOKEN_TEMPLATE = "admin/ingest/pluginclient/token.html"

@@ -21,11 +21,14 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from automation.models import OPEN_STATUSES, AutomationTask
+from automation.services.operator import conversations_pause
 from console.helpers import displayable_text, link_or_text, readable_json
 from console.lists import ListColumnsMixin, count_of
 from conversations.models import Conversation, ConversationLink, Message
-from automation.services.operator import conversations_pause
-from conversations.services import conversation_renewal_policy_set, conversations_renewal_set
+from conversations.services import (
+    conversation_renewal_policy_set,
+    conversations_renewal_set,
+)
 from ingest.models import Instruction
 from pipelines.renewal import conversations_renew_now
 

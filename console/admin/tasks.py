@@ -15,13 +15,13 @@ from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.urls import reverse
 from django.utils.html import format_html
 
-from console.views import format_ms
 from automation.models import AutomationTask, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
-from tools.registry import tools
 from console.helpers import readable_json_text
 from console.lists import ListColumnsMixin
+from console.views import format_ms
+from tools.registry import tools
 
 EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 

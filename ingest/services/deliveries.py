@@ -10,8 +10,6 @@ worker elsewhere, waits for it there (``delivery_answer_wait``).
 from __future__ import annotations
 
 import logging
-from typing import Any
-
 import threading
 import time
 

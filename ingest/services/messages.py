@@ -24,7 +24,11 @@ from ingest.blocks import Block, parse_blocks
 from ingest.frames import FinalMessage
 from ingest.models import Instruction, PluginClient
 from ingest.selectors import tool_policy_for
-from ingest.services.instructions import STATUS_OF_TASK, instruction_task_create, message_delivery_ensure
+from ingest.services.instructions import (
+    STATUS_OF_TASK,
+    instruction_task_create,
+    message_delivery_ensure,
+)
 from tools.registry import Policy, UnknownTool, tools
 
 logger = logging.getLogger(__name__)

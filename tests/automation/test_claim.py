@@ -6,12 +6,12 @@ import random
 import pytest
 from django.utils import timezone
 
-from core.clock import now_ms
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
 from automation.services.claim import tasks_claim, tasks_reclaim_expired
 from automation.services.dispatcher_state import dispatcher_pause_set
 from automation.services.tasks import task_create
+from core.clock import now_ms
 from tests.factories import ConversationFactory, PluginClientFactory, retry_policy
 
 pytestmark = pytest.mark.django_db

@@ -8,11 +8,11 @@ import time
 import pytest
 from django.utils import timezone
 
-from core.clock import now_ms
 from automation.dispatcher import Dispatcher, DispatcherConfig
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
 from automation.services.tasks import task_create
+from core.clock import now_ms
 from tests.factories import ConversationFactory, MessageFactory, PluginClientFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
-from core.clock import now_ms
 from automation.models import AutomationTask, TaskEvent, TaskStatus
 from automation.services.claim import tasks_reclaim_expired
 from automation.services.tasks import task_create
+from core.clock import now_ms
 from tests import side_effects
 from tests.factories import ConversationFactory, PluginClientFactory, retry_policy
 from tests.procs import database_url, run_in_processes, spawn_process

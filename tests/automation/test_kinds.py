@@ -1,9 +1,16 @@
 import pytest
 
-from automation.kinds import DuplicateKind, KindRegistry, KindSpec, UnknownKind, always, kinds
+from automation.kinds import (
+    DuplicateKind,
+    KindRegistry,
+    KindSpec,
+    UnknownKind,
+    always,
+    kinds,
+)
+from automation.services.tasks import task_create
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from pipelines.renewal import RENEWAL_DELIVER
-from automation.services.tasks import task_create
 from tests.factories import make_task
 
 

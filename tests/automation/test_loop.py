@@ -8,12 +8,12 @@ import time
 
 import pytest
 
-from core.clock import now_ms
 from automation.dispatcher import Dispatcher, DispatcherConfig
 from automation.loop import LEASE_MIN_SECONDS, dispatcher_loop, lease_seconds
 from automation.models import AutomationTask, DispatcherState, TaskStatus
 from automation.services.tasks import task_create
 from automation.wake import dispatcher_wake
+from core.clock import now_ms
 from tests.procs import spawn_process
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

@@ -11,8 +11,8 @@ import time
 import pytest
 from websockets.sync.client import connect
 
-from ingest.services.instructions import INSTRUCTION_EXECUTE
 from automation.models import AutomationTask, DispatcherState, TaskEvent, ToolPolicy
+from ingest.services.instructions import INSTRUCTION_EXECUTE
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.procs import spawn_process
 from tests.server import running_server, wait_for

@@ -6,7 +6,12 @@ import pytest
 from automation.kinds import kinds
 from automation.models import AutomationTask, TaskStatus
 from automation.services.dispatcher_state import dispatcher_pause_set
-from automation.services.operator import tasks_approve, tasks_cancel, tasks_reject, tasks_retry
+from automation.services.operator import (
+    tasks_approve,
+    tasks_cancel,
+    tasks_reject,
+    tasks_retry,
+)
 from tests.factories import make_task
 
 pytestmark = pytest.mark.django_db

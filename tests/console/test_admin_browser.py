@@ -14,11 +14,11 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from automation.models import AutomationTask, TaskStatus
-from pipelines.rendering import parse_results
 from conversations.models import Conversation, Message
+from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.simulator import SimulatedPlugin
+from pipelines.rendering import parse_results
 from tests.browser import CHROMIUM_ARGS, require_chromium
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import ROOT, running_server, server_env, wait_for

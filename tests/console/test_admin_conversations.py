@@ -8,12 +8,12 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.models import LogEntry
 from django.utils import timezone
 
-from pipelines.renewal import RENEWAL_DELIVER
 from automation.models import AutomationTask, TaskStatus
-from conversations.models import Conversation, Message
 from automation.services.operator import conversations_pause
+from conversations.models import Conversation, Message
 from conversations.services import conversations_renewal_set
 from ingest.models import Instruction
+from pipelines.renewal import RENEWAL_DELIVER
 from tests.factories import (
     ConversationFactory,
     ConversationLinkFactory,

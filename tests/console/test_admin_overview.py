@@ -6,13 +6,22 @@ from django.contrib.admin.models import LogEntry
 from django.test import Client
 from django.utils import timezone
 
-from console.views import chart_layout, status_table
-from core.clock import now_ms
 from automation.models import DispatcherState, TaskStatus
 from automation.selectors import HOUR_MS, HourlyFinishes, task_finishes_by_hour
 from automation.services import transitions as tr
-from automation.services.dispatcher_state import dispatcher_pause_set, dispatcher_tick_record
-from tests.factories import ConversationFactory, InstructionFactory, PluginClientFactory, make_staff, make_task
+from automation.services.dispatcher_state import (
+    dispatcher_pause_set,
+    dispatcher_tick_record,
+)
+from console.views import chart_layout, status_table
+from core.clock import now_ms
+from tests.factories import (
+    ConversationFactory,
+    InstructionFactory,
+    PluginClientFactory,
+    make_staff,
+    make_task,
+)
 
 pytestmark = pytest.mark.django_db
 

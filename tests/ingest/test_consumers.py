@@ -8,13 +8,13 @@ from channels.testing import WebsocketCommunicator
 from django.db import OperationalError
 
 from automation.models import DeliveryRequest
-from platforms import platforms
-from platforms.registry import ProxyAnswer
 from conductor_site.asgi import application
 from conversations.models import Message
 from ingest.models import Instruction, PluginClient
 from ingest.protocol import CloseCode
 from ingest.services.clients import plugin_client_revoke
+from platforms import platforms
+from platforms.registry import ProxyAnswer
 from tests.factories import TEST_TOKEN, PluginClientFactory, make_task
 
 # Consumers run their database work in another thread, so tests commit their

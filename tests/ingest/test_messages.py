@@ -5,15 +5,15 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from automation.models import AutomationTask, ToolPolicy
-from pipelines.results import message_results_text
-from tools.registry import Policy
 from conversations.models import Conversation, ConversationLink, Message
 from ingest.frames import parse_final_message
 from ingest.models import Instruction
+from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
+from pipelines.results import message_results_text
 from tests.factories import PluginClientFactory, make_task
+from tools.registry import Policy
 
 pytestmark = pytest.mark.django_db
 

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from automation.kinds import kinds
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
-from automation.kinds import kinds
 from automation.services.operator import tasks_cancel, tasks_reject, tasks_retry
 from ingest.frames import parse_final_message
 from ingest.models import Instruction
+from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from tests.factories import PluginClientFactory
 

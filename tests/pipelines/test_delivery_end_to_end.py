@@ -16,13 +16,13 @@ from django.core.management import call_command
 from django.db import connections
 from django.utils import timezone
 
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
-from pipelines.renewal import RENEWAL_DELIVER
 from automation.models import AutomationTask, DeliveryRequest, TaskStatus
-from pipelines.rendering import parse_results
 from automation.services.dispatcher_state import dispatcher_pause_set
 from conversations.models import Conversation, Message
+from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.simulator import SimulatedPlugin
+from pipelines.rendering import parse_results
+from pipelines.renewal import RENEWAL_DELIVER
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import running_server, wait_for
 

@@ -5,17 +5,26 @@ import time
 
 import pytest
 
-from pipelines.deliveries import instruction_deliver
-from pipelines.renewal import renewal_deliver
-from ingest.services.instructions import INSTRUCTION_DELIVER
-from pipelines.renewal import RENEWAL_DELIVER
 from automation.models import DeliveryRequest
-from automation.outcomes import ExecutionContext, RetryableFailure, Success, TerminalFailure
-from ingest.services.deliveries import delivery_result_record
+from automation.outcomes import (
+    ExecutionContext,
+    RetryableFailure,
+    Success,
+    TerminalFailure,
+)
 from automation.services.tasks import task_create
 from conversations.models import Message
 from ingest.frames import parse_delivery_result
-from tests.factories import ConversationFactory, ConversationLinkFactory, InstructionFactory, MessageFactory
+from ingest.services.deliveries import delivery_result_record
+from ingest.services.instructions import INSTRUCTION_DELIVER
+from pipelines.deliveries import instruction_deliver
+from pipelines.renewal import RENEWAL_DELIVER, renewal_deliver
+from tests.factories import (
+    ConversationFactory,
+    ConversationLinkFactory,
+    InstructionFactory,
+    MessageFactory,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 

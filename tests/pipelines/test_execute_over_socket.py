@@ -5,8 +5,8 @@ import json
 import pytest
 from websockets.sync.client import connect
 
-from ingest.services.instructions import INSTRUCTION_EXECUTE
 from automation.models import AutomationTask
+from ingest.services.instructions import INSTRUCTION_EXECUTE
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import running_server, wait_for
 

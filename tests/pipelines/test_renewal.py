@@ -10,12 +10,12 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django_q.models import Schedule
 
-from pipelines.renewal import RENEWAL_DELIVER
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
 from pipelines.renewal import (
     DEFAULT_RENEWAL_TEXT,
     DRY_RUN_TASK_ID,
+    RENEWAL_DELIVER,
     RenewalReport,
     conversations_renew_now,
     renewal_project,

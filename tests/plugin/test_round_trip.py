@@ -13,11 +13,11 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from django.db import connections
 
-from ingest.services.instructions import INSTRUCTION_DELIVER
 from automation.models import AutomationTask, TaskStatus
 from conversations.models import Message
 from ingest.models import PluginClient
 from ingest.services.clients import plugin_client_revoke
+from ingest.services.instructions import INSTRUCTION_DELIVER
 from tests.browser import require_chromium
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.plugin.chat_apps import chat_app

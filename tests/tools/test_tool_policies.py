@@ -4,8 +4,8 @@ from django.db import IntegrityError, transaction
 
 from automation.models import ToolPolicy
 from ingest.selectors import tool_policy_for
-from tools.registry import Policy
 from tests.factories import ConversationFactory, PluginClientFactory
+from tools.registry import Policy
 
 
 @pytest.mark.django_db

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from automation.models import TaskStatus
+from tests.factories import make_task
 from tools import files as files_module
 from tools import launcher
 from tools.registry import ToolCall, ToolError, tools
-from tests.factories import make_task
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,6 +1,13 @@
 import pytest
 
-from tools.registry import DuplicateTool, Policy, ToolRegistry, ToolSpec, UnknownTool, tools
+from tools.registry import (
+    DuplicateTool,
+    Policy,
+    ToolRegistry,
+    ToolSpec,
+    UnknownTool,
+    tools,
+)
 
 SPEC_TOOLS = {
     # name: (idempotent, default policy)

@@ -18,13 +18,13 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from ingest.services.instructions import INSTRUCTION_EXECUTE
 from automation.models import AutomationTask, TaskStatus
-from pipelines.rendering import parse_results
 from automation.services.operator import tasks_approve
 from ingest.models import PluginClient
 from ingest.services.clients import plugin_client_create, plugin_client_rotate
+from ingest.services.instructions import INSTRUCTION_EXECUTE
 from ingest.simulator import SimulatedPlugin
+from pipelines.rendering import parse_results
 
 DEMO_CLIENT = "demo-plugin"
 ACTOR = "demo"
