@@ -2,7 +2,7 @@ import random
 
 import pytest
 
-from automation.retry import outbound_jitter_ms, retry_delay
+from automation.retry import RetryDelay, RetryPolicy, outbound_jitter_ms, retry_delay
 
 BACKOFF = (5, 15, 45)
 
@@ -41,3 +41,18 @@ def test_outbound_jitter_bounds():
 def test_a_retry_follows_at_least_one_run():
     with pytest.raises(ValueError):
         retry_delay(attempt_count=0, backoff_seconds=BACKOFF, jitter_max_ms=0, rng=random.Random())
+
+
+@pytest.mark.parametrize(
+    ("attempt_count", "max_attempts", "delay"),
+    [
+        (1, 3, RetryDelay(backoff_ms=5000, jitter_ms=0)),
+        (2, 3, RetryDelay(backoff_ms=15000, jitter_ms=0)),
+        (3, 3, None),  # every attempt used: no retry
+        (5, 3, None),
+        (1, 1, None),
+    ],
+)
+def test_the_retry_policy_gives_the_next_delay_while_attempts_remain(attempt_count, max_attempts, delay):
+    policy = RetryPolicy(backoff_seconds=BACKOFF, jitter_max_ms=0, rng=random.Random(1))
+    assert policy.next_delay(attempt_count=attempt_count, max_attempts=max_attempts) == delay
