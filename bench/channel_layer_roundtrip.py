@@ -10,17 +10,16 @@ lost (no reply within the timeout).
 Uses the configured databases (the embedded layer's SQLite file by default).
 """
 
-import argparse
 import asyncio
 import multiprocessing
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
+
+from bench.common import option_parser  # noqa: E402
 
 
 def peer(parent_channel: str, count: int) -> None:
@@ -57,10 +56,7 @@ async def measure(layer, me: str, count: int, timeout: float) -> tuple[list[floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=200)
-    parser.add_argument("--timeout", type=float, default=5.0)
-    args = parser.parse_args()
+    args = option_parser(__doc__, messages=200, timeout=5.0).parse_args()
 
     import django
 

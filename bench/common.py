@@ -1,7 +1,8 @@
-"""What the benchmarks share: Django set-up, a no-op task kind, the environment
-that points a child server or cluster at this process's databases, and a
-running server on those databases."""
+"""What the benchmarks share: the command line, Django set-up, a no-op task kind,
+the environment that points a child server or cluster at this process's
+databases, and a running server on those databases."""
 
+import argparse
 import contextlib
 import os
 import signal
@@ -19,6 +20,15 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 NOOP_KIND = "bench.noop"
+
+
+def option_parser(doc: str, **defaults: int | float) -> argparse.ArgumentParser:
+    """A parser described by the first line of the script's ``doc``, with one option per
+    keyword (``per_tick=50`` is ``--per-tick``, default 50) of its default's type."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    for name, default in defaults.items():
+        parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
+    return parser
 
 
 def setup_django(*, with_noop_kind: bool = False) -> None:

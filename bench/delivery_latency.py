@@ -12,7 +12,6 @@ answering every delivery. Prints p50, p99 and max in milliseconds.
         uv run python bench/delivery_latency.py
 """
 
-import argparse
 import contextlib
 import os
 import statistics
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, running_server, setup_django  # noqa: E402
+from bench.common import fresh_plugin_client, option_parser, running_server, setup_django  # noqa: E402
 
 
 def prepare() -> str:
@@ -53,12 +52,7 @@ def measure(url: str, token: str, count: int, warmup: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--servers", type=int, default=2)
-    parser.add_argument("--port", type=int, default=8941)
-    args = parser.parse_args()
+    args = option_parser(__doc__, messages=50, warmup=3, servers=2, port=8941).parse_args()
 
     token = prepare()
     from django.conf import settings

@@ -9,7 +9,6 @@ Uses the configured database; tasks it creates are deleted afterwards.
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench uv run python bench/dispatcher_capacity.py
 """
 
-import argparse
 import multiprocessing
 import random
 import sys
@@ -19,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
-from bench.common import setup_django  # noqa: E402
+from bench.common import option_parser, setup_django  # noqa: E402
 
 
 def dispatch(owner: str, per_tick: int, ready, go) -> None:
@@ -44,11 +43,7 @@ def dispatch(owner: str, per_tick: int, ready, go) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=2000)
-    parser.add_argument("--processes", type=int, default=1)
-    parser.add_argument("--per-tick", type=int, default=50)
-    args = parser.parse_args()
+    args = option_parser(__doc__, tasks=2000, processes=1, per_tick=50).parse_args()
 
     setup_django(with_noop_kind=True)
     from django.conf import settings

@@ -18,7 +18,6 @@ does) on the configured database and channel layer, then:
         uv run python bench/dispatcher_loop.py
 """
 
-import argparse
 import json
 import os
 import signal
@@ -30,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, running_server, setup_django  # noqa: E402
+from bench.common import fresh_plugin_client, option_parser, running_server, setup_django  # noqa: E402
 
 CLIENT_ID = "bench-loop"
 
@@ -115,11 +114,7 @@ def takeover(tick_seconds: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--idle-seconds", type=float, default=600)
-    parser.add_argument("--shell-seconds", type=int, default=250)
-    parser.add_argument("--port", type=int, default=8951)
-    args = parser.parse_args()
+    args = option_parser(__doc__, idle_seconds=600.0, shell_seconds=250, port=8951).parse_args()
 
     token = prepare()
     from django.conf import settings

@@ -14,7 +14,6 @@ beside django-q2's own async_task, on the configured database and broker.
     uv run python bench/dispatcher_scheduling.py [--seconds 150] [--wakes 20] [--tasks 1000]
 """
 
-import argparse
 import itertools
 import math
 import multiprocessing
@@ -31,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
-from bench.common import ROOT, child_env, setup_django  # noqa: E402
+from bench.common import ROOT, child_env, option_parser, setup_django  # noqa: E402
 
 
 def noop() -> None:
@@ -176,11 +175,7 @@ def throughput(tasks: int) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=150)
-    parser.add_argument("--wakes", type=int, default=20)
-    parser.add_argument("--tasks", type=int, default=1000)
-    args = parser.parse_args()
+    args = option_parser(__doc__, seconds=150.0, wakes=20, tasks=1000).parse_args()
     setup_django(with_noop_kind=True)
     from django.conf import settings
     from django.core.management import call_command

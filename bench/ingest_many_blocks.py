@@ -13,7 +13,6 @@ instruction limit are lifted for the server under test.
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench uv run python bench/ingest_many_blocks.py
 """
 
-import argparse
 import asyncio
 import json
 import sys
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import running_server, setup_django  # noqa: E402
+from bench.common import option_parser, running_server, setup_django  # noqa: E402
 
 BIG_CLIENT, OTHER_CLIENT = "bench-many-blocks", "bench-other"
 BLOCK = "~~~baa\n~~~\n"
@@ -95,10 +94,7 @@ async def drive(url: str, tokens: dict[str, str], blocks: int) -> tuple[float, d
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=80_000)
-    parser.add_argument("--port", type=int, default=8932)
-    args = parser.parse_args()
+    args = option_parser(__doc__, blocks=80_000, port=8932).parse_args()
 
     tokens = prepare()
     from django.conf import settings

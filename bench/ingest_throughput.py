@@ -10,7 +10,6 @@ lifted for the server under test; messages go round-robin to 20 conversations.
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench uv run python bench/ingest_throughput.py
 """
 
-import argparse
 import asyncio
 import json
 import statistics
@@ -21,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, running_server, setup_django  # noqa: E402
+from bench.common import fresh_plugin_client, option_parser, running_server, setup_django  # noqa: E402
 
 
 def prepare() -> str:
@@ -64,11 +63,7 @@ async def drive(url: str, token: str, count: int, window: int) -> tuple[float, l
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=2000)
-    parser.add_argument("--window", type=int, default=32)
-    parser.add_argument("--port", type=int, default=8931)
-    args = parser.parse_args()
+    args = option_parser(__doc__, messages=2000, window=32, port=8931).parse_args()
 
     token = prepare()
     from django.conf import settings

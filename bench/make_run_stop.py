@@ -6,7 +6,6 @@ Starts `make run` on a free port with a throw-away data folder, waits for
     uv run python bench/make_run_stop.py [--runs 3]
 """
 
-import argparse
 import os
 import signal
 import statistics
@@ -20,6 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import option_parser  # noqa: E402
 from tests.server import descendants, free_port  # noqa: E402
 
 
@@ -50,9 +50,7 @@ def one_run() -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = option_parser(__doc__, runs=3).parse_args()
     results = [one_run() for _ in range(args.runs)]
     stops = [stop for _, stop in results]
     print(f"runs={args.runs} ready_s=" + ",".join(f"{ready:.1f}" for ready, _ in results))

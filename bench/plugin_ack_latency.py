@@ -15,7 +15,6 @@ and max in milliseconds.
         uv run python bench/plugin_ack_latency.py
 """
 
-import argparse
 import statistics
 import sys
 import tempfile
@@ -24,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, running_server, setup_django  # noqa: E402
+from bench.common import fresh_plugin_client, option_parser, running_server, setup_django  # noqa: E402
 
 CLIENT_ID = "bench-plugin"
 
@@ -69,11 +68,7 @@ def measure(server_url: str, token: str, count: int, warmup: int) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--port", type=int, default=8791)
-    args = parser.parse_args()
+    args = option_parser(__doc__, messages=50, warmup=3, port=8791).parse_args()
     token = prepare()
     from django.conf import settings
 
