@@ -12,14 +12,13 @@ Uses the configured databases (the embedded layer's SQLite file by default).
 
 import asyncio
 import multiprocessing
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import option_parser  # noqa: E402
+from bench.common import option_parser, summary  # noqa: E402
 
 
 def peer(parent_channel: str, count: int) -> None:
@@ -75,9 +74,8 @@ def main() -> None:
     child.join(timeout=30)
 
     backend = settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1]
-    quantiles = statistics.quantiles(times, n=100) if len(times) > 1 else times * 99
     print(f"layer={backend} messages={args.messages} lost={lost}")
-    print(f"round_trip_ms median={statistics.median(times):.1f} p99={quantiles[98]:.1f} max={max(times):.1f}")
+    print(f"round_trip_ms {summary(times, decimals=1)}")
 
 
 if __name__ == "__main__":

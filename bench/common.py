@@ -1,17 +1,19 @@
-"""What the benchmarks share: the command line, Django set-up, a no-op task kind,
-the environment that points a child server or cluster at this process's
+"""What the benchmarks share: the command line, the summary of a list of
+timings, Django set-up, a no-op task kind, the environment that points a child server or cluster at this process's
 databases, and a running server on those databases."""
 
 import argparse
 import contextlib
+import math
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,6 +31,20 @@ def option_parser(doc: str, **defaults: int | float) -> argparse.ArgumentParser:
     for name, default in defaults.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
     return parser
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile: the smallest of ``values`` with at least ``p`` % of them at or
+    below it. It is always one of the values, so never past the largest, as an interpolated
+    quantile of a few values can be."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def summary(values: Sequence[float], *, decimals: int = 0, tail: int = 99) -> str:
+    """``median=… p99=… max=…`` of ``values`` with ``decimals`` decimals; ``tail`` picks the middle percentile."""
+    return (f"median={statistics.median(values):.{decimals}f} p{tail}={percentile(values, tail):.{decimals}f} "
+            f"max={max(values):.{decimals}f}")
 
 
 def setup_django(*, with_noop_kind: bool = False) -> None:

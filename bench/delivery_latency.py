@@ -5,7 +5,7 @@ Starts --servers copies of ``manage.py serve`` (daphne + the django-q2 cluster,
 as ``make run`` does) on the configured database and channel layer with the
 outbound jitter at 0, connects a simulated plugin to the last one, and sends
 --messages messages one at a time (each in a conversation of its own),
-answering every delivery. Prints p50, p99 and max in milliseconds.
+answering every delivery. Prints the median, p99 and max in milliseconds.
 
     uv run python bench/delivery_latency.py [--messages 50] [--servers 2]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench REDIS_URL=redis://127.0.0.1:6379/14 \\
@@ -14,7 +14,6 @@ answering every delivery. Prints p50, p99 and max in milliseconds.
 
 import contextlib
 import os
-import statistics
 import sys
 import time
 import uuid
@@ -22,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, option_parser, running_server, setup_django  # noqa: E402
+from bench.common import fresh_plugin_client, option_parser, running_server, setup_django, summary  # noqa: E402
 
 
 def prepare() -> str:
@@ -67,10 +66,8 @@ def main() -> None:
 
     engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     layer = "redis" if os.environ.get("REDIS_URL") else "channels-lite"
-    quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
     print(f"database={engine} layer={layer} servers={args.servers} messages={args.messages} jitter_ms=0")
-    print(f"final_message_to_delivery_ms p50={statistics.median(latencies):.0f} "
-          f"p99={quantiles[98]:.0f} max={max(latencies):.0f}")
+    print(f"final_message_to_delivery_ms {summary(latencies)}")
 
 
 if __name__ == "__main__":

@@ -15,11 +15,9 @@ beside django-q2's own async_task, on the configured database and broker.
 """
 
 import itertools
-import math
 import multiprocessing
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
-from bench.common import ROOT, child_env, option_parser, setup_django  # noqa: E402
+from bench.common import ROOT, child_env, option_parser, setup_django, summary  # noqa: E402
 
 
 def noop() -> None:
@@ -48,12 +46,6 @@ def stop_cluster(process: subprocess.Popen) -> None:
         process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
-
-
-def percentile(values, p):
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
 def tick_intervals(seconds: float) -> None:
@@ -79,8 +71,7 @@ def tick_intervals(seconds: float) -> None:
         print("tick interval: fewer than two ticks seen (is the schedule due?)")
         return
     print(f"first tick {(ticks[0] - started_ms) / 1000:.1f} s after the cluster started; then over "
-          f"{(ticks[-1] - ticks[0]) / 1000:.0f} s: ticks={len(ticks)} median={statistics.median(intervals):.3f} s "
-          f"p99={percentile(intervals, 99):.3f} s longest_gap={max(intervals):.3f} s")
+          f"{(ticks[-1] - ticks[0]) / 1000:.0f} s: ticks={len(ticks)} interval_s {summary(intervals, decimals=3)}")
 
 
 def release_loops(DispatcherState) -> None:
@@ -129,8 +120,7 @@ def wake_latency(wakes: int) -> None:
         stop.set()
         peer.join(30)
         AutomationTask.objects.filter(kind=KIND).delete()
-    print(f"wake-up latency (commit to lease) over {wakes}: median={statistics.median(latencies):.0f} ms "
-          f"p99={percentile(latencies, 99):.0f} ms max={max(latencies)} ms")
+    print(f"wake-up latency (commit to lease) over {wakes}: latency_ms {summary(latencies)}")
 
 
 def throughput(tasks: int) -> None:

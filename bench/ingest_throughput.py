@@ -12,7 +12,6 @@ lifted for the server under test; messages go round-robin to 20 conversations.
 
 import asyncio
 import json
-import statistics
 import sys
 import time
 import uuid
@@ -20,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, option_parser, running_server, setup_django  # noqa: E402
+from bench.common import fresh_plugin_client, option_parser, running_server, setup_django, summary  # noqa: E402
 
 
 def prepare() -> str:
@@ -75,10 +74,9 @@ def main() -> None:
         )
 
     engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    quantiles = statistics.quantiles(latencies, n=100)
     print(f"database={engine} messages={args.messages} window={args.window}")
     print(f"throughput={args.messages / seconds:.0f} messages/s ({seconds:.2f} s)")
-    print(f"ack_latency_ms median={statistics.median(latencies):.1f} p99={quantiles[98]:.1f}")
+    print(f"ack_latency_ms {summary(latencies, decimals=1)}")
 
 
 if __name__ == "__main__":

@@ -7,15 +7,14 @@ browser tests do), pairs it through its options page, and has a mock Claude
 page (``tests/plugin/chat_apps.py``, served at https://claude.ai through
 Playwright's routing) stream --messages answers one at a time, each with one
 ``echo`` block. Each latency is the page's clock when its stream ended to the
-worker's clock when the ack arrived (one machine, one clock). Prints p50, p90
-and max in milliseconds.
+worker's clock when the ack arrived (one machine, one clock). Prints the median,
+p90 and max in milliseconds.
 
     uv run python bench/plugin_ack_latency.py [--messages 50]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench REDIS_URL=redis://127.0.0.1:6379/14 \\
         uv run python bench/plugin_ack_latency.py
 """
 
-import statistics
 import sys
 import tempfile
 import time
@@ -23,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, option_parser, running_server, setup_django  # noqa: E402
+from bench.common import fresh_plugin_client, option_parser, running_server, setup_django, summary  # noqa: E402
 
 CLIENT_ID = "bench-plugin"
 
@@ -76,10 +75,8 @@ def main() -> None:
     layer = "redis" if settings.REDIS_URL else "embedded"
     with running_server(args.port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0"):
         latencies = measure(f"http://127.0.0.1:{args.port}", token, args.messages, args.warmup)
-    ordered = sorted(latencies)
     print(f"stream end -> ack ({engine}, {layer} channel layer), {len(latencies)} messages: "
-          f"p50 {statistics.median(ordered):.0f} ms, p90 {ordered[int(len(ordered) * 0.9) - 1]:.0f} ms, "
-          f"max {ordered[-1]:.0f} ms")
+          f"latency_ms {summary(latencies, tail=90)}")
 
 
 if __name__ == "__main__":
