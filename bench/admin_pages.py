@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import option_parser, setup_django  # noqa: E402
+from bench.common import database_engine, option_parser, setup_django  # noqa: E402
 
 PREFIX = "bench-admin"
 MESSAGE_BATCH = 100
@@ -210,12 +210,8 @@ def main() -> None:
     parser.add_argument("--fill-only", action="store_true")
     args = parser.parse_args()
 
-    setup_django()
-    from django.conf import settings
-    from django.core.management import call_command
-
-    call_command("migrate_all", verbosity=0)
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    setup_django(migrate=True)
+    engine = database_engine()
     if is_filled(messages=args.messages, instructions=args.instructions):
         print(f"database={engine}: already filled, skipping the fill")
     else:

@@ -18,13 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import option_parser, summary  # noqa: E402
+from bench.common import channel_layer_backend, option_parser, setup_django, summary  # noqa: E402
 
 
 def peer(parent_channel: str, count: int) -> None:
-    import django
-
-    django.setup()
+    setup_django()
     from channels.layers import channel_layers
 
     async def main() -> None:
@@ -57,15 +55,9 @@ async def measure(layer, me: str, count: int, timeout: float) -> tuple[list[floa
 def main() -> None:
     args = option_parser(__doc__, messages=200, timeout=5.0).parse_args()
 
-    import django
-
-    django.setup()
+    setup_django(migrate=True)
     from channels.layers import channel_layers
-    from django.conf import settings
-    from django.core.management import call_command
 
-    for alias in settings.DATABASES:
-        call_command("migrate", database=alias, verbosity=0)
     layer = channel_layers.make_backend("default")
     me = asyncio.run(layer.new_channel())
     child = multiprocessing.get_context("spawn").Process(target=peer, args=(me, args.messages))
@@ -73,8 +65,7 @@ def main() -> None:
     times, lost = asyncio.run(measure(layer, me, args.messages, args.timeout))
     child.join(timeout=30)
 
-    backend = settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1]
-    print(f"layer={backend} messages={args.messages} lost={lost}")
+    print(f"layer={channel_layer_backend()} messages={args.messages} lost={lost}")
     print(f"round_trip_ms {summary(times, decimals=1)}")
 
 

@@ -1,9 +1,11 @@
 """What the benchmarks share: the command line, the summary of a list of
-timings, Django set-up, a no-op task kind, the environment that points a child server or cluster at this process's
-databases, and a running server on those databases."""
+timings, Django set-up and the names of what it configured, a no-op task kind,
+a fresh plugin client, the environment that points a child server or cluster
+at this process's databases, and a running server on those databases."""
 
 import argparse
 import contextlib
+import io
 import math
 import os
 import signal
@@ -47,11 +49,17 @@ def summary(values: Sequence[float], *, decimals: int = 0, tail: int = 99) -> st
             f"max={max(values):.{decimals}f}")
 
 
-def setup_django(*, with_noop_kind: bool = False) -> None:
-    """Set Django up; optionally register ``NOOP_KIND``, whose executor does nothing."""
+def setup_django(*, with_noop_kind: bool = False, migrate: bool = False) -> None:
+    """Set Django up; with ``with_noop_kind``, register ``NOOP_KIND``, whose executor does
+    nothing; with ``migrate``, migrate every configured database."""
     import django
 
     django.setup()
+    if migrate:
+        from django.core.management import call_command
+
+        # migrate_all names each database it migrates even at verbosity 0.
+        call_command("migrate_all", verbosity=0, stdout=io.StringIO())
     if with_noop_kind:
         from automation.kinds import KindSpec, always, kinds
         from automation.outcomes import Success
@@ -60,14 +68,25 @@ def setup_django(*, with_noop_kind: bool = False) -> None:
                                 executor=lambda ctx: Success(None)))
 
 
-def fresh_plugin_client(name: str):
-    """Migrate, then make the plugin client ``name`` anew (an earlier run's is deleted); return (client, token)."""
-    from django.core.management import call_command
+def database_engine() -> str:
+    """The default database's engine, as the summaries name it: ``sqlite3`` or ``postgresql``."""
+    from django.conf import settings
 
+    return settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+
+
+def channel_layer_backend() -> str:
+    """The channel layer's backend class: ``SQLiteChannelLayer`` (embedded) or ``RedisChannelLayer``."""
+    from django.conf import settings
+
+    return settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1]
+
+
+def fresh_plugin_client(name: str):
+    """Make the plugin client ``name`` anew (an earlier run's is deleted); return (client, token)."""
     from ingest.models import PluginClient
     from ingest.services.clients import plugin_client_create
 
-    call_command("migrate_all", verbosity=0)
     PluginClient.objects.filter(client_id=name).delete()
     return plugin_client_create(name=name)
 

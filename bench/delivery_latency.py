@@ -13,7 +13,6 @@ answering every delivery. Prints the median, p99 and max in milliseconds.
 """
 
 import contextlib
-import os
 import sys
 import time
 import uuid
@@ -21,13 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, option_parser, running_server, setup_django, summary  # noqa: E402
-
-
-def prepare() -> str:
-    setup_django()
-    _, token = fresh_plugin_client("bench-delivery")
-    return token
+from bench.common import (  # noqa: E402
+    channel_layer_backend, database_engine, fresh_plugin_client, option_parser, running_server, setup_django, summary,
+)
 
 
 def measure(url: str, token: str, count: int, warmup: int) -> list[float]:
@@ -53,9 +48,8 @@ def measure(url: str, token: str, count: int, warmup: int) -> list[float]:
 def main() -> None:
     args = option_parser(__doc__, messages=50, warmup=3, servers=2, port=8941).parse_args()
 
-    token = prepare()
-    from django.conf import settings
-
+    setup_django(migrate=True)
+    _, token = fresh_plugin_client("bench-delivery")
     with contextlib.ExitStack() as stack:
         ports = [args.port + n for n in range(args.servers)]
         for port in ports:
@@ -64,9 +58,8 @@ def main() -> None:
         time.sleep(3)
         latencies = measure(f"ws://127.0.0.1:{ports[-1]}/ws/plugin/", token, args.messages, args.warmup)
 
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    layer = "redis" if os.environ.get("REDIS_URL") else "channels-lite"
-    print(f"database={engine} layer={layer} servers={args.servers} messages={args.messages} jitter_ms=0")
+    print(f"database={database_engine()} layer={channel_layer_backend()} servers={args.servers} "
+          f"messages={args.messages} jitter_ms=0")
     print(f"final_message_to_delivery_ms {summary(latencies)}")
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
-from bench.common import option_parser, setup_django  # noqa: E402
+from bench.common import database_engine, option_parser, setup_django  # noqa: E402
 
 
 def dispatch(owner: str, per_tick: int, ready, go) -> None:
@@ -45,14 +45,10 @@ def dispatch(owner: str, per_tick: int, ready, go) -> None:
 def main() -> None:
     args = option_parser(__doc__, tasks=2000, processes=1, per_tick=50).parse_args()
 
-    setup_django(with_noop_kind=True)
-    from django.conf import settings
-    from django.core.management import call_command
-
+    setup_django(with_noop_kind=True, migrate=True)
     from automation.models import AutomationTask
     from automation.services.tasks import task_create
 
-    call_command("migrate_all", verbosity=0)
     AutomationTask.objects.filter(kind=KIND).delete()
     for n in range(args.tasks):
         task_create(kind=KIND, payload={"n": n}, actor="bench")
@@ -74,10 +70,10 @@ def main() -> None:
         process.join()
     seconds = time.perf_counter() - started
 
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     done = AutomationTask.objects.filter(kind=KIND, status="succeeded").count()
     AutomationTask.objects.filter(kind=KIND).delete()
-    print(f"database={engine} tasks={args.tasks} succeeded={done} processes={args.processes} per_tick={args.per_tick}")
+    print(f"database={database_engine()} tasks={args.tasks} succeeded={done} processes={args.processes} "
+          f"per_tick={args.per_tick}")
     print(f"capacity={args.tasks / seconds:.0f} tasks/s ({seconds:.2f} s)")
 
 

@@ -29,13 +29,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, option_parser, running_server, setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    channel_layer_backend, database_engine, fresh_plugin_client, option_parser, running_server, setup_django,
+)
 
 CLIENT_ID = "bench-loop"
 
 
 def prepare() -> str:
-    setup_django()
+    setup_django(migrate=True)
     from automation.models import DispatcherState, ToolPolicy
 
     client, token = fresh_plugin_client(CLIENT_ID)
@@ -119,9 +121,7 @@ def main() -> None:
     token = prepare()
     from django.conf import settings
 
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    layer = "redis" if settings.REDIS_URL else "channels-lite"
-    print(f"database={engine} layer={layer} tick={settings.CONDUCTOR_TICK_SECONDS} s")
+    print(f"database={database_engine()} layer={channel_layer_backend()} tick={settings.CONDUCTOR_TICK_SECONDS} s")
     with running_server(args.port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING"):
         if args.idle_seconds:
             idle_ticks(args.port, args.idle_seconds)

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
-from bench.common import ROOT, child_env, option_parser, setup_django, summary  # noqa: E402
+from bench.common import ROOT, child_env, database_engine, option_parser, setup_django, summary  # noqa: E402
 
 
 def noop() -> None:
@@ -166,14 +166,11 @@ def throughput(tasks: int) -> None:
 
 def main() -> None:
     args = option_parser(__doc__, seconds=150.0, wakes=20, tasks=1000).parse_args()
-    setup_django(with_noop_kind=True)
+    setup_django(with_noop_kind=True, migrate=True)
     from django.conf import settings
-    from django.core.management import call_command
 
-    call_command("migrate_all", verbosity=0)
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     broker = "redis" if settings.REDIS_URL else "orm"
-    print(f"database={engine} broker={broker} tick={settings.CONDUCTOR_TICK_SECONDS} s")
+    print(f"database={database_engine()} broker={broker} tick={settings.CONDUCTOR_TICK_SECONDS} s")
     if args.seconds:
         tick_intervals(args.seconds)
     if args.wakes:

@@ -22,25 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import option_parser, running_server, setup_django  # noqa: E402
+from bench.common import database_engine, fresh_plugin_client, option_parser, running_server, setup_django  # noqa: E402
 
 BIG_CLIENT, OTHER_CLIENT = "bench-many-blocks", "bench-other"
 BLOCK = "~~~baa\n~~~\n"
-
-
-def prepare() -> dict[str, str]:
-    setup_django()
-    from django.core.management import call_command
-
-    from ingest.models import PluginClient
-    from ingest.services.clients import plugin_client_create
-
-    call_command("migrate_all", verbosity=0)
-    tokens = {}
-    for name in (BIG_CLIENT, OTHER_CLIENT):
-        PluginClient.objects.filter(client_id=name).delete()
-        _, tokens[name] = plugin_client_create(name=name)
-    return tokens
 
 
 async def hello(url: str, client_id: str, token: str):
@@ -96,10 +81,10 @@ async def drive(url: str, tokens: dict[str, str], blocks: int) -> tuple[float, d
 def main() -> None:
     args = option_parser(__doc__, blocks=80_000, port=8932).parse_args()
 
-    tokens = prepare()
-    from django.conf import settings
-
+    setup_django(migrate=True)
     from ingest.models import Instruction
+
+    tokens = {name: fresh_plugin_client(name)[1] for name in (BIG_CLIENT, OTHER_CLIENT)}
 
     with running_server(args.port, cluster=False, CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
                         CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000", LOG_LEVEL="WARNING"):
@@ -107,9 +92,8 @@ def main() -> None:
             drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", tokens, args.blocks)
         )
 
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     stored = Instruction.objects.filter(message_id=int(ack["message_id"])).count() if ack["type"] == "ack" else 0
-    print(f"database={engine} blocks={args.blocks}")
+    print(f"database={database_engine()} blocks={args.blocks}")
     print(f"ack_seconds={ack_seconds:.3f} ack_type={ack['type']} ack_instructions={ack.get('instructions')} "
           f"stored_instructions={stored}")
     print(f"other_client acks={len(other)} slowest_ack_seconds={max(other):.3f}")

@@ -19,13 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, option_parser, running_server, setup_django, summary  # noqa: E402
-
-
-def prepare() -> str:
-    setup_django()
-    _, token = fresh_plugin_client("bench-client")
-    return token
+from bench.common import (  # noqa: E402
+    database_engine, fresh_plugin_client, option_parser, running_server, setup_django, summary,
+)
 
 
 async def drive(url: str, token: str, count: int, window: int) -> tuple[float, list[float]]:
@@ -64,17 +60,15 @@ async def drive(url: str, token: str, count: int, window: int) -> tuple[float, l
 def main() -> None:
     args = option_parser(__doc__, messages=2000, window=32, port=8931).parse_args()
 
-    token = prepare()
-    from django.conf import settings
-
+    setup_django(migrate=True)
+    _, token = fresh_plugin_client("bench-client")
     with running_server(args.port, cluster=False, CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
                         CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000", LOG_LEVEL="WARNING"):
         seconds, latencies = asyncio.run(
             drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.messages, args.window)
         )
 
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    print(f"database={engine} messages={args.messages} window={args.window}")
+    print(f"database={database_engine()} messages={args.messages} window={args.window}")
     print(f"throughput={args.messages / seconds:.0f} messages/s ({seconds:.2f} s)")
     print(f"ack_latency_ms {summary(latencies, decimals=1)}")
 

@@ -22,15 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, option_parser, running_server, setup_django, summary  # noqa: E402
+from bench.common import (  # noqa: E402
+    channel_layer_backend, database_engine, fresh_plugin_client, option_parser, running_server, setup_django, summary,
+)
 
 CLIENT_ID = "bench-plugin"
-
-
-def prepare() -> str:
-    setup_django()
-    _, token = fresh_plugin_client(CLIENT_ID)
-    return token
 
 
 def measure(server_url: str, token: str, count: int, warmup: int) -> list[int]:
@@ -68,14 +64,11 @@ def measure(server_url: str, token: str, count: int, warmup: int) -> list[int]:
 
 def main() -> None:
     args = option_parser(__doc__, messages=50, warmup=3, port=8791).parse_args()
-    token = prepare()
-    from django.conf import settings
-
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    layer = "redis" if settings.REDIS_URL else "embedded"
+    setup_django(migrate=True)
+    _, token = fresh_plugin_client(CLIENT_ID)
     with running_server(args.port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0"):
         latencies = measure(f"http://127.0.0.1:{args.port}", token, args.messages, args.warmup)
-    print(f"stream end -> ack ({engine}, {layer} channel layer), {len(latencies)} messages: "
+    print(f"stream end -> ack ({database_engine()}, {channel_layer_backend()}), {len(latencies)} messages: "
           f"latency_ms {summary(latencies, tail=90)}")
 
 

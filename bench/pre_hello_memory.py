@@ -62,10 +62,7 @@ def send_huge_first_frame(url: str, size: int, outcomes: collections.Counter) ->
 
 def main() -> None:
     args = option_parser(__doc__, sockets=60, mib=15, port=8961).parse_args()
-    setup_django()
-    from django.core.management import call_command
-
-    call_command("migrate_all", verbosity=0)
+    setup_django(migrate=True)
     with running_server(args.port, cluster=False, LOG_LEVEL="ERROR") as server:
         pid = asgi_pid(server)
         before = rss_mib(pid)
