@@ -1,7 +1,7 @@
 """What the benchmarks share: the command line, the summary of a list of
 timings, Django set-up and the names of what it configured, a no-op task kind,
 a fresh plugin client, the environment that points a child server or cluster
-at this process's databases, and a running server on those databases."""
+at this process's databases, and a running server or cluster on those databases."""
 
 import argparse
 import contextlib
@@ -104,28 +104,55 @@ def child_env(data_dir: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def wait_until_healthy(process: subprocess.Popen, port: int, *, timeout: float = 60) -> None:
+    """Return once ``/healthz`` on ``port`` answers; exit if ``process`` ends or ``timeout`` seconds pass first."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise SystemExit(f"server on port {port} exited with {process.returncode}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"server on port {port} did not answer") from None
+            time.sleep(0.1)
+
+
+def interrupt(process: subprocess.Popen) -> None:
+    """SIGINT to the group of ``process``, as Ctrl-C does; SIGKILL to it if it has not exited 30 s later."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGINT)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+@contextlib.contextmanager
+def running_manage_py(*argv: str, stderr: int | None = None, **extra_env: str) -> Iterator[subprocess.Popen]:
+    """``manage.py *argv`` in a session of its own, with a throw-away data folder and the
+    environment of ``child_env``; yields it, and ends it with ``interrupt``."""
+    with tempfile.TemporaryDirectory() as data_dir:
+        process = subprocess.Popen([sys.executable, "manage.py", *argv], cwd=ROOT, env=child_env(data_dir, **extra_env),
+                                   start_new_session=True, stdout=subprocess.DEVNULL, stderr=stderr)
+        try:
+            yield process
+        finally:
+            interrupt(process)
+
+
 @contextlib.contextmanager
 def running_server(port: int, *, cluster: bool = True, **extra_env: str) -> Iterator[subprocess.Popen]:
-    """``manage.py serve`` (as ``make run`` starts it) on ``port`` with a throw-away data folder;
-    yields it once ``/healthz`` answers, and stops it with SIGINT to its group, as Ctrl-C does."""
-    with tempfile.TemporaryDirectory() as data_dir:
-        argv = [sys.executable, "manage.py", "serve", "--port", str(port)] + ([] if cluster else ["--no-cluster"])
-        server = subprocess.Popen(argv, cwd=ROOT, env=child_env(data_dir, **extra_env), start_new_session=True,
-                                  stdout=subprocess.DEVNULL)
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                if server.poll() is not None:
-                    raise SystemExit(f"server on port {port} exited with {server.returncode}")
-                try:
-                    urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"server on port {port} did not answer") from None
-                    time.sleep(0.2)
-            yield server
-        finally:
-            if server.poll() is None:
-                os.killpg(server.pid, signal.SIGINT)
-                server.wait(30)
+    """``manage.py serve`` (as ``make run`` starts it) on ``port``; yields it once ``/healthz`` answers."""
+    with running_manage_py("serve", "--port", str(port), *([] if cluster else ["--no-cluster"]),
+                           **extra_env) as server:
+        wait_until_healthy(server, port)
+        yield server
+
+
+def running_cluster() -> contextlib.AbstractContextManager[subprocess.Popen]:
+    """``manage.py qcluster`` (the django-q2 cluster alone), its log discarded."""
+    return running_manage_py("qcluster", stderr=subprocess.DEVNULL)

@@ -16,11 +16,7 @@ beside django-q2's own async_task, on the configured database and broker.
 
 import itertools
 import multiprocessing
-import os
-import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -28,24 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
-from bench.common import ROOT, child_env, database_engine, option_parser, setup_django, summary  # noqa: E402
+from bench.common import database_engine, option_parser, running_cluster, setup_django, summary  # noqa: E402
 
 
 def noop() -> None:
     """The django-q2 task of part 3."""
-
-
-def start_cluster() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=child_env(tempfile.mkdtemp()),
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def stop_cluster(process: subprocess.Popen) -> None:
-    os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
 
 
 def tick_intervals(seconds: float) -> None:
@@ -54,18 +37,15 @@ def tick_intervals(seconds: float) -> None:
 
     release_loops(DispatcherState)
     started_ms = time.time_ns() // 1_000_000
-    cluster = start_cluster()
-    dispatcher_loops_start()
     ticks: list[int] = []
-    try:
+    with running_cluster():
+        dispatcher_loops_start()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
             if last and last > started_ms and (not ticks or last != ticks[-1]):
                 ticks.append(last)
             time.sleep(0.02)
-    finally:
-        stop_cluster(cluster)
     intervals = [(b - a) / 1000 for a, b in itertools.pairwise(ticks)]
     if not intervals:
         print("tick interval: fewer than two ticks seen (is the schedule due?)")
@@ -148,17 +128,16 @@ def throughput(tasks: int) -> None:
 
     Success.objects.filter(func="bench.dispatcher_scheduling.noop").delete()
     OrmQ.objects.all().delete()
-    cluster = start_cluster()
     try:
-        time.sleep(3)
-        started = time.perf_counter()
-        for _ in range(tasks):
-            async_task("bench.dispatcher_scheduling.noop", save=True)
-        while Success.objects.filter(func="bench.dispatcher_scheduling.noop").count() < tasks:
-            time.sleep(0.1)
-        q_seconds = time.perf_counter() - started
+        with running_cluster():
+            time.sleep(3)
+            started = time.perf_counter()
+            for _ in range(tasks):
+                async_task("bench.dispatcher_scheduling.noop", save=True)
+            while Success.objects.filter(func="bench.dispatcher_scheduling.noop").count() < tasks:
+                time.sleep(0.1)
+            q_seconds = time.perf_counter() - started
     finally:
-        stop_cluster(cluster)
         Success.objects.filter(func="bench.dispatcher_scheduling.noop").delete()
     print(f"throughput over {tasks} no-op tasks: dispatcher={tasks / dispatcher_seconds:.0f} tasks/s, "
           f"django-q2 async_task={tasks / q_seconds:.0f} tasks/s")
