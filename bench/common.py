@@ -1,11 +1,13 @@
 """What the benchmarks share: the command line, the summary of a list of
 timings, Django set-up and the names of what it configured, a no-op task kind,
 a fresh plugin client, the environment that points a child server or cluster
-at this process's databases, and a running server or cluster on those databases."""
+at this process's databases, a running server or cluster on those databases,
+and what a plugin sends it."""
 
 import argparse
 import contextlib
 import io
+import json
 import math
 import os
 import signal
@@ -24,6 +26,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 NOOP_KIND = "bench.noop"
+# For a server whose ingest is measured: no frame rate limit, no hourly instruction limit.
+UNLIMITED_INGEST = {"CONDUCTOR_MAX_FRAMES_PER_SECOND": "1000000", "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": "1000000"}
 
 
 def option_parser(doc: str, **defaults: int | float) -> argparse.ArgumentParser:
@@ -104,6 +108,15 @@ def child_env(data_dir: str, **extra: str) -> dict[str, str]:
     return env
 
 
+def server_url(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
+def plugin_url(port: int) -> str:
+    """The plugin's WebSocket on the server at ``port``."""
+    return f"ws://127.0.0.1:{port}/ws/plugin/"
+
+
 def wait_until_healthy(process: subprocess.Popen, port: int, *, timeout: float = 60) -> None:
     """Return once ``/healthz`` on ``port`` answers; exit if ``process`` ends or ``timeout`` seconds pass first."""
     deadline = time.monotonic() + timeout
@@ -111,7 +124,7 @@ def wait_until_healthy(process: subprocess.Popen, port: int, *, timeout: float =
         if process.poll() is not None:
             raise SystemExit(f"server on port {port} exited with {process.returncode}")
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
+            with urllib.request.urlopen(f"{server_url(port)}/healthz", timeout=1):
                 return
         except OSError:
             if time.monotonic() > deadline:
@@ -156,3 +169,25 @@ def running_server(port: int, *, cluster: bool = True, **extra_env: str) -> Iter
 def running_cluster() -> contextlib.AbstractContextManager[subprocess.Popen]:
     """``manage.py qcluster`` (the django-q2 cluster alone), its log discarded."""
     return running_manage_py("qcluster", stderr=subprocess.DEVNULL)
+
+
+@contextlib.asynccontextmanager
+async def plugin_socket(url: str, client_id: str, token: str):
+    """A WebSocket to ``url`` on which ``client_id`` has said hello and been answered ``hello.ok``."""
+    from websockets.asyncio.client import connect
+
+    async with connect(url, max_size=None) as ws:
+        await ws.send(json.dumps({"type": "hello", "client_id": client_id, "token": token}))
+        assert json.loads(await ws.recv())["type"] == "hello.ok"
+        yield ws
+
+
+def final_message(message_id: str, conversation_id: str, text: str) -> dict[str, str]:
+    """A ``browser.final_message`` of a Claude answer; its frame id is the message id."""
+    return {"type": "browser.final_message", "id": message_id, "platform": "claude",
+            "conversation_id": conversation_id, "message_id": message_id, "text": text}
+
+
+def echo_block(n: int) -> str:
+    """A ```baa block calling ``echo`` with ``{"n": n}``."""
+    return f'```baa\necho\n{{"n": {n}}}\n```'

@@ -21,7 +21,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
-    channel_layer_backend, database_engine, fresh_plugin_client, option_parser, running_server, setup_django, summary,
+    channel_layer_backend, database_engine, echo_block, final_message, fresh_plugin_client, option_parser, plugin_url,
+    running_server, setup_django, summary,
 )
 
 
@@ -33,11 +34,7 @@ def measure(url: str, token: str, count: int, warmup: int) -> list[float]:
     with SimulatedPlugin(url=url, client_id="bench-delivery", token=token) as plugin:
         for n in range(warmup + count):
             started = time.perf_counter()
-            plugin.send_final_message({
-                "type": "browser.final_message", "id": f"{run}-{n}", "platform": "claude",
-                "conversation_id": f"bench-{run}-{n}", "message_id": f"{run}-{n}",
-                "text": f'```baa\necho\n{{"n": {n}}}\n```',
-            })
+            plugin.send_final_message(final_message(f"{run}-{n}", f"bench-{run}-{n}", echo_block(n)))
             delivery = plugin.next_delivery(timeout=60)
             if n >= warmup:
                 latencies.append((time.perf_counter() - started) * 1000)
@@ -56,7 +53,7 @@ def main() -> None:
             stack.enter_context(running_server(port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING"))
         # Give the clusters' dispatcher loops time to take their lease.
         time.sleep(3)
-        latencies = measure(f"ws://127.0.0.1:{ports[-1]}/ws/plugin/", token, args.messages, args.warmup)
+        latencies = measure(plugin_url(ports[-1]), token, args.messages, args.warmup)
 
     print(f"database={database_engine()} layer={channel_layer_backend()} servers={args.servers} "
           f"messages={args.messages} jitter_ms=0")

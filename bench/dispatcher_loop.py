@@ -30,7 +30,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
-    channel_layer_backend, database_engine, fresh_plugin_client, option_parser, running_server, setup_django,
+    channel_layer_backend, database_engine, final_message, fresh_plugin_client, option_parser, plugin_url,
+    running_server, server_url, setup_django,
 )
 
 CLIENT_ID = "bench-loop"
@@ -58,7 +59,7 @@ def idle_ticks(port: int, seconds: float) -> None:
         if last and (not ticks or last != ticks[-1]):
             ticks.append(last)
         if time.monotonic() >= next_poll:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            with urllib.request.urlopen(f"{server_url(port)}/healthz", timeout=5) as response:
                 age = json.load(response)["dispatcher_last_tick_age_seconds"]
             largest_age = max(largest_age, age or 0.0)
             next_poll = time.monotonic() + 0.5
@@ -77,11 +78,7 @@ def long_command(url: str, token: str, seconds: int) -> None:
     params = json.dumps({"argv": ["sleep", str(seconds)], "timeout_s": seconds + 30})
     with SimulatedPlugin(url=url, client_id=CLIENT_ID, token=token) as plugin:
         started = time.perf_counter()
-        plugin.send_final_message({
-            "type": "browser.final_message", "id": run, "platform": "claude",
-            "conversation_id": f"bench-{run}", "message_id": run,
-            "text": f"```baa\nshell.run\n{params}\n```",
-        })
+        plugin.send_final_message(final_message(run, f"bench-{run}", f"```baa\nshell.run\n{params}\n```"))
         while True:  # deliveries left over from an earlier run are answered and passed over
             delivery = plugin.next_delivery(timeout=seconds + 120)
             plugin.answer(delivery, status=200)
@@ -126,7 +123,7 @@ def main() -> None:
         if args.idle_seconds:
             idle_ticks(args.port, args.idle_seconds)
         if args.shell_seconds:
-            long_command(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.shell_seconds)
+            long_command(plugin_url(args.port), token, args.shell_seconds)
         takeover(settings.CONDUCTOR_TICK_SECONDS)
 
 

@@ -22,59 +22,44 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import database_engine, fresh_plugin_client, option_parser, running_server, setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    UNLIMITED_INGEST, database_engine, echo_block, final_message, fresh_plugin_client, option_parser, plugin_socket,
+    plugin_url, running_server, setup_django,
+)
 
 BIG_CLIENT, OTHER_CLIENT = "bench-many-blocks", "bench-other"
 BLOCK = "~~~baa\n~~~\n"
 
 
-async def hello(url: str, client_id: str, token: str):
-    from websockets.asyncio.client import connect
-
-    ws = await connect(url, max_size=None)
-    await ws.send(json.dumps({"type": "hello", "client_id": client_id, "token": token}))
-    assert json.loads(await ws.recv())["type"] == "hello.ok"
-    return ws
-
-
 async def drive(url: str, tokens: dict[str, str], blocks: int) -> tuple[float, dict, list[float]]:
     run = uuid.uuid4().hex[:8]
-    big = await hello(url, BIG_CLIENT, tokens[BIG_CLIENT])
-    other = await hello(url, OTHER_CLIENT, tokens[OTHER_CLIENT])
     done = asyncio.Event()
     other_latencies: list[float] = []
 
-    async def other_client() -> None:
+    async def other_client(other) -> None:
         n = 0
         while not done.is_set():
             started = time.perf_counter()
-            await other.send(json.dumps({
-                "type": "browser.final_message", "id": f"{run}-other-{n}", "platform": "claude",
-                "conversation_id": f"bench-other-{run}", "message_id": f"{run}-other-{n}",
-                "text": f'```baa\necho\n{{"n": {n}}}\n```',
-            }))
+            await other.send(json.dumps(final_message(f"{run}-other-{n}", f"bench-other-{run}", echo_block(n))))
             frame = json.loads(await other.recv())
             assert frame["type"] == "ack", frame
             other_latencies.append(time.perf_counter() - started)
             n += 1
             await asyncio.sleep(0.1)
 
-    frame = json.dumps({
-        "type": "browser.final_message", "id": f"{run}-big", "platform": "claude",
-        "conversation_id": f"bench-many-{run}", "message_id": f"{run}-big", "text": BLOCK * blocks,
-    })
+    frame = json.dumps(final_message(f"{run}-big", f"bench-many-{run}", BLOCK * blocks))
     print(f"frame_bytes={len(frame.encode())}", flush=True)
-    watcher = asyncio.create_task(other_client())
-    await asyncio.sleep(0.3)  # the other client is under way when the big frame lands
-    started = time.perf_counter()
-    await big.send(frame)
-    ack = json.loads(await big.recv())
-    ack_seconds = time.perf_counter() - started
-    await asyncio.sleep(0.3)
-    done.set()
-    await watcher
-    await big.close()
-    await other.close()
+    async with (plugin_socket(url, BIG_CLIENT, tokens[BIG_CLIENT]) as big,
+                plugin_socket(url, OTHER_CLIENT, tokens[OTHER_CLIENT]) as other):
+        watcher = asyncio.create_task(other_client(other))
+        await asyncio.sleep(0.3)  # the other client is under way when the big frame lands
+        started = time.perf_counter()
+        await big.send(frame)
+        ack = json.loads(await big.recv())
+        ack_seconds = time.perf_counter() - started
+        await asyncio.sleep(0.3)
+        done.set()
+        await watcher
     return ack_seconds, ack, other_latencies
 
 
@@ -86,11 +71,8 @@ def main() -> None:
 
     tokens = {name: fresh_plugin_client(name)[1] for name in (BIG_CLIENT, OTHER_CLIENT)}
 
-    with running_server(args.port, cluster=False, CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
-                        CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000", LOG_LEVEL="WARNING"):
-        ack_seconds, ack, other = asyncio.run(
-            drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", tokens, args.blocks)
-        )
+    with running_server(args.port, cluster=False, **UNLIMITED_INGEST, LOG_LEVEL="WARNING"):
+        ack_seconds, ack, other = asyncio.run(drive(plugin_url(args.port), tokens, args.blocks))
 
     stored = Instruction.objects.filter(message_id=int(ack["message_id"])).count() if ack["type"] == "ack" else 0
     print(f"database={database_engine()} blocks={args.blocks}")

@@ -20,19 +20,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
-    database_engine, fresh_plugin_client, option_parser, running_server, setup_django, summary,
+    UNLIMITED_INGEST, database_engine, echo_block, final_message, fresh_plugin_client, option_parser, plugin_socket,
+    plugin_url, running_server, setup_django, summary,
 )
 
 
 async def drive(url: str, token: str, count: int, window: int) -> tuple[float, list[float]]:
-    from websockets.asyncio.client import connect
-
     run = uuid.uuid4().hex[:8]
     sent_at: dict[str, float] = {}
     latencies: list[float] = []
-    async with connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "hello", "client_id": "bench-client", "token": token}))
-        assert json.loads(await ws.recv())["type"] == "hello.ok"
+    async with plugin_socket(url, "bench-client", token) as ws:
         slots = asyncio.Semaphore(window)
 
         async def receive_acks() -> None:
@@ -48,11 +45,7 @@ async def drive(url: str, token: str, count: int, window: int) -> tuple[float, l
             await slots.acquire()
             frame_id = f"{run}-{n}"
             sent_at[frame_id] = time.perf_counter()
-            await ws.send(json.dumps({
-                "type": "browser.final_message", "id": frame_id, "platform": "claude",
-                "conversation_id": f"bench-{run}-{n % 20}", "message_id": frame_id,
-                "text": f"Step {n}.\n```baa\necho\n{{\"n\": {n}}}\n```",
-            }))
+            await ws.send(json.dumps(final_message(frame_id, f"bench-{run}-{n % 20}", f"Step {n}.\n{echo_block(n)}")))
         await receiver
         return time.perf_counter() - started, latencies
 
@@ -62,11 +55,8 @@ def main() -> None:
 
     setup_django(migrate=True)
     _, token = fresh_plugin_client("bench-client")
-    with running_server(args.port, cluster=False, CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
-                        CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000", LOG_LEVEL="WARNING"):
-        seconds, latencies = asyncio.run(
-            drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.messages, args.window)
-        )
+    with running_server(args.port, cluster=False, **UNLIMITED_INGEST, LOG_LEVEL="WARNING"):
+        seconds, latencies = asyncio.run(drive(plugin_url(args.port), token, args.messages, args.window))
 
     print(f"database={database_engine()} messages={args.messages} window={args.window}")
     print(f"throughput={args.messages / seconds:.0f} messages/s ({seconds:.2f} s)")

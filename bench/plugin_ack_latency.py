@@ -23,7 +23,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
-    channel_layer_backend, database_engine, fresh_plugin_client, option_parser, running_server, setup_django, summary,
+    channel_layer_backend, database_engine, echo_block, fresh_plugin_client, option_parser, running_server,
+    server_url, setup_django, summary,
 )
 
 CLIENT_ID = "bench-plugin"
@@ -45,7 +46,7 @@ def measure(server_url: str, token: str, count: int, warmup: int) -> list[int]:
         page = browser.open_chat(app)
         last_id = None
         for n in range(warmup + count):
-            text = f"Step {n}.\n\n```baa\necho\n{{\"n\": {n}}}\n```\n"
+            text = f"Step {n}.\n\n{echo_block(n)}\n"
             app.answer_next(text)
             ended_at = page.evaluate("mockChat.ask('next', {holdMs: 0})")
             deadline = time.monotonic() + 30
@@ -67,7 +68,7 @@ def main() -> None:
     setup_django(migrate=True)
     _, token = fresh_plugin_client(CLIENT_ID)
     with running_server(args.port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0"):
-        latencies = measure(f"http://127.0.0.1:{args.port}", token, args.messages, args.warmup)
+        latencies = measure(server_url(args.port), token, args.messages, args.warmup)
     print(f"stream end -> ack ({database_engine()}, {channel_layer_backend()}), {len(latencies)} messages: "
           f"latency_ms {summary(latencies, tail=90)}")
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import option_parser, running_server, setup_django  # noqa: E402
+from bench.common import option_parser, plugin_url, running_server, setup_django  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:
@@ -69,7 +69,7 @@ def main() -> None:
         outcomes: collections.Counter = collections.Counter()
         threads = [
             threading.Thread(target=send_huge_first_frame,
-                             args=(f"ws://127.0.0.1:{args.port}/ws/plugin/", args.mib * 1024 * 1024, outcomes))
+                             args=(plugin_url(args.port), args.mib * 1024 * 1024, outcomes))
             for _ in range(args.sockets)
         ]
         peak = before
