@@ -1,8 +1,9 @@
 """What the benchmarks share: the command line, the summary of a list of
-timings, Django set-up and the names of what it configured, a no-op task kind,
-a fresh plugin client, the environment that points a child server or cluster
-at this process's databases, a running server or cluster on those databases,
-and what a plugin sends it."""
+timings, Django set-up and the names of what it configured, a no-op task kind
+and a dispatcher that works through its tasks, the dispatcher loops' leases
+forgotten, a fresh plugin client, the environment that points a child server
+or cluster at this process's databases, a running server or cluster on those
+databases, and what a plugin sends it."""
 
 import argparse
 import contextlib
@@ -84,6 +85,46 @@ def channel_layer_backend() -> str:
     from django.conf import settings
 
     return settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1]
+
+
+def noop_tasks_create(count: int) -> None:
+    """Delete the ``NOOP_KIND`` tasks an earlier run left, then create ``count`` of them."""
+    from automation.models import AutomationTask
+    from automation.services.tasks import task_create
+
+    AutomationTask.objects.filter(kind=NOOP_KIND).delete()
+    for n in range(count):
+        task_create(kind=NOOP_KIND, payload={"n": n}, actor="bench")
+
+
+def noop_dispatcher(*, per_tick: int, owner: str | None = None):
+    """A dispatcher that claims up to ``per_tick`` tasks a tick, without jitter or retry backoff."""
+    from automation.dispatcher import Dispatcher, DispatcherConfig
+
+    return Dispatcher(owner=owner, config=DispatcherConfig(
+        max_tasks_per_tick=per_tick, lease_ms=60_000, outbound_jitter_max_ms=0,
+        retry_backoff_seconds=(0,), retry_jitter_max_ms=0,
+    ))
+
+
+def dispatch_noop_tasks(dispatcher) -> None:
+    """Tick ``dispatcher`` back to back until every ``NOOP_KIND`` task has succeeded."""
+    from automation.models import AutomationTask, TaskStatus
+
+    open_tasks = AutomationTask.objects.filter(kind=NOOP_KIND).exclude(status=TaskStatus.SUCCEEDED)
+    while True:
+        dispatcher.tick()
+        if not dispatcher.in_flight() and not open_tasks.exists():
+            return
+
+
+def release_dispatcher_loops() -> None:
+    """Forget the run and standby leases that an earlier run's dispatcher loops may have left behind."""
+    from automation.models import DispatcherState
+
+    DispatcherState.objects.update_or_create(
+        pk=1, defaults={"run_owner": "", "run_until": None, "standby_owner": "", "standby_until": None}
+    )
 
 
 def fresh_plugin_client(name: str):

@@ -10,7 +10,6 @@ Uses the configured database; tasks it creates are deleted afterwards.
 """
 
 import multiprocessing
-import random
 import sys
 import time
 from pathlib import Path
@@ -18,27 +17,17 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
-from bench.common import database_engine, option_parser, setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    database_engine, dispatch_noop_tasks, noop_dispatcher, noop_tasks_create, option_parser, setup_django,
+)
 
 
 def dispatch(owner: str, per_tick: int, ready, go) -> None:
     setup_django(with_noop_kind=True)
-    from automation.dispatcher import Dispatcher, DispatcherConfig
-    from automation.models import AutomationTask, TaskStatus
-
-    dispatcher = Dispatcher(
-        owner=owner,
-        config=DispatcherConfig(max_tasks_per_tick=per_tick, lease_ms=60_000, outbound_jitter_max_ms=0,
-                                retry_backoff_seconds=(0,), retry_jitter_max_ms=0),
-        rng=random.Random(owner),
-    )
+    dispatcher = noop_dispatcher(per_tick=per_tick, owner=owner)
     ready.set()
     go.wait()
-    open_tasks = AutomationTask.objects.filter(kind=KIND).exclude(status=TaskStatus.SUCCEEDED)
-    while True:
-        dispatcher.tick()
-        if not dispatcher.in_flight() and not open_tasks.exists():
-            break
+    dispatch_noop_tasks(dispatcher)
     dispatcher.stop(grace=10)
 
 
@@ -47,11 +36,8 @@ def main() -> None:
 
     setup_django(with_noop_kind=True, migrate=True)
     from automation.models import AutomationTask
-    from automation.services.tasks import task_create
 
-    AutomationTask.objects.filter(kind=KIND).delete()
-    for n in range(args.tasks):
-        task_create(kind=KIND, payload={"n": n}, actor="bench")
+    noop_tasks_create(args.tasks)
 
     context = multiprocessing.get_context("spawn")
     go = context.Event()

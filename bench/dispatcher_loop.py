@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
     channel_layer_backend, database_engine, final_message, fresh_plugin_client, option_parser, plugin_url,
-    running_server, server_url, setup_django,
+    release_dispatcher_loops, running_server, server_url, setup_django,
 )
 
 CLIENT_ID = "bench-loop"
@@ -39,13 +39,11 @@ CLIENT_ID = "bench-loop"
 
 def prepare() -> str:
     setup_django(migrate=True)
-    from automation.models import DispatcherState, ToolPolicy
+    from automation.models import ToolPolicy
 
     client, token = fresh_plugin_client(CLIENT_ID)
     ToolPolicy.objects.create(tool="shell.run", client=client, policy="allow", note="bench/dispatcher_loop.py")
-    DispatcherState.objects.update_or_create(
-        pk=1, defaults={"run_owner": "", "run_until": None, "standby_owner": "", "standby_until": None}
-    )
+    release_dispatcher_loops()
     return token
 
 

@@ -24,7 +24,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
-from bench.common import database_engine, option_parser, running_cluster, setup_django, summary  # noqa: E402
+from bench.common import (  # noqa: E402
+    database_engine, dispatch_noop_tasks, noop_dispatcher, noop_tasks_create, option_parser, release_dispatcher_loops,
+    running_cluster, setup_django, summary,
+)
 
 
 def noop() -> None:
@@ -35,7 +38,7 @@ def tick_intervals(seconds: float) -> None:
     from automation.models import DispatcherState
     from automation.schedules import dispatcher_loops_start
 
-    release_loops(DispatcherState)
+    release_dispatcher_loops()
     started_ms = time.time_ns() // 1_000_000
     ticks: list[int] = []
     with running_cluster():
@@ -54,13 +57,6 @@ def tick_intervals(seconds: float) -> None:
           f"{(ticks[-1] - ticks[0]) / 1000:.0f} s: ticks={len(ticks)} interval_s {summary(intervals, decimals=3)}")
 
 
-def release_loops(DispatcherState) -> None:
-    """Forget the leases of loops an earlier run may have left behind."""
-    DispatcherState.objects.update_or_create(
-        pk=1, defaults={"run_owner": "", "run_until": None, "standby_owner": "", "standby_until": None}
-    )
-
-
 def wake_peer(ready, stop) -> None:
     setup_django(with_noop_kind=True)
     from automation.loop import dispatcher_loop
@@ -76,7 +72,7 @@ def wake_latency(wakes: int) -> None:
     from automation.services.tasks import task_create
     from automation.wake import dispatcher_wake
 
-    release_loops(DispatcherState)
+    release_dispatcher_loops()
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Event(), context.Event()
     peer = context.Process(target=wake_peer, args=(ready, stop))
@@ -107,21 +103,12 @@ def throughput(tasks: int) -> None:
     from django_q.models import OrmQ, Success
     from django_q.tasks import async_task
 
-    from automation.dispatcher import Dispatcher, DispatcherConfig
-    from automation.models import AutomationTask, TaskStatus
-    from automation.services.tasks import task_create
+    from automation.models import AutomationTask
 
-    AutomationTask.objects.filter(kind=KIND).delete()
-    for _ in range(tasks):
-        task_create(kind=KIND, payload={}, actor="bench")
-    dispatcher = Dispatcher(config=DispatcherConfig(max_tasks_per_tick=20, lease_ms=60_000, outbound_jitter_max_ms=0,
-                                                    retry_backoff_seconds=(0,), retry_jitter_max_ms=0))
+    noop_tasks_create(tasks)
+    dispatcher = noop_dispatcher(per_tick=20)
     started = time.perf_counter()
-    open_tasks = AutomationTask.objects.filter(kind=KIND).exclude(status=TaskStatus.SUCCEEDED)
-    while True:
-        dispatcher.tick()
-        if not dispatcher.in_flight() and not open_tasks.exists():
-            break
+    dispatch_noop_tasks(dispatcher)
     dispatcher_seconds = time.perf_counter() - started
     dispatcher.stop(grace=10)
     AutomationTask.objects.filter(kind=KIND).delete()
