@@ -15,7 +15,6 @@ seconds per page (the best of --repeat).
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_h3_bench uv run python bench/admin_pages.py
 """
 
-import argparse
 import datetime as dt
 import json
 import random
@@ -26,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import setup_django  # noqa: E402
+from bench.common import database_engine, option_parser, setup_django  # noqa: E402
 
 PREFIX = "bench-admin"
 MESSAGE_BATCH = 100
@@ -207,21 +206,13 @@ def time_pages(urls: list[str], repeat: int) -> list[tuple[str, int, float]]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--conversations", type=int, default=200)
-    parser.add_argument("--messages", type=int, default=10_000)
-    parser.add_argument("--message-kib", type=int, default=100)
-    parser.add_argument("--instructions", type=int, default=100_000)
+    parser = option_parser(__doc__, conversations=200, messages=10_000, message_kib=100, instructions=100_000)
     parser.add_argument("--repeat", type=int, default=3, help="GETs per page; the best one counts")
     parser.add_argument("--fill-only", action="store_true")
     args = parser.parse_args()
 
-    setup_django()
-    from django.conf import settings
-    from django.core.management import call_command
-
-    call_command("migrate_all", verbosity=0)
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    setup_django(migrate=True)
+    engine = database_engine()
     if is_filled(messages=args.messages, instructions=args.instructions):
         print(f"database={engine}: already filled, skipping the fill")
     else:

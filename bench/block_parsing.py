@@ -17,13 +17,13 @@ holds, found or not, over the seconds). Pure code: no database, no Django.
     uv run python bench/block_parsing.py [--repeat 20] [--shape lists]
 """
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import option_parser  # noqa: E402
 from ingest.blocks import parse_blocks  # noqa: E402
 
 PROSE = (
@@ -86,8 +86,7 @@ SHAPES = {"lists": lists_message, "many": many_message}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=20)
+    parser = option_parser(__doc__, repeat=20)
     parser.add_argument("--shape", choices=sorted(SHAPES), action="append")
     args = parser.parse_args()
 

@@ -1,7 +1,7 @@
 """Cross-process round trip through the configured channel layer.
 
-A peer process echoes every message; this process sends one at a time and
-waits for the reply. Prints the median and p99 round trip and the messages
+A peer process echoes every message (``echo_peer`` of the cross-process test);
+this process sends one at a time and waits for the reply. Prints the median and p99 round trip and the messages
 lost (no reply within the timeout).
 
     uv run python bench/channel_layer_roundtrip.py [--messages 200]
@@ -10,34 +10,14 @@ lost (no reply within the timeout).
 Uses the configured databases (the embedded layer's SQLite file by default).
 """
 
-import argparse
 import asyncio
-import multiprocessing
-import os
-import statistics
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
 
-
-def peer(parent_channel: str, count: int) -> None:
-    import django
-
-    django.setup()
-    from channels.layers import channel_layers
-
-    async def main() -> None:
-        layer = channel_layers.make_backend("default")
-        me = await layer.new_channel()
-        await layer.send(parent_channel, {"type": "ready", "channel": me})
-        for _ in range(count):
-            message = await layer.receive(me)
-            await layer.send(parent_channel, {"type": "reply", "n": message["n"]})
-
-    asyncio.run(main())
+from bench.common import channel_layer_backend, option_parser, setup_django, summary  # noqa: E402
 
 
 async def measure(layer, me: str, count: int, timeout: float) -> tuple[list[float], int]:
@@ -45,7 +25,7 @@ async def measure(layer, me: str, count: int, timeout: float) -> tuple[list[floa
     times, lost = [], 0
     for n in range(count):
         started = time.perf_counter()
-        await layer.send(ready["channel"], {"type": "ping", "n": n})
+        await layer.send(ready["channel"], {"type": "echo", "n": n, "reply_to": me})
         try:
             while (await asyncio.wait_for(layer.receive(me), timeout=timeout))["n"] != n:
                 pass
@@ -57,31 +37,21 @@ async def measure(layer, me: str, count: int, timeout: float) -> tuple[list[floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=200)
-    parser.add_argument("--timeout", type=float, default=5.0)
-    args = parser.parse_args()
+    args = option_parser(__doc__, messages=200, timeout=5.0).parse_args()
 
-    import django
-
-    django.setup()
+    setup_django(migrate=True)
     from channels.layers import channel_layers
-    from django.conf import settings
-    from django.core.management import call_command
 
-    for alias in settings.DATABASES:
-        call_command("migrate", database=alias, verbosity=0)
+    from tests.procs import started_in_processes
+
     layer = channel_layers.make_backend("default")
     me = asyncio.run(layer.new_channel())
-    child = multiprocessing.get_context("spawn").Process(target=peer, args=(me, args.messages))
-    child.start()
-    times, lost = asyncio.run(measure(layer, me, args.messages, args.timeout))
-    child.join(timeout=30)
+    # After its echoes the peer waits for the test's one late message; leaving the block ends it.
+    with started_in_processes("tests.conductor_site.workers:echo_peer", [(me, args.messages)]):
+        times, lost = asyncio.run(measure(layer, me, args.messages, args.timeout))
 
-    backend = settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1]
-    quantiles = statistics.quantiles(times, n=100) if len(times) > 1 else times * 99
-    print(f"layer={backend} messages={args.messages} lost={lost}")
-    print(f"round_trip_ms median={statistics.median(times):.1f} p99={quantiles[98]:.1f} max={max(times):.1f}")
+    print(f"layer={channel_layer_backend()} messages={args.messages} lost={lost}")
+    print(f"round_trip_ms {summary(times, decimals=1)}")
 
 
 if __name__ == "__main__":

@@ -5,17 +5,14 @@ Starts --servers copies of ``manage.py serve`` (daphne + the django-q2 cluster,
 as ``make run`` does) on the configured database and channel layer with the
 outbound jitter at 0, connects a simulated plugin to the last one, and sends
 --messages messages one at a time (each in a conversation of its own),
-answering every delivery. Prints p50, p99 and max in milliseconds.
+answering every delivery. Prints the median, p99 and max in milliseconds.
 
     uv run python bench/delivery_latency.py [--messages 50] [--servers 2]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench REDIS_URL=redis://127.0.0.1:6379/14 \\
         uv run python bench/delivery_latency.py
 """
 
-import argparse
 import contextlib
-import os
-import statistics
 import sys
 import time
 import uuid
@@ -23,13 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, running_server, setup_django  # noqa: E402
-
-
-def prepare() -> str:
-    setup_django()
-    _, token = fresh_plugin_client("bench-delivery")
-    return token
+from bench.common import (  # noqa: E402
+    channel_layer_backend, database_engine, echo_block, final_message, fresh_plugin_client, option_parser, plugin_url,
+    running_server, setup_django, summary,
+)
 
 
 def measure(url: str, token: str, count: int, warmup: int) -> list[float]:
@@ -40,11 +34,7 @@ def measure(url: str, token: str, count: int, warmup: int) -> list[float]:
     with SimulatedPlugin(url=url, client_id="bench-delivery", token=token) as plugin:
         for n in range(warmup + count):
             started = time.perf_counter()
-            plugin.send_final_message({
-                "type": "browser.final_message", "id": f"{run}-{n}", "platform": "claude",
-                "conversation_id": f"bench-{run}-{n}", "message_id": f"{run}-{n}",
-                "text": f'```baa\necho\n{{"n": {n}}}\n```',
-            })
+            plugin.send_final_message(final_message(f"{run}-{n}", f"bench-{run}-{n}", echo_block(n)))
             delivery = plugin.next_delivery(timeout=60)
             if n >= warmup:
                 latencies.append((time.perf_counter() - started) * 1000)
@@ -53,30 +43,21 @@ def measure(url: str, token: str, count: int, warmup: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--servers", type=int, default=2)
-    parser.add_argument("--port", type=int, default=8941)
-    args = parser.parse_args()
+    args = option_parser(__doc__, messages=50, warmup=3, servers=2, port=8941).parse_args()
 
-    token = prepare()
-    from django.conf import settings
-
+    setup_django(migrate=True)
+    _, token = fresh_plugin_client("bench-delivery")
     with contextlib.ExitStack() as stack:
         ports = [args.port + n for n in range(args.servers)]
         for port in ports:
             stack.enter_context(running_server(port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING"))
         # Give the clusters' dispatcher loops time to take their lease.
         time.sleep(3)
-        latencies = measure(f"ws://127.0.0.1:{ports[-1]}/ws/plugin/", token, args.messages, args.warmup)
+        latencies = measure(plugin_url(ports[-1]), token, args.messages, args.warmup)
 
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    layer = "redis" if os.environ.get("REDIS_URL") else "channels-lite"
-    quantiles = statistics.quantiles(latencies, n=100, method="inclusive")
-    print(f"database={engine} layer={layer} servers={args.servers} messages={args.messages} jitter_ms=0")
-    print(f"final_message_to_delivery_ms p50={statistics.median(latencies):.0f} "
-          f"p99={quantiles[98]:.0f} max={max(latencies):.0f}")
+    print(f"database={database_engine()} layer={channel_layer_backend()} servers={args.servers} "
+          f"messages={args.messages} jitter_ms=0")
+    print(f"final_message_to_delivery_ms {summary(latencies)}")
 
 
 if __name__ == "__main__":

@@ -9,9 +9,7 @@ Uses the configured database; tasks it creates are deleted afterwards.
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench uv run python bench/dispatcher_capacity.py
 """
 
-import argparse
 import multiprocessing
-import random
 import sys
 import time
 from pathlib import Path
@@ -19,48 +17,27 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
-from bench.common import setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    database_engine, dispatch_noop_tasks, noop_dispatcher, noop_tasks_create, option_parser, setup_django,
+)
 
 
 def dispatch(owner: str, per_tick: int, ready, go) -> None:
     setup_django(with_noop_kind=True)
-    from automation.dispatcher import Dispatcher, DispatcherConfig
-    from automation.models import AutomationTask, TaskStatus
-
-    dispatcher = Dispatcher(
-        owner=owner,
-        config=DispatcherConfig(max_tasks_per_tick=per_tick, lease_ms=60_000, outbound_jitter_max_ms=0,
-                                retry_backoff_seconds=(0,), retry_jitter_max_ms=0),
-        rng=random.Random(owner),
-    )
+    dispatcher = noop_dispatcher(per_tick=per_tick, owner=owner)
     ready.set()
     go.wait()
-    open_tasks = AutomationTask.objects.filter(kind=KIND).exclude(status=TaskStatus.SUCCEEDED)
-    while True:
-        dispatcher.tick()
-        if not dispatcher.in_flight() and not open_tasks.exists():
-            break
+    dispatch_noop_tasks(dispatcher)
     dispatcher.stop(grace=10)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=2000)
-    parser.add_argument("--processes", type=int, default=1)
-    parser.add_argument("--per-tick", type=int, default=50)
-    args = parser.parse_args()
+    args = option_parser(__doc__, tasks=2000, processes=1, per_tick=50).parse_args()
 
-    setup_django(with_noop_kind=True)
-    from django.conf import settings
-    from django.core.management import call_command
-
+    setup_django(with_noop_kind=True, migrate=True)
     from automation.models import AutomationTask
-    from automation.services.tasks import task_create
 
-    call_command("migrate_all", verbosity=0)
-    AutomationTask.objects.filter(kind=KIND).delete()
-    for n in range(args.tasks):
-        task_create(kind=KIND, payload={"n": n}, actor="bench")
+    noop_tasks_create(args.tasks)
 
     context = multiprocessing.get_context("spawn")
     go = context.Event()
@@ -79,10 +56,10 @@ def main() -> None:
         process.join()
     seconds = time.perf_counter() - started
 
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     done = AutomationTask.objects.filter(kind=KIND, status="succeeded").count()
     AutomationTask.objects.filter(kind=KIND).delete()
-    print(f"database={engine} tasks={args.tasks} succeeded={done} processes={args.processes} per_tick={args.per_tick}")
+    print(f"database={database_engine()} tasks={args.tasks} succeeded={done} processes={args.processes} "
+          f"per_tick={args.per_tick}")
     print(f"capacity={args.tasks / seconds:.0f} tasks/s ({seconds:.2f} s)")
 
 

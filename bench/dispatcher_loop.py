@@ -18,7 +18,6 @@ does) on the configured database and channel layer, then:
         uv run python bench/dispatcher_loop.py
 """
 
-import argparse
 import json
 import os
 import signal
@@ -30,20 +29,21 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, running_server, setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    channel_layer_backend, database_engine, final_message, fresh_plugin_client, option_parser, plugin_url,
+    release_dispatcher_loops, running_server, server_url, setup_django,
+)
 
 CLIENT_ID = "bench-loop"
 
 
 def prepare() -> str:
-    setup_django()
-    from automation.models import DispatcherState, ToolPolicy
+    setup_django(migrate=True)
+    from automation.models import ToolPolicy
 
     client, token = fresh_plugin_client(CLIENT_ID)
     ToolPolicy.objects.create(tool="shell.run", client=client, policy="allow", note="bench/dispatcher_loop.py")
-    DispatcherState.objects.update_or_create(
-        pk=1, defaults={"run_owner": "", "run_until": None, "standby_owner": "", "standby_until": None}
-    )
+    release_dispatcher_loops()
     return token
 
 
@@ -57,7 +57,7 @@ def idle_ticks(port: int, seconds: float) -> None:
         if last and (not ticks or last != ticks[-1]):
             ticks.append(last)
         if time.monotonic() >= next_poll:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as response:
+            with urllib.request.urlopen(f"{server_url(port)}/healthz", timeout=5) as response:
                 age = json.load(response)["dispatcher_last_tick_age_seconds"]
             largest_age = max(largest_age, age or 0.0)
             next_poll = time.monotonic() + 0.5
@@ -76,11 +76,7 @@ def long_command(url: str, token: str, seconds: int) -> None:
     params = json.dumps({"argv": ["sleep", str(seconds)], "timeout_s": seconds + 30})
     with SimulatedPlugin(url=url, client_id=CLIENT_ID, token=token) as plugin:
         started = time.perf_counter()
-        plugin.send_final_message({
-            "type": "browser.final_message", "id": run, "platform": "claude",
-            "conversation_id": f"bench-{run}", "message_id": run,
-            "text": f"```baa\nshell.run\n{params}\n```",
-        })
+        plugin.send_final_message(final_message(run, f"bench-{run}", f"```baa\nshell.run\n{params}\n```"))
         while True:  # deliveries left over from an earlier run are answered and passed over
             delivery = plugin.next_delivery(timeout=seconds + 120)
             plugin.answer(delivery, status=200)
@@ -115,23 +111,17 @@ def takeover(tick_seconds: float) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--idle-seconds", type=float, default=600)
-    parser.add_argument("--shell-seconds", type=int, default=250)
-    parser.add_argument("--port", type=int, default=8951)
-    args = parser.parse_args()
+    args = option_parser(__doc__, idle_seconds=600.0, shell_seconds=250, port=8951).parse_args()
 
     token = prepare()
     from django.conf import settings
 
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    layer = "redis" if settings.REDIS_URL else "channels-lite"
-    print(f"database={engine} layer={layer} tick={settings.CONDUCTOR_TICK_SECONDS} s")
+    print(f"database={database_engine()} layer={channel_layer_backend()} tick={settings.CONDUCTOR_TICK_SECONDS} s")
     with running_server(args.port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING"):
         if args.idle_seconds:
             idle_ticks(args.port, args.idle_seconds)
         if args.shell_seconds:
-            long_command(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.shell_seconds)
+            long_command(plugin_url(args.port), token, args.shell_seconds)
         takeover(settings.CONDUCTOR_TICK_SECONDS)
 
 

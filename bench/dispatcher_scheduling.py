@@ -14,16 +14,9 @@ beside django-q2's own async_task, on the configured database and broker.
     uv run python bench/dispatcher_scheduling.py [--seconds 150] [--wakes 20] [--tasks 1000]
 """
 
-import argparse
 import itertools
-import math
 import multiprocessing
-import os
-import signal
-import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -31,64 +24,37 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
-from bench.common import ROOT, child_env, setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    database_engine, dispatch_noop_tasks, noop_dispatcher, noop_tasks_create, option_parser, release_dispatcher_loops,
+    running_cluster, setup_django, summary,
+)
 
 
 def noop() -> None:
     """The django-q2 task of part 3."""
 
 
-def start_cluster() -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=child_env(tempfile.mkdtemp()),
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def stop_cluster(process: subprocess.Popen) -> None:
-    os.killpg(process.pid, signal.SIGINT)
-    try:
-        process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-
-
-def percentile(values, p):
-    """Nearest-rank percentile."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
-
-
 def tick_intervals(seconds: float) -> None:
     from automation.models import DispatcherState
     from automation.schedules import dispatcher_loops_start
 
-    release_loops(DispatcherState)
+    release_dispatcher_loops()
     started_ms = time.time_ns() // 1_000_000
-    cluster = start_cluster()
-    dispatcher_loops_start()
     ticks: list[int] = []
-    try:
+    with running_cluster():
+        dispatcher_loops_start()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
             if last and last > started_ms and (not ticks or last != ticks[-1]):
                 ticks.append(last)
             time.sleep(0.02)
-    finally:
-        stop_cluster(cluster)
     intervals = [(b - a) / 1000 for a, b in itertools.pairwise(ticks)]
     if not intervals:
         print("tick interval: fewer than two ticks seen (is the schedule due?)")
         return
     print(f"first tick {(ticks[0] - started_ms) / 1000:.1f} s after the cluster started; then over "
-          f"{(ticks[-1] - ticks[0]) / 1000:.0f} s: ticks={len(ticks)} median={statistics.median(intervals):.3f} s "
-          f"p99={percentile(intervals, 99):.3f} s longest_gap={max(intervals):.3f} s")
-
-
-def release_loops(DispatcherState) -> None:
-    """Forget the leases of loops an earlier run may have left behind."""
-    DispatcherState.objects.update_or_create(
-        pk=1, defaults={"run_owner": "", "run_until": None, "standby_owner": "", "standby_until": None}
-    )
+          f"{(ticks[-1] - ticks[0]) / 1000:.0f} s: ticks={len(ticks)} interval_s {summary(intervals, decimals=3)}")
 
 
 def wake_peer(ready, stop) -> None:
@@ -106,7 +72,7 @@ def wake_latency(wakes: int) -> None:
     from automation.services.tasks import task_create
     from automation.wake import dispatcher_wake
 
-    release_loops(DispatcherState)
+    release_dispatcher_loops()
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Event(), context.Event()
     peer = context.Process(target=wake_peer, args=(ready, stop))
@@ -130,65 +96,47 @@ def wake_latency(wakes: int) -> None:
         stop.set()
         peer.join(30)
         AutomationTask.objects.filter(kind=KIND).delete()
-    print(f"wake-up latency (commit to lease) over {wakes}: median={statistics.median(latencies):.0f} ms "
-          f"p99={percentile(latencies, 99):.0f} ms max={max(latencies)} ms")
+    print(f"wake-up latency (commit to lease) over {wakes}: latency_ms {summary(latencies)}")
 
 
 def throughput(tasks: int) -> None:
     from django_q.models import OrmQ, Success
     from django_q.tasks import async_task
 
-    from automation.dispatcher import Dispatcher, DispatcherConfig
-    from automation.models import AutomationTask, TaskStatus
-    from automation.services.tasks import task_create
+    from automation.models import AutomationTask
 
-    AutomationTask.objects.filter(kind=KIND).delete()
-    for _ in range(tasks):
-        task_create(kind=KIND, payload={}, actor="bench")
-    dispatcher = Dispatcher(config=DispatcherConfig(max_tasks_per_tick=20, lease_ms=60_000, outbound_jitter_max_ms=0,
-                                                    retry_backoff_seconds=(0,), retry_jitter_max_ms=0))
+    noop_tasks_create(tasks)
+    dispatcher = noop_dispatcher(per_tick=20)
     started = time.perf_counter()
-    open_tasks = AutomationTask.objects.filter(kind=KIND).exclude(status=TaskStatus.SUCCEEDED)
-    while True:
-        dispatcher.tick()
-        if not dispatcher.in_flight() and not open_tasks.exists():
-            break
+    dispatch_noop_tasks(dispatcher)
     dispatcher_seconds = time.perf_counter() - started
     dispatcher.stop(grace=10)
     AutomationTask.objects.filter(kind=KIND).delete()
 
     Success.objects.filter(func="bench.dispatcher_scheduling.noop").delete()
     OrmQ.objects.all().delete()
-    cluster = start_cluster()
     try:
-        time.sleep(3)
-        started = time.perf_counter()
-        for _ in range(tasks):
-            async_task("bench.dispatcher_scheduling.noop", save=True)
-        while Success.objects.filter(func="bench.dispatcher_scheduling.noop").count() < tasks:
-            time.sleep(0.1)
-        q_seconds = time.perf_counter() - started
+        with running_cluster():
+            time.sleep(3)
+            started = time.perf_counter()
+            for _ in range(tasks):
+                async_task("bench.dispatcher_scheduling.noop", save=True)
+            while Success.objects.filter(func="bench.dispatcher_scheduling.noop").count() < tasks:
+                time.sleep(0.1)
+            q_seconds = time.perf_counter() - started
     finally:
-        stop_cluster(cluster)
         Success.objects.filter(func="bench.dispatcher_scheduling.noop").delete()
     print(f"throughput over {tasks} no-op tasks: dispatcher={tasks / dispatcher_seconds:.0f} tasks/s, "
           f"django-q2 async_task={tasks / q_seconds:.0f} tasks/s")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=150)
-    parser.add_argument("--wakes", type=int, default=20)
-    parser.add_argument("--tasks", type=int, default=1000)
-    args = parser.parse_args()
-    setup_django(with_noop_kind=True)
+    args = option_parser(__doc__, seconds=150.0, wakes=20, tasks=1000).parse_args()
+    setup_django(with_noop_kind=True, migrate=True)
     from django.conf import settings
-    from django.core.management import call_command
 
-    call_command("migrate_all", verbosity=0)
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
     broker = "redis" if settings.REDIS_URL else "orm"
-    print(f"database={engine} broker={broker} tick={settings.CONDUCTOR_TICK_SECONDS} s")
+    print(f"database={database_engine()} broker={broker} tick={settings.CONDUCTOR_TICK_SECONDS} s")
     if args.seconds:
         tick_intervals(args.seconds)
     if args.wakes:

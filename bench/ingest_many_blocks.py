@@ -13,7 +13,6 @@ instruction limit are lifted for the server under test.
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench uv run python bench/ingest_many_blocks.py
 """
 
-import argparse
 import asyncio
 import json
 import sys
@@ -23,97 +22,60 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import running_server, setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    UNLIMITED_INGEST, database_engine, echo_block, final_message, fresh_plugin_client, option_parser, plugin_socket,
+    plugin_url, running_server, setup_django,
+)
 
 BIG_CLIENT, OTHER_CLIENT = "bench-many-blocks", "bench-other"
 BLOCK = "~~~baa\n~~~\n"
 
 
-def prepare() -> dict[str, str]:
-    setup_django()
-    from django.core.management import call_command
-
-    from ingest.models import PluginClient
-    from ingest.services.clients import plugin_client_create
-
-    call_command("migrate_all", verbosity=0)
-    tokens = {}
-    for name in (BIG_CLIENT, OTHER_CLIENT):
-        PluginClient.objects.filter(client_id=name).delete()
-        _, tokens[name] = plugin_client_create(name=name)
-    return tokens
-
-
-async def hello(url: str, client_id: str, token: str):
-    from websockets.asyncio.client import connect
-
-    ws = await connect(url, max_size=None)
-    await ws.send(json.dumps({"type": "hello", "client_id": client_id, "token": token}))
-    assert json.loads(await ws.recv())["type"] == "hello.ok"
-    return ws
-
-
 async def drive(url: str, tokens: dict[str, str], blocks: int) -> tuple[float, dict, list[float]]:
     run = uuid.uuid4().hex[:8]
-    big = await hello(url, BIG_CLIENT, tokens[BIG_CLIENT])
-    other = await hello(url, OTHER_CLIENT, tokens[OTHER_CLIENT])
     done = asyncio.Event()
     other_latencies: list[float] = []
 
-    async def other_client() -> None:
+    async def other_client(other) -> None:
         n = 0
         while not done.is_set():
             started = time.perf_counter()
-            await other.send(json.dumps({
-                "type": "browser.final_message", "id": f"{run}-other-{n}", "platform": "claude",
-                "conversation_id": f"bench-other-{run}", "message_id": f"{run}-other-{n}",
-                "text": f'```baa\necho\n{{"n": {n}}}\n```',
-            }))
+            await other.send(json.dumps(final_message(f"{run}-other-{n}", f"bench-other-{run}", echo_block(n))))
             frame = json.loads(await other.recv())
             assert frame["type"] == "ack", frame
             other_latencies.append(time.perf_counter() - started)
             n += 1
             await asyncio.sleep(0.1)
 
-    frame = json.dumps({
-        "type": "browser.final_message", "id": f"{run}-big", "platform": "claude",
-        "conversation_id": f"bench-many-{run}", "message_id": f"{run}-big", "text": BLOCK * blocks,
-    })
+    frame = json.dumps(final_message(f"{run}-big", f"bench-many-{run}", BLOCK * blocks))
     print(f"frame_bytes={len(frame.encode())}", flush=True)
-    watcher = asyncio.create_task(other_client())
-    await asyncio.sleep(0.3)  # the other client is under way when the big frame lands
-    started = time.perf_counter()
-    await big.send(frame)
-    ack = json.loads(await big.recv())
-    ack_seconds = time.perf_counter() - started
-    await asyncio.sleep(0.3)
-    done.set()
-    await watcher
-    await big.close()
-    await other.close()
+    async with (plugin_socket(url, BIG_CLIENT, tokens[BIG_CLIENT]) as big,
+                plugin_socket(url, OTHER_CLIENT, tokens[OTHER_CLIENT]) as other):
+        watcher = asyncio.create_task(other_client(other))
+        await asyncio.sleep(0.3)  # the other client is under way when the big frame lands
+        started = time.perf_counter()
+        await big.send(frame)
+        ack = json.loads(await big.recv())
+        ack_seconds = time.perf_counter() - started
+        await asyncio.sleep(0.3)
+        done.set()
+        await watcher
     return ack_seconds, ack, other_latencies
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=80_000)
-    parser.add_argument("--port", type=int, default=8932)
-    args = parser.parse_args()
+    args = option_parser(__doc__, blocks=80_000, port=8932).parse_args()
 
-    tokens = prepare()
-    from django.conf import settings
-
+    setup_django(migrate=True)
     from ingest.models import Instruction
 
-    with running_server(args.port, cluster=False, CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
-                        CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000", LOG_LEVEL="WARNING"):
-        ack_seconds, ack, other = asyncio.run(
-            drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", tokens, args.blocks)
-        )
+    tokens = {name: fresh_plugin_client(name)[1] for name in (BIG_CLIENT, OTHER_CLIENT)}
 
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
+    with running_server(args.port, cluster=False, **UNLIMITED_INGEST, LOG_LEVEL="WARNING"):
+        ack_seconds, ack, other = asyncio.run(drive(plugin_url(args.port), tokens, args.blocks))
+
     stored = Instruction.objects.filter(message_id=int(ack["message_id"])).count() if ack["type"] == "ack" else 0
-    print(f"database={engine} blocks={args.blocks}")
+    print(f"database={database_engine()} blocks={args.blocks}")
     print(f"ack_seconds={ack_seconds:.3f} ack_type={ack['type']} ack_instructions={ack.get('instructions')} "
           f"stored_instructions={stored}")
     print(f"other_client acks={len(other)} slowest_ack_seconds={max(other):.3f}")

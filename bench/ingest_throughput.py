@@ -10,10 +10,8 @@ lifted for the server under test; messages go round-robin to 20 conversations.
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench uv run python bench/ingest_throughput.py
 """
 
-import argparse
 import asyncio
 import json
-import statistics
 import sys
 import time
 import uuid
@@ -21,24 +19,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, running_server, setup_django  # noqa: E402
-
-
-def prepare() -> str:
-    setup_django()
-    _, token = fresh_plugin_client("bench-client")
-    return token
+from bench.common import (  # noqa: E402
+    UNLIMITED_INGEST, database_engine, echo_block, final_message, fresh_plugin_client, option_parser, plugin_socket,
+    plugin_url, running_server, setup_django, summary,
+)
 
 
 async def drive(url: str, token: str, count: int, window: int) -> tuple[float, list[float]]:
-    from websockets.asyncio.client import connect
-
     run = uuid.uuid4().hex[:8]
     sent_at: dict[str, float] = {}
     latencies: list[float] = []
-    async with connect(url, max_size=None) as ws:
-        await ws.send(json.dumps({"type": "hello", "client_id": "bench-client", "token": token}))
-        assert json.loads(await ws.recv())["type"] == "hello.ok"
+    async with plugin_socket(url, "bench-client", token) as ws:
         slots = asyncio.Semaphore(window)
 
         async def receive_acks() -> None:
@@ -54,36 +45,22 @@ async def drive(url: str, token: str, count: int, window: int) -> tuple[float, l
             await slots.acquire()
             frame_id = f"{run}-{n}"
             sent_at[frame_id] = time.perf_counter()
-            await ws.send(json.dumps({
-                "type": "browser.final_message", "id": frame_id, "platform": "claude",
-                "conversation_id": f"bench-{run}-{n % 20}", "message_id": frame_id,
-                "text": f"Step {n}.\n```baa\necho\n{{\"n\": {n}}}\n```",
-            }))
+            await ws.send(json.dumps(final_message(frame_id, f"bench-{run}-{n % 20}", f"Step {n}.\n{echo_block(n)}")))
         await receiver
         return time.perf_counter() - started, latencies
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=2000)
-    parser.add_argument("--window", type=int, default=32)
-    parser.add_argument("--port", type=int, default=8931)
-    args = parser.parse_args()
+    args = option_parser(__doc__, messages=2000, window=32, port=8931).parse_args()
 
-    token = prepare()
-    from django.conf import settings
+    setup_django(migrate=True)
+    _, token = fresh_plugin_client("bench-client")
+    with running_server(args.port, cluster=False, **UNLIMITED_INGEST, LOG_LEVEL="WARNING"):
+        seconds, latencies = asyncio.run(drive(plugin_url(args.port), token, args.messages, args.window))
 
-    with running_server(args.port, cluster=False, CONDUCTOR_MAX_FRAMES_PER_SECOND="1000000",
-                        CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR="1000000", LOG_LEVEL="WARNING"):
-        seconds, latencies = asyncio.run(
-            drive(f"ws://127.0.0.1:{args.port}/ws/plugin/", token, args.messages, args.window)
-        )
-
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    quantiles = statistics.quantiles(latencies, n=100)
-    print(f"database={engine} messages={args.messages} window={args.window}")
+    print(f"database={database_engine()} messages={args.messages} window={args.window}")
     print(f"throughput={args.messages / seconds:.0f} messages/s ({seconds:.2f} s)")
-    print(f"ack_latency_ms median={statistics.median(latencies):.1f} p99={quantiles[98]:.1f}")
+    print(f"ack_latency_ms {summary(latencies, decimals=1)}")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,6 @@ Starts `make run` on a free port with a throw-away data folder, waits for
     uv run python bench/make_run_stop.py [--runs 3]
 """
 
-import argparse
 import os
 import signal
 import statistics
@@ -14,12 +13,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.common import option_parser, wait_until_healthy  # noqa: E402
 from tests.server import descendants, free_port  # noqa: E402
 
 
@@ -32,12 +31,8 @@ def one_run() -> tuple[float, float]:
             ["make", "run", f"PORT={port}"], cwd=ROOT, env=env, start_new_session=True,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1):
-                    break
-            except OSError:
-                time.sleep(0.1)
+        # make run installs what is missing before it starts the server.
+        wait_until_healthy(process, port, timeout=600)
         ready = time.monotonic() - started
         time.sleep(2)  # let the cluster finish starting its workers
         tree = [process.pid, *descendants(process.pid)]
@@ -50,9 +45,7 @@ def one_run() -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=3)
-    args = parser.parse_args()
+    args = option_parser(__doc__, runs=3).parse_args()
     results = [one_run() for _ in range(args.runs)]
     stops = [stop for _, stop in results]
     print(f"runs={args.runs} ready_s=" + ",".join(f"{ready:.1f}" for ready, _ in results))

@@ -7,16 +7,14 @@ browser tests do), pairs it through its options page, and has a mock Claude
 page (``tests/plugin/chat_apps.py``, served at https://claude.ai through
 Playwright's routing) stream --messages answers one at a time, each with one
 ``echo`` block. Each latency is the page's clock when its stream ended to the
-worker's clock when the ack arrived (one machine, one clock). Prints p50, p90
-and max in milliseconds.
+worker's clock when the ack arrived (one machine, one clock). Prints the median,
+p90 and max in milliseconds.
 
     uv run python bench/plugin_ack_latency.py [--messages 50]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench REDIS_URL=redis://127.0.0.1:6379/14 \\
         uv run python bench/plugin_ack_latency.py
 """
 
-import argparse
-import statistics
 import sys
 import tempfile
 import time
@@ -24,15 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import fresh_plugin_client, running_server, setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    channel_layer_backend, database_engine, echo_block, fresh_plugin_client, option_parser, running_server,
+    server_url, setup_django, summary,
+)
 
 CLIENT_ID = "bench-plugin"
-
-
-def prepare() -> str:
-    setup_django()
-    _, token = fresh_plugin_client(CLIENT_ID)
-    return token
 
 
 def measure(server_url: str, token: str, count: int, warmup: int) -> list[int]:
@@ -51,7 +46,7 @@ def measure(server_url: str, token: str, count: int, warmup: int) -> list[int]:
         page = browser.open_chat(app)
         last_id = None
         for n in range(warmup + count):
-            text = f"Step {n}.\n\n```baa\necho\n{{\"n\": {n}}}\n```\n"
+            text = f"Step {n}.\n\n{echo_block(n)}\n"
             app.answer_next(text)
             ended_at = page.evaluate("mockChat.ask('next', {holdMs: 0})")
             deadline = time.monotonic() + 30
@@ -69,22 +64,13 @@ def measure(server_url: str, token: str, count: int, warmup: int) -> list[int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--messages", type=int, default=50)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--port", type=int, default=8791)
-    args = parser.parse_args()
-    token = prepare()
-    from django.conf import settings
-
-    engine = settings.DATABASES["default"]["ENGINE"].rsplit(".", 1)[-1]
-    layer = "redis" if settings.REDIS_URL else "embedded"
+    args = option_parser(__doc__, messages=50, warmup=3, port=8791).parse_args()
+    setup_django(migrate=True)
+    _, token = fresh_plugin_client(CLIENT_ID)
     with running_server(args.port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0"):
-        latencies = measure(f"http://127.0.0.1:{args.port}", token, args.messages, args.warmup)
-    ordered = sorted(latencies)
-    print(f"stream end -> ack ({engine}, {layer} channel layer), {len(latencies)} messages: "
-          f"p50 {statistics.median(ordered):.0f} ms, p90 {ordered[int(len(ordered) * 0.9) - 1]:.0f} ms, "
-          f"max {ordered[-1]:.0f} ms")
+        latencies = measure(server_url(args.port), token, args.messages, args.warmup)
+    print(f"stream end -> ack ({database_engine()}, {channel_layer_backend()}), {len(latencies)} messages: "
+          f"latency_ms {summary(latencies, tail=90)}")
 
 
 if __name__ == "__main__":

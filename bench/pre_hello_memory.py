@@ -8,7 +8,6 @@ after the sockets are gone. Prints how each socket ended.
     uv run python bench/pre_hello_memory.py [--sockets 60] [--mib 15]
 """
 
-import argparse
 import collections
 import json
 import subprocess
@@ -19,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import running_server, setup_django  # noqa: E402
+from bench.common import option_parser, plugin_url, running_server, setup_django  # noqa: E402
 
 
 def rss_mib(pid: int) -> float:
@@ -62,22 +61,15 @@ def send_huge_first_frame(url: str, size: int, outcomes: collections.Counter) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sockets", type=int, default=60)
-    parser.add_argument("--mib", type=int, default=15)
-    parser.add_argument("--port", type=int, default=8961)
-    args = parser.parse_args()
-    setup_django()
-    from django.core.management import call_command
-
-    call_command("migrate_all", verbosity=0)
+    args = option_parser(__doc__, sockets=60, mib=15, port=8961).parse_args()
+    setup_django(migrate=True)
     with running_server(args.port, cluster=False, LOG_LEVEL="ERROR") as server:
         pid = asgi_pid(server)
         before = rss_mib(pid)
         outcomes: collections.Counter = collections.Counter()
         threads = [
             threading.Thread(target=send_huge_first_frame,
-                             args=(f"ws://127.0.0.1:{args.port}/ws/plugin/", args.mib * 1024 * 1024, outcomes))
+                             args=(plugin_url(args.port), args.mib * 1024 * 1024, outcomes))
             for _ in range(args.sockets)
         ]
         peak = before

@@ -9,13 +9,13 @@ succeeded with a small result). Pure code: no database, no Django.
     uv run python bench/rendering.py [--blocks 1000 4000 5000] [--max-chars 20000]
 """
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import option_parser  # noqa: E402
 from pipelines.rendering import BlockOutcome, parse_results, render_results  # noqa: E402
 
 
@@ -34,9 +34,8 @@ SHAPES = {"rejected": rejected, "echo": echo}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = option_parser(__doc__, max_chars=20000)
     parser.add_argument("--blocks", type=int, nargs="+", default=[1000, 4000, 5000])
-    parser.add_argument("--max-chars", type=int, default=20000)
     parser.add_argument("--shape", choices=sorted(SHAPES), action="append")
     args = parser.parse_args()
 
