@@ -166,16 +166,8 @@ def _transition(
         for name, value in values.items():
             setattr(task, name, value)
         TaskEvent.objects.create(
-            task_id=task_id,
-            action=action,
-            status_from=status_from,
-            status_to=status_to,
-            actor=actor,
-            at=now,
-            jitter_ms=jitter_ms,
-            backoff_ms=backoff_ms,
-            error=error,
-            detail=detail or {},
+            task_id=task_id, action=action, status_from=status_from, status_to=status_to, actor=actor, at=now,
+            jitter_ms=jitter_ms, backoff_ms=backoff_ms, error=error, detail=detail or {},
         )
     log_event(
         logger,
