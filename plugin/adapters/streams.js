@@ -50,21 +50,62 @@ export function text(value) {
 }
 
 /**
+ * The part of a line or frame that has come so far, kept as pieces and
+ * joined once when it is complete, so that work stays linear however small
+ * the chunks. One longer than `maxChars` is hostile or broken: it is
+ * dropped, and the reader holding it reads nothing more.
+ */
+class PendingText {
+  /** @param {number} maxChars */
+  constructor(maxChars) {
+    this.maxChars = maxChars;
+    /** @type {string[]} */
+    this.pieces = [];
+    this.chars = 0;
+    /** Set once a line or frame outgrew the bound. */
+    this.overflowed = false;
+  }
+
+  get isEmpty() {
+    return this.pieces.length === 0;
+  }
+
+  /** Keeps the next piece of a line or frame not complete yet. */
+  add(piece) {
+    this.pieces.push(piece);
+    this.chars += piece.length;
+    if (this.chars > this.maxChars) {
+      this.overflowed = true;
+      this.pieces = [];
+    }
+  }
+
+  /** @returns {string | null} the whole line or frame, `last` its end; null when it outgrew the bound */
+  complete(last) {
+    const tooLong = this.chars + last.length > this.maxChars;
+    const whole = tooLong ? null : this.pieces.join("") + last;
+    this.pieces = [];
+    this.chars = 0;
+    if (tooLong) this.overflowed = true;
+    return whole;
+  }
+}
+
+/**
  * Splits decoded text into lines (`\n`, `\r\n` or `\r`, as SSE allows) on any
- * chunk split. Each character is looked at once; a partial line is kept as
- * pieces and joined once, so work stays linear however small the chunks.
+ * chunk split. Each character is looked at once.
  */
 export class LineReader {
   /** @param {(line: string) => void} onLine */
   constructor(onLine, maxLineChars = MAX_LINE_CHARS) {
     this.onLine = onLine;
-    this.maxLineChars = maxLineChars;
-    /** @type {string[]} */
-    this.pieces = [];
-    this.pendingChars = 0;
+    this.pending = new PendingText(maxLineChars);
     this.afterCR = false;
-    /** Set once a line outgrew the bound; nothing is read after that. */
-    this.overflowed = false;
+  }
+
+  /** Set once a line outgrew the bound; nothing is read after that. */
+  get overflowed() {
+    return this.pending.overflowed;
   }
 
   /** @param {string} chunk */
@@ -76,33 +117,20 @@ export class LineReader {
     const ends = /\r\n|\r|\n/g;
     ends.lastIndex = start;
     for (let match = ends.exec(chunk); match; match = ends.exec(chunk)) {
-      const line = this.pieces.length ? this.pieces.join("") + chunk.slice(start, match.index) : chunk.slice(start, match.index);
-      this.pieces = [];
-      this.pendingChars = 0;
+      const line = this.pending.complete(chunk.slice(start, match.index));
       start = ends.lastIndex;
       if (match[0] === "\r" && start === chunk.length) this.afterCR = true;
-      if (line.length > this.maxLineChars) {
-        this.overflowed = true;
-        return;
-      }
+      if (line === null) return;
       this.onLine(line);
     }
-    if (start < chunk.length) {
-      this.pieces.push(chunk.slice(start));
-      this.pendingChars += chunk.length - start;
-      if (this.pendingChars > this.maxLineChars) {
-        this.overflowed = true;
-        this.pieces = [];
-      }
-    }
+    if (start < chunk.length) this.pending.add(chunk.slice(start));
   }
 
   /** Delivers a last line that had no line end. */
   end() {
-    if (this.overflowed || !this.pieces.length) return;
-    const line = this.pieces.join("");
-    this.pieces = [];
-    this.onLine(line);
+    if (this.overflowed || this.pending.isEmpty) return;
+    const line = this.pending.complete("");
+    if (line !== null) this.onLine(line);
   }
 }
 
@@ -133,14 +161,15 @@ export class JsonFrameReader {
   /** @param {(frame: string) => void} onFrame */
   constructor(onFrame, maxFrameChars = MAX_LINE_CHARS) {
     this.onFrame = onFrame;
-    this.maxFrameChars = maxFrameChars;
-    /** @type {string[]} */
-    this.pieces = [];
-    this.pendingChars = 0;
+    this.pending = new PendingText(maxFrameChars);
     this.depth = 0;
     this.inString = false;
     this.escaped = false;
-    this.overflowed = false;
+  }
+
+  /** Set once a frame outgrew the bound; nothing is read after that. */
+  get overflowed() {
+    return this.pending.overflowed;
   }
 
   /** @param {string} chunk */
@@ -167,26 +196,14 @@ export class JsonFrameReader {
       else if (c === 0x5d || c === 0x7d) {
         this.depth--;
         if (this.depth === 0) {
-          const frame = this.pieces.join("") + chunk.slice(start, i + 1);
-          this.pieces = [];
-          this.pendingChars = 0;
+          const frame = this.pending.complete(chunk.slice(start, i + 1));
           start = -1;
-          if (frame.length > this.maxFrameChars) {
-            this.overflowed = true;
-            return;
-          }
+          if (frame === null) return;
           this.onFrame(frame);
         }
       }
     }
-    if (this.depth > 0) {
-      this.pieces.push(chunk.slice(start));
-      this.pendingChars += chunk.length - start;
-      if (this.pendingChars > this.maxFrameChars) {
-        this.overflowed = true;
-        this.pieces = [];
-      }
-    }
+    if (this.depth > 0) this.pending.add(chunk.slice(start));
   }
 }
 
