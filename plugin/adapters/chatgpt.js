@@ -30,6 +30,8 @@ import {
   queryLast,
   readValues,
   sseReader,
+  streamParser,
+  StreamState,
   text,
   timeZone,
 } from "./streams.js";
@@ -60,8 +62,9 @@ class TrackedMessage {
   }
 }
 
-class ChatGptStreamState {
+class ChatGptStreamState extends StreamState {
   constructor({ conversationId, parentId }) {
+    super();
     this.conversationId = conversationId;
     this.parentId = parentId;
     /** @type {TrackedMessage | null} the message v1 ops apply to: the last one added */
@@ -73,8 +76,6 @@ class ChatGptStreamState {
     this.lastPath = "";
     this.lastOp = "append";
     this.isDone = false;
-    this.hasFailed = false;
-    this.isRecognised = false;
   }
 
   /** Notes where `tracked` stands after an event changed it. */
@@ -227,26 +228,17 @@ function createStreamParser({ requestBody, pageUrl }) {
       state.conversationId = payload.conversation_id; // typed events (title_generation, …) name it too
     }
   });
-  return {
-    feed(chunk) {
-      reader.feed(chunk);
-    },
-    finish() {
-      reader.end();
-      const final = state.final;
-      if (state.hasFailed || reader.overflowed || !state.isDone || !final) return null;
-      return {
-        conversation_id: state.conversationId,
-        message_id: text(final.message.id),
-        parent_message_id: text(at(final.message, "metadata", "parent_id")) || state.parentId,
-        organization_id: "",
-        text: messageText(final.message),
-      };
-    },
-    isRecognised() {
-      return state.isRecognised;
-    },
-  };
+  return streamParser(reader, state, () => {
+    const final = state.final;
+    if (!state.isDone || !final) return null;
+    return {
+      conversation_id: state.conversationId,
+      message_id: text(final.message.id),
+      parent_message_id: text(at(final.message, "metadata", "parent_id")) || state.parentId,
+      organization_id: "",
+      text: messageText(final.message),
+    };
+  });
 }
 
 function conversationIdFromUrl(url) {

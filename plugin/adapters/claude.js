@@ -27,6 +27,8 @@ import {
   quietly,
   readValues,
   sseReader,
+  streamParser,
+  StreamState,
   text,
   timeZone,
 } from "./streams.js";
@@ -85,8 +87,9 @@ const EVENT_HANDLERS = {
   },
 };
 
-class ClaudeStreamState {
+class ClaudeStreamState extends StreamState {
   constructor({ organizationId, conversationId, parentId }) {
+    super();
     this.organizationId = organizationId;
     this.conversationId = conversationId;
     this.parentId = parentId;
@@ -96,8 +99,6 @@ class ClaudeStreamState {
     this.length = 0;
     this.stopReason = "";
     this.isComplete = false;
-    this.hasFailed = false;
-    this.isRecognised = false;
   }
 
   append(piece) {
@@ -132,25 +133,16 @@ function createStreamParser({ requestUrl, requestBody }) {
     if (handler) state.isRecognised = true;
     if (handler && !state.isComplete) handler(state, payload);
   });
-  return {
-    feed(chunk) {
-      reader.feed(chunk);
-    },
-    finish() {
-      reader.end();
-      if (state.hasFailed || reader.overflowed || !state.isComplete) return null;
-      return {
-        conversation_id: state.conversationId,
-        message_id: state.messageId,
-        parent_message_id: state.parentId,
-        organization_id: state.organizationId,
-        text: state.pieces.join(""),
-      };
-    },
-    isRecognised() {
-      return state.isRecognised;
-    },
-  };
+  return streamParser(reader, state, () => {
+    if (!state.isComplete) return null;
+    return {
+      conversation_id: state.conversationId,
+      message_id: state.messageId,
+      parent_message_id: state.parentId,
+      organization_id: state.organizationId,
+      text: state.pieces.join(""),
+    };
+  });
 }
 
 function decodeSegment(segment) {

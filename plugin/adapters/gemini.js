@@ -26,6 +26,8 @@ import {
   queryAllFirst,
   queryLast,
   readValues,
+  streamParser,
+  StreamState,
   text,
 } from "./streams.js";
 
@@ -56,8 +58,9 @@ function rememberChatMetadata(metadata) {
   if (chatMetadata.size > REMEMBERED_CHATS) chatMetadata.delete(chatMetadata.keys().next().value);
 }
 
-class GeminiStreamState {
+class GeminiStreamState extends StreamState {
   constructor(parentId) {
+    super();
     this.parentId = parentId;
     this.cid = "";
     this.rid = "";
@@ -65,8 +68,6 @@ class GeminiStreamState {
     this.text = "";
     this.contextToken = "";
     this.isLastCandidateComplete = false;
-    this.hasFailed = false;
-    this.isRecognised = false;
   }
 
   /** One `["wrb.fr", …]` part. */
@@ -120,27 +121,17 @@ function createStreamParser({ requestBody }) {
       if (part[0] === "er" || part[0] === "wrb.fr") state.isRecognised = true;
     }
   });
-  return {
-    feed(chunk) {
-      reader.feed(chunk);
-    },
-    finish() {
-      const isFinal =
-        !state.hasFailed && !reader.overflowed && state.cid && state.text && state.isLastCandidateComplete && state.contextToken;
-      if (!isFinal) return null;
-      rememberChatMetadata({ cid: state.cid, rid: state.rid, rcid: state.rcid, context_token: state.contextToken });
-      return {
-        conversation_id: state.cid,
-        message_id: state.rid,
-        parent_message_id: state.parentId,
-        organization_id: "",
-        text: state.text,
-      };
-    },
-    isRecognised() {
-      return state.isRecognised;
-    },
-  };
+  return streamParser(reader, state, () => {
+    if (!(state.cid && state.text && state.isLastCandidateComplete && state.contextToken)) return null;
+    rememberChatMetadata({ cid: state.cid, rid: state.rid, rcid: state.rcid, context_token: state.contextToken });
+    return {
+      conversation_id: state.cid,
+      message_id: state.rid,
+      parent_message_id: state.parentId,
+      organization_id: "",
+      text: state.text,
+    };
+  });
 }
 
 function conversationIdFromUrl(url) {

@@ -1,7 +1,9 @@
 /**
  * Pieces the platform adapters share: bounded line and JSON-frame readers
- * that work on any chunk split in linear time, JSON access that never
- * throws, and DOM look-ups over a selector table with fallbacks.
+ * that work on any chunk split in linear time and the StreamParser around
+ * them, JSON access that never throws, DOM look-ups over a selector table
+ * with fallbacks, and page-value readers. What they are given (patterns,
+ * selectors, events) stays in each adapter.
  */
 
 /** A longer line (or Gemini frame) is hostile or broken: the stream is given up. */
@@ -205,6 +207,44 @@ export class JsonFrameReader {
     }
     if (this.depth > 0) this.pending.add(chunk.slice(start));
   }
+
+  /** The end of the stream: a frame cut before its closing bracket is not JSON, so there is nothing to deliver. */
+  end() {}
+}
+
+/** What every adapter's parser state tracks, besides its own shape's fields. */
+export class StreamState {
+  constructor() {
+    /** An error event, or a text past the bound, was read: the stream gives no capture. */
+    this.hasFailed = false;
+    /** An event of the adapter's shape (an error included) was read: see StreamParser's `isRecognised`. */
+    this.isRecognised = false;
+  }
+}
+
+/**
+ * The StreamParser (types.js) over a reader and the state its callback
+ * builds: a stream that failed or outgrew the reader's bound gives no
+ * capture; otherwise `capture` says whether it ended with a final message.
+ *
+ * @param {LineReader | JsonFrameReader} reader
+ * @param {StreamState} state
+ * @param {() => import('./types.js').Capture | null} capture
+ * @returns {import('./types.js').StreamParser}
+ */
+export function streamParser(reader, state, capture) {
+  return {
+    feed(chunk) {
+      reader.feed(chunk);
+    },
+    finish() {
+      reader.end();
+      return state.hasFailed || reader.overflowed ? null : capture();
+    },
+    isRecognised() {
+      return state.isRecognised;
+    },
+  };
 }
 
 /**
