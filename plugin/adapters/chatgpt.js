@@ -20,12 +20,13 @@
 
 import {
   at,
+  conversationUrlFor,
   isObject,
   MAX_TEXT_CHARS,
   once,
   parseJson,
   parseRequestJson,
-  parseUrl,
+  pathMatch,
   queryAllFirst,
   queryLast,
   readValues,
@@ -242,9 +243,7 @@ function createStreamParser({ requestBody, pageUrl }) {
 }
 
 function conversationIdFromUrl(url) {
-  const parsed = parseUrl(url);
-  if (!parsed || parsed.origin !== ORIGIN) return null;
-  return parsed.pathname.match(CONVERSATION_PATH)?.[1] ?? null;
+  return pathMatch(url, ORIGIN, CONVERSATION_PATH)?.[1] ?? null;
 }
 
 /** @type {import('./types.js').Adapter} */
@@ -253,10 +252,7 @@ export default {
   version: "2026-11-29",
   origins: [ORIGIN],
   conversationIdFromUrl,
-  conversationUrl({ conversation_id, page_url }) {
-    if (page_url && conversationIdFromUrl(page_url) === conversation_id) return page_url;
-    return `${ORIGIN}/c/${encodeURIComponent(conversation_id)}`;
-  },
+  conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/c/${encodeURIComponent(id)}`),
   completionRequest: {
     method: "POST",
     pattern: /^https:\/\/chatgpt\.com\/backend-(api|anon)\/(f\/)?conversation(\?|$)/,

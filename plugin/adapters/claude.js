@@ -16,12 +16,14 @@
 
 import {
   at,
+  conversationUrlFor,
   isObject,
   MAX_TEXT_CHARS,
   once,
   parseJson,
   parseRequestJson,
   parseUrl,
+  pathMatch,
   queryAllFirst,
   queryLast,
   quietly,
@@ -154,9 +156,7 @@ function decodeSegment(segment) {
 }
 
 function conversationIdFromUrl(url) {
-  const parsed = parseUrl(url);
-  if (!parsed || parsed.origin !== ORIGIN) return null;
-  return parsed.pathname.match(CONVERSATION_PATH)?.[1].toLowerCase() ?? null;
+  return pathMatch(url, ORIGIN, CONVERSATION_PATH)?.[1].toLowerCase() ?? null;
 }
 
 /**
@@ -181,10 +181,7 @@ export default {
   version: "2026-11-29",
   origins: [ORIGIN],
   conversationIdFromUrl,
-  conversationUrl({ conversation_id, page_url }) {
-    if (page_url && conversationIdFromUrl(page_url) === conversation_id) return page_url;
-    return `${ORIGIN}/chat/${encodeURIComponent(conversation_id)}`;
-  },
+  conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/chat/${encodeURIComponent(id)}`),
   completionRequest: {
     method: "POST",
     pattern: /^https:\/\/claude\.ai\/api\/organizations\/[^/]+\/chat_conversations\/[^/]+\/(retry_)?completion(\?|$)/,

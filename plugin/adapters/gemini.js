@@ -19,10 +19,11 @@
 
 import {
   at,
+  conversationUrlFor,
   JsonFrameReader,
   MAX_REQUEST_BODY_CHARS,
   parseJson,
-  parseUrl,
+  pathMatch,
   queryAllFirst,
   queryLast,
   readValues,
@@ -135,9 +136,7 @@ function createStreamParser({ requestBody }) {
 }
 
 function conversationIdFromUrl(url) {
-  const parsed = parseUrl(url);
-  if (!parsed || parsed.origin !== ORIGIN) return null;
-  const hex = parsed.pathname.match(CONVERSATION_PATH)?.[1];
+  const hex = pathMatch(url, ORIGIN, CONVERSATION_PATH)?.[1];
   return hex ? `c_${hex.toLowerCase()}` : null;
 }
 
@@ -152,10 +151,7 @@ export default {
   version: "2026-11-29",
   origins: [ORIGIN],
   conversationIdFromUrl,
-  conversationUrl({ conversation_id, page_url }) {
-    if (page_url && conversationIdFromUrl(page_url) === conversation_id) return page_url;
-    return `${ORIGIN}/app/${encodeURIComponent(conversation_id.replace(/^c_/, ""))}`;
-  },
+  conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/app/${encodeURIComponent(id.replace(/^c_/, ""))}`),
   completionRequest: {
     method: "POST",
     pattern: /^https:\/\/gemini\.google\.com\/(u\/\d+\/)?_\/BardChatUi\/data\/assistant\.lamda\.BardFrontendService\/StreamGenerate(\?|$)/,

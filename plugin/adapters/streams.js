@@ -1,9 +1,9 @@
 /**
  * Pieces the platform adapters share: bounded line and JSON-frame readers
  * that work on any chunk split in linear time and the StreamParser around
- * them, JSON access that never throws, DOM look-ups over a selector table
- * with fallbacks, and page-value readers. What they are given (patterns,
- * selectors, events) stays in each adapter.
+ * them, JSON access that never throws, conversation URLs, DOM look-ups over
+ * a selector table with fallbacks, and page-value readers. What they are
+ * given (patterns, selectors, events) stays in each adapter.
  */
 
 /** A longer line (or Gemini frame) is hostile or broken: the stream is given up. */
@@ -262,6 +262,32 @@ export function parseUrl(url) {
   } catch {
     return null;
   }
+}
+
+/**
+ * `pattern` matched against the path of `url`, when `url` is a page of
+ * `origin`; else null.
+ *
+ * @returns {RegExpMatchArray | null}
+ */
+export function pathMatch(url, origin, pattern) {
+  const parsed = parseUrl(url);
+  if (!parsed || parsed.origin !== origin) return null;
+  return parsed.pathname.match(pattern);
+}
+
+/**
+ * An adapter's `conversationUrl`: the page the delivery names when that page
+ * shows the conversation (so a custom GPT's or a second account's page is
+ * kept), else `ownPage(conversation_id)`.
+ *
+ * @param {(url: string) => string | null} conversationIdFromUrl
+ * @param {(conversationId: string) => string} ownPage
+ * @returns {(target: {conversation_id: string, page_url?: string}) => string}
+ */
+export function conversationUrlFor(conversationIdFromUrl, ownPage) {
+  return ({ conversation_id, page_url }) =>
+    page_url && conversationIdFromUrl(page_url) === conversation_id ? page_url : ownPage(conversation_id);
 }
 
 /**
