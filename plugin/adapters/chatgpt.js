@@ -19,6 +19,7 @@
  */
 
 import {
+  anyMatches,
   at,
   conversationUrlFor,
   isObject,
@@ -27,7 +28,6 @@ import {
   parseJson,
   parseRequestJson,
   pathMatch,
-  queryAllFirst,
   queryLast,
   readValues,
   sseReader,
@@ -259,9 +259,7 @@ export default {
   },
   createStreamParser,
   dom: {
-    isGenerating(document) {
-      return queryAllFirst(document, SELECTORS.generating).length > 0;
-    },
+    isGenerating: (document) => anyMatches(document, SELECTORS.generating),
     lastAssistantMessage(document) {
       const turn = queryLast(document, SELECTORS.assistantTurn);
       // The rendered Markdown, without the turn's own controls when it is there.

@@ -15,6 +15,7 @@
  */
 
 import {
+  anyMatches,
   at,
   conversationUrlFor,
   isObject,
@@ -24,7 +25,6 @@ import {
   parseRequestJson,
   parseUrl,
   pathMatch,
-  queryAllFirst,
   queryLast,
   quietly,
   readValues,
@@ -188,15 +188,9 @@ export default {
   },
   createStreamParser,
   dom: {
-    isGenerating(document) {
-      return queryAllFirst(document, SELECTORS.generating).length > 0;
-    },
-    lastAssistantMessage(document) {
-      return queryLast(document, SELECTORS.assistantContent);
-    },
-    messageId() {
-      return null; // claude.ai does not put message uuids in its DOM
-    },
+    isGenerating: (document) => anyMatches(document, SELECTORS.generating),
+    lastAssistantMessage: (document) => queryLast(document, SELECTORS.assistantContent),
+    messageId: () => null, // claude.ai does not put message uuids in its DOM
   },
   async readPageValues(names, page) {
     const org = once(() => organizationId(page));

@@ -18,13 +18,13 @@
  */
 
 import {
+  anyMatches,
   at,
   conversationUrlFor,
   JsonFrameReader,
   MAX_REQUEST_BODY_CHARS,
   parseJson,
   pathMatch,
-  queryAllFirst,
   queryLast,
   readValues,
   streamParser,
@@ -158,12 +158,8 @@ export default {
   },
   createStreamParser,
   dom: {
-    isGenerating(document) {
-      return queryAllFirst(document, SELECTORS.generating).length > 0;
-    },
-    lastAssistantMessage(document) {
-      return queryLast(document, SELECTORS.assistantContent);
-    },
+    isGenerating: (document) => anyMatches(document, SELECTORS.generating),
+    lastAssistantMessage: (document) => queryLast(document, SELECTORS.assistantContent),
     messageId(element) {
       const holder = element.closest?.('[id^="message-content-id-"]') ?? element;
       const id = holder.getAttribute?.("id") ?? "";

@@ -312,6 +312,11 @@ export function queryLast(root, selectors) {
   return found.length ? found[found.length - 1] : null;
 }
 
+/** Whether any selector of `selectors` matches in `root`. */
+export function anyMatches(root, selectors) {
+  return queryAllFirst(root, selectors).length > 0;
+}
+
 /** The IANA time zone of this browser (the page's too: same process, same settings). */
 export function timeZone() {
   try {
