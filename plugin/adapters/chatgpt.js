@@ -19,17 +19,20 @@
  */
 
 import {
+  anyMatches,
   at,
+  conversationUrlFor,
   isObject,
   MAX_TEXT_CHARS,
   once,
   parseJson,
   parseRequestJson,
-  parseUrl,
-  queryAllFirst,
+  pathMatch,
   queryLast,
   readValues,
   sseReader,
+  streamParser,
+  StreamState,
   text,
   timeZone,
 } from "./streams.js";
@@ -60,8 +63,9 @@ class TrackedMessage {
   }
 }
 
-class ChatGptStreamState {
+class ChatGptStreamState extends StreamState {
   constructor({ conversationId, parentId }) {
+    super();
     this.conversationId = conversationId;
     this.parentId = parentId;
     /** @type {TrackedMessage | null} the message v1 ops apply to: the last one added */
@@ -73,8 +77,6 @@ class ChatGptStreamState {
     this.lastPath = "";
     this.lastOp = "append";
     this.isDone = false;
-    this.hasFailed = false;
-    this.isRecognised = false;
   }
 
   /** Notes where `tracked` stands after an event changed it. */
@@ -227,32 +229,21 @@ function createStreamParser({ requestBody, pageUrl }) {
       state.conversationId = payload.conversation_id; // typed events (title_generation, …) name it too
     }
   });
-  return {
-    feed(chunk) {
-      reader.feed(chunk);
-    },
-    finish() {
-      reader.end();
-      const final = state.final;
-      if (state.hasFailed || reader.overflowed || !state.isDone || !final) return null;
-      return {
-        conversation_id: state.conversationId,
-        message_id: text(final.message.id),
-        parent_message_id: text(at(final.message, "metadata", "parent_id")) || state.parentId,
-        organization_id: "",
-        text: messageText(final.message),
-      };
-    },
-    isRecognised() {
-      return state.isRecognised;
-    },
-  };
+  return streamParser(reader, state, () => {
+    const final = state.final;
+    if (!state.isDone || !final) return null;
+    return {
+      conversation_id: state.conversationId,
+      message_id: text(final.message.id),
+      parent_message_id: text(at(final.message, "metadata", "parent_id")) || state.parentId,
+      organization_id: "",
+      text: messageText(final.message),
+    };
+  });
 }
 
 function conversationIdFromUrl(url) {
-  const parsed = parseUrl(url);
-  if (!parsed || parsed.origin !== ORIGIN) return null;
-  return parsed.pathname.match(CONVERSATION_PATH)?.[1] ?? null;
+  return pathMatch(url, ORIGIN, CONVERSATION_PATH)?.[1] ?? null;
 }
 
 /** @type {import('./types.js').Adapter} */
@@ -261,19 +252,14 @@ export default {
   version: "2026-11-29",
   origins: [ORIGIN],
   conversationIdFromUrl,
-  conversationUrl({ conversation_id, page_url }) {
-    if (page_url && conversationIdFromUrl(page_url) === conversation_id) return page_url;
-    return `${ORIGIN}/c/${encodeURIComponent(conversation_id)}`;
-  },
+  conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/c/${encodeURIComponent(id)}`),
   completionRequest: {
     method: "POST",
     pattern: /^https:\/\/chatgpt\.com\/backend-(api|anon)\/(f\/)?conversation(\?|$)/,
   },
   createStreamParser,
   dom: {
-    isGenerating(document) {
-      return queryAllFirst(document, SELECTORS.generating).length > 0;
-    },
+    isGenerating: (document) => anyMatches(document, SELECTORS.generating),
     lastAssistantMessage(document) {
       const turn = queryLast(document, SELECTORS.assistantTurn);
       // The rendered Markdown, without the turn's own controls when it is there.

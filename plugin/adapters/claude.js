@@ -15,18 +15,22 @@
  */
 
 import {
+  anyMatches,
   at,
+  conversationUrlFor,
   isObject,
   MAX_TEXT_CHARS,
   once,
   parseJson,
   parseRequestJson,
   parseUrl,
-  queryAllFirst,
+  pathMatch,
   queryLast,
   quietly,
   readValues,
   sseReader,
+  streamParser,
+  StreamState,
   text,
   timeZone,
 } from "./streams.js";
@@ -85,8 +89,9 @@ const EVENT_HANDLERS = {
   },
 };
 
-class ClaudeStreamState {
+class ClaudeStreamState extends StreamState {
   constructor({ organizationId, conversationId, parentId }) {
+    super();
     this.organizationId = organizationId;
     this.conversationId = conversationId;
     this.parentId = parentId;
@@ -96,8 +101,6 @@ class ClaudeStreamState {
     this.length = 0;
     this.stopReason = "";
     this.isComplete = false;
-    this.hasFailed = false;
-    this.isRecognised = false;
   }
 
   append(piece) {
@@ -132,25 +135,16 @@ function createStreamParser({ requestUrl, requestBody }) {
     if (handler) state.isRecognised = true;
     if (handler && !state.isComplete) handler(state, payload);
   });
-  return {
-    feed(chunk) {
-      reader.feed(chunk);
-    },
-    finish() {
-      reader.end();
-      if (state.hasFailed || reader.overflowed || !state.isComplete) return null;
-      return {
-        conversation_id: state.conversationId,
-        message_id: state.messageId,
-        parent_message_id: state.parentId,
-        organization_id: state.organizationId,
-        text: state.pieces.join(""),
-      };
-    },
-    isRecognised() {
-      return state.isRecognised;
-    },
-  };
+  return streamParser(reader, state, () => {
+    if (!state.isComplete) return null;
+    return {
+      conversation_id: state.conversationId,
+      message_id: state.messageId,
+      parent_message_id: state.parentId,
+      organization_id: state.organizationId,
+      text: state.pieces.join(""),
+    };
+  });
 }
 
 function decodeSegment(segment) {
@@ -162,9 +156,7 @@ function decodeSegment(segment) {
 }
 
 function conversationIdFromUrl(url) {
-  const parsed = parseUrl(url);
-  if (!parsed || parsed.origin !== ORIGIN) return null;
-  return parsed.pathname.match(CONVERSATION_PATH)?.[1].toLowerCase() ?? null;
+  return pathMatch(url, ORIGIN, CONVERSATION_PATH)?.[1].toLowerCase() ?? null;
 }
 
 /**
@@ -189,25 +181,16 @@ export default {
   version: "2026-11-29",
   origins: [ORIGIN],
   conversationIdFromUrl,
-  conversationUrl({ conversation_id, page_url }) {
-    if (page_url && conversationIdFromUrl(page_url) === conversation_id) return page_url;
-    return `${ORIGIN}/chat/${encodeURIComponent(conversation_id)}`;
-  },
+  conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/chat/${encodeURIComponent(id)}`),
   completionRequest: {
     method: "POST",
     pattern: /^https:\/\/claude\.ai\/api\/organizations\/[^/]+\/chat_conversations\/[^/]+\/(retry_)?completion(\?|$)/,
   },
   createStreamParser,
   dom: {
-    isGenerating(document) {
-      return queryAllFirst(document, SELECTORS.generating).length > 0;
-    },
-    lastAssistantMessage(document) {
-      return queryLast(document, SELECTORS.assistantContent);
-    },
-    messageId() {
-      return null; // claude.ai does not put message uuids in its DOM
-    },
+    isGenerating: (document) => anyMatches(document, SELECTORS.generating),
+    lastAssistantMessage: (document) => queryLast(document, SELECTORS.assistantContent),
+    messageId: () => null, // claude.ai does not put message uuids in its DOM
   },
   async readPageValues(names, page) {
     const org = once(() => organizationId(page));

@@ -18,14 +18,17 @@
  */
 
 import {
+  anyMatches,
   at,
+  conversationUrlFor,
   JsonFrameReader,
   MAX_REQUEST_BODY_CHARS,
   parseJson,
-  parseUrl,
-  queryAllFirst,
+  pathMatch,
   queryLast,
   readValues,
+  streamParser,
+  StreamState,
   text,
 } from "./streams.js";
 
@@ -56,8 +59,9 @@ function rememberChatMetadata(metadata) {
   if (chatMetadata.size > REMEMBERED_CHATS) chatMetadata.delete(chatMetadata.keys().next().value);
 }
 
-class GeminiStreamState {
+class GeminiStreamState extends StreamState {
   constructor(parentId) {
+    super();
     this.parentId = parentId;
     this.cid = "";
     this.rid = "";
@@ -65,8 +69,6 @@ class GeminiStreamState {
     this.text = "";
     this.contextToken = "";
     this.isLastCandidateComplete = false;
-    this.hasFailed = false;
-    this.isRecognised = false;
   }
 
   /** One `["wrb.fr", …]` part. */
@@ -120,33 +122,21 @@ function createStreamParser({ requestBody }) {
       if (part[0] === "er" || part[0] === "wrb.fr") state.isRecognised = true;
     }
   });
-  return {
-    feed(chunk) {
-      reader.feed(chunk);
-    },
-    finish() {
-      const isFinal =
-        !state.hasFailed && !reader.overflowed && state.cid && state.text && state.isLastCandidateComplete && state.contextToken;
-      if (!isFinal) return null;
-      rememberChatMetadata({ cid: state.cid, rid: state.rid, rcid: state.rcid, context_token: state.contextToken });
-      return {
-        conversation_id: state.cid,
-        message_id: state.rid,
-        parent_message_id: state.parentId,
-        organization_id: "",
-        text: state.text,
-      };
-    },
-    isRecognised() {
-      return state.isRecognised;
-    },
-  };
+  return streamParser(reader, state, () => {
+    if (!(state.cid && state.text && state.isLastCandidateComplete && state.contextToken)) return null;
+    rememberChatMetadata({ cid: state.cid, rid: state.rid, rcid: state.rcid, context_token: state.contextToken });
+    return {
+      conversation_id: state.cid,
+      message_id: state.rid,
+      parent_message_id: state.parentId,
+      organization_id: "",
+      text: state.text,
+    };
+  });
 }
 
 function conversationIdFromUrl(url) {
-  const parsed = parseUrl(url);
-  if (!parsed || parsed.origin !== ORIGIN) return null;
-  const hex = parsed.pathname.match(CONVERSATION_PATH)?.[1];
+  const hex = pathMatch(url, ORIGIN, CONVERSATION_PATH)?.[1];
   return hex ? `c_${hex.toLowerCase()}` : null;
 }
 
@@ -161,22 +151,15 @@ export default {
   version: "2026-11-29",
   origins: [ORIGIN],
   conversationIdFromUrl,
-  conversationUrl({ conversation_id, page_url }) {
-    if (page_url && conversationIdFromUrl(page_url) === conversation_id) return page_url;
-    return `${ORIGIN}/app/${encodeURIComponent(conversation_id.replace(/^c_/, ""))}`;
-  },
+  conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/app/${encodeURIComponent(id.replace(/^c_/, ""))}`),
   completionRequest: {
     method: "POST",
     pattern: /^https:\/\/gemini\.google\.com\/(u\/\d+\/)?_\/BardChatUi\/data\/assistant\.lamda\.BardFrontendService\/StreamGenerate(\?|$)/,
   },
   createStreamParser,
   dom: {
-    isGenerating(document) {
-      return queryAllFirst(document, SELECTORS.generating).length > 0;
-    },
-    lastAssistantMessage(document) {
-      return queryLast(document, SELECTORS.assistantContent);
-    },
+    isGenerating: (document) => anyMatches(document, SELECTORS.generating),
+    lastAssistantMessage: (document) => queryLast(document, SELECTORS.assistantContent),
     messageId(element) {
       const holder = element.closest?.('[id^="message-content-id-"]') ?? element;
       const id = holder.getAttribute?.("id") ?? "";

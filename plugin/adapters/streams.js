@@ -1,7 +1,9 @@
 /**
  * Pieces the platform adapters share: bounded line and JSON-frame readers
- * that work on any chunk split in linear time, JSON access that never
- * throws, and DOM look-ups over a selector table with fallbacks.
+ * that work on any chunk split in linear time and the StreamParser around
+ * them, JSON access that never throws, conversation URLs, DOM look-ups over
+ * a selector table with fallbacks, and page-value readers. What they are
+ * given (patterns, selectors, events) stays in each adapter.
  */
 
 /** A longer line (or Gemini frame) is hostile or broken: the stream is given up. */
@@ -50,21 +52,62 @@ export function text(value) {
 }
 
 /**
+ * The part of a line or frame that has come so far, kept as pieces and
+ * joined once when it is complete, so that work stays linear however small
+ * the chunks. One longer than `maxChars` is hostile or broken: it is
+ * dropped, and the reader holding it reads nothing more.
+ */
+class PendingText {
+  /** @param {number} maxChars */
+  constructor(maxChars) {
+    this.maxChars = maxChars;
+    /** @type {string[]} */
+    this.pieces = [];
+    this.chars = 0;
+    /** Set once a line or frame outgrew the bound. */
+    this.overflowed = false;
+  }
+
+  get isEmpty() {
+    return this.pieces.length === 0;
+  }
+
+  /** Keeps the next piece of a line or frame not complete yet. */
+  add(piece) {
+    this.pieces.push(piece);
+    this.chars += piece.length;
+    if (this.chars > this.maxChars) {
+      this.overflowed = true;
+      this.pieces = [];
+    }
+  }
+
+  /** @returns {string | null} the whole line or frame, `last` its end; null when it outgrew the bound */
+  complete(last) {
+    const tooLong = this.chars + last.length > this.maxChars;
+    const whole = tooLong ? null : this.pieces.join("") + last;
+    this.pieces = [];
+    this.chars = 0;
+    if (tooLong) this.overflowed = true;
+    return whole;
+  }
+}
+
+/**
  * Splits decoded text into lines (`\n`, `\r\n` or `\r`, as SSE allows) on any
- * chunk split. Each character is looked at once; a partial line is kept as
- * pieces and joined once, so work stays linear however small the chunks.
+ * chunk split. Each character is looked at once.
  */
 export class LineReader {
   /** @param {(line: string) => void} onLine */
   constructor(onLine, maxLineChars = MAX_LINE_CHARS) {
     this.onLine = onLine;
-    this.maxLineChars = maxLineChars;
-    /** @type {string[]} */
-    this.pieces = [];
-    this.pendingChars = 0;
+    this.pending = new PendingText(maxLineChars);
     this.afterCR = false;
-    /** Set once a line outgrew the bound; nothing is read after that. */
-    this.overflowed = false;
+  }
+
+  /** Set once a line outgrew the bound; nothing is read after that. */
+  get overflowed() {
+    return this.pending.overflowed;
   }
 
   /** @param {string} chunk */
@@ -76,33 +119,20 @@ export class LineReader {
     const ends = /\r\n|\r|\n/g;
     ends.lastIndex = start;
     for (let match = ends.exec(chunk); match; match = ends.exec(chunk)) {
-      const line = this.pieces.length ? this.pieces.join("") + chunk.slice(start, match.index) : chunk.slice(start, match.index);
-      this.pieces = [];
-      this.pendingChars = 0;
+      const line = this.pending.complete(chunk.slice(start, match.index));
       start = ends.lastIndex;
       if (match[0] === "\r" && start === chunk.length) this.afterCR = true;
-      if (line.length > this.maxLineChars) {
-        this.overflowed = true;
-        return;
-      }
+      if (line === null) return;
       this.onLine(line);
     }
-    if (start < chunk.length) {
-      this.pieces.push(chunk.slice(start));
-      this.pendingChars += chunk.length - start;
-      if (this.pendingChars > this.maxLineChars) {
-        this.overflowed = true;
-        this.pieces = [];
-      }
-    }
+    if (start < chunk.length) this.pending.add(chunk.slice(start));
   }
 
   /** Delivers a last line that had no line end. */
   end() {
-    if (this.overflowed || !this.pieces.length) return;
-    const line = this.pieces.join("");
-    this.pieces = [];
-    this.onLine(line);
+    if (this.overflowed || this.pending.isEmpty) return;
+    const line = this.pending.complete("");
+    if (line !== null) this.onLine(line);
   }
 }
 
@@ -133,14 +163,15 @@ export class JsonFrameReader {
   /** @param {(frame: string) => void} onFrame */
   constructor(onFrame, maxFrameChars = MAX_LINE_CHARS) {
     this.onFrame = onFrame;
-    this.maxFrameChars = maxFrameChars;
-    /** @type {string[]} */
-    this.pieces = [];
-    this.pendingChars = 0;
+    this.pending = new PendingText(maxFrameChars);
     this.depth = 0;
     this.inString = false;
     this.escaped = false;
-    this.overflowed = false;
+  }
+
+  /** Set once a frame outgrew the bound; nothing is read after that. */
+  get overflowed() {
+    return this.pending.overflowed;
   }
 
   /** @param {string} chunk */
@@ -167,27 +198,53 @@ export class JsonFrameReader {
       else if (c === 0x5d || c === 0x7d) {
         this.depth--;
         if (this.depth === 0) {
-          const frame = this.pieces.join("") + chunk.slice(start, i + 1);
-          this.pieces = [];
-          this.pendingChars = 0;
+          const frame = this.pending.complete(chunk.slice(start, i + 1));
           start = -1;
-          if (frame.length > this.maxFrameChars) {
-            this.overflowed = true;
-            return;
-          }
+          if (frame === null) return;
           this.onFrame(frame);
         }
       }
     }
-    if (this.depth > 0) {
-      this.pieces.push(chunk.slice(start));
-      this.pendingChars += chunk.length - start;
-      if (this.pendingChars > this.maxFrameChars) {
-        this.overflowed = true;
-        this.pieces = [];
-      }
-    }
+    if (this.depth > 0) this.pending.add(chunk.slice(start));
   }
+
+  /** The end of the stream: a frame cut before its closing bracket is not JSON, so there is nothing to deliver. */
+  end() {}
+}
+
+/** What every adapter's parser state tracks, besides its own shape's fields. */
+export class StreamState {
+  constructor() {
+    /** An error event, or a text past the bound, was read: the stream gives no capture. */
+    this.hasFailed = false;
+    /** An event of the adapter's shape (an error included) was read: see StreamParser's `isRecognised`. */
+    this.isRecognised = false;
+  }
+}
+
+/**
+ * The StreamParser (types.js) over a reader and the state its callback
+ * builds: a stream that failed or outgrew the reader's bound gives no
+ * capture; otherwise `capture` says whether it ended with a final message.
+ *
+ * @param {LineReader | JsonFrameReader} reader
+ * @param {StreamState} state
+ * @param {() => import('./types.js').Capture | null} capture
+ * @returns {import('./types.js').StreamParser}
+ */
+export function streamParser(reader, state, capture) {
+  return {
+    feed(chunk) {
+      reader.feed(chunk);
+    },
+    finish() {
+      reader.end();
+      return state.hasFailed || reader.overflowed ? null : capture();
+    },
+    isRecognised() {
+      return state.isRecognised;
+    },
+  };
 }
 
 /**
@@ -205,6 +262,32 @@ export function parseUrl(url) {
   } catch {
     return null;
   }
+}
+
+/**
+ * `pattern` matched against the path of `url`, when `url` is a page of
+ * `origin`; else null.
+ *
+ * @returns {RegExpMatchArray | null}
+ */
+export function pathMatch(url, origin, pattern) {
+  const parsed = parseUrl(url);
+  if (!parsed || parsed.origin !== origin) return null;
+  return parsed.pathname.match(pattern);
+}
+
+/**
+ * An adapter's `conversationUrl`: the page the delivery names when that page
+ * shows the conversation (so a custom GPT's or a second account's page is
+ * kept), else `ownPage(conversation_id)`.
+ *
+ * @param {(url: string) => string | null} conversationIdFromUrl
+ * @param {(conversationId: string) => string} ownPage
+ * @returns {(target: {conversation_id: string, page_url?: string}) => string}
+ */
+export function conversationUrlFor(conversationIdFromUrl, ownPage) {
+  return ({ conversation_id, page_url }) =>
+    page_url && conversationIdFromUrl(page_url) === conversation_id ? page_url : ownPage(conversation_id);
 }
 
 /**
@@ -227,6 +310,11 @@ export function queryAllFirst(root, selectors) {
 export function queryLast(root, selectors) {
   const found = queryAllFirst(root, selectors);
   return found.length ? found[found.length - 1] : null;
+}
+
+/** Whether any selector of `selectors` matches in `root`. */
+export function anyMatches(root, selectors) {
+  return queryAllFirst(root, selectors).length > 0;
 }
 
 /** The IANA time zone of this browser (the page's too: same process, same settings). */

@@ -6,7 +6,9 @@
  * Kept in `store`, so a restarted service worker still remembers.
  */
 
-/** @typedef {{get(key: string): Promise<any>, set(key: string, value: any): Promise<void>}} Store */
+import { serialisedUpdates } from "./serialised.js";
+
+/** @typedef {import('./serialised.js').Store} Store */
 
 const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -18,36 +20,18 @@ export class DeliveryMemory {
    */
   constructor(store, { key = "deliveries", ttlMs = DAY_MS, limit = 500, now = Date.now } = {}) {
     if (!(Number.isInteger(limit) && limit > 0)) throw new RangeError(`delivery memory limit must be a positive integer, not ${limit}`);
-    this.store = store;
-    this.key = key;
     this.ttlMs = ttlMs;
     this.limit = limit;
     this.now = now;
-    /** @type {Promise<unknown>} */
-    this.tail = Promise.resolve();
+    /** Changes the stored entries still within the TTL, one call at a time. */
+    this.serialised = serialisedUpdates(store, key, (stored) => this.unexpired(stored));
   }
 
   /**
-   * Runs `change` on the stored entries after every earlier operation: each
-   * reads and writes the whole list, so overlapping calls would lose writes.
+   * The stored entries still within the TTL (an entry stamped ahead of a clock set back stays).
    *
-   * @template T
-   * @param {(entries: Array<{key: string, at: number, result: any}>) => T} change
-   * @param {boolean} writes
-   * @returns {Promise<T>}
+   * @returns {Array<{key: string, at: number, result: any}>}
    */
-  serialised(change, writes) {
-    const run = this.tail.then(async () => {
-      const entries = this.unexpired(await this.store.get(this.key));
-      const result = change(entries);
-      if (writes) await this.store.set(this.key, entries);
-      return result;
-    });
-    this.tail = run.catch(() => {});
-    return run;
-  }
-
-  /** The stored entries still within the TTL (an entry stamped ahead of a clock set back stays). */
   unexpired(stored) {
     const now = this.now();
     return (Array.isArray(stored) ? stored : []).filter(

@@ -6,8 +6,10 @@
  * service worker that is stopped and started again still has it.
  */
 
+import { serialisedUpdates } from "./serialised.js";
+
 /**
- * @typedef {{get(key: string): Promise<any>, set(key: string, value: any): Promise<void>}} Store
+ * @typedef {import('./serialised.js').Store} Store
  * @typedef {{id: string, [field: string]: any}} Frame
  */
 
@@ -27,35 +29,10 @@ export class Outbox {
   constructor(store, { key = "outbox", limit = 200, maxChars = DEFAULT_MAX_CHARS } = {}) {
     if (!(Number.isInteger(limit) && limit > 0)) throw new RangeError(`outbox limit must be a positive integer, not ${limit}`);
     if (!(Number.isInteger(maxChars) && maxChars > 0)) throw new RangeError(`outbox maxChars must be a positive integer, not ${maxChars}`);
-    this.store = store;
-    this.key = key;
     this.limit = limit;
     this.maxChars = maxChars;
-    /** @type {Promise<unknown>} */
-    this.tail = Promise.resolve();
-  }
-
-  /**
-   * Runs `change` on the stored state after every earlier operation has
-   * finished: each one reads, changes and writes the whole state, so two
-   * overlapping calls would otherwise lose one's write. (One Outbox per
-   * store and key: a second instance in the same worker would not share
-   * this queue.)
-   *
-   * @template T
-   * @param {(state: {frames: Frame[], dropped: number}) => T} change
-   * @param {boolean} writes
-   * @returns {Promise<T>}
-   */
-  serialised(change, writes) {
-    const run = this.tail.then(async () => {
-      const state = normalised(await this.store.get(this.key));
-      const result = change(state);
-      if (writes) await this.store.set(this.key, state);
-      return result;
-    });
-    this.tail = run.catch(() => {});
-    return run;
+    /** Changes the stored `{frames, dropped}`, one call at a time (one Outbox per store and key). */
+    this.serialised = serialisedUpdates(store, key, normalised);
   }
 
   /**
@@ -117,7 +94,11 @@ export class Outbox {
   }
 }
 
-/** The stored state, or an empty one where the store holds nothing usable. */
+/**
+ * The stored state, or an empty one where the store holds nothing usable.
+ *
+ * @returns {{frames: Frame[], dropped: number}}
+ */
 function normalised(stored) {
   const frames = Array.isArray(stored?.frames) ? stored.frames.filter((frame) => typeof frame?.id === "string") : [];
   const dropped = Number.isInteger(stored?.dropped) && stored.dropped >= 0 ? stored.dropped : 0;

@@ -220,47 +220,52 @@ describe("page values", () => {
 });
 
 describe("DOM helpers", () => {
-  it("claude: streaming flag, the newest response's content, no message id", () => {
-    const older = el("div", { class: "font-claude-response" }, "old");
-    const newer = el("div", { class: "font-claude-response" }, "new");
-    const claude = adapterByName("claude");
-    const writing = fakeDocument({ '[data-is-streaming="true"]': [el("div")], "[data-is-streaming] .font-claude-response": [older, newer] });
-    assert.equal(claude.dom.isGenerating(writing), true);
-    assert.equal(claude.dom.lastAssistantMessage(writing), newer);
-    assert.equal(claude.dom.messageId(newer), null);
-    const legacy = fakeDocument({ ".font-claude-message": [older] });
-    assert.equal(claude.dom.isGenerating(legacy), false);
-    assert.equal(claude.dom.lastAssistantMessage(legacy), older, "falls back to the older class name");
-    assert.equal(claude.dom.lastAssistantMessage(fakeDocument({})), null);
-  });
-
-  it("chatgpt: the stop button, the newest assistant turn's Markdown and its message id", () => {
-    const markdown = el("div", { class: "markdown prose" }, el("p", {}, "hi"));
-    const turn = el("div", { "data-message-author-role": "assistant", "data-message-id": "msg-2" }, markdown);
-    const chatgpt = adapterByName("chatgpt");
-    const document = fakeDocument({
-      'button[data-testid="stop-button"]': [],
-      '[data-message-author-role="assistant"]': [el("div"), turn],
-      ".markdown": [markdown],
-      "[data-message-id]": [turn],
+  // Each case builds a page and says what the adapter must read from it.
+  const cases = [
+    ["claude: streaming flag, the newest response's content, no message id", "claude", () => {
+      const newer = el("div", { class: "font-claude-response" }, "new");
+      const older = el("div", { class: "font-claude-response" }, "old");
+      const document = fakeDocument({ '[data-is-streaming="true"]': [el("div")], "[data-is-streaming] .font-claude-response": [older, newer] });
+      return { document, generating: true, answer: newer, messageId: null };
+    }],
+    ["claude: falls back to the older class name", "claude", () => {
+      const older = el("div", { class: "font-claude-message" }, "old");
+      return { document: fakeDocument({ ".font-claude-message": [older] }), generating: false, answer: older, messageId: null };
+    }],
+    ["chatgpt: the stop button, the newest assistant turn's Markdown and its message id", "chatgpt", () => {
+      const markdown = el("div", { class: "markdown prose" }, el("p", {}, "hi"));
+      const turn = el("div", { "data-message-author-role": "assistant", "data-message-id": "msg-2" }, markdown);
+      const document = fakeDocument({
+        'button[data-testid="stop-button"]': [],
+        '[data-message-author-role="assistant"]': [el("div"), turn],
+        ".markdown": [markdown],
+        "[data-message-id]": [turn],
+      });
+      return { document, generating: false, answer: markdown, messageId: "msg-2" };
+    }],
+    ["gemini: the stop icon, the newest model response's content and its rid", "gemini", () => {
+      const content = el("div", { class: "markdown" }, "hi");
+      const holder = el("message-content", { id: "message-content-id-r_1a2b" }, content);
+      const document = fakeDocument({
+        'mat-icon[data-mat-icon-name="stop"]': [el("mat-icon")],
+        "model-response message-content .markdown": [content],
+        '[id^="message-content-id-"]': [holder],
+      });
+      return { document, generating: true, answer: content, messageId: "r_1a2b" };
+    }],
+  ];
+  for (const [name, platform, page] of cases) {
+    it(name, () => {
+      const { document, generating, answer, messageId } = page();
+      const { dom } = adapterByName(platform);
+      assert.equal(dom.isGenerating(document), generating);
+      assert.equal(dom.lastAssistantMessage(document), answer);
+      assert.equal(dom.messageId(answer), messageId);
     });
-    assert.equal(chatgpt.dom.isGenerating(document), false);
-    assert.equal(chatgpt.dom.lastAssistantMessage(document), markdown);
-    assert.equal(chatgpt.dom.messageId(markdown), "msg-2");
-  });
+  }
 
-  it("gemini: the stop icon, the newest model response's content and its rid", () => {
-    const content = el("div", { class: "markdown" }, "hi");
-    const holder = el("message-content", { id: "message-content-id-r_1a2b" }, content);
-    const gemini = adapterByName("gemini");
-    const document = fakeDocument({
-      'mat-icon[data-mat-icon-name="stop"]': [el("mat-icon")],
-      "model-response message-content .markdown": [content],
-      '[id^="message-content-id-"]': [holder],
-    });
-    assert.equal(gemini.dom.isGenerating(document), true);
-    assert.equal(gemini.dom.lastAssistantMessage(document), content);
-    assert.equal(gemini.dom.messageId(content), "r_1a2b");
+  it("find no answer on a page without one", () => {
+    for (const adapter of ADAPTERS) assert.equal(adapter.dom.lastAssistantMessage(fakeDocument({})), null, adapter.name);
   });
 });
 

@@ -47,56 +47,61 @@ function stream(tracker, id, text, size = 5) {
   for (let at = 0; at < text.length; at += size) tracker.streamChunk(id, text.slice(at, at + size));
 }
 
+// Steps of a case: what the page and the stream of id 1 do, in order.
+const writing = ({ tracker }) => tracker.generatingChanged(true);
+const written = ({ tracker }) => tracker.generatingChanged(false);
+const streamed = (text) => ({ tracker }) => stream(tracker, 1, text);
+const ended = (status) => ({ tracker }) => tracker.streamEnded(1, { status });
+const aborted = ({ tracker }) => tracker.streamAborted(1);
+const graceOver = ({ elapse }) => elapse();
+const nothingYet = ({ reports }) => assert.deepEqual(reports, [], "nothing reported yet");
+
+const ANSWER = fixture("claude", "answer_with_baa");
+
+/** [what the tracker does, the steps, how each report it made was read] */
+const SEQUENCES = [
+  ["reports a stream that ended normally as a network capture, and not the page as well",
+    [writing, streamed(ANSWER), ended(200), written, graceOver], ["network"]],
+  ["waits for a stream that ends after the page's signal, within the grace period",
+    [writing, streamed(ANSWER), written, ended(200), graceOver], ["network"]],
+  ["sends nothing for a stream aborted midway, from the stream or from the page",
+    [writing, streamed(ANSWER.slice(0, ANSWER.length / 2)), aborted, written, graceOver], []],
+  ["sends nothing for a stream of the known shape cut before its end signal",
+    [writing, streamed(fixture("claude", "aborted_before_message_stop")), ended(200), written, graceOver], []],
+  ["sends nothing for an error status",
+    [writing, streamed("<html>oops</html>"), ended(500), written, graceOver], []],
+  ["reads the page when the stream's shape was not understood",
+    [writing, streamed('data: {"kind": "a shape from next year"}\n\n'), ended(200), written, graceOver], ["dom"]],
+  ["leaves an answer still streaming after the grace period to its stream",
+    [writing, streamed(ANSWER), written, graceOver, nothingYet, ended(200)], ["network"]],
+  ["reports a stream the page never showed (a delivery's reply)",
+    [streamed(ANSWER), ended(200)], ["network"]],
+  ["cancels its grace timers when stopped",
+    [writing, written, ({ tracker }) => tracker.stop(), graceOver], []],
+];
+
 describe("CaptureTracker", () => {
-  it("reports a stream that ended normally as a network capture, and not the page as well", () => {
-    const { tracker, reports, elapse } = tracked();
-    tracker.generatingChanged(true);
-    stream(tracker, 1, fixture("claude", "answer_with_baa"));
-    tracker.generatingChanged(false);
+  for (const [name, steps, methods] of SEQUENCES) {
+    it(name, () => {
+      const harness = tracked();
+      for (const step of steps) step(harness);
+      assert.deepEqual(harness.reports.map((report) => report.method), methods);
+    });
+  }
+
+  it("takes the capture's text and organization from the stream", () => {
+    const { tracker, reports } = tracked();
+    stream(tracker, 1, ANSWER);
     tracker.streamEnded(1, { status: 200 });
-    elapse();
-    assert.equal(reports.length, 1);
-    assert.equal(reports[0].method, "network");
     assert.match(reports[0].capture.text, /```baa\nfiles\.read/);
     assert.equal(reports[0].capture.organization_id, "org-1");
-  });
-
-  it("sends nothing for a stream aborted midway, from the stream or from the page", () => {
-    const { tracker, reports, elapse } = tracked();
-    tracker.generatingChanged(true);
-    const text = fixture("claude", "answer_with_baa");
-    stream(tracker, 1, text.slice(0, text.length / 2));
-    tracker.streamAborted(1);
-    tracker.generatingChanged(false);
-    elapse();
-    assert.deepEqual(reports, []);
-  });
-
-  it("sends nothing for a stream of the known shape cut before its end signal", () => {
-    const { tracker, reports, elapse } = tracked();
-    tracker.generatingChanged(true);
-    stream(tracker, 1, fixture("claude", "aborted_before_message_stop"));
-    tracker.streamEnded(1, { status: 200 });
-    tracker.generatingChanged(false);
-    elapse();
-    assert.deepEqual(reports, []);
-  });
-
-  it("sends nothing for an error status", () => {
-    const { tracker, reports, elapse } = tracked();
-    tracker.generatingChanged(true);
-    stream(tracker, 1, "<html>oops</html>");
-    tracker.streamEnded(1, { status: 500 });
-    tracker.generatingChanged(false);
-    elapse();
-    assert.deepEqual(reports, []);
   });
 
   it("reads the page when no stream was seen for the answer", () => {
     const { tracker, reports, elapse } = tracked({ dom: { text: "```baa\necho\n{}\n```", message_id: "m-7" } });
     tracker.generatingChanged(true);
     tracker.generatingChanged(false);
-    assert.deepEqual(reports, [], "not before the grace period");
+    assert.deepEqual(reports, [], "nothing reported before the grace period");
     elapse();
     assert.equal(reports.length, 1);
     assert.equal(reports[0].method, "dom");
@@ -104,44 +109,6 @@ describe("CaptureTracker", () => {
       conversation_id: "11111111-2222-4333-8444-555555555555", message_id: "m-7", parent_message_id: "",
       organization_id: "", text: "```baa\necho\n{}\n```",
     });
-  });
-
-  it("reads the page when the stream's shape was not understood", () => {
-    const { tracker, reports, elapse } = tracked();
-    tracker.generatingChanged(true);
-    stream(tracker, 1, "data: {\"kind\": \"a shape from next year\"}\n\n");
-    tracker.streamEnded(1, { status: 200 });
-    tracker.generatingChanged(false);
-    elapse();
-    assert.deepEqual(reports.map((report) => report.method), ["dom"]);
-  });
-
-  it("waits for a stream that ends after the page's signal, within the grace period", () => {
-    const { tracker, reports, elapse } = tracked();
-    tracker.generatingChanged(true);
-    stream(tracker, 1, fixture("claude", "answer_with_baa"));
-    tracker.generatingChanged(false);
-    tracker.streamEnded(1, { status: 200 });
-    elapse();
-    assert.deepEqual(reports.map((report) => report.method), ["network"]);
-  });
-
-  it("leaves an answer still streaming after the grace period to its stream", () => {
-    const { tracker, reports, elapse } = tracked();
-    tracker.generatingChanged(true);
-    stream(tracker, 1, fixture("claude", "answer_with_baa"));
-    tracker.generatingChanged(false);
-    elapse();
-    assert.deepEqual(reports, []);
-    tracker.streamEnded(1, { status: 200 });
-    assert.deepEqual(reports.map((report) => report.method), ["network"]);
-  });
-
-  it("reports a stream the page never showed (a delivery's reply)", () => {
-    const { tracker, reports } = tracked();
-    stream(tracker, 1, fixture("claude", "answer_with_baa"));
-    tracker.streamEnded(1, { status: 200 });
-    assert.deepEqual(reports.map((report) => report.method), ["network"]);
   });
 
   it("does not send the same page text twice, nor anything for an empty page or a page without a conversation", () => {
@@ -165,14 +132,5 @@ describe("CaptureTracker", () => {
     const { tracker } = tracked();
     for (let id = 0; id < 100; id++) tracker.streamStarted(id, { url: COMPLETION_URL, body: null });
     assert.ok(tracker.streams.size <= 16);
-  });
-
-  it("cancels its grace timers when stopped", () => {
-    const { tracker, reports, elapse } = tracked();
-    tracker.generatingChanged(true);
-    tracker.generatingChanged(false);
-    tracker.stop();
-    elapse();
-    assert.deepEqual(reports, []);
   });
 });

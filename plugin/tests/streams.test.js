@@ -118,6 +118,28 @@ describe("stream parsers on hostile input", () => {
     assert.equal(parser.finish(), null);
   });
 
+  it("read lines and frames up to their bound, whole or in pieces, and nothing after one longer", async () => {
+    const { JsonFrameReader, LineReader } = await import("../adapters/streams.js");
+    // [reader, chunks, what it reads with a bound of 5 characters, whether it gave up]
+    const cases = [
+      [LineReader, ["abcd\nab", "cd\r", "\nabcde\n"], ["abcd", "abcd", "abcde"], false],
+      [LineReader, ["abc", "d"], ["abcd"], false],
+      [LineReader, ["abc\nabcdef\nabc\n"], ["abc"], true],
+      [LineReader, ["abc\nab", "cd", "ef", "\nabc\n"], ["abc"], true],
+      [JsonFrameReader, [")]}'\n5\n[1,", "2]3\n{", "}[1,2"], ["[1,2]", "{}"], false],
+      [JsonFrameReader, ["{}[1,2,3]{}"], ["{}"], true],
+      [JsonFrameReader, ["[1,2", ",3,4", "]{}"], [], true],
+    ];
+    for (const [Reader, chunks, expected, overflowed] of cases) {
+      const read = [];
+      const reader = new Reader((item) => read.push(item), 5);
+      for (const chunk of chunks) reader.feed(chunk);
+      reader.end?.();
+      assert.deepEqual(read, expected, `${Reader.name} ${JSON.stringify(chunks)}`);
+      assert.equal(reader.overflowed, overflowed, `${Reader.name} ${JSON.stringify(chunks)}`);
+    }
+  });
+
   it("recognise their own shape in every fixture, and no other shape", () => {
     for (const fixture of all) {
       const parser = adapterByName(fixture.platform).createStreamParser(fixture.expected.request);
