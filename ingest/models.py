@@ -1,6 +1,8 @@
 from django.core.validators import RegexValidator
 from django.db import models
 
+from tools.registry import DEFAULT_TARGET
+
 
 def plugin_group_name(client_pk: int) -> str:
     """Channel-layer group of a client's socket. Built from the primary key:
@@ -100,3 +102,10 @@ class Instruction(models.Model):
 
     def __str__(self) -> str:
         return f"block {self.block_index} of message {self.message_id}: {self.tool or '?'}"
+
+    @property
+    def label(self) -> str:
+        """``TARGET::TOOL``, or just the tool for Conductor's own target."""
+        if self.target and self.target != DEFAULT_TARGET:
+            return f"{self.target}::{self.tool}"
+        return self.tool

@@ -287,7 +287,7 @@ class InstructionAdmin(ListColumnsMixin, admin.ModelAdmin):
     def call(self, instruction):
         if not instruction.tool:
             return "-"
-        return f"{instruction.target}::{instruction.tool}" if instruction.target else instruction.tool
+        return instruction.label
 
     @admin.display(description="message", ordering="message__received_at")
     def message_link(self, instruction):

@@ -310,7 +310,7 @@ class InstructionInline(ReadOnlyInline):
     def call(self, instruction):
         if not instruction.tool:
             return "-"
-        return f"{instruction.target}::{instruction.tool}" if instruction.target else instruction.tool
+        return instruction.label
 
     @admin.display(description="params")
     def params_shown(self, instruction):
