@@ -1,8 +1,8 @@
-"""How the admin shows stored data that came from outside: URLs, text and JSON.
+"""What every admin module shares: how stored data is shown, and the admin's own pieces.
 
-Everything here is pure. A chat page, a plugin or a tool wrote these values,
-so none of them is trusted: a URL becomes a link only when following it is
-safe, and text is made encodable before it reaches a response.
+How stored data is shown is pure. A chat page, a plugin or a tool wrote these
+values, so none of them is trusted: a URL becomes a link only when following
+it is safe, and text is made encodable before it reaches a response.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.contrib.admin import ActionLocation
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -87,3 +88,25 @@ def readable_json_text(text: str) -> str:
         return readable_json(json.loads(text), sort_keys=True)
     except ValueError:
         return displayable_text(text)
+
+
+# --- the admin's own pieces --------------------------------------------------------------
+
+# Where an action is offered: on the list, and on each row's own page.
+EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
+
+
+class SuperuserOnlyMixin:
+    """Mix into a ``ModelAdmin`` whose rows only active superusers may see, add, change or delete.
+
+    For rows that hand out or decide access (plugin tokens, tool policies),
+    which a model permission granted to staff must not open.
+    """
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return self.has_module_permission(request)
+
+    has_add_permission = has_change_permission = has_delete_permission = has_view_permission

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import ActionLocation
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Case, Q, When
@@ -20,7 +19,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from console.views import format_ms
-from console.helpers import displayable_text, readable_json
+from console.helpers import EVERYWHERE, SuperuserOnlyMixin, displayable_text, readable_json
 from console.lists import ListColumnsMixin
 from conversations.models import Platform
 from ingest.models import Instruction, PluginClient
@@ -33,7 +32,6 @@ from ingest.services.clients import (
 )
 from ingest.tokens import MIN_TOKEN_LENGTH, WeakTokenError
 
-EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 TOKEN_TEMPLATE = "admin/ingest/pluginclient/token.html"
 # A plugin's error text can be as long as a frame; the client page shows its start.
 ERROR_PREVIEW_CHARS = 300
@@ -91,7 +89,7 @@ class PluginClientCreateForm(forms.Form):
 
 
 @admin.register(PluginClient)
-class PluginClientAdmin(admin.ModelAdmin):
+class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     list_display = ["client_id", "name", "enabled", "is_connected", "plugin_version", "last_seen_at", "created_at"]
     list_filter = ["enabled"]
     search_fields = ["client_id", "name"]
@@ -103,15 +101,7 @@ class PluginClientAdmin(admin.ModelAdmin):
     readonly_fields = fields
     actions = ["revoke", "rotate"]
 
-    # --- superusers only --------------------------------------------------------------------
-
-    def has_module_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    has_add_permission = has_view_permission
+    # --- superusers only (the mixin); never saved from a form, never deleted -------------------
 
     def has_change_permission(self, request, obj=None):
         # Allows the actions; a client's row is never saved from a form, which

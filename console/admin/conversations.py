@@ -11,7 +11,6 @@ from functools import partial
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import ActionLocation
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import F, Prefetch
 from django.db.models.functions import Substr
@@ -21,7 +20,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from automation.models import OPEN_STATUSES, AutomationTask
-from console.helpers import displayable_text, link_or_text, readable_json
+from console.helpers import EVERYWHERE, displayable_text, link_or_text, readable_json
 from console.lists import ListColumnsMixin, count_of
 from conversations.models import Conversation, ConversationLink, Message
 from automation.services.operator import conversations_pause
@@ -29,7 +28,6 @@ from conversations.services import conversation_renewal_policy_set, conversation
 from ingest.models import Instruction
 from pipelines.renewal import conversations_renew_now
 
-EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 RECENT_MESSAGES = 20
 # A runaway chat can put tens of thousands of blocks in one message; its page
 # shows the first ones and links to the instruction list for the rest.

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import ActionLocation
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.urls import reverse
 from django.utils.html import format_html
@@ -20,10 +19,8 @@ from automation.models import AutomationTask, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
 from tools.registry import tools
-from console.helpers import readable_json_text
+from console.helpers import EVERYWHERE, SuperuserOnlyMixin, readable_json_text
 from console.lists import ListColumnsMixin
-
-EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 
 
 def admin_link(obj, text=None) -> str:
@@ -62,19 +59,11 @@ class ToolPolicyForm(forms.ModelForm):
 
 
 @admin.register(ToolPolicy)
-class ToolPolicyAdmin(admin.ModelAdmin):
+class ToolPolicyAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     form = ToolPolicyForm
     list_display = ["tool", "policy", "client", "conversation", "note", "updated_at"]
     list_filter = ["policy", "tool"]
     raw_id_fields = ["client", "conversation"]
-
-    def has_module_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    has_add_permission = has_change_permission = has_delete_permission = has_view_permission
 
 
 @admin.register(AutomationTask)
