@@ -14,6 +14,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.contrib.admin import ActionLocation
+from django.db.models import Model
+from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
@@ -88,6 +90,22 @@ def readable_json_text(text: str) -> str:
         return readable_json(json.loads(text), sort_keys=True)
     except ValueError:
         return displayable_text(text)
+
+
+# --- links to admin pages ----------------------------------------------------------------
+
+
+def admin_change_url(obj: Model | type[Model], *, pk: Any = None) -> str:
+    """The admin page of ``obj``; given a model and ``pk``, of that row (when only its id is at hand)."""
+    opts = obj._meta
+    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk if pk is None else pk])
+
+
+def admin_link(obj: Model | None, text: Any = None) -> str:
+    """A link to ``obj``'s admin page, reading ``text`` (``obj`` itself by default); "-" without an object."""
+    if obj is None:
+        return "-"
+    return format_html('<a href="{}">{}</a>', admin_change_url(obj), obj if text is None else text)
 
 
 # --- the admin's own pieces --------------------------------------------------------------

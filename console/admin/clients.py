@@ -13,13 +13,20 @@ from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Case, Q, When
 from django.template.response import TemplateResponse
-from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
+from automation.models import AutomationTask
 from console.views import format_ms
-from console.helpers import EVERYWHERE, SuperuserOnlyMixin, displayable_text, readable_json
+from console.helpers import (
+    EVERYWHERE,
+    SuperuserOnlyMixin,
+    admin_change_url,
+    admin_link,
+    displayable_text,
+    readable_json,
+)
 from console.lists import ListColumnsMixin
 from conversations.models import Platform
 from ingest.models import Instruction, PluginClient
@@ -45,12 +52,11 @@ def _text(value) -> str:
 def _capture_cell(message) -> str:
     if message is None:
         return "-"
-    url = reverse("admin:conversations_message_change", args=[message.pk])
     return format_html(
-        '{} · {} · <a href="{}">message {}</a>',
+        "{} · {} · {}",
         formats.localize(timezone.template_localtime(message.received_at)),
         message.get_capture_display() or "capture not said",
-        url, message.pk,
+        admin_link(message, f"message {message.pk}"),
     )
 
 
@@ -68,10 +74,10 @@ def _delivery_cell(delivery: LastDelivery | None) -> str:
             format_html(" (HTTP {})", _text(delivery.status)) if delivery.status is not None else "",
             Truncator(_text(delivery.error or "no error given")).chars(ERROR_PREVIEW_CHARS),
         )
-    url = reverse("admin:automation_automationtask_change", args=[delivery.task_id])
     return format_html(
         '{} · {} · sent {} · <a href="{}">task {}</a>',
-        delivery.method, outcome, format_ms(delivery.sent_at), url, _text(delivery.task_id),
+        delivery.method, outcome, format_ms(delivery.sent_at),
+        admin_change_url(AutomationTask, pk=delivery.task_id), _text(delivery.task_id),
     )
 
 
@@ -281,8 +287,7 @@ class InstructionAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="message", ordering="message__received_at")
     def message_link(self, instruction):
-        url = reverse("admin:conversations_message_change", args=[instruction.message_id])
-        return format_html('<a href="{}">{}</a>', url, instruction.message)
+        return admin_link(instruction.message)
 
     @admin.display(description="block")
     def raw_text_shown(self, instruction):
@@ -299,8 +304,4 @@ class InstructionAdmin(ListColumnsMixin, admin.ModelAdmin):
         tasks = list(instruction.tasks.order_by("created_at", "pk"))
         if not tasks:
             return "-"
-        return format_html_join(
-            ", ",
-            '<a href="{}">{}</a> ({})',
-            ((reverse("admin:automation_automationtask_change", args=[t.pk]), t.task_id, t.status) for t in tasks),
-        )
+        return format_html_join(", ", "{} ({})", ((admin_link(task, task.task_id), task.status) for task in tasks))

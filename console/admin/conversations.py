@@ -20,7 +20,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from automation.models import OPEN_STATUSES, AutomationTask
-from console.helpers import EVERYWHERE, displayable_text, link_or_text, readable_json
+from console.helpers import EVERYWHERE, admin_change_url, admin_link, displayable_text, link_or_text, readable_json
 from console.lists import ListColumnsMixin, count_of
 from conversations.models import Conversation, ConversationLink, Message
 from automation.services.operator import conversations_pause
@@ -48,10 +48,6 @@ def _text_head():
 
 def _preview(message) -> str:
     return displayable_text(Truncator(message.text_head).chars(PREVIEW_CHARS))
-
-
-def _change_url(obj) -> str:
-    return reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
 
 
 def _log_change(request, objects, message: str) -> None:
@@ -272,8 +268,8 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
                     len(report.created),
                     format_html_join(
                         ", ", '{} (<a href="{}">task {}</a>)',
-                        ((conversations[pk], reverse("admin:automation_automationtask_change", args=[task_id]),
-                          task_id) for pk, task_id in report.created),
+                        ((conversations[pk], admin_change_url(AutomationTask, pk=task_id), task_id)
+                         for pk, task_id in report.created),
                     ),
                 ),
                 messages.SUCCESS,
@@ -323,10 +319,9 @@ class InstructionInline(ReadOnlyInline):
             return "-"
         return format_html_join(
             "",
-            '<div class="instruction-task"><a href="{}">{}</a> {} '
-            '<pre style="white-space: pre-wrap; margin: 0">{}</pre></div>',
+            '<div class="instruction-task">{} {} <pre style="white-space: pre-wrap; margin: 0">{}</pre></div>',
             (
-                (_change_url(task), task.task_id, task.status,
+                (admin_link(task, task.task_id), task.status,
                  displayable_text(Truncator(task.result_json or task.last_error or "").chars(RESULT_PREVIEW_CHARS)))
                 for task in tasks
             ),
@@ -375,7 +370,7 @@ class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="conversation", ordering="conversation__title")
     def conversation_link(self, message):
-        return format_html('<a href="{}">{}</a>', _change_url(message.conversation), message.conversation)
+        return admin_link(message.conversation)
 
     @admin.display(description="platform", ordering="conversation__platform")
     def platform(self, message):

@@ -11,7 +11,6 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
-from django.urls import reverse
 from django.utils.html import format_html
 
 from console.views import format_ms
@@ -19,16 +18,8 @@ from automation.models import AutomationTask, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
 from tools.registry import tools
-from console.helpers import EVERYWHERE, SuperuserOnlyMixin, readable_json_text
+from console.helpers import EVERYWHERE, SuperuserOnlyMixin, admin_link, readable_json_text
 from console.lists import ListColumnsMixin
-
-
-def admin_link(obj, text=None) -> str:
-    """A link to ``obj``'s admin page, or "-" without one."""
-    if obj is None:
-        return "-"
-    url = reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
-    return format_html('<a href="{}">{}</a>', url, text if text is not None else obj)
 
 
 def pretty_json(text: str | None) -> str:
