@@ -92,6 +92,37 @@ def readable_json_text(text: str) -> str:
         return displayable_text(text)
 
 
+# --- blocks of stored text ---------------------------------------------------------------
+
+# Marks a block of JSON in the page.
+JSON_CLASS = "conductor-json"
+
+
+def text_block(text: str, *, css_class: str | None = None, in_table: bool = False) -> SafeString:
+    """``text`` in a <pre> that keeps its lines and wraps long ones; escaped, and made encodable.
+
+    ``in_table`` drops the <pre>'s margin, for a block inside an inline's table cell.
+    """
+    style = "white-space: pre-wrap; margin: 0" if in_table else "white-space: pre-wrap"
+    if css_class is None:
+        return format_html('<pre style="{}">{}</pre>', style, displayable_text(text))
+    return format_html('<pre class="{}" style="{}">{}</pre>', css_class, style, displayable_text(text))
+
+
+def json_block(value: Any, *, sort_keys: bool = False, in_table: bool = False) -> SafeString | str:
+    """A JSON value, indented, in a ``text_block``; "-" for None (nothing stored)."""
+    if value is None:
+        return "-"
+    return text_block(readable_json(value, sort_keys=sort_keys), css_class=JSON_CLASS, in_table=in_table)
+
+
+def json_text_block(text: str | None) -> SafeString | str:
+    """Stored JSON text as ``readable_json_text`` shows it, in a ``text_block``; "-" for None."""
+    if text is None:
+        return "-"
+    return text_block(readable_json_text(text), css_class=JSON_CLASS)
+
+
 # --- links to admin pages ----------------------------------------------------------------
 
 

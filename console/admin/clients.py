@@ -25,7 +25,8 @@ from console.helpers import (
     admin_change_url,
     admin_link,
     displayable_text,
-    readable_json,
+    json_block,
+    text_block,
 )
 from console.lists import ListColumnsMixin
 from conversations.models import Platform
@@ -291,13 +292,11 @@ class InstructionAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="block")
     def raw_text_shown(self, instruction):
-        return format_html('<pre style="white-space: pre-wrap">{}</pre>', displayable_text(instruction.raw_text))
+        return text_block(instruction.raw_text)
 
     @admin.display(description="params")
     def params_shown(self, instruction):
-        if instruction.params is None:
-            return "-"
-        return format_html('<pre style="white-space: pre-wrap">{}</pre>', readable_json(instruction.params))
+        return json_block(instruction.params)
 
     @admin.display(description="tasks")
     def task_list(self, instruction):

@@ -20,7 +20,15 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from automation.models import OPEN_STATUSES, AutomationTask
-from console.helpers import EVERYWHERE, admin_change_url, admin_link, displayable_text, link_or_text, readable_json
+from console.helpers import (
+    EVERYWHERE,
+    admin_change_url,
+    admin_link,
+    displayable_text,
+    json_block,
+    link_or_text,
+    text_block,
+)
 from console.lists import ListColumnsMixin, count_of
 from conversations.models import Conversation, ConversationLink, Message
 from automation.services.operator import conversations_pause
@@ -308,9 +316,7 @@ class InstructionInline(ReadOnlyInline):
 
     @admin.display(description="params")
     def params_shown(self, instruction):
-        if instruction.params is None:
-            return "-"
-        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', readable_json(instruction.params))
+        return json_block(instruction.params, in_table=True)
 
     @admin.display(description="tasks and results")
     def task_list(self, instruction):
@@ -319,10 +325,11 @@ class InstructionInline(ReadOnlyInline):
             return "-"
         return format_html_join(
             "",
-            '<div class="instruction-task">{} {} <pre style="white-space: pre-wrap; margin: 0">{}</pre></div>',
+            '<div class="instruction-task">{} {} {}</div>',
             (
                 (admin_link(task, task.task_id), task.status,
-                 displayable_text(Truncator(task.result_json or task.last_error or "").chars(RESULT_PREVIEW_CHARS)))
+                 text_block(Truncator(task.result_json or task.last_error or "").chars(RESULT_PREVIEW_CHARS),
+                            in_table=True))
                 for task in tasks
             ),
         )
@@ -390,14 +397,8 @@ class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="text")
     def text_shown(self, message):
-        return format_html(
-            '<pre class="message-text" style="white-space: pre-wrap">{}</pre>', displayable_text(message.text)
-        )
+        return text_block(message.text, css_class="message-text")
 
     @admin.display(description="raw frame")
     def raw_frame_shown(self, message):
-        if message.raw_frame is None:
-            return "-"
-        return format_html(
-            '<pre style="white-space: pre-wrap">{}</pre>', readable_json(message.raw_frame, sort_keys=True)
-        )
+        return json_block(message.raw_frame, sort_keys=True)

@@ -11,22 +11,14 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
-from django.utils.html import format_html
 
 from console.views import format_ms
 from automation.models import AutomationTask, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
 from tools.registry import tools
-from console.helpers import EVERYWHERE, SuperuserOnlyMixin, admin_link, readable_json_text
+from console.helpers import EVERYWHERE, SuperuserOnlyMixin, admin_link, json_text_block
 from console.lists import ListColumnsMixin
-
-
-def pretty_json(text: str | None) -> str:
-    """Stored JSON text, indented in a <pre>; text that is not JSON is shown as it is."""
-    if text is None:
-        return "-"
-    return format_html('<pre class="conductor-json" style="white-space: pre-wrap">{}</pre>', readable_json_text(text))
 
 
 def id_list(ids: list[str], *, limit: int = 20) -> str:
@@ -166,11 +158,11 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="payload")
     def payload(self, task):
-        return pretty_json(task.payload_json)
+        return json_text_block(task.payload_json)
 
     @admin.display(description="result")
     def result(self, task):
-        return pretty_json(task.result_json)
+        return json_text_block(task.result_json)
 
     # --- actions: each calls an operator service and reports done and skipped ------------
 
