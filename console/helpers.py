@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.contrib.admin import ActionLocation
+from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import Model
 from django.urls import reverse
 from django.utils.html import format_html
@@ -159,3 +160,11 @@ class SuperuserOnlyMixin:
         return self.has_module_permission(request)
 
     has_add_permission = has_change_permission = has_delete_permission = has_view_permission
+
+
+def log_change(request, objects, message: str) -> None:
+    """One admin log entry per object in ``objects``, saying ``message``, by the acting operator."""
+    if objects:
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk, queryset=objects, action_flag=CHANGE, change_message=message
+        )

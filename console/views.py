@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
@@ -37,6 +36,7 @@ from automation.selectors import (
     tasks_recently_failed,
 )
 from automation.services.dispatcher_state import dispatcher_pause_set
+from console.helpers import log_change
 from ingest.selectors import plugin_clients_connected
 
 # Who may open the overview; templates/admin/index.html shows its link only to them.
@@ -174,12 +174,7 @@ def dispatcher_pause(request):
         return redirect("admin-overview")
     is_paused = choice == "1"
     if dispatcher_pause_set(is_paused=is_paused, actor=request.user.username):
-        LogEntry.objects.log_actions(
-            user_id=request.user.pk,
-            queryset=[dispatcher_state()],
-            action_flag=CHANGE,
-            change_message="Paused all claiming" if is_paused else "Resumed claiming",
-        )
+        log_change(request, [dispatcher_state()], "Paused all claiming" if is_paused else "Resumed claiming")
         messages.success(
             request,
             "The dispatcher is paused: no task is claimed until it is resumed."

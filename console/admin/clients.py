@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Case, Q, When
 from django.template.response import TemplateResponse
@@ -26,6 +25,7 @@ from console.helpers import (
     admin_link,
     displayable_text,
     json_block,
+    log_change,
     text_block,
 )
 from console.lists import ListColumnsMixin
@@ -212,7 +212,7 @@ class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
         eligible = [client for client in selected if client.enabled]
         for client in eligible:
             plugin_client_revoke(client=client, actor=request.user.username)
-        self._log(request, eligible, "Revoked; its open socket was closed")
+        log_change(request, eligible, "Revoked; its open socket was closed")
         if eligible:
             self.message_user(
                 request, f"Revoked {len(eligible)} client(s): {', '.join(c.client_id for c in eligible)}.",
@@ -231,18 +231,12 @@ class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
                 issued.append((client, plugin_client_rotate(client=client, actor=request.user.username)))
             except PluginClientRevoked as exc:
                 skipped.append(str(exc))
-        self._log(request, [client for client, _ in issued], "Rotated its token; its open socket was closed")
+        log_change(request, [client for client, _ in issued], "Rotated its token; its open socket was closed")
         if skipped:
             self.message_user(request, "Skipped: " + "; ".join(skipped), messages.WARNING)
         if issued:
             return self._tokens_page(request, issued, "rotated")
         return None
-
-    def _log(self, request, clients, message: str) -> None:
-        if clients:
-            LogEntry.objects.log_actions(
-                user_id=request.user.pk, queryset=clients, action_flag=CHANGE, change_message=message
-            )
 
 
 @admin.register(Instruction)

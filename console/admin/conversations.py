@@ -11,7 +11,6 @@ from functools import partial
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import F, Prefetch
 from django.db.models.functions import Substr
 from django.forms.models import BaseInlineFormSet
@@ -27,6 +26,7 @@ from console.helpers import (
     displayable_text,
     json_block,
     link_or_text,
+    log_change,
     text_block,
 )
 from console.lists import ListColumnsMixin, count_of
@@ -56,14 +56,6 @@ def _text_head():
 
 def _preview(message) -> str:
     return displayable_text(Truncator(message.text_head).chars(PREVIEW_CHARS))
-
-
-def _log_change(request, objects, message: str) -> None:
-    """One admin log entry per object, naming the action, by the acting operator."""
-    if objects:
-        LogEntry.objects.log_actions(
-            user_id=request.user.pk, queryset=objects, action_flag=CHANGE, change_message=message
-        )
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -235,7 +227,7 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
         eligible = [conversation for conversation in selected if getattr(conversation, field) != value]
         if eligible:
             changed = service(conversation_ids=[c.pk for c in eligible], actor=request.user.username)
-            _log_change(request, eligible, done)
+            log_change(request, eligible, done)
             self.message_user(request, f"{done}: {changed} conversation(s).", messages.SUCCESS)
         if len(selected) > len(eligible):
             self.message_user(
@@ -267,7 +259,7 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
         conversations = queryset.in_bulk()
         report = conversations_renew_now(conversation_ids=sorted(conversations), actor=request.user.username)
         for pk, task_id in report.created:
-            _log_change(request, [conversations[pk]], f"Renew now: queued renewal task {task_id}")
+            log_change(request, [conversations[pk]], f"Renew now: queued renewal task {task_id}")
         if report.created:
             self.message_user(
                 request,
