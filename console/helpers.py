@@ -1,12 +1,14 @@
-"""What every admin module shares: how stored data is shown, and the admin's own pieces.
+"""What the admin modules share: showing stored values, links, and the admin's own pieces.
 
-How stored data is shown is pure. A chat page, a plugin or a tool wrote these
-values, so none of them is trusted: a URL becomes a link only when following
-it is safe, and text is made encodable before it reaches a response.
+Showing is pure. A chat page, a plugin or a tool wrote these values, so none
+of them is trusted: a URL becomes a link only when following it is safe, and
+text is made encodable before it reaches a response. The admin's own pieces
+are where an action is offered, the superuser-only permissions and the log.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import json
 import re
@@ -17,8 +19,13 @@ from django.contrib.admin import ActionLocation
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import Model
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+
+from core import clock
+
+# --- stored URLs, text and JSON ----------------------------------------------------------
 
 # Any ASCII control character or space. Browsers drop some of them inside a URL
 # ("java\tscript:" runs as "javascript:"), so a URL holding one is never a link.
@@ -93,9 +100,23 @@ def readable_json_text(text: str) -> str:
         return displayable_text(text)
 
 
+# --- times -------------------------------------------------------------------------------
+
+
+def datetime_from_ms(ms: int | None) -> dt.datetime | None:
+    """An aware datetime for epoch milliseconds (the tasks' time fields), in the site's time zone."""
+    return None if ms is None else timezone.localtime(clock.datetime_from_ms(ms))
+
+
+def format_ms(ms: int | None) -> str:
+    """Epoch milliseconds as a readable time to the millisecond, e.g. ``2026-11-29 12:00:00.250 UTC``."""
+    moment = datetime_from_ms(ms)
+    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} {moment:%Z}"
+
+
 # --- blocks of stored text ---------------------------------------------------------------
 
-# Marks a block of JSON in the page.
+# Every JSON block carries it, so that a page's JSON can be told from its text.
 JSON_CLASS = "conductor-json"
 
 

@@ -20,10 +20,8 @@ from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
-from core import clock
 from core.clock import now_ms
 from automation.models import TaskStatus
 from automation.selectors import (
@@ -36,7 +34,7 @@ from automation.selectors import (
     tasks_recently_failed,
 )
 from automation.services.dispatcher_state import dispatcher_pause_set
-from console.helpers import log_change
+from console.helpers import datetime_from_ms, log_change
 from ingest.selectors import plugin_clients_connected
 
 # Who may open the overview; templates/admin/index.html shows its link only to them.
@@ -44,17 +42,6 @@ OVERVIEW_PERMISSION = "automation.view_automationtask"
 
 # The dispatcher counts as lagging when its last tick is older than this many ticks.
 LAG_TICKS = 3
-
-
-def datetime_from_ms(ms: int | None) -> dt.datetime | None:
-    """An aware datetime for epoch milliseconds (the tasks' time fields), in the site's time zone."""
-    return None if ms is None else timezone.localtime(clock.datetime_from_ms(ms))
-
-
-def format_ms(ms: int | None) -> str:
-    """Epoch milliseconds as a readable time to the millisecond, e.g. ``2026-11-29 12:00:00.250 UTC``."""
-    moment = datetime_from_ms(ms)
-    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} {moment:%Z}"
 
 
 # --- the throughput chart ----------------------------------------------------------

@@ -17,13 +17,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
 from automation.models import AutomationTask
-from console.views import format_ms
 from console.helpers import (
     EVERYWHERE,
     SuperuserOnlyMixin,
     admin_change_url,
     admin_link,
     displayable_text,
+    format_ms,
     json_block,
     log_change,
     text_block,

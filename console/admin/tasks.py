@@ -12,12 +12,11 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 
-from console.views import format_ms
 from automation.models import AutomationTask, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
 from tools.registry import tools
-from console.helpers import EVERYWHERE, SuperuserOnlyMixin, admin_link, json_text_block
+from console.helpers import EVERYWHERE, SuperuserOnlyMixin, admin_link, format_ms, json_text_block
 from console.lists import ListColumnsMixin
 
 
