@@ -20,6 +20,16 @@ from console.helpers import EVERYWHERE, SuperuserOnlyMixin, admin_link, format_m
 from console.lists import ListColumnsMixin
 
 
+def time_field(field: str, *, description: str, sortable: bool = False):
+    """A display function showing the epoch-milliseconds ``field`` as ``format_ms`` writes it."""
+
+    @admin.display(description=description, ordering=field if sortable else None)
+    def shown(self, task):
+        return format_ms(getattr(task, field))
+
+    return shown
+
+
 def id_list(ids: list[str], *, limit: int = 20) -> str:
     """Ids for a message: the first ``limit`` of them, then how many more."""
     shown = ", ".join(ids[:limit])
@@ -131,29 +141,12 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     def attempts(self, task):
         return f"{task.attempt_count}/{task.max_attempts}"
 
-    @admin.display(description="execute after", ordering="execute_after")
-    def due(self, task):
-        return format_ms(task.execute_after)
-
-    @admin.display(description="updated", ordering="updated_at")
-    def updated(self, task):
-        return format_ms(task.updated_at)
-
-    @admin.display(description="created", ordering="created_at")
-    def created(self, task):
-        return format_ms(task.created_at)
-
-    @admin.display(description="started")
-    def started(self, task):
-        return format_ms(task.started_at)
-
-    @admin.display(description="finished")
-    def finished(self, task):
-        return format_ms(task.finished_at)
-
-    @admin.display(description="lease until")
-    def lease_expiry(self, task):
-        return format_ms(task.lease_until)
+    due = time_field("execute_after", description="execute after", sortable=True)
+    updated = time_field("updated_at", description="updated", sortable=True)
+    created = time_field("created_at", description="created", sortable=True)
+    started = time_field("started_at", description="started")
+    finished = time_field("finished_at", description="finished")
+    lease_expiry = time_field("lease_until", description="lease until")
 
     @admin.display(description="payload")
     def payload(self, task):
