@@ -1,20 +1,31 @@
-"""How the admin shows stored data that came from outside: URLs, text and JSON.
+"""What the admin modules share: showing stored values, links, and the admin's own pieces.
 
-Everything here is pure. A chat page, a plugin or a tool wrote these values,
-so none of them is trusted: a URL becomes a link only when following it is
-safe, and text is made encodable before it reaches a response.
+Showing is pure. A chat page, a plugin or a tool wrote these values, so none
+of them is trusted: a URL becomes a link only when following it is safe, and
+text is made encodable before it reaches a response. The admin's own pieces
+are where an action is offered, the superuser-only permissions and the log.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import ipaddress
 import json
 import re
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.contrib.admin import ActionLocation
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.db.models import Model
+from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
+
+from core import clock
+
+# --- stored URLs, text and JSON ----------------------------------------------------------
 
 # Any ASCII control character or space. Browsers drop some of them inside a URL
 # ("java\tscript:" runs as "javascript:"), so a URL holding one is never a link.
@@ -87,3 +98,94 @@ def readable_json_text(text: str) -> str:
         return readable_json(json.loads(text), sort_keys=True)
     except ValueError:
         return displayable_text(text)
+
+
+# --- times -------------------------------------------------------------------------------
+
+
+def datetime_from_ms(ms: int | None) -> dt.datetime | None:
+    """An aware datetime for epoch milliseconds (the tasks' time fields), in the site's time zone."""
+    return None if ms is None else timezone.localtime(clock.datetime_from_ms(ms))
+
+
+def format_ms(ms: int | None) -> str:
+    """Epoch milliseconds as a readable time to the millisecond, e.g. ``2026-11-29 12:00:00.250 UTC``."""
+    moment = datetime_from_ms(ms)
+    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} {moment:%Z}"
+
+
+# --- blocks of stored text ---------------------------------------------------------------
+
+# Every JSON block carries it, so that a page's JSON can be told from its text.
+JSON_CLASS = "conductor-json"
+
+
+def text_block(text: str, *, css_class: str | None = None, in_table: bool = False) -> SafeString:
+    """``text`` in a <pre> that keeps its lines and wraps long ones; escaped, and made encodable.
+
+    ``in_table`` drops the <pre>'s margin, for a block inside an inline's table cell.
+    """
+    style = "white-space: pre-wrap; margin: 0" if in_table else "white-space: pre-wrap"
+    if css_class is None:
+        return format_html('<pre style="{}">{}</pre>', style, displayable_text(text))
+    return format_html('<pre class="{}" style="{}">{}</pre>', css_class, style, displayable_text(text))
+
+
+def json_block(value: Any, *, sort_keys: bool = False, in_table: bool = False) -> SafeString | str:
+    """A JSON value, indented, in a ``text_block``; "-" for None (nothing stored)."""
+    if value is None:
+        return "-"
+    return text_block(readable_json(value, sort_keys=sort_keys), css_class=JSON_CLASS, in_table=in_table)
+
+
+def json_text_block(text: str | None) -> SafeString | str:
+    """Stored JSON text as ``readable_json_text`` shows it, in a ``text_block``; "-" for None."""
+    if text is None:
+        return "-"
+    return text_block(readable_json_text(text), css_class=JSON_CLASS)
+
+
+# --- links to admin pages ----------------------------------------------------------------
+
+
+def admin_change_url(obj: Model | type[Model], *, pk: Any = None) -> str:
+    """The admin page of ``obj``; given a model and ``pk``, of that row (when only its id is at hand)."""
+    opts = obj._meta
+    return reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[obj.pk if pk is None else pk])
+
+
+def admin_link(obj: Model | None, text: Any = None) -> str:
+    """A link to ``obj``'s admin page, reading ``text`` (``obj`` itself by default); "-" without an object."""
+    if obj is None:
+        return "-"
+    return format_html('<a href="{}">{}</a>', admin_change_url(obj), obj if text is None else text)
+
+
+# --- the admin's own pieces --------------------------------------------------------------
+
+# Where an action is offered: on the list, and on each row's own page.
+EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
+
+
+class SuperuserOnlyMixin:
+    """Mix into a ``ModelAdmin`` whose rows only active superusers may see, add, change or delete.
+
+    For rows that hand out or decide access (plugin tokens, tool policies),
+    which a model permission granted to staff must not open.
+    """
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_superuser
+
+    def has_view_permission(self, request, obj=None):
+        return self.has_module_permission(request)
+
+    has_add_permission = has_change_permission = has_delete_permission = has_view_permission
+
+
+def log_change(request, objects, message: str) -> None:
+    """One admin log entry per object in ``objects``, saying ``message``, by the acting operator."""
+    if objects:
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk, queryset=objects, action_flag=CHANGE, change_message=message
+        )

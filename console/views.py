@@ -16,12 +16,10 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.contrib import admin, messages
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.auth.decorators import permission_required
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.utils import timezone
 from django.views.decorators.http import require_POST
 
 from automation.models import TaskStatus
@@ -35,7 +33,7 @@ from automation.selectors import (
     tasks_recently_failed,
 )
 from automation.services.dispatcher_state import dispatcher_pause_set
-from core import clock
+from console.helpers import datetime_from_ms, log_change
 from core.clock import now_ms
 from ingest.selectors import plugin_clients_connected
 
@@ -44,17 +42,6 @@ OVERVIEW_PERMISSION = "automation.view_automationtask"
 
 # The dispatcher counts as lagging when its last tick is older than this many ticks.
 LAG_TICKS = 3
-
-
-def datetime_from_ms(ms: int | None) -> dt.datetime | None:
-    """An aware datetime for epoch milliseconds (the tasks' time fields), in the site's time zone."""
-    return None if ms is None else timezone.localtime(clock.datetime_from_ms(ms))
-
-
-def format_ms(ms: int | None) -> str:
-    """Epoch milliseconds as a readable time to the millisecond, e.g. ``2026-11-29 12:00:00.250 UTC``."""
-    moment = datetime_from_ms(ms)
-    return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} {moment:%Z}"
 
 
 # --- the throughput chart ----------------------------------------------------------
@@ -174,12 +161,7 @@ def dispatcher_pause(request):
         return redirect("admin-overview")
     is_paused = choice == "1"
     if dispatcher_pause_set(is_paused=is_paused, actor=request.user.username):
-        LogEntry.objects.log_actions(
-            user_id=request.user.pk,
-            queryset=[dispatcher_state()],
-            action_flag=CHANGE,
-            change_message="Paused all claiming" if is_paused else "Resumed claiming",
-        )
+        log_change(request, [dispatcher_state()], "Paused all claiming" if is_paused else "Resumed claiming")
         messages.success(
             request,
             "The dispatcher is paused: no task is claimed until it is resumed."

@@ -9,19 +9,26 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import ActionLocation
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Case, Q, When
 from django.template.response import TemplateResponse
-from django.urls import reverse
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.text import Truncator
 
-from console.helpers import displayable_text, readable_json
+from automation.models import AutomationTask
+from console.helpers import (
+    EVERYWHERE,
+    SuperuserOnlyMixin,
+    admin_change_url,
+    admin_link,
+    displayable_text,
+    format_ms,
+    json_block,
+    log_change,
+    text_block,
+)
 from console.lists import ListColumnsMixin
-from console.views import format_ms
 from ingest.models import Instruction, PluginClient
 from ingest.selectors import (
     LastDelivery,
@@ -37,7 +44,6 @@ from ingest.services.clients import (
 from ingest.tokens import MIN_TOKEN_LENGTH, WeakTokenError
 from platforms import platforms
 
-EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 TOKEN_TEMPLATE = "admin/ingest/pluginclient/token.html"
 # A plugin's error text can be as long as a frame; the client page shows its start.
 ERROR_PREVIEW_CHARS = 300
@@ -51,12 +57,11 @@ def _text(value) -> str:
 def _capture_cell(message) -> str:
     if message is None:
         return "-"
-    url = reverse("admin:conversations_message_change", args=[message.pk])
     return format_html(
-        '{} · {} · <a href="{}">message {}</a>',
+        "{} · {} · {}",
         formats.localize(timezone.template_localtime(message.received_at)),
         message.get_capture_display() or "capture not said",
-        url, message.pk,
+        admin_link(message, f"message {message.pk}"),
     )
 
 
@@ -74,10 +79,10 @@ def _delivery_cell(delivery: LastDelivery | None) -> str:
             format_html(" (HTTP {})", _text(delivery.status)) if delivery.status is not None else "",
             Truncator(_text(delivery.error or "no error given")).chars(ERROR_PREVIEW_CHARS),
         )
-    url = reverse("admin:automation_automationtask_change", args=[delivery.task_id])
     return format_html(
         '{} · {} · sent {} · <a href="{}">task {}</a>',
-        delivery.method, outcome, format_ms(delivery.sent_at), url, _text(delivery.task_id),
+        delivery.method, outcome, format_ms(delivery.sent_at),
+        admin_change_url(AutomationTask, pk=delivery.task_id), _text(delivery.task_id),
     )
 
 
@@ -95,7 +100,7 @@ class PluginClientCreateForm(forms.Form):
 
 
 @admin.register(PluginClient)
-class PluginClientAdmin(admin.ModelAdmin):
+class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     list_display = ["client_id", "name", "enabled", "is_connected", "plugin_version", "last_seen_at", "created_at"]
     list_filter = ["enabled"]
     search_fields = ["client_id", "name"]
@@ -107,15 +112,7 @@ class PluginClientAdmin(admin.ModelAdmin):
     readonly_fields = fields
     actions = ["revoke", "rotate"]
 
-    # --- superusers only --------------------------------------------------------------------
-
-    def has_module_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    has_add_permission = has_view_permission
+    # --- superusers only (the mixin); never saved from a form, never deleted -------------------
 
     def has_change_permission(self, request, obj=None):
         # Allows the actions; a client's row is never saved from a form, which
@@ -219,7 +216,7 @@ class PluginClientAdmin(admin.ModelAdmin):
         eligible = [client for client in selected if client.enabled]
         for client in eligible:
             plugin_client_revoke(client=client, actor=request.user.username)
-        self._log(request, eligible, "Revoked; its open socket was closed")
+        log_change(request, eligible, "Revoked; its open socket was closed")
         if eligible:
             self.message_user(
                 request, f"Revoked {len(eligible)} client(s): {', '.join(c.client_id for c in eligible)}.",
@@ -238,18 +235,12 @@ class PluginClientAdmin(admin.ModelAdmin):
                 issued.append((client, plugin_client_rotate(client=client, actor=request.user.username)))
             except PluginClientRevoked as exc:
                 skipped.append(str(exc))
-        self._log(request, [client for client, _ in issued], "Rotated its token; its open socket was closed")
+        log_change(request, [client for client, _ in issued], "Rotated its token; its open socket was closed")
         if skipped:
             self.message_user(request, "Skipped: " + "; ".join(skipped), messages.WARNING)
         if issued:
             return self._tokens_page(request, issued, "rotated")
         return None
-
-    def _log(self, request, clients, message: str) -> None:
-        if clients:
-            LogEntry.objects.log_actions(
-                user_id=request.user.pk, queryset=clients, action_flag=CHANGE, change_message=message
-            )
 
 
 @admin.register(Instruction)
@@ -291,30 +282,23 @@ class InstructionAdmin(ListColumnsMixin, admin.ModelAdmin):
     def call(self, instruction):
         if not instruction.tool:
             return "-"
-        return f"{instruction.target}::{instruction.tool}" if instruction.target else instruction.tool
+        return instruction.label
 
     @admin.display(description="message", ordering="message__received_at")
     def message_link(self, instruction):
-        url = reverse("admin:conversations_message_change", args=[instruction.message_id])
-        return format_html('<a href="{}">{}</a>', url, instruction.message)
+        return admin_link(instruction.message)
 
     @admin.display(description="block")
     def raw_text_shown(self, instruction):
-        return format_html('<pre style="white-space: pre-wrap">{}</pre>', displayable_text(instruction.raw_text))
+        return text_block(instruction.raw_text)
 
     @admin.display(description="params")
     def params_shown(self, instruction):
-        if instruction.params is None:
-            return "-"
-        return format_html('<pre style="white-space: pre-wrap">{}</pre>', readable_json(instruction.params))
+        return json_block(instruction.params)
 
     @admin.display(description="tasks")
     def task_list(self, instruction):
         tasks = list(instruction.tasks.order_by("created_at", "pk"))
         if not tasks:
             return "-"
-        return format_html_join(
-            ", ",
-            '<a href="{}">{}</a> ({})',
-            ((reverse("admin:automation_automationtask_change", args=[t.pk]), t.task_id, t.status) for t in tasks),
-        )
+        return format_html_join(", ", "{} ({})", ((admin_link(task, task.task_id), task.status) for task in tasks))

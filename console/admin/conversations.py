@@ -11,8 +11,6 @@ from functools import partial
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import ActionLocation
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import F, Prefetch
 from django.db.models.functions import Substr
 from django.forms.models import BaseInlineFormSet
@@ -22,7 +20,16 @@ from django.utils.text import Truncator
 
 from automation.models import OPEN_STATUSES, AutomationTask
 from automation.services.operator import conversations_pause
-from console.helpers import displayable_text, link_or_text, readable_json
+from console.helpers import (
+    EVERYWHERE,
+    admin_change_url,
+    admin_link,
+    displayable_text,
+    json_block,
+    link_or_text,
+    log_change,
+    text_block,
+)
 from console.lists import ListColumnsMixin, count_of
 from conversations.models import Conversation, ConversationLink, Message
 from conversations.services import (
@@ -32,7 +39,6 @@ from conversations.services import (
 from ingest.models import Instruction
 from pipelines.renewal import conversations_renew_now
 
-EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 RECENT_MESSAGES = 20
 # A runaway chat can put tens of thousands of blocks in one message; its page
 # shows the first ones and links to the instruction list for the rest.
@@ -53,18 +59,6 @@ def _text_head():
 
 def _preview(message) -> str:
     return displayable_text(Truncator(message.text_head).chars(PREVIEW_CHARS))
-
-
-def _change_url(obj) -> str:
-    return reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
-
-
-def _log_change(request, objects, message: str) -> None:
-    """One admin log entry per object, naming the action, by the acting operator."""
-    if objects:
-        LogEntry.objects.log_actions(
-            user_id=request.user.pk, queryset=objects, action_flag=CHANGE, change_message=message
-        )
 
 
 class ReadOnlyInline(admin.TabularInline):
@@ -236,7 +230,7 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
         eligible = [conversation for conversation in selected if getattr(conversation, field) != value]
         if eligible:
             changed = service(conversation_ids=[c.pk for c in eligible], actor=request.user.username)
-            _log_change(request, eligible, done)
+            log_change(request, eligible, done)
             self.message_user(request, f"{done}: {changed} conversation(s).", messages.SUCCESS)
         if len(selected) > len(eligible):
             self.message_user(
@@ -268,7 +262,7 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
         conversations = queryset.in_bulk()
         report = conversations_renew_now(conversation_ids=sorted(conversations), actor=request.user.username)
         for pk, task_id in report.created:
-            _log_change(request, [conversations[pk]], f"Renew now: queued renewal task {task_id}")
+            log_change(request, [conversations[pk]], f"Renew now: queued renewal task {task_id}")
         if report.created:
             self.message_user(
                 request,
@@ -277,8 +271,8 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
                     len(report.created),
                     format_html_join(
                         ", ", '{} (<a href="{}">task {}</a>)',
-                        ((conversations[pk], reverse("admin:automation_automationtask_change", args=[task_id]),
-                          task_id) for pk, task_id in report.created),
+                        ((conversations[pk], admin_change_url(AutomationTask, pk=task_id), task_id)
+                         for pk, task_id in report.created),
                     ),
                 ),
                 messages.SUCCESS,
@@ -313,13 +307,11 @@ class InstructionInline(ReadOnlyInline):
     def call(self, instruction):
         if not instruction.tool:
             return "-"
-        return f"{instruction.target}::{instruction.tool}" if instruction.target else instruction.tool
+        return instruction.label
 
     @admin.display(description="params")
     def params_shown(self, instruction):
-        if instruction.params is None:
-            return "-"
-        return format_html('<pre style="white-space: pre-wrap; margin: 0">{}</pre>', readable_json(instruction.params))
+        return json_block(instruction.params, in_table=True)
 
     @admin.display(description="tasks and results")
     def task_list(self, instruction):
@@ -328,11 +320,11 @@ class InstructionInline(ReadOnlyInline):
             return "-"
         return format_html_join(
             "",
-            '<div class="instruction-task"><a href="{}">{}</a> {} '
-            '<pre style="white-space: pre-wrap; margin: 0">{}</pre></div>',
+            '<div class="instruction-task">{} {} {}</div>',
             (
-                (_change_url(task), task.task_id, task.status,
-                 displayable_text(Truncator(task.result_json or task.last_error or "").chars(RESULT_PREVIEW_CHARS)))
+                (admin_link(task, task.task_id), task.status,
+                 text_block(Truncator(task.result_json or task.last_error or "").chars(RESULT_PREVIEW_CHARS),
+                            in_table=True))
                 for task in tasks
             ),
         )
@@ -380,7 +372,7 @@ class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="conversation", ordering="conversation__title")
     def conversation_link(self, message):
-        return format_html('<a href="{}">{}</a>', _change_url(message.conversation), message.conversation)
+        return admin_link(message.conversation)
 
     @admin.display(description="platform", ordering="conversation__platform")
     def platform(self, message):
@@ -400,14 +392,8 @@ class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="text")
     def text_shown(self, message):
-        return format_html(
-            '<pre class="message-text" style="white-space: pre-wrap">{}</pre>', displayable_text(message.text)
-        )
+        return text_block(message.text, css_class="message-text")
 
     @admin.display(description="raw frame")
     def raw_frame_shown(self, message):
-        if message.raw_frame is None:
-            return "-"
-        return format_html(
-            '<pre style="white-space: pre-wrap">{}</pre>', readable_json(message.raw_frame, sort_keys=True)
-        )
+        return json_block(message.raw_frame, sort_keys=True)

@@ -10,35 +10,30 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
-from django.contrib.admin import ActionLocation
 from django.contrib.admin.utils import flatten_fieldsets, unquote
-from django.urls import reverse
-from django.utils.html import format_html
 
 from automation.models import AutomationTask, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
-from console.helpers import readable_json_text
+from console.helpers import (
+    EVERYWHERE,
+    SuperuserOnlyMixin,
+    admin_link,
+    format_ms,
+    json_text_block,
+)
 from console.lists import ListColumnsMixin
-from console.views import format_ms
 from tools.registry import tools
 
-EVERYWHERE = [ActionLocation.CHANGE_LIST, ActionLocation.CHANGE_FORM]
 
+def time_field(field: str, *, description: str, sortable: bool = False):
+    """A display function showing the epoch-milliseconds ``field`` as ``format_ms`` writes it."""
 
-def admin_link(obj, text=None) -> str:
-    """A link to ``obj``'s admin page, or "-" without one."""
-    if obj is None:
-        return "-"
-    url = reverse(f"admin:{obj._meta.app_label}_{obj._meta.model_name}_change", args=[obj.pk])
-    return format_html('<a href="{}">{}</a>', url, text if text is not None else obj)
+    @admin.display(description=description, ordering=field if sortable else None)
+    def shown(self, task):
+        return format_ms(getattr(task, field))
 
-
-def pretty_json(text: str | None) -> str:
-    """Stored JSON text, indented in a <pre>; text that is not JSON is shown as it is."""
-    if text is None:
-        return "-"
-    return format_html('<pre class="conductor-json" style="white-space: pre-wrap">{}</pre>', readable_json_text(text))
+    return shown
 
 
 def id_list(ids: list[str], *, limit: int = 20) -> str:
@@ -62,19 +57,11 @@ class ToolPolicyForm(forms.ModelForm):
 
 
 @admin.register(ToolPolicy)
-class ToolPolicyAdmin(admin.ModelAdmin):
+class ToolPolicyAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     form = ToolPolicyForm
     list_display = ["tool", "policy", "client", "conversation", "note", "updated_at"]
     list_filter = ["policy", "tool"]
     raw_id_fields = ["client", "conversation"]
-
-    def has_module_permission(self, request):
-        return request.user.is_active and request.user.is_superuser
-
-    def has_view_permission(self, request, obj=None):
-        return request.user.is_active and request.user.is_superuser
-
-    has_add_permission = has_change_permission = has_delete_permission = has_view_permission
 
 
 @admin.register(AutomationTask)
@@ -160,37 +147,20 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     def attempts(self, task):
         return f"{task.attempt_count}/{task.max_attempts}"
 
-    @admin.display(description="execute after", ordering="execute_after")
-    def due(self, task):
-        return format_ms(task.execute_after)
-
-    @admin.display(description="updated", ordering="updated_at")
-    def updated(self, task):
-        return format_ms(task.updated_at)
-
-    @admin.display(description="created", ordering="created_at")
-    def created(self, task):
-        return format_ms(task.created_at)
-
-    @admin.display(description="started")
-    def started(self, task):
-        return format_ms(task.started_at)
-
-    @admin.display(description="finished")
-    def finished(self, task):
-        return format_ms(task.finished_at)
-
-    @admin.display(description="lease until")
-    def lease_expiry(self, task):
-        return format_ms(task.lease_until)
+    due = time_field("execute_after", description="execute after", sortable=True)
+    updated = time_field("updated_at", description="updated", sortable=True)
+    created = time_field("created_at", description="created", sortable=True)
+    started = time_field("started_at", description="started")
+    finished = time_field("finished_at", description="finished")
+    lease_expiry = time_field("lease_until", description="lease until")
 
     @admin.display(description="payload")
     def payload(self, task):
-        return pretty_json(task.payload_json)
+        return json_text_block(task.payload_json)
 
     @admin.display(description="result")
     def result(self, task):
-        return pretty_json(task.result_json)
+        return json_text_block(task.result_json)
 
     # --- actions: each calls an operator service and reports done and skipped ------------
 

@@ -223,11 +223,18 @@ def test_the_message_page_shows_the_text_its_instructions_and_their_tasks(admin_
     page = admin_client.get(f"{MESSAGES}{message.pk}/change/").content.decode()
 
     assert '<pre class="message-text" style="white-space: pre-wrap">Reading it now.\n```baa\nfiles.read' in page
-    assert "conductor::files.read" in page
+    assert "<p>files.read</p>" in page
     assert "bad header &#x27;Nope!&#x27;" in page
     assert f'<a href="/admin/automation/automationtask/{task.pk}/change/">{task.task_id}</a> succeeded' in page
     assert "{&quot;ok&quot;: 1}" in page  # the task's result
     assert f"/admin/ingest/instruction/{refused.pk}/change/" in page
+
+
+def test_an_instruction_is_named_by_its_tool_with_its_target_only_when_that_is_not_conductor(admin_client):
+    own = InstructionFactory(tool="files.read")
+    InstructionFactory(message=own.message, tool="files.read", target="laptop")
+    page = admin_client.get(f"{MESSAGES}{own.message_id}/change/").content.decode()
+    assert re.findall(r'<td class="field-call">\s*<p>(.*?)</p>', page) == ["files.read", "laptop::files.read"]
 
 
 def test_the_message_list_fetches_a_preview_not_the_text_and_counts_without_grouping(
@@ -355,7 +362,7 @@ def test_staff_who_may_view_messages_see_their_instructions(client):
     client.force_login(make_staff("reader", "conversations.view_message"))
     instruction = InstructionFactory(tool="time.now")
     page = client.get(f"{MESSAGES}{instruction.message_id}/change/").content.decode()
-    assert "conductor::time.now" in page
+    assert "<p>time.now</p>" in page
 
 
 # --- stored URLs ------------------------------------------------------------------------------
