@@ -44,6 +44,7 @@ from automation.services.transitions import (
     task_start,
     task_succeed,
 )
+from automation.wake import wakes_go_to
 from core.clock import now_ms
 from core.logfmt import log_event
 
@@ -179,6 +180,10 @@ class Dispatcher:
     # --- running one task ------------------------------------------------------
 
     def _run(self, ctx: ExecutionContext) -> None:
+        with wakes_go_to(self.wake):
+            self._run_task(ctx)
+
+    def _run_task(self, ctx: ExecutionContext) -> None:
         task = ctx.task
         close_old_connections()
         try:

@@ -40,6 +40,29 @@ def dispatcher_wake() -> None:
         logger.exception("could not wake the dispatcher; the next tick will claim the tasks")
 
 
+# Set in a dispatcher's task threads: what they commit wakes that dispatcher.
+_running_in = threading.local()
+
+
+@contextlib.contextmanager
+def wakes_go_to(event: threading.Event):
+    """Within the block, this thread's wake-ups set ``event`` instead of crossing processes.
+
+    A dispatcher runs each task (and its kind's follow-up, which may create
+    the next task) in a thread of its own, and ticks again as soon as the
+    task's thread sets its event: the round trip through the channel layer
+    would only delay that. (A dispatcher that lost its run lease meanwhile
+    does not tick; the loop that holds the lease claims the new task at its
+    next tick.)
+    """
+    previous = getattr(_running_in, "event", None)
+    _running_in.event = event
+    try:
+        yield
+    finally:
+        _running_in.event = previous
+
+
 def dispatcher_wake_on_commit() -> None:
     """Wake the dispatcher once the current transaction commits (at once outside one).
 
@@ -47,8 +70,12 @@ def dispatcher_wake_on_commit() -> None:
     waiting for this transaction's commit is not queued again. (Django keeps
     the callbacks of the open transaction in ``connection.run_on_commit``,
     and drops those of a rolled-back savepoint, so a rollback never leaves a
-    wake counted that will not happen.)
+    wake counted that will not happen.) In a dispatcher's task thread
+    (``wakes_go_to``), the wake sets that dispatcher's event.
     """
+    if (local := getattr(_running_in, "event", None)) is not None:
+        transaction.on_commit(local.set)
+        return
     connection = transaction.get_connection()
     if connection.in_atomic_block and any(
         callback is dispatcher_wake for _, callback, _ in connection.run_on_commit

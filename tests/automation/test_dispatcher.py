@@ -296,3 +296,28 @@ def test_an_outcome_and_its_kinds_follow_up_commit_together(monkeypatch):
     assert calls == [(task.pk, S.SUCCEEDED, "d1")]
     # The outcome rolled back with its follow-up: the task is reclaimed as interrupted later.
     assert reload(task).status == S.RUNNING
+
+
+def test_a_task_created_while_running_a_task_wakes_its_own_dispatcher_directly(monkeypatch):
+    from unittest import mock
+
+    from automation.kinds import kinds
+
+    def follow_up(task, actor):
+        task_create(kind="test.local", payload={"after": task.pk}, actor=actor)
+
+    spec = kinds.get("test.local")
+    monkeypatch.setitem(kinds._entries, "test.local", dataclasses.replace(spec, follow_up=follow_up))
+    create(kind="test.local")
+    dispatcher = make_dispatcher()
+    try:
+        with mock.patch("automation.wake.dispatcher_wake") as across_processes:
+            run_tick(dispatcher)
+            assert dispatcher.wake.is_set()
+            across_processes.assert_not_called()
+            # Outside a dispatcher's task thread, creating a task wakes across processes.
+            create(kind="test.unrunnable")
+            across_processes.assert_called_once_with()
+    finally:
+        dispatcher.stop(grace=5)
+    assert AutomationTask.objects.filter(kind="test.local").count() == 2
