@@ -21,7 +21,7 @@ claim and the operator services do differently for a kind comes from it:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
 from core.registry import Registry
@@ -87,18 +87,6 @@ class KindRegistry(Registry[KindSpec]):
     duplicate_error = DuplicateKind
     unknown_error = UnknownKind
     unknown_format = "unknown task kind {key!r}; registered: {known}"
-
-    def executor(self, name: str) -> Callable[[Executor], Executor]:
-        """Decorator attaching the executor of a registered kind."""
-
-        def attach(function: Executor) -> Executor:
-            spec = self.get(name)
-            if spec.executor is not None:
-                raise DuplicateKind(f"task kind {name!r} already has an executor")
-            self._entries[name] = replace(spec, executor=function)
-            return function
-
-        return attach
 
     def runnable(self) -> list[str]:
         """Kinds with an executor: the only ones the dispatcher claims."""

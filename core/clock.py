@@ -1,4 +1,4 @@
-"""Time for the automation app: integer milliseconds since the Unix epoch.
+"""Time as integer milliseconds since the Unix epoch, for every app.
 
 Services take ``now`` as an argument and fall back to ``now_ms()``, so tests
 and the dispatcher drive time instead of sleeping (STYLE rule 8).

@@ -53,13 +53,14 @@ def instruction_status_set(*, task: AutomationTask, actor: str) -> str:
     """
     status = STATUS_OF_TASK[task.status]
     error = (task.last_error or "") if status in WITH_ERROR else ""
-    previous = Instruction.objects.filter(pk=task.instruction_id).values_list("status", flat=True).first()
-    if Instruction.objects.filter(pk=task.instruction_id).exclude(status=status, error=error).update(
-        status=status, error=error
-    ):
+    # Only its task's changes write the instruction, each in the transaction that
+    # holds the task's row lock, so what is read here is what the update replaces.
+    previous = Instruction.objects.filter(pk=task.instruction_id).values_list("status", "error").first()
+    if previous is not None and previous != (status, error):
+        Instruction.objects.filter(pk=task.instruction_id).update(status=status, error=error)
         log_event(
             logger, "instruction_status", instruction_id=task.instruction_id, task_id=task.pk,
-            status_from=previous, status_to=status, actor=actor,
+            status_from=previous[0], status_to=status, actor=actor,
         )
     return status
 

@@ -36,18 +36,15 @@ def test_duplicate_and_unknown_kinds_raise_clear_errors():
         registry.get("y")
 
 
-def test_an_executor_is_attached_once_and_makes_the_kind_runnable():
-    registry = KindRegistry()
-    registry.register(KindSpec(name="x", lane=None, is_idempotent=always))
-    assert registry.runnable() == []
-
-    @registry.executor("x")
+def test_only_kinds_with_an_executor_are_runnable():
     def run(ctx):
         return None
 
-    assert registry.runnable() == ["x"] and registry.get("x").executor is run
-    with pytest.raises(DuplicateKind):
-        registry.executor("x")(run)
+    registry = KindRegistry()
+    registry.register(KindSpec(name="x", lane=None, is_idempotent=always))
+    assert registry.runnable() == []
+    registry.register(KindSpec(name="y", lane=None, is_idempotent=always, executor=run))
+    assert registry.runnable() == ["y"] and registry.get("y").executor is run
 
 
 @pytest.mark.django_db
