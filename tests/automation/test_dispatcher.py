@@ -262,7 +262,7 @@ def test_the_reclaim_of_an_interrupted_run_waits_the_injected_configs_backoff(se
     # The dispatcher's config decides the wait, not the settings it was not built from.
     settings.CONDUCTOR_RETRY_BACKOFF_SECONDS = (999,)
     clock = Clock()
-    task = create(kind="test.local", sleep=0)
+    task = create(kind="test.local", sleep=0, now=clock.now)
     tr.task_lease(task.pk, lease_owner="gone", lease_until=clock.now + 1000, now=clock.now)
     tr.task_start(task.pk, lease_owner="gone", lease_until=clock.now + 1000, now=clock.now)
     clock.now += 2000
