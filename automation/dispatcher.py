@@ -36,6 +36,7 @@ from automation.retry import RetryPolicy, outbound_jitter_ms
 from automation.services.claim import tasks_claim, tasks_reclaim_expired
 from automation.services.dispatcher_state import dispatcher_tick_record
 from automation.services.transitions import (
+    LeaseLost,
     TransitionError,
     task_fail,
     task_heartbeat,
@@ -228,11 +229,18 @@ class Dispatcher:
         return None if self.stopping.wait(jitter / 1000) else jitter
 
     def _execute(self, spec: KindSpec, ctx: ExecutionContext) -> Outcome:
-        """Run the executor while the heartbeat keeps its lease; unexpected errors are terminal."""
+        """Run the executor while the heartbeat keeps its lease; unexpected errors are terminal.
+
+        ``LeaseLost`` from a step the executor recorded passes up as fencing.
+        """
         with self._lock:
             self._heartbeat_due.add(ctx.task.pk)
         try:
             return spec.executor(ctx)
+        except LeaseLost:
+            # Found by a step the executor recorded: the task is no longer this dispatcher's.
+            ctx.cancelled.set()
+            raise
         except Exception as exc:
             logger.exception("executor of %s raised on task %s", spec.name, ctx.task.pk)
             return TerminalFailure(f"executor error: {type(exc).__name__}: {exc}")

@@ -266,7 +266,11 @@ class ToolPolicy(models.Model):
 
 
 class DeliveryRequest(models.Model):
-    """A ``browser.proxy_delivery`` sent to a plugin client, awaiting its result.
+    """A delivery frame sent to a plugin client, awaiting its result.
+
+    ``method`` says which (SPEC §6.1): ``http`` a ``browser.proxy_delivery``,
+    ``dom`` a ``browser.dom_delivery``; an answer counts only in the frame
+    type of its request's method.
 
     Kept in the database, not in a server's memory: the answer may reach
     another ASGI process than the one that sent the request, and a killed
@@ -276,9 +280,12 @@ class DeliveryRequest(models.Model):
     request_id = models.CharField(primary_key=True, max_length=64, default=new_task_id)
     task = models.ForeignKey(AutomationTask, on_delete=models.CASCADE, related_name="delivery_requests")
     client = models.ForeignKey("ingest.PluginClient", on_delete=models.CASCADE, related_name="+")
+    method = models.CharField(max_length=16, default="http")
+    # Set when the answer was read as delivered: the request that carried the text.
+    delivered = models.BooleanField(default=False)
     sent_at = models.BigIntegerField()
     answered_at = models.BigIntegerField(null=True, blank=True)
-    # The plugin's answer: {ok, status, body, error, error_code}; see
+    # The plugin's answer: {ok, status, body, error, error_code, evidence}; see
     # ingest.services.deliveries.delivery_result_record.
     result = models.JSONField(null=True, blank=True)
 

@@ -6,6 +6,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from automation.services.transitions import task_progress
+
 if TYPE_CHECKING:
     from automation.models import AutomationTask
 
@@ -49,3 +51,12 @@ class ExecutionContext:
 
     def is_cancelled(self) -> bool:
         return self.cancelled.is_set()
+
+    def progress(self, action: str, **detail: Any) -> None:
+        """Put a step of this attempt on the task's timeline (see ``task_progress``).
+
+        Raises ``LeaseLost`` when the task was cancelled or reclaimed
+        meanwhile: the executor's work is then unwanted, and the dispatcher
+        discards whatever it returns.
+        """
+        task_progress(self.task.pk, lease_owner=self.lease_owner, action=action, detail=detail)

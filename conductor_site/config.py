@@ -12,6 +12,9 @@ from typing import Any
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from platforms import parse_delivery_methods, platforms
+from platforms.registry import EVERY_PLATFORM
+
 
 def _positive_int(env: environ.Env, name: str, default: int, *, minimum: int = 1) -> int:
     value = env.int(name, default=default)
@@ -43,6 +46,33 @@ def _backoff_seconds(env: environ.Env) -> tuple[int, ...]:
     return values
 
 
+def _delivery_methods(env: environ.Env) -> dict[str, tuple[str, ...]]:
+    """``claude=http,dom;chatgpt=dom`` as ``{"claude": ("http", "dom"), "chatgpt": ("dom",)}``.
+
+    An entry without ``platform=`` applies to every platform not named
+    (key ``"*"``). Unset or empty: ``{}``, each platform's own order.
+    """
+    name = "CONDUCTOR_DELIVERY_METHODS"
+    raw = env.str(name, default="")
+    methods: dict[str, tuple[str, ...]] = {}
+    for entry in (part.strip() for part in raw.split(";")):
+        if not entry:
+            continue
+        platform, _, listed = entry.rpartition("=")
+        platform = platform.strip() or EVERY_PLATFORM
+        if platform != EVERY_PLATFORM and platform not in platforms.names():
+            raise ImproperlyConfigured(
+                f"{name}: unknown platform {platform!r}; known: {', '.join(platforms.names())}"
+            )
+        if platform in methods:
+            raise ImproperlyConfigured(f"{name}: {platform!r} is given twice")
+        try:
+            methods[platform] = parse_delivery_methods(listed)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"{name}: {exc}") from None
+    return methods
+
+
 def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
     """Return every ``CONDUCTOR_*`` setting of SPEC §8, read from ``env``.
 
@@ -67,6 +97,7 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         "CONDUCTOR_DELIVERY_TIMEOUT_SECONDS": _positive_int(
             env, "CONDUCTOR_DELIVERY_TIMEOUT_SECONDS", 30
         ),
+        "CONDUCTOR_DELIVERY_METHODS": _delivery_methods(env),
         "CONDUCTOR_RESULT_MAX_CHARS": _positive_int(env, "CONDUCTOR_RESULT_MAX_CHARS", 20000),
         "CONDUCTOR_PLUGIN_ORIGINS": tuple(env.list("CONDUCTOR_PLUGIN_ORIGINS", default=[])),
         "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": _positive_int(

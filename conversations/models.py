@@ -1,7 +1,15 @@
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from platforms import platform_choices
+from platforms import parse_delivery_methods, platform_choices
+
+
+def validate_delivery_methods(value: str) -> None:
+    try:
+        parse_delivery_methods(value)
+    except ValueError as exc:
+        raise ValidationError(str(exc)) from None
 
 
 class Conversation(models.Model):
@@ -25,6 +33,11 @@ class Conversation(models.Model):
     renewal_text = models.TextField(default="Please continue.", blank=True)
     renewal_daily_cap = models.PositiveIntegerField(
         default=12, help_text="At most this many renewals per day (UTC)."
+    )
+    delivery_methods = models.CharField(
+        max_length=64, blank=True, validators=[validate_delivery_methods],
+        help_text="The delivery methods to try, in order, e.g. \"dom\" or \"http,dom\"; "
+        "empty: the platform's (CONDUCTOR_DELIVERY_METHODS).",
     )
     last_activity_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)

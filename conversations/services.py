@@ -132,6 +132,20 @@ def conversation_renewal_policy_set(
     )
 
 
+def conversation_delivery_methods_set(*, conversation: Conversation, methods: str, actor: str) -> None:
+    """Set the delivery methods the conversation is tried by, in order ("" for its platform's).
+
+    ``methods`` is checked by the model field's validator (``http,dom``).
+    Writes only this field.
+    """
+    Conversation.objects.filter(pk=conversation.pk).update(delivery_methods=methods)
+    conversation.delivery_methods = methods
+    log_event(
+        logger, "conversation_delivery_methods", conversation_id=conversation.pk, methods=methods or "platform",
+        actor=actor,
+    )
+
+
 def delivered_message_store(
     *, task_id: str, conversation_id: int, client_pk: int, text: str, frame: dict[str, Any],
     remote_message_id: str | None,

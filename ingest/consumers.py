@@ -26,10 +26,12 @@ from core.logfmt import log_event
 from ingest import selectors
 from ingest.blocks import parse_blocks
 from ingest.frames import (
+    DeliveryResult,
     decode_frame,
     echo,
     frame_id,
     parse_delivery_result,
+    parse_dom_delivery_result,
     parse_final_message,
     parse_plugin_info,
 )
@@ -269,7 +271,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         await self.close(code=CloseCode.REVOKED)
 
     async def plugin_deliver(self, event: dict[str, Any]) -> None:
-        """A dispatcher sends a ``browser.proxy_delivery`` frame to this client."""
+        """A dispatcher sends a delivery frame (``browser.proxy_delivery``, ``browser.dom_delivery``) to this client."""
         await self.send_frame(event["frame"])
 
     # --- sending -------------------------------------------------------------------
@@ -319,18 +321,27 @@ async def handle_final_message(consumer: PluginConsumer, frame: dict[str, Any]) 
     )
 
 
-@PluginConsumer.frame_handler("browser.proxy_delivery.result")
-async def handle_delivery_result(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    result = parse_delivery_result(frame)
+async def _record_delivery_result(consumer: PluginConsumer, frame: dict[str, Any], result: DeliveryResult) -> None:
     recorded = await database_sync_to_async(delivery_result_record)(
         client_pk=consumer.client_pk, result=result
     )
     if not recorded:
         raise FrameError(
             ErrorCode.INVALID,
-            f"no delivery with request_id {echo(result.request_id)} is awaiting this client's answer",
+            f"no {frame['type'].removesuffix('.result')} with request_id {echo(result.request_id)} "
+            "is awaiting this client's answer",
             frame_id(frame),
         )
+
+
+@PluginConsumer.frame_handler("browser.proxy_delivery.result")
+async def handle_delivery_result(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
+    await _record_delivery_result(consumer, frame, parse_delivery_result(frame))
+
+
+@PluginConsumer.frame_handler("browser.dom_delivery.result")
+async def handle_dom_delivery_result(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
+    await _record_delivery_result(consumer, frame, parse_dom_delivery_result(frame))
 
 
 @PluginConsumer.frame_handler("ping")

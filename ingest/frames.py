@@ -20,6 +20,7 @@ from ingest.protocol import (
     FrameError,
 )
 from platforms import platforms
+from platforms.registry import DeliveryMethod
 
 # How much of a value a frame sent is echoed back in an error's detail.
 ECHO_CHARS = 40
@@ -30,6 +31,9 @@ MAX_PLUGIN_VERSION_CHARS = 64
 MAX_CAPABILITIES = 16
 MAX_ADAPTERS = 16
 MAX_NAME_CHARS = 64  # a capability, a platform name or an adapter version
+# Bounds of a DOM delivery's evidence: a few flags and short notes.
+MAX_EVIDENCE_KEYS = 16
+MAX_EVIDENCE_VALUE_CHARS = 200
 
 
 def echo(value: Any) -> str:
@@ -238,36 +242,81 @@ def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
 
 @dataclass(frozen=True)
 class DeliveryResult:
-    """A checked ``browser.proxy_delivery.result`` frame."""
+    """A checked ``browser.proxy_delivery.result`` or ``browser.dom_delivery.result`` frame."""
 
     request_id: str
     ok: bool
     status: int | None
     body: str | None
     error: str | None
-    error_code: str | None = None  # why the request could not be made at all; see DeliveryErrorCode
+    error_code: str | None = None  # why the delivery could not be made at all; see DeliveryErrorCode
+    method: str = DeliveryMethod.HTTP  # which frame answered: the request must be of this method
+    evidence: dict[str, Any] | None = None  # a DOM delivery's: what the plugin saw in the page
+
+
+def _error_code(frame: dict[str, Any], ok: bool) -> str | None:
+    error_code = _field(frame, "error_code", str)
+    if error_code is None:
+        return None
+    if error_code not in KNOWN_DELIVERY_ERROR_CODES:
+        raise FrameError(
+            ErrorCode.INVALID,
+            f"unknown error_code {echo(error_code)}; expected one of {', '.join(KNOWN_DELIVERY_ERROR_CODES)}",
+            frame_id(frame),
+        )
+    # An error code says the delivery could not be made (SPEC §6), so the
+    # result is a failure whatever the rest says; one claiming success is
+    # contradictory, and refusing it keeps every stored error_code on a failure.
+    if ok:
+        raise FrameError(ErrorCode.INVALID, "'ok' must be false when 'error_code' is given", frame_id(frame))
+    return error_code
 
 
 def parse_delivery_result(frame: dict[str, Any]) -> DeliveryResult:
+    """A ``browser.proxy_delivery.result``: how the page's request came out."""
     ok = _field(frame, "ok", bool, required=True)
-    error_code = _field(frame, "error_code", str)
-    if error_code is not None:
-        if error_code not in KNOWN_DELIVERY_ERROR_CODES:
-            raise FrameError(
-                ErrorCode.INVALID,
-                f"unknown error_code {echo(error_code)}; expected one of {', '.join(KNOWN_DELIVERY_ERROR_CODES)}",
-                frame_id(frame),
-            )
-        # An error code says the delivery could not be made (SPEC §6), so the
-        # result is a failure whatever the rest says; one claiming success is
-        # contradictory, and refusing it keeps every stored error_code on a failure.
-        if ok:
-            raise FrameError(ErrorCode.INVALID, "'ok' must be false when 'error_code' is given", frame_id(frame))
     return DeliveryResult(
         request_id=_field(frame, "request_id", str, required=True, max_length=64),
         ok=ok,
         status=_field(frame, "status", int),
         body=_field(frame, "body", str),
         error=_field(frame, "error", str),
-        error_code=error_code,
+        error_code=_error_code(frame, ok),
+    )
+
+
+def parse_dom_delivery_result(frame: dict[str, Any]) -> DeliveryResult:
+    """A ``browser.dom_delivery.result``: whether the text was sent through the composer.
+
+    ``evidence`` is a small flat object of what the plugin saw (strings,
+    numbers, booleans); ``ok: true`` only with ``evidence.user_turn_seen``
+    true (SPEC §6): a plugin that did not see its turn appear has not
+    shown the text arrived.
+    """
+    ok = _field(frame, "ok", bool, required=True)
+    evidence = _field(frame, "evidence", dict) or {}
+    if len(evidence) > MAX_EVIDENCE_KEYS:
+        raise FrameError(ErrorCode.INVALID, f"'evidence' has more than {MAX_EVIDENCE_KEYS} entries", frame_id(frame))
+    for key, value in evidence.items():
+        if len(key) > MAX_NAME_CHARS or not (
+            value is None or isinstance(value, bool | int | float)
+            or (isinstance(value, str) and len(value) <= MAX_EVIDENCE_VALUE_CHARS)
+        ):
+            raise FrameError(
+                ErrorCode.INVALID,
+                f"'evidence' {echo(key)} must be a short string, a number, a boolean or null", frame_id(frame),
+            )
+    if ok and evidence.get("user_turn_seen") is not True:
+        raise FrameError(
+            ErrorCode.INVALID, "'ok' may be true only with evidence.user_turn_seen true", frame_id(frame)
+        )
+    return DeliveryResult(
+        request_id=_field(frame, "request_id", str, required=True, max_length=64),
+        ok=ok,
+        status=None,
+        body=None,
+        error=_field(frame, "error", str),
+        error_code=_error_code(frame, ok),
+        method=DeliveryMethod.DOM,
+        evidence=evidence,
     )

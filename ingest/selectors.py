@@ -79,9 +79,7 @@ class LastDelivery:
     status: Any
     error: Any
     error_code: Any
-    # Every DeliveryRequest is a browser.proxy_delivery (SPEC §6.1's "http")
-    # until DOM delivery records its own.
-    method: str = "http"
+    method: str  # SPEC §6.1: "http" or "dom"
 
 
 @dataclass(frozen=True)
@@ -119,7 +117,7 @@ def plugin_client_activity(*, client_pk: int) -> list[PlatformActivity]:
         DeliveryRequest.objects.filter(client_id=client_pk),
         platform_field="task__target_platform", order=("-sent_at", "-pk"),
     ).values(
-        "request_id", "task_id", "sent_at", "answered_at", "task__target_platform",
+        "request_id", "task_id", "method", "sent_at", "answered_at", "task__target_platform",
         "result__ok", "result__status", "result__error", "result__error_code",
     )
     capture_of = {message.conversation.platform: message for message in captures}
@@ -127,7 +125,7 @@ def plugin_client_activity(*, client_pk: int) -> list[PlatformActivity]:
         row["task__target_platform"]: LastDelivery(
             request_id=row["request_id"], task_id=row["task_id"], sent_at=row["sent_at"],
             answered_at=row["answered_at"], ok=row["result__ok"], status=row["result__status"],
-            error=row["result__error"], error_code=row["result__error_code"],
+            error=row["result__error"], error_code=row["result__error_code"], method=row["method"],
         )
         for row in deliveries
     }

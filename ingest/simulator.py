@@ -1,8 +1,10 @@
 """A simulated plugin: speaks the plugin protocol (SPEC §6) over a real socket, without a browser.
 
 Used by ``manage.py demo`` and by the end-to-end tests. It says hello, sends
-frames, and answers ``browser.proxy_delivery`` frames the way a plugin would
-after making the request inside the chat page, with a chosen outcome.
+frames, and answers delivery frames the way a plugin would with a chosen
+outcome: ``browser.proxy_delivery`` after making the request inside the chat
+page, ``browser.dom_delivery`` (when its hello announces ``dom_delivery``)
+after sending the text through the composer.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
+
+DELIVERY_TYPES = ("browser.proxy_delivery", "browser.dom_delivery")
 
 
 class ProtocolError(RuntimeError):
@@ -68,7 +72,7 @@ class SimulatedPlugin:
         if self._inbox:
             return self._inbox.pop(0)
         frame = json.loads(self._socket.recv(timeout=timeout))
-        if frame.get("type") == "browser.proxy_delivery":
+        if frame.get("type") in DELIVERY_TYPES:
             self.deliveries.append(frame)
         return frame
 
@@ -83,7 +87,7 @@ class SimulatedPlugin:
                 return reply
             if reply.get("type") == "error":
                 raise ProtocolError(f"frame refused: {reply}")
-            if reply.get("type") != "browser.proxy_delivery":
+            if reply.get("type") not in DELIVERY_TYPES:
                 self._inbox.append(reply)
 
     def next_delivery(self, *, timeout: float) -> dict[str, Any]:
@@ -94,7 +98,7 @@ class SimulatedPlugin:
             if remaining <= 0:
                 raise TimeoutError(f"no delivery within {timeout} s")
             frame = self.receive(timeout=remaining)
-            if frame.get("type") != "browser.proxy_delivery":
+            if frame.get("type") not in DELIVERY_TYPES:
                 self._inbox.append(frame)
         return self.deliveries.pop(0)
 
@@ -102,7 +106,18 @@ class SimulatedPlugin:
         self, delivery: dict[str, Any], *, ok: bool = True, status: int | None = 200, body: str = "",
         error: str | None = None, error_code: str | None = None,
     ) -> None:
-        """Answer a delivery as the page's request came out (``error_code``: it could not be made)."""
+        """Answer a delivery as it came out (``error_code``: it could not be made).
+
+        A ``browser.proxy_delivery`` as the page's request did (``status``,
+        ``body``); a ``browser.dom_delivery`` as the composer did, having seen
+        the user turn appear when ``ok``.
+        """
+        if delivery.get("type") == "browser.dom_delivery":
+            self.send({
+                "type": "browser.dom_delivery.result", "request_id": delivery["request_id"],
+                "ok": ok, "error": error, "error_code": error_code, "evidence": {"user_turn_seen": ok},
+            })
+            return
         self.send({
             "type": "browser.proxy_delivery.result", "request_id": delivery["request_id"],
             "ok": ok, "status": status, "body": body, "error": error, "error_code": error_code,

@@ -1,19 +1,22 @@
 """Outbound deliveries: post a text into the chat through the plugin (SPEC §3, §6).
 
-``proxy_deliver`` is the delivery step every outbound kind shares:
+``deliver_text`` is the delivery step every outbound kind shares:
 ``instruction.deliver`` (here: the results of a message's blocks),
-``renewal.deliver`` (``pipelines.renewal``). It builds the platform's
-request, sends it to the target client through the plugin edge
-(``ingest.services.deliveries``) and waits for the answer; the platform
-adapter reads it: delivered is success, any other answer, or none within
+``renewal.deliver`` (``pipelines.renewal``). It walks the conversation's
+delivery methods (``pipelines.delivery_methods``: the page's own HTTP
+request, then the composer), sends each method's frame to the target
+client through the plugin edge (``ingest.services.deliveries``) and waits
+for the answer: delivered is success; an answer saying the method cannot
+work here moves on to the next method; any other answer, or none within
 ``CONDUCTOR_DELIVERY_TIMEOUT_SECONDS``, is retryable. The task id is the
-delivery key on every retry, so a plugin that already posted the text
-answers with its earlier result.
+delivery key on every method and every retry, so a plugin that already
+delivered the text answers with its earlier result.
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from django.conf import settings
 
@@ -25,7 +28,7 @@ from automation.outcomes import (
     Success,
     TerminalFailure,
 )
-from conversations.models import ConversationLink, Message
+from conversations.models import Conversation, ConversationLink, Message
 from conversations.services import delivered_message_store
 from core.logfmt import log_event
 from ingest.models import PluginClient
@@ -33,12 +36,19 @@ from ingest.selectors import plugin_targets
 from ingest.services.deliveries import (
     delivery_answer_wait,
     delivery_request_create,
+    delivery_request_mark_delivered,
     delivery_request_send,
 )
 from ingest.services.instructions import INSTRUCTION_DELIVER
+from pipelines.delivery_methods import DeliveryMethodSpec, methods_for
 from pipelines.results import message_results_text
 from platforms import platforms
-from platforms.registry import DeliveryTarget, ProxyAnswer, UnsupportedPlatform
+from platforms.registry import (
+    DeliveryTarget,
+    PlatformAdapter,
+    UnsupportedPlatform,
+    excerpt,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -52,8 +62,16 @@ def outbound_kind(*, name: str, executor) -> KindSpec:
     return KindSpec(name=name, lane=LANE_OUTBOUND, is_idempotent=always, targets=plugin_targets, executor=executor)
 
 
-def proxy_deliver(ctx: ExecutionContext, *, text: str) -> Outcome:
-    """Post ``text`` as the next user message of the task's conversation, through its target client."""
+def deliver_text(ctx: ExecutionContext, *, text: str) -> Outcome:
+    """Post ``text`` as the next user message of the task's conversation, through its target client.
+
+    Tries the conversation's delivery methods in order within this one
+    attempt (SPEC §6.1): it moves on when the plugin lacks a method's
+    capability, or answers that the method cannot work here (its
+    ``falls_through_on`` codes); any other answer ends the attempt. Each
+    method sent and each fallback with its reason is a step on the task's
+    timeline.
+    """
     task = ctx.task
     if not task.has_route or task.conversation_id is None:
         return TerminalFailure("no route for the conversation: it was never seen through a plugin client")
@@ -65,6 +83,9 @@ def proxy_deliver(ctx: ExecutionContext, *, text: str) -> Outcome:
     if client is None or not client.enabled:
         return TerminalFailure(f"plugin client {task.target_client_id!r} is revoked or gone")
     link = ConversationLink.objects.filter(conversation_id=task.conversation_id, client=client).first()
+    conversation_methods = (
+        Conversation.objects.filter(pk=task.conversation_id).values_list("delivery_methods", flat=True).first()
+    )
     target = DeliveryTarget(
         platform=adapter.name,
         conversation_id=task.target_conversation_id or "",
@@ -74,36 +95,74 @@ def proxy_deliver(ctx: ExecutionContext, *, text: str) -> Outcome:
         text=text,
         delivery_key=task.pk,
     )
-    request = adapter.build_request(target)
+    fallbacks = []
+    sent_any = False
+    for method in methods_for(adapter=adapter, conversation_methods=conversation_methods or ""):
+        if not client.has_capability(method.capability):
+            reason = f"plugin client {client.client_id!r} does not announce {method.capability}"
+            ctx.progress("fallback", method=method.name, reason=reason)
+            fallbacks.append(f"{method.name}: {reason}")
+            continue
+        sent_any = True
+        outcome = _deliver_by(ctx, method, adapter=adapter, client=client, target=target)
+        if isinstance(outcome, Fallback):
+            ctx.progress("fallback", method=method.name, error_code=outcome.error_code, reason=outcome.reason)
+            fallbacks.append(f"{method.name}: {outcome.error_code}: {outcome.reason}")
+            continue
+        return outcome
+    if not sent_any:
+        return TerminalFailure(f"no delivery method this plugin client performs: {'; '.join(fallbacks)}")
+    return RetryableFailure(f"every delivery method fell through: {'; '.join(fallbacks)}")
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A method's answer saying it cannot work here: the attempt tries the next one."""
+
+    error_code: str
+    reason: str
+
+
+def _deliver_by(
+    ctx: ExecutionContext, method: DeliveryMethodSpec, *, adapter: PlatformAdapter, client: PluginClient,
+    target: DeliveryTarget,
+) -> Outcome | Fallback:
+    """Send the delivery by one method and read the answer."""
+    task = ctx.task
     timeout = settings.CONDUCTOR_DELIVERY_TIMEOUT_SECONDS
-    pending = delivery_request_create(task_id=task.pk, client_pk=client.pk)
+    pending = delivery_request_create(task_id=task.pk, client_pk=client.pk, method=method.name)
     frame = {
-        "type": "browser.proxy_delivery",
+        "type": method.frame_type,
         "request_id": pending.pk,
         "delivery_key": task.pk,
         "platform": adapter.name,
         "conversation_id": task.target_conversation_id,
-        # Not in SPEC §6's frame, and harmless to plugins that ignore it: the
-        # page the conversation was last seen on, so the plugin opens that one.
+        # The page the conversation was last seen on, so the plugin opens that
+        # one (beyond SPEC §6's proxy frame, and harmless to plugins that ignore it).
         "page_url": target.page_url,
-        "text": text,
-        "request": request.as_frame(),
+        "text": target.text,
+        **method.frame_fields(adapter, target),
         "timeout_ms": timeout * 1000,
     }
+    ctx.progress("deliver", method=method.name, request_id=pending.pk)
     delivery_request_send(client_pk=client.pk, frame=frame)
     log_event(logger, "delivery_sent", task_id=task.pk, kind=task.kind, request_id=pending.pk,
-              client_id=client.client_id, platform=adapter.name)
+              client_id=client.client_id, platform=adapter.name, method=method.name)
 
     answer = delivery_answer_wait(request_id=pending.pk, timeout=timeout, cancelled=ctx.cancelled)
     if answer is None:
         return RetryableFailure(f"no answer from plugin client {client.client_id!r} within {timeout} s")
-    verdict = adapter.read_answer(ProxyAnswer.from_result(answer))
-    outcome = {"request_id": pending.pk, "status": answer.get("status")}
+    error_code = answer.get("error_code")
+    if error_code in method.falls_through_on:
+        return Fallback(error_code, excerpt(str(answer.get("error") or "")) or "no detail")
+    verdict = method.read(adapter, answer)
+    outcome = {"request_id": pending.pk, "method": method.name, "status": answer.get("status")}
     if not verdict.is_delivered:
         failure = RetryableFailure if verdict.is_retryable else TerminalFailure
         return failure(verdict.error or "not delivered", result=outcome)
+    delivery_request_mark_delivered(request_id=pending.pk)
     message = delivered_message_store(
-        task_id=task.pk, conversation_id=task.conversation_id, client_pk=client.pk, text=text,
+        task_id=task.pk, conversation_id=task.conversation_id, client_pk=client.pk, text=target.text,
         frame={**frame, "parent_message_id": target.parent_message_id},
         remote_message_id=verdict.remote_message_id,
     )
@@ -117,7 +176,7 @@ def instruction_deliver(ctx: ExecutionContext) -> Outcome:
     if message_id is None or not Message.objects.filter(pk=message_id).exists():
         return TerminalFailure(f"payload missing: message {message_id!r} does not exist")
     text = message_results_text(message_id=message_id, instruction_ids=payload.get("instruction_ids"))
-    return proxy_deliver(ctx, text=text)
+    return deliver_text(ctx, text=text)
 
 
 kinds.register(outbound_kind(name=INSTRUCTION_DELIVER, executor=instruction_deliver))

@@ -30,7 +30,7 @@ from automation.services.tasks import task_create
 from conversations.models import Conversation, ConversationLink
 from core.clock import ms_from_datetime
 from core.logfmt import log_event
-from pipelines.deliveries import outbound_kind, proxy_deliver
+from pipelines.deliveries import deliver_text, outbound_kind
 
 logger = logging.getLogger(__name__)
 
@@ -232,7 +232,7 @@ def renewal_deliver(ctx: ExecutionContext) -> Outcome:
     text = ctx.task.payload.get("text")
     if not isinstance(text, str) or not text.strip():
         return TerminalFailure("payload missing: no renewal text")
-    return proxy_deliver(ctx, text=text)
+    return deliver_text(ctx, text=text)
 
 
 kinds.register(outbound_kind(name=RENEWAL_DELIVER, executor=renewal_deliver))

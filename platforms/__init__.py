@@ -6,6 +6,11 @@ a module against the live web app.
 """
 
 from platforms import chatgpt, claude, gemini  # noqa: F401  (each registers its adapter)
-from platforms.registry import platform_choices, platforms
+from platforms.registry import (
+    DELIVERY_METHODS,
+    parse_delivery_methods,
+    platform_choices,
+    platforms,
+)
 
-__all__ = ["platform_choices", "platforms"]
+__all__ = ["DELIVERY_METHODS", "parse_delivery_methods", "platform_choices", "platforms"]

@@ -45,6 +45,34 @@ EXCERPT_CHARS = 200
 DELIVERY_NAMESPACE = uuid.UUID("5b0f3c1e-8d2a-4e57-9a61-3c0de1f7a2b4")
 
 
+class DeliveryMethod:
+    """The ways a text can reach a chat (SPEC §6.1), as named in settings and in the admin."""
+
+    HTTP = "http"  # browser.proxy_delivery: the app's own request, made inside the page
+    DOM = "dom"  # browser.dom_delivery: typed into the page's composer and sent
+
+
+DELIVERY_METHODS = (DeliveryMethod.HTTP, DeliveryMethod.DOM)
+# In CONDUCTOR_DELIVERY_METHODS, the key of the order for platforms not named.
+EVERY_PLATFORM = "*"
+
+
+def parse_delivery_methods(text: str) -> tuple[str, ...]:
+    """``"http,dom"`` as ``("http", "dom")``; ``ValueError`` saying what is wrong with it.
+
+    At least one method, each a known one, none twice.
+    """
+    methods = tuple(part.strip() for part in text.split(","))
+    if methods == ("",):
+        raise ValueError("name at least one delivery method")
+    for method in methods:
+        if method not in DELIVERY_METHODS:
+            raise ValueError(f"unknown delivery method {method!r}; known: {', '.join(DELIVERY_METHODS)}")
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"a delivery method is named twice in {text!r}")
+    return methods
+
+
 class DuplicatePlatform(ValueError):
     pass
 
@@ -140,6 +168,9 @@ class PlatformAdapter:
     name: str = ""
     label: str = ""  # the app's own name, for people
     page_values: tuple[str, ...] = ()
+    # The delivery methods to try, in order, unless the settings or the
+    # conversation say otherwise (SPEC §6.1).
+    delivery_methods: tuple[str, ...] = DELIVERY_METHODS
 
     def build_request(self, target: DeliveryTarget) -> ProxyRequest:
         raise NotImplementedError

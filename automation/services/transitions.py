@@ -110,6 +110,12 @@ APPROVE = _edge("approve", {S.BLOCKED}, S.PENDING)
 REJECT = _edge("reject", {S.BLOCKED}, S.FAILED)
 CANCEL = _edge("cancel", {S.PENDING, S.RETRY_WAIT, S.BLOCKED, S.RUNNING}, S.CANCELLED)
 RETRY = _edge("retry", {S.FAILED, S.CANCELLED}, S.PENDING)
+EDGE_ACTIONS = frozenset(
+    edge.action for edge in (
+        LEASE, RELEASE, START, HEARTBEAT, SUCCEED, RETRY_LATER, FAIL, RECLAIM_UNSTARTED, APPROVE, REJECT,
+        CANCEL, RETRY,
+    )
+) | {"create", "retarget"}
 
 
 def _transition(
@@ -262,6 +268,25 @@ def task_heartbeat(
         fenced_owner=lease_owner,
         changes={"lease_until": lease_until},
         detail={"lease_until": lease_until},
+    )
+
+
+def task_progress(
+    task_id: str, *, lease_owner: str, action: str, detail: dict[str, Any], now: int | None = None
+) -> AutomationTask:
+    """Put a step of a running attempt on the task's timeline; the status does not change.
+
+    What the executor did on the way to its outcome (an outbound task: the
+    delivery method it used, each fallback and why). ``action`` names the
+    step; a name the state diagram uses is refused, so a step never passes
+    for a change of state. Fenced like a heartbeat: ``LeaseLost`` when the
+    caller no longer holds the task.
+    """
+    if action in EDGE_ACTIONS:
+        raise ValueError(f"{action!r} is a transition, not a step")
+    return _transition(
+        task_id, _edge(action, {S.RUNNING}, None), actor=lease_owner, now=now,
+        fenced_owner=lease_owner, detail=detail,
     )
 
 

@@ -33,11 +33,15 @@ from console.helpers import (
 from console.lists import ListColumnsMixin, count_of
 from conversations.models import Conversation, ConversationLink, Message
 from conversations.services import (
+    conversation_delivery_methods_set,
     conversation_renewal_policy_set,
     conversations_renewal_set,
 )
 from ingest.models import Instruction
+from pipelines.delivery_methods import method_names_for
 from pipelines.renewal import conversations_renew_now
+from platforms import platforms
+from platforms.registry import UnsupportedPlatform
 
 RECENT_MESSAGES = 20
 # A runaway chat can put tens of thousands of blocks in one message; its page
@@ -149,7 +153,7 @@ class RecentMessageInline(ReadOnlyInline):
 class ConversationForm(forms.ModelForm):
     class Meta:
         model = Conversation
-        fields = ["renewal_idle_seconds", "renewal_text", "renewal_daily_cap"]
+        fields = ["renewal_idle_seconds", "renewal_text", "renewal_daily_cap", "delivery_methods"]
 
 
 @admin.register(Conversation)
@@ -173,10 +177,11 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
         ("Renewal", {"fields": [
             "renewal_enabled", "renewal_idle_seconds", "renewal_text", "renewal_daily_cap",
         ]}),
+        ("Delivery", {"fields": ["delivery_methods", "delivery_order"]}),
     ]
     readonly_fields = [
         "platform", "remote_id", "title", "paused", "last_activity_at", "created_at", "open_tasks",
-        "related", "renewal_enabled",
+        "related", "renewal_enabled", "delivery_order",
     ]
 
     def has_add_permission(self, request):
@@ -204,6 +209,21 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
             daily_cap=form.cleaned_data["renewal_daily_cap"],
             actor=request.user.username,
         )
+        if "delivery_methods" in form.changed_data:
+            conversation_delivery_methods_set(
+                conversation=obj, methods=form.cleaned_data["delivery_methods"], actor=request.user.username
+            )
+
+    @admin.display(description="delivered by, in order")
+    def delivery_order(self, conversation):
+        """The methods a delivery tries now: the conversation's own, else the platform's (SPEC §6.1)."""
+        try:
+            adapter = platforms.get(conversation.platform)
+        except UnsupportedPlatform:
+            return "-"
+        names = method_names_for(adapter=adapter, conversation_methods=conversation.delivery_methods)
+        source = "this conversation" if conversation.delivery_methods else "the platform's setting"
+        return f"{' → '.join(names)} (from {source})"
 
     @admin.display(description="open tasks", ordering="n_open_tasks")
     def open_tasks(self, conversation):

@@ -11,8 +11,9 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.utils.html import format_html, format_html_join
 
-from automation.models import AutomationTask, ToolPolicy
+from automation.models import AutomationTask, DeliveryRequest, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
 from console.helpers import (
@@ -23,6 +24,7 @@ from console.helpers import (
     json_text_block,
 )
 from console.lists import ListColumnsMixin
+from platforms import DELIVERY_METHODS
 from tools.registry import tools
 
 
@@ -64,6 +66,41 @@ class ToolPolicyAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     raw_id_fields = ["client", "conversation"]
 
 
+class DeliveredByFilter(admin.SimpleListFilter):
+    """Outbound tasks by the method whose request carried the text (SPEC §6.1)."""
+
+    title = "delivered by"
+    parameter_name = "delivered_by"
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in DELIVERY_METHODS]
+
+    def queryset(self, request, queryset):
+        if self.value() not in DELIVERY_METHODS:
+            return queryset
+        delivered = DeliveryRequest.objects.filter(method=self.value(), delivered=True).values("task_id")
+        return queryset.filter(pk__in=delivered)
+
+
+def _answer(row: dict) -> str:
+    """How the plugin answered one delivery request, in a few words."""
+    if row["answered_at"] is None:
+        return "no answer (yet)"
+    if row["delivered"]:
+        return f"delivered ({format_ms(row['answered_at'])})"
+    parts = [row["result__error_code"] or ("ok" if row["result__ok"] else "failed")]
+    if row["result__status"] is not None:
+        parts.append(f"HTTP {row['result__status']}")
+    if row["result__error"]:
+        parts.append(str(row["result__error"])[:200])
+    return ": ".join(parts)
+
+
+def step_detail(detail: dict) -> str:
+    """A timeline event's detail on one line: ``method: http, reason: ...``."""
+    return ", ".join(f"{key}: {value}" for key, value in detail.items())
+
+
 @admin.register(AutomationTask)
 class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     change_form_template = "admin/automation/automationtask/change_form.html"
@@ -71,7 +108,7 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
         "task_id", "kind", "status", "conversation_link", "target", "attempts",
         "due", "updated",
     ]
-    list_filter = ["kind", "status", "target_platform", "target_client_id"]
+    list_filter = ["kind", "status", "target_platform", "target_client_id", DeliveredByFilter]
     search_fields = [
         "task_id", "dedupe_key", "target_conversation_id", "conversation__remote_id", "conversation__title",
     ]
@@ -87,6 +124,7 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
         ("Times", {"fields": ["created", "updated", "due", "started", "finished", "lease_owner", "lease_expiry"]}),
         ("Payload", {"fields": ["payload"]}),
         ("Result", {"fields": ["result"]}),
+        ("Deliveries", {"fields": ["deliveries"]}),
     ]
 
     # --- permissions: tasks are never added, edited through a form or deleted ----------
@@ -121,7 +159,8 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = {**(extra_context or {}), "timeline": [
-            (format_ms(event.at), event) for event in task_events(task_id=unquote(object_id))
+            (format_ms(event.at), event, step_detail(event.detail))
+            for event in task_events(task_id=unquote(object_id))
         ]}
         return super().change_view(request, object_id, form_url, extra_context)
 
@@ -161,6 +200,27 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     @admin.display(description="result")
     def result(self, task):
         return json_text_block(task.result_json)
+
+    @admin.display(description="requests to the plugin")
+    def deliveries(self, task):
+        """Each delivery frame sent for the task: its method and how the plugin answered."""
+        requests = DeliveryRequest.objects.filter(task=task).order_by("sent_at", "pk").values(
+            "request_id", "method", "sent_at", "answered_at", "delivered",
+            "result__ok", "result__status", "result__error", "result__error_code",
+        )
+        rows = [
+            (
+                row["method"], format_ms(row["sent_at"]), _answer(row), row["request_id"],
+            )
+            for row in requests
+        ]
+        if not rows:
+            return "none"
+        return format_html(
+            "<table><thead><tr><th>method</th><th>sent</th><th>answer</th><th>request</th></tr></thead>"
+            "<tbody>{}</tbody></table>",
+            format_html_join("", "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>", rows),
+        )
 
     # --- actions: each calls an operator service and reports done and skipped ------------
 

@@ -33,26 +33,36 @@ def delivery_result_record(*, client_pk: int, result: DeliveryResult, now: int |
     """Store the plugin's answer to a delivery request it was sent.
 
     Returns False, storing nothing, when no unanswered request with that id
-    was sent to this client: the plugin gets ``invalid``. ``error_code`` is
+    and the answer's method was sent to this client: the plugin gets
+    ``invalid``. ``error_code`` is
     kept beside the rest; a result that has one is never ``ok`` (the frame
     parser refuses that), so the platform adapters read it as a failure.
     """
     return bool(
         DeliveryRequest.objects.filter(
-            request_id=result.request_id, client_id=client_pk, answered_at__isnull=True
+            request_id=result.request_id, client_id=client_pk, method=result.method, answered_at__isnull=True
         ).update(
             answered_at=now_ms() if now is None else now,
             result={
                 "ok": result.ok, "status": result.status, "body": result.body, "error": result.error,
-                "error_code": result.error_code,
+                "error_code": result.error_code, "evidence": result.evidence,
             },
         )
     )
 
 
-def delivery_request_create(*, task_id: str, client_pk: int, now: int | None = None) -> DeliveryRequest:
-    """Record a request about to be sent to a plugin client, before it is sent."""
-    return DeliveryRequest.objects.create(task_id=task_id, client_id=client_pk, sent_at=now_ms() if now is None else now)
+def delivery_request_create(
+    *, task_id: str, client_pk: int, method: str, now: int | None = None
+) -> DeliveryRequest:
+    """Record a request about to be sent to a plugin client by ``method``, before it is sent."""
+    return DeliveryRequest.objects.create(
+        task_id=task_id, client_id=client_pk, method=method, sent_at=now_ms() if now is None else now
+    )
+
+
+def delivery_request_mark_delivered(*, request_id: str) -> None:
+    """The request's answer was read as delivered: it is the one that carried the text."""
+    DeliveryRequest.objects.filter(pk=request_id).update(delivered=True)
 
 
 def delivery_request_send(*, client_pk: int, frame: dict) -> None:

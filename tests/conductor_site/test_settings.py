@@ -31,6 +31,7 @@ def test_defaults_match_the_spec():
         "CONDUCTOR_MAX_ATTEMPTS": 3,
         "CONDUCTOR_LEASE_SECONDS": 60,
         "CONDUCTOR_DELIVERY_TIMEOUT_SECONDS": 30,
+        "CONDUCTOR_DELIVERY_METHODS": {},
         "CONDUCTOR_RESULT_MAX_CHARS": 20000,
         "CONDUCTOR_PLUGIN_ORIGINS": (),
         "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": 120,
@@ -43,6 +44,30 @@ def test_defaults_match_the_spec():
         "CONDUCTOR_Q_WORKERS": 4,
         "CONDUCTOR_Q_TIMEOUT_SECONDS": 300,
     }
+
+
+@pytest.mark.parametrize("value,parsed", [
+    ("claude=http,dom;chatgpt=dom;gemini=http,dom",
+     {"claude": ("http", "dom"), "chatgpt": ("dom",), "gemini": ("http", "dom")}),
+    ("dom,http", {"*": ("dom", "http")}),
+    (" dom ; chatgpt = dom ;", {"*": ("dom",), "chatgpt": ("dom",)}),
+    ("", {}),
+])
+def test_delivery_methods_are_read_per_platform(value, parsed):
+    assert parse(CONDUCTOR_DELIVERY_METHODS=value)["CONDUCTOR_DELIVERY_METHODS"] == parsed
+
+
+@pytest.mark.parametrize("value,error", [
+    ("bing=http", "unknown platform 'bing'; known: chatgpt, claude, gemini"),
+    ("claude=carrier-pigeon", "unknown delivery method 'carrier-pigeon'; known: http, dom"),
+    ("claude=", "name at least one delivery method"),
+    ("claude=http,http", "a delivery method is named twice"),
+    ("claude=http;claude=dom", "'claude' is given twice"),
+])
+def test_a_wrong_delivery_method_setting_names_what_is_wrong(value, error):
+    with pytest.raises(ImproperlyConfigured, match="CONDUCTOR_DELIVERY_METHODS") as raised:
+        parse(CONDUCTOR_DELIVERY_METHODS=value)
+    assert error in str(raised.value)
 
 
 def test_values_come_from_the_environment(tmp_path):

@@ -420,3 +420,43 @@ def test_conversation_pages_show_a_lone_surrogate_as_a_replacement_character(adm
         response = admin_client.get(url)
         assert response.status_code == 200
         assert "Plans\ufffd" in response.content.decode()
+
+
+def _save_delivery_methods(admin_client, conversation, methods):
+    return admin_client.post(f"{CONVERSATIONS}{conversation.pk}/change/", {
+        "renewal_idle_seconds": conversation.renewal_idle_seconds, "renewal_text": conversation.renewal_text,
+        "renewal_daily_cap": conversation.renewal_daily_cap, "delivery_methods": methods,
+        "links-TOTAL_FORMS": 0, "links-INITIAL_FORMS": 0,
+        "messages-TOTAL_FORMS": 0, "messages-INITIAL_FORMS": 0,
+        "_save": "Save",
+    })
+
+
+def test_an_operator_sets_a_conversations_delivery_methods_and_sees_the_order_in_use(admin_client, caplog):
+    conversation = ConversationFactory(platform="chatgpt")
+    page = admin_client.get(f"{CONVERSATIONS}{conversation.pk}/change/").content.decode()
+    assert "http → dom (from the platform&#x27;s setting)" in page
+
+    with caplog.at_level(logging.INFO, logger="conversations.services"):
+        response = _save_delivery_methods(admin_client, conversation, "dom")
+    assert response.status_code == 302, response.content.decode()[:3000]
+    assert fresh(conversation).delivery_methods == "dom"
+    assert "action=conversation_delivery_methods" in caplog.text and "methods=dom" in caplog.text
+    assert "actor=admin" in caplog.text
+    page = admin_client.get(f"{CONVERSATIONS}{conversation.pk}/change/").content.decode()
+    assert "dom (from this conversation)" in page
+
+    assert _save_delivery_methods(admin_client, conversation, "").status_code == 302
+    assert fresh(conversation).delivery_methods == ""
+
+
+@pytest.mark.parametrize("methods,error", [
+    ("pigeon", "unknown delivery method &#x27;pigeon&#x27;; known: http, dom"),
+    ("dom,dom", "a delivery method is named twice"),
+])
+def test_a_wrong_delivery_method_is_refused_with_what_is_wrong(admin_client, methods, error):
+    conversation = ConversationFactory(delivery_methods="http")
+    response = _save_delivery_methods(admin_client, conversation, methods)
+    assert response.status_code == 200
+    assert error in response.content.decode()
+    assert fresh(conversation).delivery_methods == "http"

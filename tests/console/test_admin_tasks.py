@@ -4,12 +4,13 @@ import re
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
-from automation.models import AutomationTask, TaskStatus
+from automation.models import AutomationTask, DeliveryRequest, TaskStatus
 from automation.services import transitions as tr
 from tests.factories import (
     ConversationFactory,
     InstructionFactory,
     MessageFactory,
+    PluginClientFactory,
     make_staff,
     make_task,
 )
@@ -290,3 +291,48 @@ def test_staff_without_task_permissions_is_refused(client):
     assert client.get(change_url(blocked)).status_code == 403
     assert client.post(LIST, {"action": "approve", ACTION_CHECKBOX_NAME: [blocked.pk]}).status_code == 403
     assert status(blocked) == S.BLOCKED
+
+
+# --- delivery methods -------------------------------------------------------------------------
+
+
+def _delivery_request(task, method, *, delivered, result):
+    return DeliveryRequest.objects.create(
+        task=task, client=PluginClientFactory(), method=method, sent_at=1_700_000_000_000,
+        answered_at=1_700_000_000_500, delivered=delivered, result=result,
+    )
+
+
+def test_the_list_filters_outbound_tasks_by_the_method_that_delivered(admin_client):
+    by_http = make_task(S.SUCCEEDED, kind="test.outbound")
+    by_dom = make_task(S.SUCCEEDED, kind="test.outbound")
+    blocked_then_failed = make_task(S.FAILED, kind="test.outbound")
+    _delivery_request(by_http, "http", delivered=True, result={"ok": True, "status": 200})
+    _delivery_request(by_dom, "http", delivered=False, result={"ok": False, "error_code": "blocked"})
+    _delivery_request(by_dom, "dom", delivered=True, result={"ok": True, "evidence": {"user_turn_seen": True}})
+    _delivery_request(blocked_then_failed, "dom", delivered=False, result={"ok": False, "error": "no composer"})
+
+    def shown(query):
+        page = admin_client.get(f"{LIST}?{query}").content.decode()
+        return {task.pk for task in (by_http, by_dom, blocked_then_failed) if task.pk in page}
+
+    assert shown("delivered_by=http") == {by_http.pk}
+    assert shown("delivered_by=dom") == {by_dom.pk}
+    assert shown("") == {by_http.pk, by_dom.pk, blocked_then_failed.pk}
+
+
+def test_the_task_page_shows_each_method_tried_and_why_it_fell_back(admin_client):
+    task = make_task(S.RUNNING, kind="test.outbound")
+    tr.task_progress(task.pk, lease_owner=task.lease_owner, action="deliver", detail={"method": "http"})
+    tr.task_progress(task.pk, lease_owner=task.lease_owner, action="fallback", detail={
+        "method": "http", "error_code": "blocked", "reason": "<b>403</b> Unusual activity",
+    })
+    _delivery_request(task, "http", delivered=False, result={
+        "ok": False, "status": 403, "error": "<b>Unusual activity</b>", "error_code": "blocked",
+    })
+    _delivery_request(task, "dom", delivered=True, result={"ok": True, "evidence": {"user_turn_seen": True}})
+    page = admin_client.get(change_url(task)).content.decode()
+    assert "method: http, error_code: blocked, reason: &lt;b&gt;403&lt;/b&gt; Unusual activity" in page
+    assert "blocked: HTTP 403: &lt;b&gt;Unusual activity&lt;/b&gt;" in page
+    assert re.search(r"<td>dom</td><td>[^<]+</td><td>delivered \(", page)
+    assert "<b>" not in page

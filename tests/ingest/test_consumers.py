@@ -423,7 +423,9 @@ async def test_a_result_for_a_request_sent_to_this_client_is_recorded(client):
     assert await communicator.receive_json_from() == {"type": "pong"}  # no error came first
     request = await DeliveryRequest.objects.aget(pk="req-1")
     assert request.answered_at is not None
-    assert request.result == {"ok": True, "status": 200, "body": "{}", "error": None, "error_code": None}
+    assert request.result == {
+        "ok": True, "status": 200, "body": "{}", "error": None, "error_code": None, "evidence": None,
+    }
     await communicator.disconnect()
 
 
@@ -437,7 +439,9 @@ async def test_a_result_with_an_error_code_is_recorded_and_read_as_a_failure(cli
     await communicator.send_json_to({"type": "ping"})
     assert await communicator.receive_json_from() == {"type": "pong"}
     request = await DeliveryRequest.objects.aget(pk="req-1")
-    assert request.result == {"ok": False, "status": None, "body": None, "error": "no csrf", "error_code": error_code}
+    assert request.result == {
+        "ok": False, "status": None, "body": None, "error": "no csrf", "error_code": error_code, "evidence": None,
+    }
     verdict = platforms.get("claude").read_answer(ProxyAnswer.from_result(request.result))
     assert not verdict.is_delivered and "no csrf" in verdict.error
     await communicator.disconnect()
@@ -464,9 +468,68 @@ async def test_a_delivery_result_with_bad_fields_is_invalid(client, change, deta
     await communicator.disconnect()
 
 
-def _delivery_request(client, request_id):
+DOM_RESULT = {
+    "type": "browser.dom_delivery.result", "request_id": "req-1", "ok": True, "error": None, "error_code": None,
+    "evidence": {"user_turn_seen": True},
+}
+
+
+async def test_a_dom_result_for_a_dom_request_is_recorded_with_its_evidence(client):
+    await sync_to_async(_delivery_request)(client, "req-1", method="dom")
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to(DOM_RESULT)
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}
+    request = await DeliveryRequest.objects.aget(pk="req-1")
+    assert request.result == {
+        "ok": True, "status": None, "body": None, "error": None, "error_code": None,
+        "evidence": {"user_turn_seen": True},
+    }
+    await communicator.disconnect()
+
+
+async def test_an_answer_in_the_other_methods_frame_is_invalid_and_records_nothing(client):
+    await sync_to_async(_delivery_request)(client, "req-1", method="http")
+    await sync_to_async(_delivery_request)(client, "req-2", method="dom")
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to(DOM_RESULT)
+    error = await communicator.receive_json_from()
+    assert error["code"] == "invalid"
+    assert error["detail"] == "no browser.dom_delivery with request_id 'req-1' is awaiting this client's answer"
+    await communicator.send_json_to({**DELIVERY_RESULT, "request_id": "req-2"})
+    assert (await communicator.receive_json_from())["code"] == "invalid"
+    assert await DeliveryRequest.objects.filter(answered_at__isnull=False).acount() == 0
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    "change,detail",
+    [
+        ({"evidence": None}, "'ok' may be true only with evidence.user_turn_seen true"),
+        ({"evidence": {"user_turn_seen": "yes"}}, "'ok' may be true only with evidence.user_turn_seen true"),
+        ({"evidence": [True]}, "'evidence' must be dict"),
+        ({"evidence": {"user_turn_seen": True, "page": {"deep": 1}}}, "'evidence' 'page' must be a short string"),
+        ({"evidence": {"user_turn_seen": True, "note": "x" * 201}}, "'evidence' 'note' must be a short string"),
+        ({"evidence": {f"k{n}": True for n in range(17)}}, "'evidence' has more than 16 entries"),
+        ({"ok": True, "error_code": "blocked"}, "'ok' must be false when 'error_code' is given"),
+        ({"ok": False, "error_code": "typo"}, "unknown error_code 'typo'"),
+    ],
+)
+async def test_a_dom_result_with_bad_fields_is_invalid(client, change, detail):
+    await sync_to_async(_delivery_request)(client, "req-1", method="dom")
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to({k: v for k, v in {**DOM_RESULT, **change}.items() if v is not None})
+    error = await communicator.receive_json_from()
+    assert error["code"] == "invalid" and detail in error["detail"]
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}
+    assert (await DeliveryRequest.objects.aget(pk="req-1")).answered_at is None
+    await communicator.disconnect()
+
+
+def _delivery_request(client, request_id, method="http"):
     task = make_task(kind="instruction.deliver", target_client_id=client.client_id, target_platform="claude")
-    return DeliveryRequest.objects.create(request_id=request_id, task=task, client=client, sent_at=1)
+    return DeliveryRequest.objects.create(request_id=request_id, task=task, client=client, method=method, sent_at=1)
 
 
 # --- hostile input ------------------------------------------------------------------------------

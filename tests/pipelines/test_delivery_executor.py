@@ -12,8 +12,10 @@ from automation.outcomes import (
     Success,
     TerminalFailure,
 )
+from automation.services import transitions
 from automation.services.tasks import task_create
 from conversations.models import Message
+from core.clock import now_ms
 from ingest.frames import parse_delivery_result
 from ingest.services.deliveries import delivery_result_record
 from ingest.services.instructions import INSTRUCTION_DELIVER
@@ -24,6 +26,7 @@ from tests.factories import (
     ConversationLinkFactory,
     InstructionFactory,
     MessageFactory,
+    PluginClientFactory,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -37,9 +40,20 @@ def quick_timeout(settings):
 @pytest.fixture
 def link():
     return ConversationLinkFactory(
+        client=PluginClientFactory(capabilities=["proxy_delivery"]),
         conversation=ConversationFactory(remote_id="conv-9"), organization_id="org-9",
         last_assistant_message_id="assistant-1",
     )
+
+
+def running(task):
+    """The context of the task's run, started as the dispatcher "test" would: a delivery records steps."""
+    now = now_ms()
+    task.refresh_from_db()
+    if task.status != "running":  # else a second run within the same attempt
+        transitions.task_lease(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
+        task = transitions.task_start(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
+    return ExecutionContext(task=task, lease_owner="test")
 
 
 def renewal_task(conversation, text="Please continue."):
@@ -71,7 +85,7 @@ class Plugin(threading.Thread):
 def deliver(executor, task, **answer):
     plugin = Plugin(**answer)
     plugin.start()
-    outcome = executor(ExecutionContext(task=task, lease_owner="test"))
+    outcome = executor(running(task))
     plugin.join()
     return outcome
 
@@ -86,7 +100,7 @@ def test_a_delivered_text_is_stored_once_as_the_conversations_user_message(link)
         "user", "Please continue.", link.client_id, "assistant-1",
     )
     assert outcome.result == {
-        "request_id": DeliveryRequest.objects.get().pk, "status": 200,
+        "request_id": DeliveryRequest.objects.get().pk, "method": "http", "status": 200,
         "message_id": stored.pk, "remote_message_id": "assistant-2",
     }
     # The next delivery replies under the message the platform just created.
@@ -112,13 +126,13 @@ def test_an_answer_that_is_not_a_delivery_is_retryable(link, answer, error):
 
 
 def test_no_answer_in_time_is_retryable(link):
-    outcome = renewal_deliver(ExecutionContext(task=renewal_task(link.conversation), lease_owner="test"))
+    outcome = renewal_deliver(running(renewal_task(link.conversation)))
     assert isinstance(outcome, RetryableFailure)
     assert outcome.error == f"no answer from plugin client '{link.client.client_id}' within 1 s"
 
 
 def test_a_cancelled_delivery_stops_waiting(link):
-    ctx = ExecutionContext(task=renewal_task(link.conversation), lease_owner="test")
+    ctx = running(renewal_task(link.conversation))
     ctx.cancelled.set()
     started = time.monotonic()
     renewal_deliver(ctx)
@@ -145,12 +159,12 @@ def test_the_results_of_a_messages_blocks_are_the_delivered_text(link):
 def test_a_missing_payload_is_terminal(link, executor, payload, error):
     kind = INSTRUCTION_DELIVER if executor is instruction_deliver else RENEWAL_DELIVER
     task, _ = task_create(kind=kind, payload=payload, actor="test", conversation_id=link.conversation_id)
-    outcome = executor(ExecutionContext(task=task, lease_owner="test"))
+    outcome = executor(running(task))
     assert outcome == TerminalFailure(error)
 
 
 def test_a_conversation_never_seen_through_a_plugin_has_no_route():
-    outcome = renewal_deliver(ExecutionContext(task=renewal_task(ConversationFactory()), lease_owner="test"))
+    outcome = renewal_deliver(running(renewal_task(ConversationFactory())))
     assert outcome == TerminalFailure("no route for the conversation: it was never seen through a plugin client")
 
 
@@ -159,6 +173,6 @@ def test_an_unsupported_platform_is_terminal(link):
         kind=RENEWAL_DELIVER, payload={"text": "hi"}, actor="test", conversation_id=link.conversation_id,
         target_client_id=link.client.client_id, target_platform="bing", target_conversation_id="c",
     )
-    outcome = renewal_deliver(ExecutionContext(task=task, lease_owner="test"))
+    outcome = renewal_deliver(running(task))
     assert isinstance(outcome, TerminalFailure)
     assert outcome.error == "unsupported platform 'bing'; known: chatgpt, claude, gemini"
