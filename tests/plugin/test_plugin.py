@@ -41,7 +41,7 @@ def test_a_finished_answer_is_sent_from_the_stream_with_its_ids(browser, server,
     assert frame["title"] == app.title
     assert frame["message_id"]
     [hello] = server.hellos
-    assert hello["capabilities"] == ["proxy_delivery"]
+    assert hello["capabilities"] == ["proxy_delivery", "dom_delivery"]
     assert set(hello["adapters"]) == {"claude", "chatgpt", "gemini"}
     # The ack empties the outbox.
     browser.wait_until(lambda: browser.storage()["outbox"]["frames"] == [], "the ack to empty the outbox")
