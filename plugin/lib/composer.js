@@ -133,17 +133,14 @@ export function shownText(element) {
 }
 
 /**
- * The user turns in the page, each with its text element.
+ * The text a user turn shows (its `userTurnText` element's, else its own).
+ * Read only for the turns compared: a long conversation's turns are long.
  *
- * @param {ParentNode} root
+ * @param {Element} turn
  * @param {ComposerSelectors} table
- * @returns {{turn: Element, text: string}[]}
  */
-export function userTurns(root, table) {
-  return matchFirst(root, table.userTurn).map((turn) => ({
-    turn,
-    text: shownText(matchFirst(turn, table.userTurnText)[0] ?? turn),
-  }));
+export function turnText(turn, table) {
+  return shownText(matchFirst(turn, table.userTurnText)[0] ?? turn);
 }
 
 /**
@@ -165,8 +162,8 @@ export function composerState(root, table, text) {
     const isBlocked = matchFirst(root, CHALLENGE_SELECTORS).length > 0 || matchFirst(root, table.signedOut).length > 0;
     return { state: "missing", composer: null, isBlocked };
   }
-  const turns = userTurns(root, table);
-  if (turns.length && isSameTurnText(turns[turns.length - 1].text, text)) return { state: "already_sent", composer, isBlocked: false };
+  const last = matchFirst(root, table.userTurn).at(-1);
+  if (last && isSameTurnText(turnText(last, table), text)) return { state: "already_sent", composer, isBlocked: false };
   const current = normaliseTurnText(shownText(composer));
   if (current === "") return { state: "empty", composer, isBlocked: false };
   return { state: current === normaliseTurnText(text) ? "left_over" : "draft", composer, isBlocked: false };
@@ -205,7 +202,7 @@ export async function deliverThroughComposer({ document, table, text, timeoutMs,
     if (seen.state === "already_sent") return { ok: true, error: null, error_code: null, evidence: { user_turn_seen: true, already_sent: true } };
     if (seen.state === "draft") return failed("the composer holds a draft");
     const composer = /** @type {HTMLElement} */ (seen.composer);
-    const before = new Set(userTurns(document, table).map(({ turn }) => turn));
+    const before = new Set(matchFirst(document, table.userTurn));
 
     focusAtEnd(document, composer);
     if (seen.state === "empty" && !(await insertText(document, composer, text, waiter, deadline, now))) {
@@ -219,7 +216,7 @@ export async function deliverThroughComposer({ document, table, text, timeoutMs,
       return failed("the send button stayed disabled");
     }
     const isSeen = await waiter.until(
-      () => userTurns(document, table).some(({ turn, text: shown }) => !before.has(turn) && isSameTurnText(shown, text)),
+      () => matchFirst(document, table.userTurn).some((turn) => !before.has(turn) && isSameTurnText(turnText(turn, table), text)),
       deadline,
     );
     if (!isSeen) return failed("no new user turn with the text appeared in time", { submitted: true });

@@ -139,6 +139,22 @@ def test_an_editor_that_ignores_exec_command_gets_the_text_another_way(connected
     assert page.evaluate("mockChat.sent()") == [text]
 
 
+def test_a_delivery_types_into_a_tab_it_opens_in_the_background(connected):
+    # No tab shows the conversation: the plugin opens one, not focused, and
+    # types there (see test_plugin's proxy test for the reload on its first load).
+    browser, server = connected
+    app = chat_app("chatgpt")
+    app.install(browser.context)
+    text = "Results:\n\n```baa-result\n{}\n```"
+
+    server.send(delivery(app, "task-8", text))
+    [result] = server.wait_for_frames(RESULT, timeout=60)
+
+    assert result["ok"] is True, result
+    [page] = [page for page in browser.context.pages if page.url == app.page_url]
+    assert page.evaluate("mockChat.sent()") == [text]
+
+
 @pytest.mark.parametrize("platform", PLATFORMS)
 def test_a_page_without_a_composer_answers_an_error_in_time(connected, platform):
     browser, server = connected
