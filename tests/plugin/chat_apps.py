@@ -235,6 +235,8 @@ class ChatApp:
     conversation: str
     title: str = "Plan the release"
     has_composer: bool = True
+    # Shown where the composer would be when there is none (a challenge page's markup).
+    instead_of_composer: str = ""
     posted: list[Posted] = field(default_factory=list)
     answers: deque[Answer] = field(default_factory=deque)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -284,7 +286,7 @@ class ChatApp:
         # The request and leaf functions are JavaScript, spliced in after the JSON.
         config = config[:-1] + ", " + self.page_functions() + "}"
         script = PAGE_SCRIPT.replace("__CONFIG__", config)
-        composer = self.composer_html if self.has_composer else ""
+        composer = self.composer_html if self.has_composer else self.instead_of_composer
         return PAGE.format(title=escape(self.title), head=self.page_head(), composer=composer, script=script)
 
     def page_head(self) -> str:

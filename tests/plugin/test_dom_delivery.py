@@ -178,6 +178,41 @@ def test_a_page_without_a_composer_answers_an_error_in_time(connected, platform)
     assert page.evaluate("mockChat.sent()") == ["results"]
 
 
+def test_a_challenge_page_instead_of_the_chat_is_answered_blocked(connected):
+    browser, server = connected
+    challenge = '<form id="challenge-form"><iframe src="https://challenges.cloudflare.com/x"></iframe></form>'
+    app, _ = open_app(browser, "chatgpt", has_composer=False, instead_of_composer=challenge)
+
+    server.send(delivery(app, "task-9", "results", timeout_ms=10_000))
+    [result] = server.wait_for_frames(RESULT, timeout=5)
+
+    assert (result["ok"], result["error_code"]) == (False, "blocked")
+
+
+def test_a_proxy_delivery_of_a_key_sent_through_the_composer_is_not_posted(connected):
+    # The task fell back to the DOM method, whose answer was lost; its retry
+    # starts again with the proxy delivery (SPEC 6.1), which must not post.
+    browser, server = connected
+    app, page = open_app(browser, "claude")
+    text = "```baa-result\n{}\n```"
+    server.send(delivery(app, "task-10", text))
+    [sent] = server.wait_for_frames(RESULT)
+    request = {"method": "POST", "headers": {"Content-Type": "application/json"}, "body": "{}",
+               "url": f"https://claude.ai/api/organizations/{app.organization}/chat_conversations/{app.conversation}/completion"}
+    server.send({"type": "browser.proxy_delivery", "request_id": "r-2", "delivery_key": "task-10", "platform": "claude",
+                 "conversation_id": app.conversation, "text": text, "request": request, "timeout_ms": 10_000})
+    [proxied] = server.wait_for_frames("browser.proxy_delivery.result")
+    server.send(delivery(app, "task-10", text, request_id="r-3"))
+    _, repeated = server.wait_for_frames(RESULT, 2)
+
+    assert sent["ok"] is True
+    assert (proxied["ok"], proxied["error_code"]) == (False, "blocked")
+    assert "already sent through the composer" in proxied["error"]
+    assert app.posted == []
+    assert {**repeated, "request_id": "r-1"} == sent
+    assert page.evaluate("mockChat.sent()") == [text]
+
+
 def test_hello_announces_dom_delivery(connected):
     _, server = connected
     [hello] = server.hellos
