@@ -1,8 +1,8 @@
 /**
  * Conductor's service worker: holds the WebSocket to the server (SPEC §6),
  * keeps the outbox of final messages not yet acknowledged, performs proxy
- * deliveries through a tab of the conversation, and shows the connection on
- * the badge.
+ * and DOM deliveries through a tab of the conversation, and shows the
+ * connection on the badge.
  *
  * An MV3 worker is stopped when idle and its timers die with it, so what must
  * survive lives in chrome.storage: the settings, the outbox and the delivery
@@ -15,7 +15,8 @@
 import { ADAPTERS, adapterByName } from "./adapters/index.js";
 import { reconnectDelay } from "./lib/backoff.js";
 import { DeliveryMemory } from "./lib/delivery-memory.js";
-import { finalMessageFrame, helloFrame, isPosted, proxyResultFrame, socketUrl } from "./lib/frames.js";
+import { clampTimeout } from "./lib/composer.js";
+import { domResultFrame, finalMessageFrame, helloFrame, isPosted, isSentToComposer, proxyResultFrame, socketUrl } from "./lib/frames.js";
 import { Outbox } from "./lib/outbox.js";
 
 const VERSION = chrome.runtime.getManifest().version;
@@ -36,6 +37,8 @@ const REPLACED_CODE = 4409;
 const REJECTED_FRAME_CODES = new Set(["invalid", "bad_frame", "too_large", "unknown_type"]);
 const RECENT_ACKS = 50;
 const REMEMBERED_BODY_CHARS = 4096;
+/** How long past its own timeout a tab's content script may take to answer a DOM delivery. */
+const DOM_ANSWER_MARGIN_MS = 5_000;
 /** The server's bound on a frame (SPEC §6). */
 const MAX_FRAME_BYTES = 1024 * 1024;
 /** Observation times kept for frames not yet acknowledged (the outbox drops some unacknowledged). */
@@ -267,48 +270,117 @@ const FRAME_HANDLERS = {
     }
   },
   async "browser.proxy_delivery"(frame) {
-    const result = await deliver(frame);
+    const result = await deliver(frame, DELIVERY_KINDS.proxy);
     send(proxyResultFrame(String(frame.request_id), result));
+  },
+  async "browser.dom_delivery"(frame) {
+    const result = await deliver(frame, DELIVERY_KINDS.dom);
+    send(domResultFrame(String(frame.request_id), result));
   },
 };
 
 // ---- deliveries -----------------------------------------------------------
 
-/** @returns {Promise<import('./lib/frames.js').ProxyResult>} */
-async function deliver(frame) {
-  const key = typeof frame.delivery_key === "string" ? frame.delivery_key : "";
-  if (key) {
-    const earlier = await deliveries.recall(key);
-    if (earlier) return earlier;
-    if (inFlight.has(key)) return inFlight.get(key);
-  }
-  const performing = performDelivery(frame).catch((error) => ({
-    ok: false, status: null, body: null, error: `the delivery failed in the browser: ${error?.message ?? error}`, error_code: null,
-  })).then(async (result) => {
+/**
+ * @typedef {{
+ *   perform(frame: any): Promise<any>,
+ *   failed(error: string, errorCode?: string | null): any,
+ *   isDone(result: any): boolean,
+ *   remembered(result: any): any,
+ *   fromEarlier(earlier: any): any,
+ * }} DeliveryKind
+ *   `isDone`: the text reached the chat, so a repeat must not send it again;
+ *   `fromEarlier`: the answer to a repeat, given what a delivery of either
+ *   kind under the same key answered or remembered.
+ */
+
+/** Results of DOM deliveries carry `evidence`; proxy results never do. */
+function isDomResult(result) {
+  return typeof result?.evidence === "object" && result.evidence !== null;
+}
+
+/**
+ * The two kinds share one `delivery_key` memory: a task that fell back from
+ * one method to the other keeps its key (SPEC §6.1), and a text already
+ * sent by either must not go out again by the other.
+ *
+ * @type {{proxy: DeliveryKind, dom: DeliveryKind}}
+ */
+const DELIVERY_KINDS = {
+  proxy: {
+    perform: performProxyDelivery,
+    failed: (error, errorCode = null) => ({ ok: false, status: null, body: null, error, error_code: errorCode }),
+    isDone: isPosted,
     // The start of the body is what the server reads (the new message's id,
     // an early error); all of it, for hundreds of deliveries, would not fit
     // in chrome.storage.local.
-    const remembered = typeof result.body === "string" ? { ...result, body: result.body.slice(0, REMEMBERED_BODY_CHARS) } : result;
-    if (key && isPosted(result)) await deliveries.remember(key, remembered);
+    remembered: (result) => (typeof result.body === "string" ? { ...result, body: result.body.slice(0, REMEMBERED_BODY_CHARS) } : result),
+    // Sent through the composer already: not posted again. `blocked` moves
+    // the server on to its next method (SPEC §6.1), whose repeat of this key
+    // answers with the DOM delivery's own result.
+    fromEarlier: (earlier) =>
+      isDomResult(earlier)
+        ? DELIVERY_KINDS.proxy.failed("already sent through the composer (browser.dom_delivery); not posted again", "blocked")
+        : earlier,
+  },
+  dom: {
+    perform: performDomDelivery,
+    failed: (error, errorCode = null) => ({ ok: false, error, error_code: errorCode, evidence: { user_turn_seen: false } }),
+    isDone: isSentToComposer,
+    remembered: (result) => result,
+    // A proxy post of the same key is left to the page's own check: its
+    // user turn, shown last, is answered `already_sent` without typing.
+    fromEarlier: (earlier) => (isDomResult(earlier) ? earlier : null),
+  },
+};
+
+/**
+ * Performs a delivery once per `delivery_key`: a repeat while the first
+ * runs waits for it, a repeat after a delivery that reached the chat gets
+ * the remembered result. Only deliveries that reached the chat are
+ * remembered, so a failed one is tried again.
+ *
+ * @param {any} frame
+ * @param {DeliveryKind} kind
+ */
+async function deliver(frame, kind) {
+  const key = typeof frame.delivery_key === "string" ? frame.delivery_key : "";
+  if (key) {
+    const earlier = kind.fromEarlier(await deliveries.recall(key));
+    if (earlier) return earlier;
+    if (inFlight.has(key)) {
+      const answered = kind.fromEarlier(await inFlight.get(key).catch(() => null));
+      if (answered) return answered;
+    }
+  }
+  const performing = kind.perform(frame).catch((error) => kind.failed(`the delivery failed in the browser: ${error?.message ?? error}`)).then(async (result) => {
+    if (key && kind.isDone(result)) await deliveries.remember(key, kind.remembered(result));
     return result;
   });
   if (key) inFlight.set(key, performing);
   try {
     return await performing;
   } finally {
-    if (key) inFlight.delete(key);
+    if (key && inFlight.get(key) === performing) inFlight.delete(key);
   }
 }
 
-async function performDelivery(frame) {
+/**
+ * Sends `message` to the content script of a tab showing the frame's
+ * conversation, opening one when none is open.
+ *
+ * @param {any} frame
+ * @param {any} message
+ * @param {DeliveryKind} kind
+ */
+async function deliverInTab(frame, message, kind) {
   let adapter;
   try {
     adapter = adapterByName(frame.platform);
   } catch (error) {
-    return { ok: false, status: null, body: null, error: error.message, error_code: null };
+    return kind.failed(error.message);
   }
   const target = { conversation_id: String(frame.conversation_id ?? ""), page_url: typeof frame.page_url === "string" ? frame.page_url : "" };
-  const message = { type: "proxy_delivery", request: frame.request, timeout_ms: frame.timeout_ms };
   for (const tab of await conversationTabs(adapter, target.conversation_id)) {
     try {
       return await chrome.tabs.sendMessage(tab.id, message);
@@ -320,9 +392,35 @@ async function performDelivery(frame) {
   try {
     tabId = await openTab(adapter.conversationUrl(target));
   } catch (error) {
-    return { ok: false, status: null, body: null, error: `no page of the conversation could be opened: ${error.message}`, error_code: "no_tab" };
+    return kind.failed(`no page of the conversation could be opened: ${error.message}`, "no_tab");
   }
   return chrome.tabs.sendMessage(tabId, message);
+}
+
+/** @returns {Promise<import('./lib/frames.js').ProxyResult>} */
+function performProxyDelivery(frame) {
+  return deliverInTab(frame, { type: "proxy_delivery", request: frame.request, timeout_ms: frame.timeout_ms }, DELIVERY_KINDS.proxy);
+}
+
+/**
+ * The composer of a tab of the conversation types and sends the text. A tab
+ * that does not answer in time (closed, navigated away) fails the delivery.
+ *
+ * @returns {Promise<import('./lib/composer.js').DomResult>}
+ */
+async function performDomDelivery(frame) {
+  const timeoutMs = clampTimeout(frame.timeout_ms);
+  if (typeof frame.text !== "string" || frame.text.trim() === "") return DELIVERY_KINDS.dom.failed("the delivery has no text");
+  const message = { type: "dom_delivery", text: frame.text, timeout_ms: timeoutMs };
+  let timer;
+  const late = new Promise((resolve) => {
+    timer = setTimeout(() => resolve(DELIVERY_KINDS.dom.failed(`the page did not answer within ${timeoutMs + DOM_ANSWER_MARGIN_MS} ms`)), timeoutMs + DOM_ANSWER_MARGIN_MS);
+  });
+  try {
+    return await Promise.race([deliverInTab(frame, message, DELIVERY_KINDS.dom), late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** The open tabs showing this conversation. */

@@ -10,7 +10,8 @@
  * - earlier turns echoed, already finished, at the start of a stream: the
  *   answer is the message seen `in_progress` (OmniRoute, 2026);
  * - the DOM: `[data-message-author-role="assistant"]` with
- *   `data-message-id`, `button[data-testid="stop-button"]`
+ *   `data-message-id`, `button[data-testid="stop-button"]`, the composer
+ *   `#prompt-textarea` (ProseMirror) and `button[data-testid="send-button"]`
  *   (chrome-ai-bridge, 2025-26). Aria labels are localised and not used.
  *
  * Uncertain: that a message on another `channel` than "final" (or another
@@ -43,9 +44,21 @@ const CONVERSATION_PATH = /^(?:\/g\/[^/]+)?\/c\/([A-Za-z0-9-]{8,64})\/?$/;
 /** Keys a JSON pointer may not walk through: assigning them would reach prototypes. */
 const FORBIDDEN_KEYS = new Set(["__proto__", "constructor", "prototype"]);
 
+/**
+ * The page's elements, newest first (later entries are fallbacks). The
+ * composer's keys are lib/composer.js's `ComposerSelectors`.
+ */
 const SELECTORS = {
   generating: ['button[data-testid="stop-button"]'],
   assistantTurn: ['[data-message-author-role="assistant"]'],
+  // The ProseMirror editor (chrome-ai-bridge, 2025-26); a hidden <textarea
+  // name="prompt-textarea"> sits beside it, so the contenteditable comes first.
+  composer: ['#prompt-textarea[contenteditable="true"]', 'div[contenteditable="true"].ProseMirror', "textarea#prompt-textarea"],
+  sendButton: ['button[data-testid="send-button"]', "button#composer-submit-button"],
+  userTurn: ['[data-message-author-role="user"]'],
+  // The user's text as typed, without the turn's controls (uncertain, 2025).
+  userTurnText: [".whitespace-pre-wrap"],
+  signedOut: ['[data-testid="login-button"]'],
 };
 
 /**
@@ -269,6 +282,7 @@ export default {
       const turn = element.closest?.("[data-message-id]") ?? element;
       return turn.getAttribute?.("data-message-id") || null;
     },
+    selectors: SELECTORS,
   },
   // The sentinel (chat-requirements token, proof of work, Turnstile) and
   // conduit tokens are made by the page's own scripts right before it sends;

@@ -11,7 +11,10 @@
  * - the DOM: `data-is-streaming` on the message container (2025-26,
  *   uncertain), `.font-claude-message` / `.font-claude-response` (class
  *   names change; both kept), the "Stop response" button (refined-claude,
- *   2025-05; its label is localised, so it is the last fallback).
+ *   2025-05; its label is localised, so it is the last fallback);
+ * - the composer (a ProseMirror `contenteditable`), its send button and the
+ *   `data-testid="user-message"` turns: not in PLATFORMS.md, uncertain
+ *   (2025-26); see SELECTORS.
  */
 
 import {
@@ -50,6 +53,15 @@ const SELECTORS = {
     ".font-claude-response",
     ".font-claude-message",
   ],
+  // The composer is a ProseMirror editor; `data-testid="chat-input"` and the
+  // submit button in its fieldset are uncertain (2025-26, no dated source in
+  // PLATFORMS.md), the English aria-label is the last fallback.
+  composer: ['[data-testid="chat-input"][contenteditable="true"]', 'fieldset div[contenteditable="true"].ProseMirror', 'div[contenteditable="true"].ProseMirror'],
+  sendButton: ['fieldset button[type="submit"]', 'button[aria-label="Send message"]'],
+  userTurn: ['[data-testid="user-message"]', ".font-user-message"],
+  userTurnText: [],
+  // claude.ai sends a signed-out browser to /login, which asks for an email (uncertain).
+  signedOut: ['form input[type="email"]'],
 };
 
 /**
@@ -191,6 +203,7 @@ export default {
     isGenerating: (document) => anyMatches(document, SELECTORS.generating),
     lastAssistantMessage: (document) => queryLast(document, SELECTORS.assistantContent),
     messageId: () => null, // claude.ai does not put message uuids in its DOM
+    selectors: SELECTORS,
   },
   async readPageValues(names, page) {
     const org = once(() => organizationId(page));

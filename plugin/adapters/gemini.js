@@ -14,7 +14,9 @@
  * - the URL `/app/<hex>`, the hex being the cid without `c_` (uncertain);
  * - the DOM: `model-response` turns, the stop icon
  *   `mat-icon[data-mat-icon-name="stop"]` (chrome-ai-bridge, 2026); the
- *   `message-content-id-r_…` element ids (uncertain).
+ *   `message-content-id-r_…` element ids (uncertain); the composer in
+ *   `rich-textarea`, `user-query` turns and the send icon (uncertain,
+ *   2025-26; see SELECTORS).
  */
 
 import {
@@ -38,9 +40,21 @@ const COMPLETE_STATUS = 2;
 /** Conversations whose last chat metadata this page remembers. */
 const REMEMBERED_CHATS = 32;
 
+/**
+ * The page's elements, newest first (later entries are fallbacks). The
+ * composer's keys are lib/composer.js's `ComposerSelectors`.
+ */
 const SELECTORS = {
   generating: ['mat-icon[data-mat-icon-name="stop"]', 'mat-icon[fonticon="stop"]'],
   assistantContent: ["model-response message-content .markdown", "model-response message-content", "model-response"],
+  // A Quill editor inside the `rich-textarea` element (uncertain, 2025-26).
+  composer: ['rich-textarea .ql-editor[contenteditable="true"]', 'rich-textarea [contenteditable="true"]'],
+  // The send button is found by its icon's name, not its localised label;
+  // when none shows, Enter sends, as it does in Gemini's composer.
+  sendButton: ['button:has(mat-icon[data-mat-icon-name="send"])', 'button:has(mat-icon[fonticon="send"])'],
+  userTurn: ["user-query"],
+  userTurnText: [".query-text"],
+  signedOut: ['a[href*="accounts.google.com/ServiceLogin"]'],
 };
 
 /**
@@ -165,6 +179,7 @@ export default {
       const id = holder.getAttribute?.("id") ?? "";
       return id.startsWith("message-content-id-") ? id.slice("message-content-id-".length) || null : null;
     },
+    selectors: SELECTORS,
   },
   // model_header is left out: model ids depend on the account's tier, and
   // without the header Gemini uses the account's default model.

@@ -33,6 +33,7 @@
  *     isGenerating(document: Document): boolean,
  *     lastAssistantMessage(document: Document): Element | null,
  *     messageId(element: Element): string | null,
+ *     selectors: import('../lib/composer.js').ComposerSelectors & Record<string, string[]>,
  *   },
  *   readPageValues(names: string[], page: Page): Promise<Record<string, string>>,
  * }} Adapter

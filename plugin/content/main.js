@@ -1,12 +1,13 @@
 /**
  * The isolated-world side of a chat page: picks the page's adapter, reads
  * final assistant messages (the app's stream through the MAIN-world hook
- * first, the page as the fallback) and performs proxy deliveries for the
- * service worker. Holds no secret: the token never reaches a content script.
+ * first, the page as the fallback) and performs proxy deliveries (a request
+ * from the page) and DOM deliveries (the composer) for the service worker. Holds no secret: the token never reaches a content script.
  */
 
 import { adapterForUrl } from "../adapters/index.js";
 import { CaptureTracker } from "../lib/capture.js";
+import { deliverThroughComposer } from "../lib/composer.js";
 import { elementToMarkdown } from "../lib/markdown.js";
 import { fillPageValues, MissingPageValue, placeholderNames } from "../lib/placeholders.js";
 import { proxyErrorCode } from "../lib/proxy.js";
@@ -131,6 +132,20 @@ async function proxyDelivery(adapter, hook, page, { request, timeout_ms }) {
   };
 }
 
+/**
+ * Runs DOM deliveries one after the other: two typed into one composer at
+ * once would mix their texts.
+ */
+function composerQueue(adapter) {
+  let last = Promise.resolve();
+  /** @returns {Promise<import('../lib/composer.js').DomResult>} */
+  return ({ text, timeout_ms }) => {
+    const next = last.then(() => deliverThroughComposer({ document, table: adapter.dom.selectors, text: String(text), timeoutMs: timeout_ms }));
+    last = next.catch(() => {});
+    return next;
+  };
+}
+
 /** Watches the page's own end-of-message signal, looking at most every DOM_CHECK_MS. */
 function watchPage(adapter, tracker) {
   let timer = null;
@@ -191,11 +206,20 @@ export async function start(portReady) {
   await hook.call("watch", { requests });
   watchPage(adapter, tracker);
 
+  const domDelivery = composerQueue(adapter);
+  const deliveries = {
+    proxy_delivery: (message) =>
+      proxyDelivery(adapter, hook, page, message).catch((error) => ({
+        ok: false, status: null, body: null, error: `the page could not make the request: ${error?.message ?? error}`, error_code: null,
+      })),
+    dom_delivery: (message) =>
+      domDelivery(message).catch((error) => ({
+        ok: false, error: `the page could not type the text: ${error?.message ?? error}`, error_code: null, evidence: { user_turn_seen: false },
+      })),
+  };
   chrome.runtime.onMessage.addListener((message, _sender, sendResponse) => {
-    if (message?.type !== "proxy_delivery") return false;
-    proxyDelivery(adapter, hook, page, message).then(sendResponse, (error) =>
-      sendResponse({ ok: false, status: null, body: null, error: `the page could not make the request: ${error?.message ?? error}`, error_code: null }),
-    );
+    if (typeof message?.type !== "string" || !Object.hasOwn(deliveries, message.type)) return false;
+    deliveries[message.type](message).then(sendResponse);
     return true; // answered asynchronously
   });
   window.addEventListener("pagehide", () => tracker.stop());

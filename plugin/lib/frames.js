@@ -4,7 +4,7 @@
  */
 
 /** What this plugin performs of the server's delivery frames. */
-export const CAPABILITIES = Object.freeze(["proxy_delivery"]);
+export const CAPABILITIES = Object.freeze(["proxy_delivery", "dom_delivery"]);
 
 /**
  * @param {{clientId: string, token: string, version: string,
@@ -76,6 +76,41 @@ export function proxyResultFrame(requestId, result) {
     error: typeof result.error === "string" ? result.error : null,
     ...(errorCode === null ? {} : { error_code: errorCode }),
   };
+}
+
+/** The `error_code`s a delivery result may carry (SPEC §6). */
+const DELIVERY_ERROR_CODES = new Set(["page_value_missing", "no_tab", "blocked"]);
+
+/**
+ * A `browser.dom_delivery.result` for `requestId`. `ok` only with
+ * `evidence.user_turn_seen` (SPEC §6: the plugin saw the new user turn), and
+ * never with an `error_code`; `evidence` keeps its booleans and short strings
+ * only.
+ *
+ * @param {string} requestId
+ * @param {import('./composer.js').DomResult} result
+ */
+export function domResultFrame(requestId, result) {
+  const errorCode = DELIVERY_ERROR_CODES.has(result.error_code) ? result.error_code : null;
+  /** @type {Record<string, boolean | string>} */
+  const evidence = {};
+  for (const [name, value] of Object.entries(result.evidence ?? {})) {
+    if (typeof value === "boolean" || (typeof value === "string" && value.length <= 64)) evidence[name] = value;
+  }
+  const ok = Boolean(result.ok) && errorCode === null && evidence.user_turn_seen === true;
+  return {
+    type: "browser.dom_delivery.result",
+    request_id: requestId,
+    ok,
+    error: typeof result.error === "string" ? result.error : ok ? null : "the delivery failed",
+    error_code: ok ? null : errorCode,
+    evidence,
+  };
+}
+
+/** Was this DOM delivery sent (its user turn seen), so a repeat must not send again? */
+export function isSentToComposer(result) {
+  return Boolean(result?.ok) && result.evidence?.user_turn_seen === true;
 }
 
 /** Was this result a request the app accepted (so a repeat must not post again)? */

@@ -48,6 +48,7 @@ export function fakeDocument(matches) {
         return null;
       };
       node.querySelector = (selector) => (matches[selector] ?? []).find((match) => isInside(match, node)) ?? null;
+      node.querySelectorAll = (selector) => (matches[selector] ?? []).filter((match) => isInside(match, node));
     }
   }
   return { querySelectorAll: (selector) => matches[selector] ?? [] };

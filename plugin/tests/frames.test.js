@@ -4,14 +4,14 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
 import { ADAPTERS } from "../adapters/index.js";
-import { finalMessageFrame, helloFrame, isLoopback, isPosted, proxyResultFrame, socketUrl } from "../lib/frames.js";
+import { domResultFrame, finalMessageFrame, helloFrame, isLoopback, isPosted, isSentToComposer, proxyResultFrame, socketUrl } from "../lib/frames.js";
 
 describe("helloFrame", () => {
   it("names the client, its platforms, capabilities and adapter versions", () => {
     const frame = helloFrame({ clientId: "laptop", token: "secret", version: "1.0.0", adapters: ADAPTERS });
     assert.deepEqual(frame, {
       type: "hello", client_id: "laptop", token: "secret", plugin_version: "1.0.0",
-      platforms: ["claude", "chatgpt", "gemini"], capabilities: ["proxy_delivery"],
+      platforms: ["claude", "chatgpt", "gemini"], capabilities: ["proxy_delivery", "dom_delivery"],
       adapters: Object.fromEntries(ADAPTERS.map((adapter) => [adapter.name, adapter.version])),
     });
   });
@@ -49,6 +49,40 @@ describe("proxyResultFrame", () => {
   it("sends null for a status or body of the wrong type", () => {
     const frame = proxyResultFrame("r-3", { ok: false, status: "200", body: 5, error: undefined });
     assert.deepEqual([frame.status, frame.body, frame.error], [null, null, null]);
+  });
+});
+
+describe("domResultFrame", () => {
+  it("answers ok with the evidence of the user turn", () => {
+    assert.deepEqual(domResultFrame("r-1", { ok: true, error: null, error_code: null, evidence: { user_turn_seen: true, already_sent: true } }), {
+      type: "browser.dom_delivery.result", request_id: "r-1", ok: true, error: null, error_code: null,
+      evidence: { user_turn_seen: true, already_sent: true },
+    });
+  });
+
+  it("never claims ok without the user turn seen, nor with an error_code", () => {
+    const unseen = domResultFrame("r-2", { ok: true, error: null, error_code: null, evidence: {} });
+    assert.deepEqual([unseen.ok, unseen.error], [false, "the delivery failed"]);
+    const blocked = domResultFrame("r-3", { ok: true, error: "a challenge", error_code: "blocked", evidence: { user_turn_seen: true } });
+    assert.deepEqual([blocked.ok, blocked.error_code], [false, "blocked"]);
+  });
+
+  it("keeps known error codes and small evidence only", () => {
+    const frame = domResultFrame("r-4", {
+      ok: false, error: "no composer", error_code: "teapot",
+      evidence: { user_turn_seen: false, submitted: true, page: { html: "<div>" }, note: "x".repeat(65), count: 3 },
+    });
+    assert.equal(frame.error_code, null);
+    assert.deepEqual(frame.evidence, { user_turn_seen: false, submitted: true });
+  });
+});
+
+describe("isSentToComposer", () => {
+  it("is true only for an ok result whose user turn was seen", () => {
+    assert.equal(isSentToComposer({ ok: true, evidence: { user_turn_seen: true } }), true);
+    for (const result of [{ ok: false, evidence: { user_turn_seen: true } }, { ok: true, evidence: {} }, { ok: true }, null]) {
+      assert.equal(isSentToComposer(result), false, JSON.stringify(result));
+    }
   });
 });
 

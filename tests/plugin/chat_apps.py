@@ -17,7 +17,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
 
 # The page's script, one for every app: CONFIG says how this app renders and asks.
@@ -60,7 +60,126 @@ function send(prompt, signal) {
   return fetch(request.url, { method: "POST", headers: request.headers, body: request.body, signal }).then((r) => r.text());
 }
 
+// The composer: like ProseMirror (or Quill), the editor keeps its own state
+// and takes text only from input events: an `input` (what
+// execCommand("insertText") and typing fire) makes it read its DOM back, a
+// cancelable `beforeinput` carrying text or a `paste` is applied to the state
+// and rendered. A direct change of its DOM (innerHTML) fires none of them and
+// is not in the state, so it is neither sent nor enables the send button.
+// `takes` narrows what it accepts, to exercise the plugin's fallbacks: an
+// input it does not take is undone by rendering the state again.
+const composer = CONFIG.composer;
+const editor = composer && document.querySelector(composer.editor);
+const sendButton = composer && composer.send ? document.querySelector(composer.send) : null;
+let draft = "";
+const sent = [];
+
+function renderDraft() {
+  editor.replaceChildren(...(draft === "" ? [""] : draft.split("\n")).map((line) => {
+    const paragraph = document.createElement("p");
+    if (line === "") paragraph.appendChild(document.createElement("br"));
+    else paragraph.textContent = line;
+    return paragraph;
+  }));
+}
+
+/** The editor's DOM as text: one line per block (a <p> or <div>), <br> a line end, non-breaking spaces as spaces. */
+function readEditor() {
+  const lines = [];
+  let current = null;
+  for (const node of editor.childNodes) {
+    if (node.nodeName === "P" || node.nodeName === "DIV") {
+      if (current !== null) lines.push(current);
+      current = null;
+      lines.push(node.textContent);
+    } else if (node.nodeName === "BR") {
+      lines.push(current ?? "");
+      current = null;
+    } else {
+      current = (current ?? "") + node.textContent;
+    }
+  }
+  if (current !== null) lines.push(current);
+  return lines.join("\n").replace(/\u00a0/g, " ");
+}
+
+function setDraft(text, { render }) {
+  draft = text;
+  if (render) renderDraft();
+  if (sendButton) sendButton.disabled = draft.trim() === "";
+}
+
+function takes(way) {
+  return (mockChat.takes || ["input", "beforeinput", "paste"]).includes(way);
+}
+
+function addUserTurn(text) {
+  const holder = document.createElement("div");
+  holder.innerHTML = composer.userTurn;
+  const turn = holder.firstElementChild;
+  const shown = turn.querySelector(composer.userTurnText) || turn;
+  if (composer.linePerParagraph) {
+    for (const line of text.split("\n")) {
+      const paragraph = document.createElement("p");
+      paragraph.className = "query-text-line";
+      if (line === "") paragraph.appendChild(document.createElement("br"));
+      else paragraph.textContent = line;
+      shown.appendChild(paragraph);
+    }
+  } else {
+    shown.textContent = text;
+  }
+  thread.appendChild(turn);
+}
+
+function submit() {
+  if (draft.trim() === "") return;
+  sent.push(draft);
+  addUserTurn(draft);
+  setDraft("", { render: true });
+}
+
+if (editor) {
+  editor.addEventListener("input", () => {
+    if (takes("input")) setDraft(readEditor(), { render: false });
+    else renderDraft();
+  });
+  editor.addEventListener("beforeinput", (event) => {
+    const text = typeof event.data === "string" ? event.data : event.dataTransfer?.getData("text/plain");
+    if (!["insertText", "insertFromPaste", "insertReplacementText"].includes(event.inputType) || typeof text !== "string") return;
+    event.preventDefault();
+    if (takes("beforeinput")) setDraft(draft + text, { render: true });
+  });
+  editor.addEventListener("paste", (event) => {
+    event.preventDefault();
+    if (takes("paste")) setDraft(draft + event.clipboardData.getData("text/plain"), { render: true });
+  });
+  editor.addEventListener("keydown", (event) => {
+    if (composer.enterSends && event.key === "Enter" && !event.shiftKey) {
+      event.preventDefault();
+      submit();
+    }
+  });
+  sendButton?.addEventListener("click", submit);
+  setDraft("", { render: true });
+}
+
 window.mockChat = {
+  /** What the editor would send now (its state, not its DOM). */
+  draft: () => draft,
+  /** The texts sent from the composer, as the app would post them. */
+  sent: () => [...sent],
+  /** The user turns the page shows. */
+  userTurnCount: () => document.querySelectorAll(composer.userTurnSelector).length,
+  /** A user turn already in the page (a conversation reloaded after an earlier send). */
+  addUserTurn,
+  /** A person's draft, typed into the editor. */
+  type(text) {
+    editor.focus();
+    document.execCommand("insertText", false, text);
+  },
+  /** What the editor accepts: any of "input", "beforeinput", "paste" (all by default). */
+  takes: null,
   /** Asks as a person would (the answer's stream comes from the mock endpoint); returns when the stream ended (ms). */
   async ask(prompt, { html = "", abort = false, holdMs = 600 } = {}) {
     const turn = newTurn();
@@ -87,8 +206,9 @@ window.mockChat = {
 """
 
 PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>{head}</head>
-<body><main id="thread"></main><script>{script}</script></body></html>
+<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
+<style>.whitespace-pre-wrap, [contenteditable] {{ white-space: pre-wrap; }}</style>{head}</head>
+<body><main id="thread"></main>{composer}<script>{script}</script></body></html>
 """
 
 
@@ -114,6 +234,9 @@ class ChatApp:
 
     conversation: str
     title: str = "Plan the release"
+    has_composer: bool = True
+    # Shown where the composer would be when there is none (a challenge page's markup).
+    instead_of_composer: str = ""
     posted: list[Posted] = field(default_factory=list)
     answers: deque[Answer] = field(default_factory=deque)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -163,7 +286,8 @@ class ChatApp:
         # The request and leaf functions are JavaScript, spliced in after the JSON.
         config = config[:-1] + ", " + self.page_functions() + "}"
         script = PAGE_SCRIPT.replace("__CONFIG__", config)
-        return PAGE.format(title=escape(self.title), head=self.page_head(), script=script)
+        composer = self.composer_html if self.has_composer else self.instead_of_composer
+        return PAGE.format(title=escape(self.title), head=self.page_head(), composer=composer, script=script)
 
     def page_head(self) -> str:
         return ""
@@ -175,6 +299,12 @@ class ChatApp:
     # -- per app -------------------------------------------------------------
 
     stream_type = "text/event-stream; charset=utf-8"
+    # The composer's markup, and how the page finds its parts and renders a user turn.
+    composer_html = ""
+    composer: ClassVar[dict[str, Any]] = {}
+
+    def composer_config(self) -> dict[str, Any] | None:
+        return self.composer if self.has_composer else None
 
     @property
     def page_url(self) -> str:
@@ -217,8 +347,20 @@ class Claude(ChatApp):
     def page_url(self) -> str:
         return f"{self.origin}/chat/{self.conversation}"
 
+    # A ProseMirror editor in a fieldset with its submit button (plugin/adapters/claude.js).
+    composer_html = (
+        '<fieldset><div contenteditable="true" class="ProseMirror" data-testid="chat-input"></div>'
+        '<button type="submit" aria-label="Send message" disabled>Send</button></fieldset>'
+    )
+    composer: ClassVar[dict[str, Any]] = {
+        "editor": '[data-testid="chat-input"]', "send": 'fieldset button[type="submit"]',
+        "userTurn": '<div data-testid="user-message"><p class="whitespace-pre-wrap"></p></div>',
+        "userTurnText": "p", "userTurnSelector": '[data-testid="user-message"]',
+    }
+
     def page_config(self):
         return {
+            "composer": self.composer_config(),
             "generating": "attribute",
             "turn": '<div data-is-streaming="false"><div class="font-claude-response"></div></div>',
             "content": ".font-claude-response",
@@ -281,8 +423,20 @@ class ChatGPT(ChatApp):
     def page_url(self) -> str:
         return f"{self.origin}/c/{self.conversation}"
 
+    # The ProseMirror #prompt-textarea and the send button (PLATFORMS.md, chrome-ai-bridge 2025-26).
+    composer_html = (
+        '<div><div contenteditable="true" id="prompt-textarea" class="ProseMirror"></div>'
+        '<button data-testid="send-button" id="composer-submit-button" disabled>Send</button></div>'
+    )
+    composer: ClassVar[dict[str, Any]] = {
+        "editor": "#prompt-textarea", "send": '[data-testid="send-button"]',
+        "userTurn": '<div data-message-author-role="user" data-message-id=""><div class="whitespace-pre-wrap"></div></div>',
+        "userTurnText": ".whitespace-pre-wrap", "userTurnSelector": '[data-message-author-role="user"]',
+    }
+
     def page_config(self):
         return {
+            "composer": self.composer_config(),
             "generating": "button",
             "turn": '<div data-message-author-role="assistant" data-message-id=""><div class="markdown"></div></div>',
             "content": ".markdown",
@@ -353,8 +507,18 @@ class Gemini(ChatApp):
         wiz = {"SNlM0e": self.at_token, "cfb2h": self.build_label, "FdrFJe": "-4837261950384756", "TuX5cc": "en"}
         return f"<script>window.WIZ_global_data = {json.dumps(wiz)};</script>"
 
+    # A Quill editor in rich-textarea, sent with Enter (no send button); user
+    # turns show one <p> per line, as Gemini's query text does.
+    composer_html = '<rich-textarea><div class="ql-editor" contenteditable="true" role="textbox"></div></rich-textarea>'
+    composer: ClassVar[dict[str, Any]] = {
+        "editor": "rich-textarea .ql-editor", "send": "", "enterSends": True,
+        "userTurn": '<user-query><div class="query-text"></div></user-query>', "userTurnText": ".query-text",
+        "linePerParagraph": True, "userTurnSelector": "user-query",
+    }
+
     def page_config(self):
         return {
+            "composer": self.composer_config(),
             "generating": "mat-icon",
             "turn": "<model-response><message-content><div class=\"markdown\"></div></message-content></model-response>",
             "content": ".markdown",

@@ -2,37 +2,20 @@
 
 Mock chat pages at the real origins (``chat_apps.py``); the plugin is paired
 through its options page. What the plugin does on its own is tested here;
-the round trips through a running Conductor are in ``test_round_trip.py``.
+the round trips through a running Conductor are in ``test_round_trip.py``, the
+composer deliveries in ``test_dom_delivery.py``; the fixtures in ``conftest.py``.
 """
 
 import json
 
 import pytest
 
-from tests.browser import require_chromium
 from tests.plugin.chat_apps import chat_app
-from tests.plugin.extension import ScriptedServer, plugin_browser
+from tests.plugin.extension import ScriptedServer
 
 TOKEN = "plugin-token-that-no-page-may-read-7c1f"
 BAA = "I'll check.\n\n```baa\necho\n{\"step\": 1}\n```\n"
 BAA_HTML = '<p>I\'ll check.</p><pre><code class="language-baa">echo\n{"step": 1}\n</code></pre>'
-
-
-@pytest.fixture
-def chromium():
-    return require_chromium()
-
-
-@pytest.fixture
-def browser(chromium, tmp_path):
-    with plugin_browser(chromium, tmp_path / "profile") as browser:
-        yield browser
-
-
-@pytest.fixture
-def server(browser):
-    with ScriptedServer(sleep=browser.pause) as server:
-        yield server
 
 
 def paired(browser, server, **options):
@@ -58,7 +41,7 @@ def test_a_finished_answer_is_sent_from_the_stream_with_its_ids(browser, server,
     assert frame["title"] == app.title
     assert frame["message_id"]
     [hello] = server.hellos
-    assert hello["capabilities"] == ["proxy_delivery"]
+    assert hello["capabilities"] == ["proxy_delivery", "dom_delivery"]
     assert set(hello["adapters"]) == {"claude", "chatgpt", "gemini"}
     # The ack empties the outbox.
     browser.wait_until(lambda: browser.storage()["outbox"]["frames"] == [], "the ack to empty the outbox")

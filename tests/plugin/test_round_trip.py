@@ -101,7 +101,7 @@ def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path
         # The app's reply to the delivery is itself a final message, read from its stream.
         browser.wait_until(lambda: assistant_messages(app).count() == 2, "the reply to the results", WAIT)
         client = PluginClient.objects.get(client_id="laptop")
-        assert client.capabilities == ["proxy_delivery"]
+        assert client.capabilities == ["proxy_delivery", "dom_delivery"]
         assert set(client.adapters) == {"claude", "chatgpt", "gemini"}
         assert browser.badge() == "on"
         assert "connected" in browser.popup_text()
