@@ -11,7 +11,9 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.contrib.auth import get_user_model
 from django.db import connections
+from django.test import Client
 
 from automation.models import AutomationTask, TaskStatus
 from conversations.models import Message
@@ -105,6 +107,53 @@ def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path
         assert set(client.adapters) == {"claude", "chatgpt", "gemini"}
         assert browser.badge() == "on"
         assert "connected" in browser.popup_text()
+
+
+@pytest.mark.parametrize("platform", ["claude", "chatgpt", "gemini"])
+def test_a_delivery_the_app_refuses_over_http_arrives_through_the_composer_in_the_same_attempt(
+    chromium, tmp_path, server_env, platform,
+):
+    PluginClientFactory(client_id="laptop")
+    app = chat_app(platform)
+    with (
+        running_server(tmp_path, command="serve+cluster", **server_env) as server,
+        plugin_browser(chromium, tmp_path / "profile") as browser,
+    ):
+        app.install(browser.context)
+        browser.pair(server.base_url, "laptop", TEST_TOKEN)
+        browser.wait_for_state("connected")
+        page = browser.open_chat(app)
+        app.answer_next(ASK % 1)
+        # The delivery's POST is refused as automated, as ChatGPT refuses one without its sentinel tokens.
+        app.answer_next("<html><body>Unusual activity has been detected from your device.</body></html>", status=403)
+        page.evaluate("([html]) => mockChat.ask('Go on', {html})", [ASK_HTML % 1])
+
+        deliver = wait_for(
+            lambda: AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER, status=TaskStatus.SUCCEEDED).first(),
+            "the delivery task to succeed", WAIT,
+        )
+        [sent] = page.evaluate("mockChat.sent()")
+        result = json.loads(re.search(r"```baa-result\n(.*?)\n```", sent, re.S).group(1))
+        assert result["ok"] is True and result["result"] == {"step": 1}
+        assert page.evaluate("mockChat.userTurnCount()") == 1  # the results, once (the mock shows no turn for an ask)
+        # The one refused POST; the composer sent the same text, and nothing was posted again.
+        [refused] = app.deliveries()
+        assert app.delivered_text(refused) == sent
+
+        assert deliver.attempt_count == 1
+        steps = [(e.action, e.detail.get("method"), e.detail.get("error_code"))
+                 for e in deliver.events.filter(action__in=["deliver", "fallback"])]
+        assert steps == [("deliver", "http", None), ("fallback", "http", "blocked"), ("deliver", "dom", None)]
+        [stored] = Message.objects.filter(source=Message.Source.CONDUCTOR)
+        assert stored.text == sent
+        client = PluginClient.objects.get(client_id="laptop")
+        assert client.capabilities == ["proxy_delivery", "dom_delivery"]
+
+        operator = Client()
+        operator.force_login(get_user_model().objects.create_superuser("operator", password="x"))
+        listed = operator.get("/admin/automation/automationtask/?delivered_by=dom").content.decode()
+        assert deliver.pk in listed
+        assert deliver.pk not in operator.get("/admin/automation/automationtask/?delivered_by=http").content.decode()
 
 
 def test_a_message_sent_while_the_server_is_down_arrives_once_after_it_restarts(chromium, tmp_path, server_env):
