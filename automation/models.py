@@ -37,6 +37,9 @@ OPEN_STATUSES = frozenset(set(TaskStatus.values) - TERMINAL_STATUSES)
 CLAIMABLE_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.RETRY_WAIT})
 
 
+ROUTING_FIELDS = frozenset({"target_client_id", "target_platform", "target_conversation_id"})
+
+
 class AutomationTask(models.Model):
     """One unit of work for the dispatcher (SPEC §2.1). Times are epoch milliseconds.
 
@@ -51,7 +54,9 @@ class AutomationTask(models.Model):
     payload_json = models.TextField(default="{}")
     result_json = models.TextField(null=True, blank=True)
 
-    # Routing: set at creation from the conversation's latest link, never cleared.
+    # Routing: set at creation from the conversation's latest link, never
+    # cleared; transitions refuse to write these (ROUTING_FIELDS), and only
+    # the logged re-target service (task_retarget) moves them.
     target_client_id = models.CharField(max_length=64, null=True, blank=True)
     target_platform = models.CharField(max_length=16, null=True, blank=True)
     target_conversation_id = models.CharField(

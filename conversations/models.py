@@ -1,4 +1,5 @@
 from django.core.exceptions import ValidationError
+from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
@@ -12,6 +13,15 @@ def validate_delivery_methods(value: str) -> None:
         raise ValidationError(str(exc)) from None
 
 
+HANDLE_PATTERN = r"[a-z][a-z0-9-]*"
+MAX_HANDLE_CHARS = 64
+
+validate_handle = RegexValidator(
+    rf"\A{HANDLE_PATTERN}\Z",
+    "A handle starts with a lowercase letter and holds only lowercase letters, digits and hyphens.",
+)
+
+
 class Conversation(models.Model):
     """One chat on one platform, identified by the platform's own id."""
 
@@ -22,6 +32,10 @@ class Conversation(models.Model):
         max_length=255, help_text="The platform's conversation id, as the plugin reports it."
     )
     title = models.CharField(max_length=500, blank=True)
+    handle = models.CharField(
+        max_length=MAX_HANDLE_CHARS, null=True, blank=True, unique=True, validators=[validate_handle],
+        help_text="The name other conversations mail this one by (mail.send); empty: it receives no mail.",
+    )
     paused = models.BooleanField(
         default=False,
         help_text="While paused, the conversation's tasks are not claimed; messages are still stored.",

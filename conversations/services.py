@@ -132,6 +132,18 @@ def conversation_renewal_policy_set(
     )
 
 
+def conversation_handle_set(*, conversation: Conversation, handle: str | None, actor: str) -> None:
+    """Give the conversation the handle other conversations mail it by, or take it away (None).
+
+    The handle is checked by the model field's validator and its uniqueness
+    by the database. Writes only this field; mails already created keep
+    their recipient, and fail when they find it no longer accepts mail.
+    """
+    Conversation.objects.filter(pk=conversation.pk).update(handle=handle)
+    conversation.handle = handle
+    log_event(logger, "conversation_handle", conversation_id=conversation.pk, handle=handle or "none", actor=actor)
+
+
 def conversation_delivery_methods_set(*, conversation: Conversation, methods: str, actor: str) -> None:
     """Set the delivery methods the conversation is tried by, in order ("" for its platform's).
 

@@ -8,4 +8,4 @@ class PipelinesConfig(AppConfig):
 
     def ready(self) -> None:
         # Importing these registers the kinds, their schedules and the tools that read tasks.
-        from pipelines import deliveries, instructions, renewal, tools  # noqa: F401
+        from pipelines import deliveries, instructions, mail, renewal, tools  # noqa: F401

@@ -39,6 +39,7 @@ from tools.registry import (
     Policy,
     ToolCall,
     ToolError,
+    ToolOrigin,
     ToolRetryableError,
     UnknownTool,
     tools,
@@ -58,7 +59,7 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
         return TerminalFailure(str(exc))
     if spec.run is None:
         return TerminalFailure(f"tool {spec.full_name} cannot run on this server")
-    if error := spec.params_error(params):
+    if error := spec.call_error(params):
         return TerminalFailure(error)
     client_pk = task.message.client_id if task.message_id else None
     policy = tool_policy_for(tool=spec.name, client_pk=client_pk, conversation_pk=task.conversation_id)
@@ -70,6 +71,9 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
         workspace=settings.CONDUCTOR_WORKSPACE,
         shell_max_timeout_seconds=settings.CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS,
         cancelled=ctx.cancelled,
+        origin=ToolOrigin(
+            instruction_id=task.instruction_id, message_id=task.message_id, conversation_id=task.conversation_id,
+        ) if task.instruction_id is not None else None,
     )
     try:
         result = spec.run(call)

@@ -64,6 +64,18 @@ class ToolCall:
     workspace: Path
     shell_max_timeout_seconds: float
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # The instruction the tool runs for: tools that act on Conductor itself
+    # (mail.send) say where it came from. None outside an instruction.
+    origin: ToolOrigin | None = None
+
+
+@dataclass(frozen=True)
+class ToolOrigin:
+    """Where a tool call came from: its instruction, the message that held it, that message's conversation."""
+
+    instruction_id: int
+    message_id: int
+    conversation_id: int
 
 
 ToolFunction = Callable[[ToolCall], Any]
@@ -82,6 +94,10 @@ class ToolSpec:
     default_policy: str
     run: ToolFunction | None = field(default=None, compare=False)
     target: str = DEFAULT_TARGET
+    # A check of valid params against the server's state (a mail's recipient
+    # exists), at ingest and again before running: the reason they do not
+    # fit, in one line, or None. It must not reveal what the sender may not know.
+    check: Callable[[dict[str, Any]], str | None] | None = field(default=None, compare=False)
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -101,6 +117,12 @@ class ToolSpec:
             f"[{part}]" if isinstance(part, int) else f".{part}" for part in error.absolute_path
         )
         return f"{where}: {error.message}"
+
+    def call_error(self, params: dict[str, Any]) -> str | None:
+        """Why ``params`` cannot be run: their schema first, then the tool's own check."""
+        if error := self.params_error(params):
+            return error
+        return self.check(params) if self.check is not None else None
 
 
 class ToolRegistry(Registry[ToolSpec]):

@@ -27,6 +27,7 @@ from django.db import transaction
 
 from automation.models import (
     LEASE_HOLDING_STATUSES,
+    ROUTING_FIELDS,
     AutomationTask,
     TaskEvent,
     TaskStatus,
@@ -158,6 +159,9 @@ def _transition(
         status_from = task.status
         status_to = edge.to_status or status_from
         values = changes(task) if callable(changes) else dict(changes or {})
+        if routed := ROUTING_FIELDS & values.keys():
+            # A task's recipient is never cleared or changed by a change of state (SPEC §5.1).
+            raise ValueError(f"task {task_id}: a transition may not write its route ({', '.join(sorted(routed))})")
         values.update(status=status_to, updated_at=now)
         if error is not None:
             values["last_error"] = error

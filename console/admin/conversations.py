@@ -34,16 +34,30 @@ from console.lists import ListColumnsMixin, count_of
 from conversations.models import Conversation, ConversationLink, Message
 from conversations.services import (
     conversation_delivery_methods_set,
+    conversation_handle_set,
     conversation_renewal_policy_set,
     conversations_renewal_set,
 )
 from ingest.models import Instruction
 from pipelines.delivery_methods import method_names_for
+from pipelines.mail import MAIL_DELIVER
 from pipelines.renewal import conversations_renew_now
 from platforms import platforms
 from platforms.registry import UnsupportedPlatform
 
 RECENT_MESSAGES = 20
+RECENT_MAILS = 20
+
+
+def mail_list(mails, *, party: str, none: str):
+    """Mail tasks as lines: the task, its status, and the other party's handle (``party``: a payload key)."""
+    if not mails:
+        return none
+    return format_html_join(
+        "", '<div class="mail">{} {} {}</div>',
+        ((admin_link(mail, mail.task_id), mail.status, "@" + str(mail.payload.get(party) or "(no handle)"))
+         for mail in mails),
+    )
 # A runaway chat can put tens of thousands of blocks in one message; its page
 # shows the first ones and links to the instruction list for the rest.
 SHOWN_INSTRUCTIONS = 100
@@ -153,18 +167,18 @@ class RecentMessageInline(ReadOnlyInline):
 class ConversationForm(forms.ModelForm):
     class Meta:
         model = Conversation
-        fields = ["renewal_idle_seconds", "renewal_text", "renewal_daily_cap", "delivery_methods"]
+        fields = ["handle", "renewal_idle_seconds", "renewal_text", "renewal_daily_cap", "delivery_methods"]
 
 
 @admin.register(Conversation)
 class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
     form = ConversationForm
     list_display = [
-        "title", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at", "open_tasks",
+        "title", "handle", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at", "open_tasks",
     ]
     list_display_links = ["title", "remote_id"]
     list_filter = ["platform", "paused", "renewal_enabled"]
-    search_fields = ["remote_id", "title"]
+    search_fields = ["remote_id", "title", "handle"]
     ordering = [F("last_activity_at").desc(nulls_last=True), "-pk"]
     show_full_result_count = False
     actions = ["pause", "resume", "enable_renewal", "disable_renewal", "renew_now"]
@@ -174,6 +188,7 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
             "platform", "remote_id", "title", "paused", "last_activity_at", "created_at",
             "open_tasks", "related",
         ]}),
+        ("Mail", {"fields": ["handle", "mail_received"]}),
         ("Renewal", {"fields": [
             "renewal_enabled", "renewal_idle_seconds", "renewal_text", "renewal_daily_cap",
         ]}),
@@ -181,7 +196,7 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
     ]
     readonly_fields = [
         "platform", "remote_id", "title", "paused", "last_activity_at", "created_at", "open_tasks",
-        "related", "renewal_enabled", "delivery_order",
+        "related", "renewal_enabled", "delivery_order", "mail_received",
     ]
 
     def has_add_permission(self, request):
@@ -198,7 +213,7 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
     def get_list_queryset(self, queryset):
         # The columns, and the flags the actions read.
         return queryset.only(
-            "title", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at",
+            "title", "handle", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at",
         )
 
     def save_model(self, request, obj, form, change):
@@ -209,10 +224,20 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
             daily_cap=form.cleaned_data["renewal_daily_cap"],
             actor=request.user.username,
         )
+        if "handle" in form.changed_data:
+            conversation_handle_set(conversation=obj, handle=form.cleaned_data["handle"], actor=request.user.username)
         if "delivery_methods" in form.changed_data:
             conversation_delivery_methods_set(
                 conversation=obj, methods=form.cleaned_data["delivery_methods"], actor=request.user.username
             )
+
+    @admin.display(description="mail received (newest first)")
+    def mail_received(self, conversation):
+        mails = list(
+            AutomationTask.objects.filter(kind=MAIL_DELIVER, conversation=conversation)
+            .order_by("-created_at", "-pk")[:RECENT_MAILS]
+        )
+        return mail_list(mails, party="from_handle", none="none")
 
     @admin.display(description="delivered by, in order")
     def delivery_order(self, conversation):
@@ -363,7 +388,7 @@ class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
     inlines = [InstructionInline]
     fields = [
         "conversation_link", "role", "source", "capture", "remote_message_id", "parent_message_id", "client",
-        "received_at", "all_instructions", "text_shown", "raw_frame_shown",
+        "received_at", "all_instructions", "mail_sent", "text_shown", "raw_frame_shown",
     ]
     readonly_fields = fields
 
@@ -409,6 +434,11 @@ class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
             '{} (<a href="{}?message__id__exact={}">all in the instruction list</a>)',
             message.n_instructions, url, message.pk,
         )
+
+    @admin.display(description="mail sent")
+    def mail_sent(self, message):
+        mails = list(AutomationTask.objects.filter(kind=MAIL_DELIVER, message=message).order_by("created_at", "pk"))
+        return mail_list(mails, party="to", none="none")
 
     @admin.display(description="text")
     def text_shown(self, message):

@@ -22,8 +22,11 @@ from console.helpers import (
     admin_link,
     format_ms,
     json_text_block,
+    text_block,
 )
 from console.lists import ListColumnsMixin
+from conversations.models import Conversation
+from pipelines.mail import MAIL_DELIVER
 from platforms import DELIVERY_METHODS
 from tools.registry import tools
 
@@ -140,8 +143,14 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False
 
+    def get_fieldsets(self, request, obj=None):
+        if obj is not None and obj.kind == MAIL_DELIVER:
+            return [*self.fieldsets[:1], ("Mail", {"fields": ["mail_from", "mail_to", "mail_text"]}),
+                    *self.fieldsets[1:]]
+        return self.fieldsets
+
     def get_readonly_fields(self, request, obj=None):
-        return flatten_fieldsets(self.fieldsets)
+        return flatten_fieldsets(self.get_fieldsets(request, obj))
 
     def get_queryset(self, request):
         # The page names the task's message and instruction; their text stays behind.
@@ -200,6 +209,20 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     @admin.display(description="result")
     def result(self, task):
         return json_text_block(task.result_json)
+
+    @admin.display(description="from")
+    def mail_from(self, task):
+        sender = Conversation.objects.filter(pk=task.payload.get("from_conversation_id")).first()
+        handle = task.payload.get("from_handle")
+        return format_html("{} {}", "@" + handle if handle else "(no handle)", admin_link(sender) if sender else "")
+
+    @admin.display(description="to")
+    def mail_to(self, task):
+        return format_html("@{} {}", task.payload.get("to", ""), admin_link(task.conversation))
+
+    @admin.display(description="text delivered")
+    def mail_text(self, task):
+        return text_block(str(task.payload.get("text", "")))
 
     @admin.display(description="requests to the plugin")
     def deliveries(self, task):

@@ -193,7 +193,7 @@ def _judge(
         spec = tools.get(block.tool, target=block.target)
     except UnknownTool as exc:
         return rejected, str(exc)
-    if error := spec.params_error(block.params or {}):
+    if error := spec.call_error(block.params or {}):
         return rejected, f"invalid params for {block.tool}: {error}"
     policy = tool_policy_for(
         tool=block.tool, client_pk=client.pk if client else None, conversation_pk=conversation.pk

@@ -10,6 +10,7 @@ from automation.kinds import (
 )
 from automation.services.tasks import task_create
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from pipelines.mail import MAIL_DELIVER
 from pipelines.renewal import RENEWAL_DELIVER
 from tests.factories import make_task
 
@@ -23,6 +24,7 @@ def test_the_spec_kinds_are_registered_with_their_policies():
         INSTRUCTION_EXECUTE: (False, "instructions", True),
         INSTRUCTION_DELIVER: (True, "outbound", False),
         RENEWAL_DELIVER: (True, "outbound", False),
+        MAIL_DELIVER: (True, "outbound", False),
     }
 
 

@@ -18,6 +18,8 @@ SPEC_TOOLS = {
     "files.read": (True, Policy.ALLOW),
     "files.write": (False, Policy.APPROVE),
     "shell.run": (False, Policy.APPROVE),
+    # Its dedupe key makes a second run return the first run's mail.
+    "mail.send": (True, Policy.ALLOW),
 }
 
 
