@@ -99,9 +99,17 @@ def _answer(row: dict) -> str:
     return ": ".join(parts)
 
 
+# The keys a timeline shows first, in this order; the rest follow by name
+# (PostgreSQL's jsonb keeps no order of its own).
+DETAIL_FIRST = ("method", "error_code", "reason", "request_id")
+
+
 def step_detail(detail: dict) -> str:
-    """A timeline event's detail on one line: ``method: http, reason: ...``."""
-    return ", ".join(f"{key}: {value}" for key, value in detail.items())
+    """A timeline event's detail on one line: ``method: http, error_code: blocked, reason: ...``."""
+    def rank(key: str) -> tuple[int, str]:
+        return (DETAIL_FIRST.index(key) if key in DETAIL_FIRST else len(DETAIL_FIRST), key)
+
+    return ", ".join(f"{key}: {detail[key]}" for key in sorted(detail, key=rank))
 
 
 @admin.register(AutomationTask)
