@@ -136,11 +136,12 @@ class Dispatcher:
         claimed = [] if self.stopping.is_set() else tasks_claim(
             lease_owner=self.owner, now=now, limit=free_slots, lease_ms=self.config.lease_ms
         )
-        dispatcher_tick_record(lease_owner=self.owner, now=now)
         for task in claimed:
             ctx = ExecutionContext(task=task, lease_owner=self.owner)
             with self._lock:
                 self._running[task.pk] = (self._pool.submit(self._run, ctx), ctx)
+        # After the tasks are on their way: the record delays none of them.
+        dispatcher_tick_record(lease_owner=self.owner, now=now)
         if reclaimed or claimed:
             log_event(logger, "tick", lease_owner=self.owner, reclaimed=len(reclaimed), claimed=len(claimed))
         return TickReport(reclaimed=[t.pk for t in reclaimed], claimed=[t.pk for t in claimed])

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Collection
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, Q
 
 from automation.kinds import kinds
@@ -20,10 +21,11 @@ from automation.retry import RetryPolicy
 from automation.selectors import dispatcher_is_paused
 from automation.services.transitions import (
     TransitionError,
-    task_lease,
     task_reclaim_interrupted,
     task_reclaim_unstarted,
+    tasks_lease,
 )
+from conversations.models import Conversation
 
 logger = logging.getLogger(__name__)
 
@@ -42,15 +44,18 @@ def _target_present(now: int, runnable_kinds: Collection[str]) -> Q:
     return present
 
 
-def _claimable(now: int, runnable_kinds: Collection[str]):
-    """Due tasks that may run now, best first.
+def _claimable(now: int, runnable_kinds: Collection[str]) -> Q:
+    """Due tasks that may run now.
 
     A task is held back while its conversation is paused, while an earlier
     task of its conversation lane is unfinished (instructions one at a time in
     arrival order; a blocked instruction or a delivery waiting to retry holds
     back the rest), and, when it is outbound, while another task is in flight
-    to its target or its target client is not connected.
+    to its target or its target client is not connected. Every condition is
+    on the task's own row or a subquery, never a join, so the same filter
+    serves the candidates' query and the update that leases them.
     """
+    paused = Conversation.objects.filter(pk=OuterRef("conversation_id"), paused=True)
     earlier_in_lane = AutomationTask.objects.filter(
         conversation_id=OuterRef("conversation_id"),
         lane=OuterRef("lane"),
@@ -63,62 +68,61 @@ def _claimable(now: int, runnable_kinds: Collection[str]):
         status__in=LEASE_HOLDING_STATUSES,
     )
     return (
-        AutomationTask.objects.filter(
-            status__in=CLAIMABLE_STATUSES, execute_after__lte=now, kind__in=list(runnable_kinds)
-        )
-        .filter(Q(conversation__isnull=True) | Q(conversation__paused=False))
-        .filter(Q(lane__isnull=True) | Q(conversation__isnull=True) | ~Exists(earlier_in_lane))
-        .filter(Q(target_client_id__isnull=True) | (~Exists(target_busy) & _target_present(now, runnable_kinds)))
-        .order_by("-priority", "execute_after", "sequence")
+        Q(status__in=CLAIMABLE_STATUSES, execute_after__lte=now, kind__in=list(runnable_kinds))
+        & (Q(conversation_id__isnull=True) | ~Exists(paused))
+        & (Q(lane__isnull=True) | Q(conversation_id__isnull=True) | ~Exists(earlier_in_lane))
+        & (Q(target_client_id__isnull=True) | (~Exists(target_busy) & _target_present(now, runnable_kinds)))
     )
 
 
 def tasks_claim(*, lease_owner: str, now: int, limit: int, lease_ms: int) -> list[AutomationTask]:
     """Lease up to ``limit`` due tasks for ``lease_owner``, best first; return them.
 
-    One query picks the best candidates; then each is leased in its own short
-    transaction that re-checks it is still claimable and locks it
-    (``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so concurrent dispatchers take
-    different rows; on SQLite the IMMEDIATE transaction holds the write lock)
-    before a conditional update. The partial unique indexes over in-flight
-    tasks refuse a second task for one target or one conversation lane: a
-    dispatcher that loses such a race waits only for the winner's one-row
-    transaction, and skips. Leasing one task per transaction keeps two
-    dispatchers from ever waiting on each other in a cycle.
+    One query reads the best candidates; at most one per target and per
+    conversation lane is kept (only one of each can be in flight); then one
+    conditional update (``tasks_lease``) leases every candidate that is still
+    claimable, skipping rows another dispatcher holds locked. The partial
+    unique indexes over in-flight tasks refuse a second task for one target
+    or one lane: when another dispatcher won such a race meanwhile, the
+    batch is refused whole and the candidates are leased one per
+    transaction, each loser skipped.
     """
     if limit <= 0 or dispatcher_is_paused():
         return []
-    runnable = kinds.runnable()
-    candidates = _claimable(now, runnable).values_list(
-        "task_id", "target_client_id", "target_platform", "conversation_id", "lane"
+    claimable = _claimable(now, kinds.runnable())
+    candidates = (
+        AutomationTask.objects.filter(claimable)
+        .order_by("-priority", "execute_after", "sequence")
+        .values_list("task_id", "status", "target_client_id", "target_platform", "conversation_id", "lane")
     )[: limit * CANDIDATES_PER_SLOT]
-    claimed: list[AutomationTask] = []
+    chosen: dict[str, str] = {}
     taken: set[tuple] = set()
-    for task_id, client_id, platform, conversation_id, lane in candidates:
-        if len(claimed) == limit:
-            break
-        # At most one task per target and per lane can be in flight: skip the
-        # rest without a round trip.
+    for task_id, status, client_id, platform, conversation_id, lane in candidates:
         keys = {("target", client_id, platform)} if client_id else set()
         if conversation_id and lane:
             keys.add(("lane", conversation_id, lane))
         if keys & taken:
             continue
-        try:
-            with transaction.atomic():
-                still_claimable = _claimable(now, runnable).filter(pk=task_id)
-                if connection.features.has_select_for_update_skip_locked:
-                    still_claimable = still_claimable.select_for_update(skip_locked=True, of=("self",))
-                if not still_claimable.values_list("pk", flat=True).first():
-                    continue
-                claimed.append(
-                    task_lease(task_id, lease_owner=lease_owner, lease_until=now + lease_ms, now=now)
-                )
-                taken |= keys
-        except (IntegrityError, TransitionError) as exc:
-            # Another dispatcher took this task, its target or its lane first.
-            logger.debug("claim lost a race for task %s: %s", task_id, exc)
-    return claimed
+        chosen[task_id] = status
+        taken |= keys
+        if len(chosen) == limit:
+            break
+    lease = functools.partial(
+        tasks_lease, still_claimable=claimable, lease_owner=lease_owner, lease_until=now + lease_ms, now=now
+    )
+    try:
+        leased = lease(chosen)
+    except IntegrityError as exc:
+        logger.debug("claim lost a race for one of %s tasks: %s; leasing them one at a time", len(chosen), exc)
+        leased = []
+        for task_id, status in chosen.items():
+            try:
+                leased += lease({task_id: status})
+            except IntegrityError as exc:
+                # Another dispatcher took this task's target or lane first.
+                logger.debug("claim lost a race for task %s: %s", task_id, exc)
+    order = {task_id: n for n, task_id in enumerate(chosen)}
+    return sorted(leased, key=lambda task: order[task.pk])
 
 
 def tasks_reclaim_expired(

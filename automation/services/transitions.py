@@ -5,7 +5,15 @@ the starting state, applies fencing when the task leaves ``leased`` or
 ``running`` (only the holding ``lease_owner`` may move it), writes one
 ``TaskEvent`` with its actor and one structured log line, and raises a
 ``TransitionError`` subclass when the move is not allowed. Nothing else in the
-code base assigns ``status``. The state machine knows no kind and decides
+code base assigns ``status``.
+
+An edge whose starting state is known (one state, or a status that does not
+change) is one conditional ``UPDATE … RETURNING``: the starting state, the
+fence and the guards are its ``WHERE``, so no row is read or locked first,
+and only a refused update reads the task to say why. An edge from several
+states reads and locks the task first, to record which state it left.
+``tasks_lease`` leases the dispatcher's whole claim in one such statement.
+A heartbeat is not a change of state and writes no event. The state machine knows no kind and decides
 nothing: what follows a change is the kind's ``follow_up``, which the callers
 (the dispatcher, the reclaim, the operator services) run in the same
 transaction; whether to retry is the ``RetryPolicy``'s answer, which the
@@ -19,11 +27,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
+from functools import reduce
+from operator import or_
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import F, Q, QuerySet, Subquery
 
 from automation.models import (
     LEASE_HOLDING_STATUSES,
@@ -80,27 +91,42 @@ class LeaseLost(TransitionError):
         self.status = status
 
 
-Changes = dict[str, Any] | Callable[[AutomationTask], dict[str, Any]]
-
-
 @dataclass(frozen=True)
 class Edge:
     """One edge of the state diagram: the action, the states it leaves, the state it enters."""
 
     action: str
     allowed_from: frozenset[str]
-    to_status: str | None  # None: the status stays (a heartbeat)
+    to_status: str | None  # None: the status stays (a heartbeat, a step)
+    recorded: bool = True  # writes a TaskEvent (a heartbeat does not: it changes no state)
+
+    @property
+    def known_from(self) -> str | None:
+        """The state the task is in before the edge, when that is known without reading it."""
+        return next(iter(self.allowed_from)) if len(self.allowed_from) == 1 else None
 
 
-def _edge(action: str, allowed_from: Collection[str], to_status: str | None) -> Edge:
-    return Edge(action, frozenset(allowed_from), to_status)
+def _edge(action: str, allowed_from: Collection[str], to_status: str | None, *, recorded: bool = True) -> Edge:
+    return Edge(action, frozenset(allowed_from), to_status, recorded)
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What a transition needs beyond its starting state.
+
+    ``holds(now)`` is the condition as a filter, checked by the update
+    itself; ``refusal(task, now)`` says why a task does not meet it, or None.
+    """
+
+    holds: Callable[[int], Q]
+    refusal: Callable[[AutomationTask, int], str | None]
 
 
 # The state diagram of SPEC §2.2, one line an edge.
 LEASE = _edge("lease", {S.PENDING, S.RETRY_WAIT}, S.LEASED)
 RELEASE = _edge("release", {S.LEASED}, S.PENDING)
 START = _edge("start", {S.LEASED}, S.RUNNING)
-HEARTBEAT = _edge("heartbeat", LEASE_HOLDING_STATUSES, None)
+HEARTBEAT = _edge("heartbeat", LEASE_HOLDING_STATUSES, None, recorded=False)
 SUCCEED = _edge("succeed", {S.RUNNING}, S.SUCCEEDED)
 RETRY_LATER = _edge("retry_later", {S.RUNNING}, S.RETRY_WAIT)
 FAIL = _edge("fail", {S.RUNNING}, S.FAILED)
@@ -119,6 +145,44 @@ EDGE_ACTIONS = frozenset(
 ) | {"create", "retarget"}
 
 
+# Every column, read back by each update (RETURNING) instead of a second query.
+_FIELDS = tuple(AutomationTask._meta.concrete_fields)
+
+
+def _update_returning(tasks: QuerySet, values: dict[str, Any]) -> list[AutomationTask]:
+    """``UPDATE … RETURNING``: apply ``values`` (plain values or expressions) to
+    ``tasks``; return the rows as they are now, one statement in all.
+
+    ``QuerySet._update`` is the ORM's own update with ``returning_fields``
+    (``Model.save`` uses it); PostgreSQL and SQLite 3.35+ return the rows.
+    """
+    rows = tasks._update(
+        [(AutomationTask._meta.get_field(name), None, value) for name, value in values.items()],
+        returning_fields=_FIELDS,
+    )
+    names = [f.attname for f in _FIELDS]
+    return [AutomationTask.from_db(tasks.db, names, row) for row in rows]
+
+
+def _refusal(
+    task_id: str, edge: Edge, task: AutomationTask | None, fenced_owner: str | None,
+    guards: Collection[Guard], now: int,
+) -> TransitionError:
+    """Why ``edge`` does not apply to ``task`` as it is now."""
+    if task is None:
+        return TaskNotFound(task_id)
+    if fenced_owner is not None and (
+        task.status not in LEASE_HOLDING_STATUSES or task.lease_owner != fenced_owner
+    ):
+        return LeaseLost(task_id, fenced_owner, task.lease_owner, task.status)
+    if task.status not in edge.allowed_from:
+        return InvalidTransition(task_id, edge.action, task.status)
+    for guard in guards:
+        if reason := guard.refusal(task, now):
+            return InvalidTransition(task_id, edge.action, task.status, reason)
+    return InvalidTransition(task_id, edge.action, task.status, "changed concurrently")
+
+
 def _transition(
     task_id: str,
     edge: Edge,
@@ -126,8 +190,8 @@ def _transition(
     actor: str,
     now: int | None,
     fenced_owner: str | None = None,
-    guard: Callable[[AutomationTask, int], str | None] | None = None,
-    changes: Changes | None = None,
+    guards: Collection[Guard] = (),
+    changes: dict[str, Any] | None = None,
     error: str | None = None,
     jitter_ms: int | None = None,
     backoff_ms: int | None = None,
@@ -136,64 +200,65 @@ def _transition(
     """Apply one transition; the single place where ``status`` is written after creation.
 
     ``fenced_owner``: the transition applies only while that owner holds the
-    lease. ``guard(task, now)`` returns a refusal reason or None. ``changes``
-    are the other field updates, or a function of the locked task returning them.
+    lease. ``guards``: what else the task must meet. ``changes``: the other
+    field updates (values or expressions of the row's own fields).
     """
     now = now_ms() if now is None else now
-    with transaction.atomic():
-        # A row lock on PostgreSQL; on SQLite the IMMEDIATE transaction already
-        # holds the write lock. The conditional update below re-checks anyway.
-        task = AutomationTask.objects.select_for_update().filter(pk=task_id).first()
-        if task is None:
-            raise TaskNotFound(task_id)
-        if fenced_owner is not None and (
-            task.status not in LEASE_HOLDING_STATUSES or task.lease_owner != fenced_owner
-        ):
-            raise LeaseLost(task_id, fenced_owner, task.lease_owner, task.status)
-        action = edge.action
-        if task.status not in edge.allowed_from:
-            raise InvalidTransition(task_id, action, task.status)
-        if guard is not None and (reason := guard(task, now)):
-            raise InvalidTransition(task_id, action, task.status, reason)
+    values = dict(changes or {})
+    if routed := ROUTING_FIELDS & values.keys():
+        # A task's recipient is never cleared or changed by a change of state (SPEC §5.1).
+        raise ValueError(f"task {task_id}: a transition may not write its route ({', '.join(sorted(routed))})")
+    if edge.to_status is not None:
+        values["status"] = edge.to_status
+    values["updated_at"] = now
+    if error is not None:
+        values["last_error"] = error
+    where = Q(pk=task_id, status__in=edge.allowed_from)
+    if fenced_owner is not None:
+        where &= Q(lease_owner=fenced_owner)
+    for guard in guards:
+        where &= guard.holds(now)
 
-        status_from = task.status
-        status_to = edge.to_status or status_from
-        values = changes(task) if callable(changes) else dict(changes or {})
-        if routed := ROUTING_FIELDS & values.keys():
-            # A task's recipient is never cleared or changed by a change of state (SPEC §5.1).
-            raise ValueError(f"task {task_id}: a transition may not write its route ({', '.join(sorted(routed))})")
-        values.update(status=status_to, updated_at=now)
-        if error is not None:
-            values["last_error"] = error
-        updated = AutomationTask.objects.filter(
-            pk=task_id, status=status_from, lease_owner=task.lease_owner
-        ).update(**values)
-        if updated != 1:
-            # Only reachable on a database that ignored the lock above.
-            raise InvalidTransition(task_id, action, status_from, "changed concurrently")
-        # The row is locked and the update was conditional on what was read,
-        # so the instance can take the new values without reading them back.
-        for name, value in values.items():
-            setattr(task, name, value)
-        TaskEvent.objects.create(
-            task_id=task_id, action=action, status_from=status_from, status_to=status_to, actor=actor, at=now,
-            jitter_ms=jitter_ms, backoff_ms=backoff_ms, error=error, detail=detail or {},
-        )
+    with transaction.atomic():
+        status_from = edge.known_from
+        if status_from is None and edge.to_status is not None:
+            # From one of several states: lock and read which, for the event.
+            # (A row lock on PostgreSQL; on SQLite the IMMEDIATE transaction
+            # already holds the write lock.)
+            found = AutomationTask.objects.select_for_update().filter(pk=task_id).first()
+            if found is None or found.status not in edge.allowed_from:
+                raise _refusal(task_id, edge, found, fenced_owner, guards, now)
+            status_from = found.status
+            where &= Q(status=status_from)
+        updated = _update_returning(AutomationTask.objects.filter(where), values)
+        if not updated:
+            raise _refusal(
+                task_id, edge, AutomationTask.objects.filter(pk=task_id).first(), fenced_owner, guards, now
+            )
+        task = updated[0]
+        status_from = status_from or task.status
+        if edge.recorded:
+            TaskEvent.objects.create(
+                task_id=task_id, action=edge.action, status_from=status_from, status_to=task.status, actor=actor,
+                at=now, jitter_ms=jitter_ms, backoff_ms=backoff_ms, error=error, detail=detail or {},
+            )
+    _log(task, edge.action, status_from, actor, error=error, jitter_ms=jitter_ms, backoff_ms=backoff_ms)
+    return task
+
+
+def _log(task: AutomationTask, action: str, status_from: str, actor: str, **extra: Any) -> None:
     log_event(
         logger,
         action,
-        task_id=task_id,
+        task_id=task.pk,
         kind=task.kind,
         status_from=status_from,
-        status_to=status_to,
+        status_to=task.status,
         actor=actor,
         lease_owner=task.lease_owner,
         attempt=task.attempt_count,
-        jitter_ms=jitter_ms,
-        backoff_ms=backoff_ms,
-        error=error,
+        **extra,
     )
-    return task
 
 
 _CLEAR_LEASE = {"lease_owner": None, "lease_until": None}
@@ -217,14 +282,53 @@ def _attempts_left(task: AutomationTask, now: int) -> str | None:
     return None
 
 
+DUE = Guard(lambda now: Q(execute_after__lte=now), _due)
+LEASE_EXPIRED = Guard(lambda now: Q(lease_until__isnull=True) | Q(lease_until__lt=now), _lease_expired)
+ATTEMPTS_LEFT = Guard(lambda now: Q(attempt_count__lt=F("max_attempts")), _attempts_left)
+
+
 def task_lease(task_id: str, *, lease_owner: str, lease_until: int, now: int | None = None) -> AutomationTask:
-    """pending / retry_wait -> leased, for a due task. Called only by the dispatcher's claim path."""
+    """pending / retry_wait -> leased, for a due task."""
     return _transition(
         task_id, LEASE, actor=lease_owner, now=now,
-        guard=_due,
+        guards=(DUE,),
         changes={"lease_owner": lease_owner, "lease_until": lease_until},
         detail={"lease_until": lease_until},
     )
+
+
+def tasks_lease(
+    seen: Mapping[str, str], *, still_claimable: Q, lease_owner: str, lease_until: int, now: int
+) -> list[AutomationTask]:
+    """pending / retry_wait -> leased for the dispatcher's claim: every task of
+    ``seen`` (task id -> the status it was read in) that is still in that status,
+    due and ``still_claimable``, in one conditional update; returns those leased.
+
+    On PostgreSQL the rows are locked with ``SKIP LOCKED``, so a task another
+    dispatcher is leasing at this moment is skipped, not waited for. Raises
+    ``IntegrityError`` when an in-flight limit's unique index refuses the batch
+    (another dispatcher leased a task of the same target or lane meanwhile):
+    the caller then leases one task at a time.
+    """
+    if not seen:
+        return []
+    where = reduce(or_, (Q(pk=task_id, status=status) for task_id, status in seen.items())) & DUE.holds(now)
+    tasks = AutomationTask.objects.filter(where).filter(still_claimable)
+    if connection.features.has_select_for_update_skip_locked:
+        unlocked = AutomationTask.objects.filter(pk__in=list(seen)).select_for_update(skip_locked=True)
+        tasks = tasks.filter(pk__in=Subquery(unlocked.values("pk")))
+    with transaction.atomic():
+        leased = _update_returning(
+            tasks, {"status": S.LEASED, "lease_owner": lease_owner, "lease_until": lease_until, "updated_at": now}
+        )
+        TaskEvent.objects.bulk_create([
+            TaskEvent(task_id=task.pk, action=LEASE.action, status_from=seen[task.pk], status_to=task.status,
+                      actor=lease_owner, at=now, detail={"lease_until": lease_until})
+            for task in leased
+        ])
+    for task in leased:
+        _log(task, LEASE.action, seen[task.pk], lease_owner)
+    return leased
 
 
 def task_release(
@@ -252,9 +356,7 @@ def task_start(
     return _transition(
         task_id, START, actor=lease_owner, now=now,
         fenced_owner=lease_owner,
-        changes=lambda task: {
-            "attempt_count": task.attempt_count + 1, "started_at": now, "lease_until": lease_until,
-        },
+        changes={"attempt_count": F("attempt_count") + 1, "started_at": now, "lease_until": lease_until},
         jitter_ms=jitter_ms,
     )
 
@@ -264,14 +366,14 @@ def task_heartbeat(
 ) -> AutomationTask:
     """Renew the lease of a task its owner still holds; the status does not change.
 
-    Raises ``LeaseLost`` when the task was cancelled or reclaimed meanwhile:
+    One fenced update and no event: a renewal is not a change of state, and a
+    long task renews every third of its lease. Raises ``LeaseLost`` when the task was cancelled or reclaimed meanwhile:
     the worker must then stop the task's work.
     """
     return _transition(
         task_id, HEARTBEAT, actor=lease_owner, now=now,
         fenced_owner=lease_owner,
         changes={"lease_until": lease_until},
-        detail={"lease_until": lease_until},
     )
 
 
@@ -323,7 +425,7 @@ def task_retry_later(
     return _transition(
         task_id, RETRY_LATER, actor=lease_owner, now=now,
         fenced_owner=lease_owner,
-        guard=_attempts_left,
+        guards=(ATTEMPTS_LEFT,),
         changes={**_CLEAR_LEASE, "execute_after": retry_at},
         error=error,
         backoff_ms=backoff_ms,
@@ -356,7 +458,7 @@ def task_reclaim_unstarted(task_id: str, *, actor: str, now: int | None = None) 
     """leased -> pending when the lease expired before the task started: no side effect, no attempt."""
     return _transition(
         task_id, RECLAIM_UNSTARTED, actor=actor, now=now,
-        guard=_lease_expired,
+        guards=(LEASE_EXPIRED,),
         changes=_CLEAR_LEASE,
     )
 
@@ -382,12 +484,12 @@ def task_reclaim_interrupted(
     if retry_at is None:
         return _transition(
             task_id, RECLAIM_TO_FAILED, actor=actor,
-            now=now, guard=_lease_expired, changes={**_CLEAR_LEASE, "finished_at": now},
+            now=now, guards=(LEASE_EXPIRED,), changes={**_CLEAR_LEASE, "finished_at": now},
             error=INTERRUPTED_ERROR,
         )
     return _transition(
         task_id, RECLAIM_TO_RETRY, actor=actor,
-        now=now, guard=lambda task, now: _lease_expired(task, now) or _attempts_left(task, now),
+        now=now, guards=(LEASE_EXPIRED, ATTEMPTS_LEFT),
         changes={**_CLEAR_LEASE, "execute_after": retry_at}, error=INTERRUPTED_ERROR,
         backoff_ms=backoff_ms, jitter_ms=jitter_ms,
     )

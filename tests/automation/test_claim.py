@@ -232,3 +232,66 @@ def test_the_database_refuses_a_second_in_flight_task_per_target_and_lane(now):
     with pytest.raises(IntegrityError), transaction.atomic():
         AutomationTask.objects.filter(pk=lane_b.pk).update(status=S.LEASED, lease_owner="rogue")
     assert first.pk and lane_a.pk
+
+
+def _race_setup(now):
+    connected("laptop")
+    connected("desktop")
+    contested = outbound(ConversationFactory(), now=now)
+    rivals_pick = outbound(ConversationFactory(), now=now)  # same target as contested
+    other_target = outbound(ConversationFactory(), client_id="desktop", now=now)
+    local = create(now=now)
+    return contested, rivals_pick, other_target, local
+
+
+def test_a_task_whose_target_another_dispatcher_took_meanwhile_is_left_out_of_the_batch(now, monkeypatch):
+    """Another dispatcher leases a task of the same target between this claim's
+    read and its update: the update's own conditions leave the contested task
+    out and lease the rest in the same statement."""
+    from automation.services import claim as claim_module
+
+    contested, rivals_pick, other_target, local = _race_setup(now)
+    batches, real_lease = [], claim_module.tasks_lease
+
+    def lease_after_the_rival(seen, **kwargs):
+        if not batches:
+            tr.task_lease(rivals_pick.pk, lease_owner="rival", lease_until=now + LEASE, now=now)
+        batches.append(sorted(seen))
+        return real_lease(seen, **kwargs)
+
+    monkeypatch.setattr(claim_module, "tasks_lease", lease_after_the_rival)
+    claimed = claim(now)
+
+    assert batches == [sorted([contested.pk, other_target.pk, local.pk])]  # one per target, one statement
+    assert sorted(claimed) == sorted([other_target.pk, local.pk])
+    assert AutomationTask.objects.get(pk=contested.pk).status == S.PENDING
+    assert AutomationTask.objects.get(pk=rivals_pick.pk).lease_owner == "rival"
+
+
+def test_a_batch_the_unique_index_refuses_is_leased_one_task_at_a_time(now, monkeypatch):
+    """On PostgreSQL a rival's lease not yet committed is invisible to the
+    update's conditions, and the in-flight index refuses the whole batch: the
+    claim then leases each candidate on its own, and loses only the contested one."""
+    from django.db import IntegrityError
+
+    from automation.services import claim as claim_module
+
+    contested, rivals_pick, other_target, local = _race_setup(now)
+    batches, real_lease = [], claim_module.tasks_lease
+
+    def refused_once(seen, **kwargs):
+        batches.append(sorted(seen))
+        if len(batches) == 1:
+            tr.task_lease(rivals_pick.pk, lease_owner="rival", lease_until=now + LEASE, now=now)
+            raise IntegrityError("duplicate key value violates unique constraint (as the rival's commit lands)")
+        if seen.keys() == {contested.pk}:
+            raise IntegrityError("duplicate key value violates unique constraint")
+        return real_lease(seen, **kwargs)
+
+    monkeypatch.setattr(claim_module, "tasks_lease", refused_once)
+    claimed = claim(now)
+
+    assert len(batches) == 4  # the refused batch, then each of its three candidates
+    assert sorted(claimed) == sorted([other_target.pk, local.pk])
+    assert AutomationTask.objects.get(pk=contested.pk).status == S.PENDING
+    assert AutomationTask.objects.filter(status=S.LEASED, lease_owner="d1").count() == 2

@@ -133,7 +133,9 @@ def test_a_heartbeat_keeps_a_long_task_from_being_reclaimed_by_another_process()
     try:
         wait_for(lambda: AutomationTask.objects.get(pk=task.pk).status == S.RUNNING)
         # Another dispatcher keeps looking for expired leases the whole time (lease: 1 s).
-        while AutomationTask.objects.get(pk=task.pk).status == S.RUNNING:
+        leases_seen = set()
+        while (running := AutomationTask.objects.get(pk=task.pk)).status == S.RUNNING:
+            leases_seen.add(running.lease_until)
             assert tasks_reclaim_expired(actor="rival", now=now_ms(), retry=retry_policy(random.Random())) == []
             time.sleep(0.1)
     finally:
@@ -142,7 +144,7 @@ def test_a_heartbeat_keeps_a_long_task_from_being_reclaimed_by_another_process()
     done = AutomationTask.objects.get(pk=task.pk)
     assert (done.status, done.attempt_count) == (S.SUCCEEDED, 1)
     assert not done.events.filter(action="reclaim").exists()
-    assert done.events.filter(action="heartbeat").count() >= 5
+    assert len(leases_seen) >= 5  # renewed every third of its lease over 3 s
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])

@@ -130,8 +130,9 @@ def test_a_task_much_longer_than_the_clusters_timeout_succeeds_unreclaimed(tmp_p
 
     assert (task.status, task.attempt_count) == ("succeeded", 1), task.last_error
     assert json.loads(task.result_json)["exit_code"] == 0
+    # Its 2 s lease lapsed eight times over without a reclaim: the heartbeat
+    # renewed it throughout (renewals are not events: SPEC §2.1 logs changes of state).
     assert not task.events.filter(action="reclaim").exists()
-    assert task.events.filter(action="heartbeat").count() >= 15
 
 
 def test_a_message_committed_at_any_moment_is_claimed_through_the_wake_up(tmp_path):
