@@ -110,6 +110,9 @@ DATABASES = {
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Django's backend, with one writer at a time per process queued in Python
+    # rather than in SQLite's sleeping busy handler (conductor_site/db/sqlite3).
+    DATABASES["default"]["ENGINE"] = "conductor_site.db.sqlite3"
     # The ASGI server and the django-q2 workers write one file. WAL lets readers
     # run beside the writer; IMMEDIATE takes the write lock when a transaction
     # begins, so two writers queue on the busy timeout instead of one failing
@@ -197,7 +200,7 @@ else:
 # The sessions live in these files (and, with DATABASE_URL or
 # CONDUCTOR_CHANNEL_LAYER_DB, possibly outside the data folder): 0600 from the start.
 for _database in DATABASES.values():
-    if _database["ENGINE"] == "django.db.backends.sqlite3":
+    if _database["ENGINE"] in ("django.db.backends.sqlite3", "conductor_site.db.sqlite3"):
         private_sqlite_database(_database["NAME"])
 
 # --- Auth, i18n, static ----------------------------------------------------

@@ -129,7 +129,7 @@ def test_embedded_default_is_sqlite_in_the_data_folder_with_the_orm_broker(tmp_p
         "'debug': settings.DEBUG, 'workspace': str(settings.CONDUCTOR_WORKSPACE)}))",
     )
     values = json.loads(out)
-    assert values["engine"] == "django.db.backends.sqlite3"
+    assert values["engine"] == "conductor_site.db.sqlite3"
     assert values["name"] == str(tmp_path / "conductor.sqlite3")
     assert values["mode"] == "IMMEDIATE"
     assert values["q"]["orm"] == "default" and "redis" not in values["q"]
