@@ -148,7 +148,7 @@ class TickSampler:
         self._error: BaseException | None = None
 
     def __enter__(self) -> "TickSampler":
-        self._since_ms = time.time_ns() // 1_000_000
+        self.since_ms = time.time_ns() // 1_000_000
         self._thread = threading.Thread(target=self._sample, name="tick-sampler", daemon=True)
         self._thread.start()
         return self
@@ -156,6 +156,7 @@ class TickSampler:
     def __exit__(self, *exc_info) -> None:
         self._stop.set()
         self._thread.join()
+        self.until_ms = time.time_ns() // 1_000_000
         if self._error is not None and exc_info[0] is None:
             raise self._error
 
@@ -167,7 +168,7 @@ class TickSampler:
         try:
             while not self._stop.wait(self._every):
                 last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
-                if last and last > self._since_ms and (not self.ticks or last != self.ticks[-1]):
+                if last and last > self.since_ms and (not self.ticks or last != self.ticks[-1]):
                     self.ticks.append(last)
         except BaseException as exc:  # handed to the thread that leaves the block
             self._error = exc
@@ -177,6 +178,14 @@ class TickSampler:
     def intervals(self) -> list[float]:
         """Seconds between consecutive ticks."""
         return [(b - a) / 1000 for a, b in zip(self.ticks, self.ticks[1:], strict=False)]
+
+    def longest_gap(self) -> tuple[float, float]:
+        """The longest time without a tick, in seconds, and when it ended, in seconds after the
+        block began. The block's start and end count as ticks: a dispatcher that stopped
+        ticking has a gap until the end, one that never ticked a gap as long as the block."""
+        moments = [self.since_ms, *self.ticks, self.until_ms]
+        gap, ended = max(((b - a), b) for a, b in zip(moments, moments[1:], strict=False))
+        return gap / 1000, (ended - self.since_ms) / 1000
 
 
 def fresh_plugin_client(name: str):
