@@ -42,10 +42,18 @@ def option_parser(doc: str, **defaults: int | float | str) -> argparse.ArgumentP
     return parser
 
 
-def exit_on_sigterm() -> None:
-    """Make SIGTERM end this process as Ctrl-C does: through its ``finally`` and ``with`` blocks,
-    so that the servers it started are stopped too."""
-    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+def stop_on_signals() -> None:
+    """Make Ctrl-C (SIGINT) and SIGTERM end this process through its ``finally`` and ``with``
+    blocks (``KeyboardInterrupt``), so that the servers it started are stopped too. Once one
+    came, both are ignored: a second one cannot cut that clean-up short."""
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def percentile(values: Sequence[float], p: float) -> float:

@@ -33,8 +33,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
-    ProcessMeter, asgi_pid, channel_layer_backend, database_engine, exit_on_sigterm, fresh_plugin_client,
-    option_parser, plugin_socket, plugin_url, process_tree, running_server, setup_django,
+    ProcessMeter, asgi_pid, channel_layer_backend, database_engine, fresh_plugin_client, option_parser, plugin_socket,
+    plugin_url, process_tree, running_server, setup_django, stop_on_signals,
 )
 
 # Plugins connect at most this many at a time, as browsers coming back after a restart would not
@@ -132,7 +132,7 @@ async def drain_frames(ws) -> None:
 
 def main() -> None:
     args = option_parser(__doc__, settle=10.0, seconds=30.0, plugins=0, ping_every=20.0, port=9171).parse_args()
-    exit_on_sigterm()
+    stop_on_signals()
     setup_django(migrate=True)
     clients = plugin_clients(args.plugins)
     print(f"database={database_engine()} layer={channel_layer_backend()}")

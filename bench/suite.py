@@ -33,7 +33,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import exit_on_sigterm, option_parser  # noqa: E402
+from bench.common import option_parser, stop_on_signals  # noqa: E402
 from bench.goals import CONFIGURATIONS, EMBEDDED, NOT_MEASURED, POSTGRES, rows, table  # noqa: E402
 from bench.suite_phases import PHASE_OPTIONS  # noqa: E402
 
@@ -68,16 +68,17 @@ class Configuration:
         self.process.stdin.close()
 
     def stop(self) -> None:
-        """Wait for it to end; SIGTERM (it then stops its servers) and at last SIGKILL if it does not."""
-        with contextlib.suppress(OSError):
-            self.process.stdin.close()
-        for ask in (lambda: None, self.process.terminate, self.process.kill):
-            ask()
+        """End it if it still runs: SIGTERM, on which it stops its servers (a second signal, if
+        Ctrl-C reached it too, is ignored), then SIGKILL if it has not ended in time."""
+        if self.process.poll() is None:
+            self.process.terminate()
             try:
                 self.process.wait(timeout=STOP_SECONDS)
-                return
             except subprocess.TimeoutExpired:
-                continue
+                self.process.kill()
+                self.process.wait()
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
 
     @property
     def failed(self) -> bool:
@@ -150,7 +151,7 @@ def main() -> int:
         configurations=",".join(CONFIGURATIONS), **PHASE_OPTIONS,
     )
     args = parser.parse_args()
-    exit_on_sigterm()
+    stop_on_signals()
     started = time.monotonic()
     wanted = args.configurations.split(",")
     skipped = [f"{name}: skipped, not in --configurations" for name in CONFIGURATIONS if name not in wanted]
@@ -199,4 +200,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        print("make bench: interrupted; every server it started is stopped", file=sys.stderr)
+        sys.exit(130)

@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import delivery_latency, dispatcher_capacity, dispatcher_scheduling, idle_cost, ingest_throughput  # noqa: E402
 from bench.common import (  # noqa: E402
-    UNLIMITED_INGEST, ProcessMeter, TickSampler, asgi_pid, channel_layer_backend, database_engine, exit_on_sigterm,
-    fresh_plugin_client, option_parser, plugin_url, running_server, setup_django, summary,
+    UNLIMITED_INGEST, ProcessMeter, TickSampler, asgi_pid, channel_layer_backend, database_engine, fresh_plugin_client,
+    option_parser, plugin_url, running_server, setup_django, stop_on_signals, summary,
 )
 
 # The size of each phase: what `make bench BENCH_ARGS=...` can change. The defaults keep the
@@ -98,7 +98,7 @@ def ingest_phase(port: int, args) -> None:
 
 def main() -> None:
     args = option_parser(__doc__, port=9140, **PHASE_OPTIONS).parse_args()
-    exit_on_sigterm()
+    stop_on_signals()
     setup_django(with_noop_kind=True, migrate=True)
     from django.conf import settings
 
@@ -118,4 +118,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        sys.exit(130)  # its servers are stopped; bench/suite.py says it was interrupted
