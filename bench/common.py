@@ -123,12 +123,14 @@ def noop_dispatcher(*, per_tick: int, owner: str | None = None):
     ))
 
 
-def dispatch_noop_tasks(dispatcher) -> None:
-    """Tick ``dispatcher`` back to back until every ``NOOP_KIND`` task has succeeded."""
+def dispatch_noop_tasks(dispatcher, *, seconds: float | None = None) -> None:
+    """Tick ``dispatcher`` back to back until every ``NOOP_KIND`` task has succeeded, or until
+    ``seconds`` have passed."""
     from automation.models import AutomationTask, TaskStatus
 
+    deadline = time.monotonic() + seconds if seconds else math.inf
     open_tasks = AutomationTask.objects.filter(kind=NOOP_KIND).exclude(status=TaskStatus.SUCCEEDED)
-    while True:
+    while time.monotonic() < deadline:
         dispatcher.tick()
         if not dispatcher.in_flight() and not open_tasks.exists():
             return

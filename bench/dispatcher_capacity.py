@@ -22,18 +22,19 @@ from bench.common import (  # noqa: E402
 )
 
 
-def dispatch(owner: str, per_tick: int, ready, go) -> None:
+def dispatch(owner: str, per_tick: int, ready, go, seconds: float | None = None) -> None:
     setup_django(with_noop_kind=True)
     dispatcher = noop_dispatcher(per_tick=per_tick, owner=owner)
     ready.set()
     go.wait()
-    dispatch_noop_tasks(dispatcher)
+    dispatch_noop_tasks(dispatcher, seconds=seconds)
     dispatcher.stop(grace=10)
 
 
-def capacity(tasks: int, processes: int, per_tick: int) -> tuple[float, int]:
+def capacity(tasks: int, processes: int, per_tick: int, *, seconds: float | None = None) -> tuple[float, int]:
     """Seconds ``processes`` dispatcher processes take to run ``tasks`` new no-op tasks, and how
-    many of them succeeded (all, unless something is wrong); the tasks are deleted afterwards."""
+    many of them succeeded: all, unless something is wrong or ``seconds`` ran out first (the
+    tasks they hold then finish). The tasks are deleted afterwards."""
     from automation.models import AutomationTask
 
     noop_tasks_create(tasks)
@@ -44,7 +45,7 @@ def capacity(tasks: int, processes: int, per_tick: int) -> tuple[float, int]:
     try:
         for n in range(processes):
             ready = context.Event()
-            process = context.Process(target=dispatch, args=(f"bench-{n}", per_tick, ready, go))
+            process = context.Process(target=dispatch, args=(f"bench-{n}", per_tick, ready, go, seconds))
             process.start()
             readies.append(ready)
             started_processes.append(process)

@@ -14,6 +14,7 @@ beside django-q2's own async_task, on the configured database and broker.
     uv run python bench/dispatcher_scheduling.py [--seconds 150] [--wakes 20] [--tasks 1000]
 """
 
+import math
 import multiprocessing
 import sys
 import threading
@@ -108,9 +109,10 @@ def dispatcher_throughput(tasks: int) -> float:
     return tasks / seconds
 
 
-def async_task_throughput(tasks: int) -> float:
+def async_task_throughput(tasks: int, *, seconds: float | None = None) -> tuple[float, int]:
     """No-op django-q2 ``async_task`` calls per second through a cluster of its own on the configured
-    database and broker: from the first call until the cluster has saved ``tasks`` results."""
+    database and broker, from the first of ``tasks`` calls until the cluster has saved their
+    results or ``seconds`` have passed; and how many results it saved by then."""
     from django_q.models import OrmQ, Success
     from django_q.tasks import async_task
 
@@ -120,18 +122,19 @@ def async_task_throughput(tasks: int) -> float:
         with running_cluster():
             time.sleep(3)  # its workers start
             started = time.perf_counter()
+            deadline = started + seconds if seconds else math.inf
             for _ in range(tasks):
                 async_task(Q_NOOP, save=True)
-            while Success.objects.filter(func=Q_NOOP).count() < tasks:
+            while (done := Success.objects.filter(func=Q_NOOP).count()) < tasks and time.perf_counter() < deadline:
                 time.sleep(0.1)
-            return tasks / (time.perf_counter() - started)
+            return done / (time.perf_counter() - started), done
     finally:
         Success.objects.filter(func=Q_NOOP).delete()
 
 
 def throughput(tasks: int) -> None:
     dispatcher_rate = dispatcher_throughput(tasks)
-    q_rate = async_task_throughput(tasks)
+    q_rate, _ = async_task_throughput(tasks)
     print(f"throughput over {tasks} no-op tasks: dispatcher={dispatcher_rate:.0f} tasks/s, "
           f"django-q2 async_task={q_rate:.0f} tasks/s")
 

@@ -92,3 +92,11 @@ def test_table_lines_up_its_columns_under_a_header():
     verdict_at = lines[0].index(HEADER.verdict)
     assert [line[verdict_at:] for line in lines[2:]] == [row.verdict for row in judged]
     assert {row.verdict for row in judged} == {PASS, NOT_MEASURED}
+
+
+def test_a_peer_that_did_nothing_in_time_leaves_the_goal_not_measured():
+    (goal,) = [goal for goal in GOALS if goal.tag == "capacity"]
+    line = "capacity dispatcher=14 django_q2=none tasks=93 per_tick=50 q_tasks=0"
+    (row,) = rows({POSTGRES: {"capacity": line}}, goals=[goal])
+
+    assert (row.peer, row.target, row.verdict) == ("django-q2 -", "≥ 3 × peer", NOT_MEASURED)
