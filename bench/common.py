@@ -198,6 +198,15 @@ class TickSampler:
         return gap / 1000, (ended - self.since_ms) / 1000
 
 
+def broker_queue_purge() -> None:
+    """Empty django-q2's queue on the configured broker (the ORM's table, or Redis). Tasks that
+    an earlier run queued and never ran were signed with that run's SECRET_KEY: a cluster of
+    this run would log each as a bad signature."""
+    from django_q.brokers import get_broker
+
+    get_broker().purge_queue()
+
+
 def fresh_plugin_client(name: str):
     """Make the plugin client ``name`` anew (an earlier run's is deleted); return (client, token)."""
     from ingest.models import PluginClient

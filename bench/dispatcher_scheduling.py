@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
 from bench.common import (  # noqa: E402
-    TickSampler, database_engine, dispatch_noop_tasks, noop_dispatcher, noop_tasks_create, option_parser,
-    release_dispatcher_loops, running_cluster, setup_django, summary,
+    TickSampler, broker_queue_purge, database_engine, dispatch_noop_tasks, noop_dispatcher, noop_tasks_create,
+    option_parser, release_dispatcher_loops, running_cluster, setup_django, summary,
 )
 
 
@@ -113,11 +113,11 @@ def async_task_throughput(tasks: int, *, seconds: float | None = None) -> tuple[
     """No-op django-q2 ``async_task`` calls per second through a cluster of its own on the configured
     database and broker, from the first of ``tasks`` calls until the cluster has saved their
     results or ``seconds`` have passed; and how many results it saved by then."""
-    from django_q.models import OrmQ, Success
+    from django_q.models import Success
     from django_q.tasks import async_task
 
     Success.objects.filter(func=Q_NOOP).delete()
-    OrmQ.objects.all().delete()
+    broker_queue_purge()
     try:
         with running_cluster():
             time.sleep(3)  # its workers start
@@ -130,6 +130,7 @@ def async_task_throughput(tasks: int, *, seconds: float | None = None) -> tuple[
             return done / (time.perf_counter() - started), done
     finally:
         Success.objects.filter(func=Q_NOOP).delete()
+        broker_queue_purge()  # calls left over when time ran out
 
 
 def throughput(tasks: int) -> None:

@@ -29,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import delivery_latency, dispatcher_capacity, dispatcher_scheduling, idle_cost, ingest_throughput  # noqa: E402
 from bench.common import (  # noqa: E402
-    UNLIMITED_INGEST, ProcessMeter, TickSampler, asgi_pid, channel_layer_backend, database_engine, fresh_plugin_client,
-    option_parser, plugin_url, running_server, setup_django, stop_on_signals, summary,
+    UNLIMITED_INGEST, ProcessMeter, TickSampler, asgi_pid, broker_queue_purge, channel_layer_backend, database_engine,
+    fresh_plugin_client, option_parser, plugin_url, running_server, setup_django, stop_on_signals, summary,
 )
 
 # The size of each phase: what `make bench BENCH_ARGS=...` can change. The defaults keep the
@@ -39,8 +39,8 @@ from bench.common import (  # noqa: E402
 # figure then covers what was done, and its line says how much that was.
 PHASE_OPTIONS = {
     "settle": 8.0, "quiet_seconds": 20.0, "plugins": 200, "ping_every": 20.0, "idle_messages": 10,
-    "idle_seconds": 180.0, "messages": 200, "warmup": 3, "latency_seconds": 15.0, "tasks": 300, "per_tick": 50,
-    "q_tasks": 100, "capacity_seconds": 10.0, "ingest_messages": 1000, "window": 32, "ingest_seconds": 5.0,
+    "idle_seconds": 180.0, "messages": 200, "warmup": 3, "latency_seconds": 12.0, "tasks": 300, "per_tick": 50,
+    "q_tasks": 100, "capacity_seconds": 8.0, "ingest_messages": 1000, "window": 32, "ingest_seconds": 4.0,
 }
 # After the plugins connected, before their cost is measured.
 PLUGINS_SETTLE_SECONDS = 3.0
@@ -109,6 +109,7 @@ def main() -> None:
 
     emit(f"configuration database={database_engine()} layer={channel_layer_backend()} "
          f"broker={'redis' if settings.REDIS_URL else 'orm'} tick_s={settings.CONDUCTOR_TICK_SECONDS:g}")
+    broker_queue_purge()
     clients = idle_cost.plugin_clients(args.plugins)
     _, latency_token = fresh_plugin_client("bench-delivery")
 
