@@ -99,6 +99,14 @@ def follow(events: queue.Queue, started: float, until) -> None:
             print(f"[{time.monotonic() - started:5.0f} s] {configuration.name:<14} {line}", flush=True)
 
 
+def shown(url: str) -> str:
+    """``url`` with its password masked, to be printed."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.password:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
+
+
 def reachable(postgres_url: str, redis_url: str) -> str | None:
     """Why PostgreSQL or Redis cannot be used (None when both answer)."""
     import psycopg
@@ -107,11 +115,11 @@ def reachable(postgres_url: str, redis_url: str) -> str | None:
     try:
         psycopg.connect(postgres_url, connect_timeout=3).close()
     except psycopg.Error as exc:
-        return f"PostgreSQL at {postgres_url} is not reachable ({str(exc).strip().splitlines()[0]})"
+        return f"PostgreSQL at {shown(postgres_url)} is not reachable ({str(exc).strip().splitlines()[0]})"
     try:
         redis.Redis.from_url(redis_url, socket_connect_timeout=3).ping()
     except redis.RedisError as exc:
-        return f"Redis at {redis_url} is not reachable ({exc})"
+        return f"Redis at {shown(redis_url)} is not reachable ({exc})"
     return None
 
 
