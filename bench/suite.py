@@ -63,9 +63,10 @@ class Configuration:
         events.put((self, None))
 
     def go(self) -> None:
-        """Let it start its load phases."""
-        self.process.stdin.write("go\n")
-        self.process.stdin.close()
+        """Let it start its load phases (one that has just died is seen ending by ``follow``)."""
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.write("go\n")
+            self.process.stdin.close()
 
     def stop(self) -> None:
         """End it if it still runs: SIGTERM, on which it stops its servers (a second signal, if
