@@ -274,7 +274,7 @@ def interrupt(process: subprocess.Popen) -> None:
 
 
 @contextlib.contextmanager
-def running_manage_py(*argv: str, stderr: int | None = None, **extra_env: str) -> Iterator[subprocess.Popen]:
+def running_manage_py(*argv: str, stderr=None, **extra_env: str) -> Iterator[subprocess.Popen]:
     """``manage.py *argv`` in a session of its own, with a throw-away data folder and the
     environment of ``child_env``; yields it, and ends it with ``interrupt``."""
     with tempfile.TemporaryDirectory() as data_dir:
@@ -287,9 +287,10 @@ def running_manage_py(*argv: str, stderr: int | None = None, **extra_env: str) -
 
 
 @contextlib.contextmanager
-def running_server(port: int, *, cluster: bool = True, **extra_env: str) -> Iterator[subprocess.Popen]:
-    """``manage.py serve`` (as ``make run`` starts it) on ``port``; yields it once ``/healthz`` answers."""
-    with running_manage_py("serve", "--port", str(port), *([] if cluster else ["--no-cluster"]),
+def running_server(port: int, *, cluster: bool = True, stderr=None, **extra_env: str) -> Iterator[subprocess.Popen]:
+    """``manage.py serve`` (as ``make run`` starts it) on ``port``, its log to ``stderr`` (a file;
+    this process's stderr when None); yields it once ``/healthz`` answers."""
+    with running_manage_py("serve", "--port", str(port), *([] if cluster else ["--no-cluster"]), stderr=stderr,
                            **extra_env) as server:
         wait_until_healthy(server, port)
         yield server

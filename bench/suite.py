@@ -21,6 +21,7 @@ figure was measured, whether or not it met its goal, and 1 otherwise.
 import contextlib
 import os
 import queue
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,8 @@ from bench.goals import CONFIGURATIONS, EMBEDDED, NOT_MEASURED, POSTGRES, rows, 
 from bench.suite_phases import PHASE_OPTIONS  # noqa: E402
 
 IDLE_DONE = "@idle-done"
+# A line the servers log at WARNING or above (Django's LOGGING format: date, time, level).
+LOGGED_PROBLEM = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ (WARNING|ERROR|CRITICAL) ")
 # Ports of a configuration: its server, then its ingest server.
 PORTS_PER_CONFIGURATION = 2
 # How long a configuration's process may take to stop its servers once asked.
@@ -47,12 +50,14 @@ STOP_SECONDS = 60
 class Configuration:
     """One configuration's ``suite_phases.py`` process, and the raw lines it printed by tag."""
 
-    def __init__(self, name: str, env: dict[str, str], argv: list[str], events: queue.Queue):
+    def __init__(self, name: str, env: dict[str, str], argv: list[str], events: queue.Queue, log: Path):
         self.name = name
+        self.log = log
+        log.write_bytes(b"")
         self.lines: dict[str, str] = {}
         self.idle_done = self.ended = False
         self.process = subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "suite_phases.py"), *argv], cwd=ROOT, env=env,
+            [sys.executable, str(ROOT / "bench" / "suite_phases.py"), *argv, "--log", str(log)], cwd=ROOT, env=env,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1,
         )
         threading.Thread(target=self._read, args=(events,), daemon=True).start()
@@ -80,6 +85,11 @@ class Configuration:
                 self.process.wait()
         with contextlib.suppress(OSError):
             self.process.stdin.close()
+
+    def logged_problems(self) -> int:
+        """How many warnings and errors its servers logged."""
+        with open(self.log, errors="replace") as log:
+            return sum(1 for line in log if LOGGED_PROBLEM.match(line))
 
     @property
     def failed(self) -> bool:
@@ -154,7 +164,7 @@ def phase_argv(args) -> list[str]:
 
 def main() -> int:
     parser = option_parser(
-        __doc__, port=9140,
+        __doc__, port=9140, logs=str(Path(tempfile.gettempdir()) / "conductor-bench-logs"),
         postgres=os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
         redis=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/13"),
         configurations=",".join(CONFIGURATIONS), **PHASE_OPTIONS,
@@ -183,10 +193,13 @@ def main() -> int:
 
         events: queue.Queue = queue.Queue()
         configurations = []
+        logs = Path(args.logs)
+        logs.mkdir(parents=True, exist_ok=True)
         try:
             for n, (name, env) in enumerate(envs.items()):
                 port = args.port + n * PORTS_PER_CONFIGURATION
-                configurations.append(Configuration(name, env, ["--port", str(port), *phase_argv(args)], events))
+                configurations.append(Configuration(name, env, ["--port", str(port), *phase_argv(args)], events,
+                                                    logs / f"{name}.log"))
             follow(events, started, lambda: all(c.idle_done or c.ended for c in configurations))
             for configuration in configurations:
                 if not configuration.ended:
@@ -201,6 +214,10 @@ def main() -> int:
     print(table(judged))
     for line in skipped:
         print(line)
+    for configuration in configurations:
+        if problems := configuration.logged_problems():
+            print(f"{configuration.name}: its servers logged {problems} warnings or errors, "
+                  f"in {configuration.log}")
     failed = [c.name for c in configurations if c.failed]
     if failed:
         print(f"could not measure everything in: {', '.join(failed)} (see the errors above)")

@@ -86,12 +86,12 @@ def capacity_phase(args) -> None:
          f"tasks={succeeded} per_tick={args.per_tick} q_tasks={q_done}")
 
 
-def ingest_phase(port: int, args) -> None:
+def ingest_phase(port: int, args, log) -> None:
     from conversations.models import Message
 
     _, token = fresh_plugin_client("bench-client")
     before = Message.objects.count()
-    with running_server(port, cluster=False, **UNLIMITED_INGEST):
+    with running_server(port, cluster=False, stderr=log, **UNLIMITED_INGEST):
         seconds, latencies = asyncio.run(ingest_throughput.drive(plugin_url(port), token, args.ingest_messages,
                                                                  args.window, seconds=args.ingest_seconds))
     # Each ack came after its commit; every acknowledged message must be in the database.
@@ -102,7 +102,7 @@ def ingest_phase(port: int, args) -> None:
 
 
 def main() -> None:
-    args = option_parser(__doc__, port=9140, **PHASE_OPTIONS).parse_args()
+    args = option_parser(__doc__, port=9140, log="", **PHASE_OPTIONS).parse_args()
     stop_on_signals()
     setup_django(with_noop_kind=True, migrate=True)
     from django.conf import settings
@@ -113,8 +113,10 @@ def main() -> None:
     clients = idle_cost.plugin_clients(args.plugins)
     _, latency_token = fresh_plugin_client("bench-delivery")
 
+    # The servers' log goes to --log, so that a burst of warnings does not bury the figures.
+    log = open(args.log, "ab") if args.log else None  # noqa: SIM115 (open for the whole run)
     starting = time.monotonic()
-    with running_server(args.port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0") as server:
+    with running_server(args.port, stderr=log, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0") as server:
         emit(f"server ready_s={time.monotonic() - starting:.1f}")
         idle_phases(server, args.port, args, clients, latency_token)
         emit("@idle-done")
@@ -122,7 +124,7 @@ def main() -> None:
             raise SystemExit("not told to go on to the load phases")
         latency_phase(args.port, args, latency_token)
     capacity_phase(args)
-    ingest_phase(args.port + 1, args)
+    ingest_phase(args.port + 1, args, log)
 
 
 if __name__ == "__main__":
