@@ -1,9 +1,10 @@
 """What the benchmarks share: the command line, the summary of a list of
 timings, Django set-up and the names of what it configured, a no-op task kind
 and a dispatcher that works through its tasks, the dispatcher loops' leases
-forgotten, a fresh plugin client, the environment that points a child server
-or cluster at this process's databases, a running server or cluster on those
-databases, and what a plugin sends it."""
+forgotten, the dispatcher's ticks sampled, a fresh plugin client, the
+environment that points a child server or cluster at this process's databases,
+a running server or cluster on those databases (stopped with all its processes),
+the CPU and memory its processes use, and what a plugin sends it."""
 
 import argparse
 import contextlib
@@ -16,9 +17,10 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,13 +33,27 @@ NOOP_KIND = "bench.noop"
 UNLIMITED_INGEST = {"CONDUCTOR_MAX_FRAMES_PER_SECOND": "1000000", "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": "1000000"}
 
 
-def option_parser(doc: str, **defaults: int | float) -> argparse.ArgumentParser:
+def option_parser(doc: str, **defaults: int | float | str) -> argparse.ArgumentParser:
     """A parser described by the first line of the script's ``doc``, with one option per
     keyword (``per_tick=50`` is ``--per-tick``, default 50) of its default's type."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     for name, default in defaults.items():
         parser.add_argument(f"--{name.replace('_', '-')}", type=type(default), default=default)
     return parser
+
+
+def stop_on_signals() -> None:
+    """Make Ctrl-C (SIGINT) and SIGTERM end this process through its ``finally`` and ``with``
+    blocks (``KeyboardInterrupt``), so that the servers it started are stopped too. Once one
+    came, both are ignored: a second one cannot cut that clean-up short."""
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
 
 
 def percentile(values: Sequence[float], p: float) -> float:
@@ -107,12 +123,14 @@ def noop_dispatcher(*, per_tick: int, owner: str | None = None):
     ))
 
 
-def dispatch_noop_tasks(dispatcher) -> None:
-    """Tick ``dispatcher`` back to back until every ``NOOP_KIND`` task has succeeded."""
+def dispatch_noop_tasks(dispatcher, *, seconds: float | None = None) -> None:
+    """Tick ``dispatcher`` back to back until every ``NOOP_KIND`` task has succeeded, or until
+    ``seconds`` have passed."""
     from automation.models import AutomationTask, TaskStatus
 
+    deadline = time.monotonic() + seconds if seconds else math.inf
     open_tasks = AutomationTask.objects.filter(kind=NOOP_KIND).exclude(status=TaskStatus.SUCCEEDED)
-    while True:
+    while time.monotonic() < deadline:
         dispatcher.tick()
         if not dispatcher.in_flight() and not open_tasks.exists():
             return
@@ -125,6 +143,68 @@ def release_dispatcher_loops() -> None:
     DispatcherState.objects.update_or_create(
         pk=1, defaults={"run_owner": "", "run_until": None, "standby_owner": "", "standby_until": None}
     )
+
+
+class TickSampler:
+    """The dispatcher's ticks (``DispatcherState.last_tick_at``, epoch ms) that happen during the
+    ``with`` block, read every ``every`` seconds in a thread of its own: often enough to see each
+    tick of a loop that ticks every second or slower. The longest gap between two of them is
+    the longest the dispatcher slept."""
+
+    def __init__(self, *, every: float = 0.05):
+        self.ticks: list[int] = []
+        self._every = every
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+
+    def __enter__(self) -> "TickSampler":
+        self.since_ms = time.time_ns() // 1_000_000
+        self._thread = threading.Thread(target=self._sample, name="tick-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.until_ms = time.time_ns() // 1_000_000
+        if self._error is not None and exc_info[0] is None:
+            raise self._error
+
+    def _sample(self) -> None:
+        from django.db import connection
+
+        from automation.models import DispatcherState
+
+        try:
+            while not self._stop.wait(self._every):
+                last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
+                if last and last > self.since_ms and (not self.ticks or last != self.ticks[-1]):
+                    self.ticks.append(last)
+        except BaseException as exc:  # handed to the thread that leaves the block
+            self._error = exc
+        finally:
+            connection.close()
+
+    def intervals(self) -> list[float]:
+        """Seconds between consecutive ticks."""
+        return [(b - a) / 1000 for a, b in zip(self.ticks, self.ticks[1:], strict=False)]
+
+    def longest_gap(self) -> tuple[float, float]:
+        """The longest time without a tick, in seconds, and when it ended, in seconds after the
+        block began. The block's start and end count as ticks: a dispatcher that stopped
+        ticking has a gap until the end, one that never ticked a gap as long as the block."""
+        moments = [self.since_ms, *self.ticks, self.until_ms]
+        gap, ended = max(((b - a), b) for a, b in zip(moments, moments[1:], strict=False))
+        return gap / 1000, (ended - self.since_ms) / 1000
+
+
+def broker_queue_purge() -> None:
+    """Empty django-q2's queue on the configured broker (the ORM's table, or Redis). Tasks that
+    an earlier run queued and never ran were signed with that run's SECRET_KEY: a cluster of
+    this run would log each as a bad signature."""
+    from django_q.brokers import get_broker
+
+    get_broker().purge_queue()
 
 
 def fresh_plugin_client(name: str):
@@ -174,19 +254,27 @@ def wait_until_healthy(process: subprocess.Popen, port: int, *, timeout: float =
 
 
 def interrupt(process: subprocess.Popen) -> None:
-    """SIGINT to the group of ``process``, as Ctrl-C does; SIGKILL to it if it has not exited 30 s later."""
+    """SIGINT to the group of ``process``, as Ctrl-C does; SIGKILL to it if it has not exited 30 s
+    later, and then to each of its descendants still running (``manage.py serve`` starts daphne
+    and the cluster in sessions of their own, which it stops itself unless it was killed)."""
     if process.poll() is not None:
         return
+    below = [(pid, _started_at(pid)) for pid in process_tree(process.pid)[1:]]
     os.killpg(process.pid, signal.SIGINT)
     try:
         process.wait(timeout=30)
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+    for pid, started_at in below:
+        # The start time tells a process left behind from a newer one that got its number.
+        if started_at is not None and _started_at(pid) == started_at:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 @contextlib.contextmanager
-def running_manage_py(*argv: str, stderr: int | None = None, **extra_env: str) -> Iterator[subprocess.Popen]:
+def running_manage_py(*argv: str, stderr=None, **extra_env: str) -> Iterator[subprocess.Popen]:
     """``manage.py *argv`` in a session of its own, with a throw-away data folder and the
     environment of ``child_env``; yields it, and ends it with ``interrupt``."""
     with tempfile.TemporaryDirectory() as data_dir:
@@ -199,9 +287,10 @@ def running_manage_py(*argv: str, stderr: int | None = None, **extra_env: str) -
 
 
 @contextlib.contextmanager
-def running_server(port: int, *, cluster: bool = True, **extra_env: str) -> Iterator[subprocess.Popen]:
-    """``manage.py serve`` (as ``make run`` starts it) on ``port``; yields it once ``/healthz`` answers."""
-    with running_manage_py("serve", "--port", str(port), *([] if cluster else ["--no-cluster"]),
+def running_server(port: int, *, cluster: bool = True, stderr=None, **extra_env: str) -> Iterator[subprocess.Popen]:
+    """``manage.py serve`` (as ``make run`` starts it) on ``port``, its log to ``stderr`` (a file;
+    this process's stderr when None); yields it once ``/healthz`` answers."""
+    with running_manage_py("serve", "--port", str(port), *([] if cluster else ["--no-cluster"]), stderr=stderr,
                            **extra_env) as server:
         wait_until_healthy(server, port)
         yield server
@@ -212,12 +301,136 @@ def running_cluster() -> contextlib.AbstractContextManager[subprocess.Popen]:
     return running_manage_py("qcluster", stderr=subprocess.DEVNULL)
 
 
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (the first is the state), or None
+    once the process is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] == "Z" else fields
+
+
+def _started_at(pid: int) -> int | None:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields else None
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU-seconds (user and system) the process has used so far; None once it is gone."""
+    fields = _stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS if fields else None
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident memory (VmRSS); 0 once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def rss_mib(pid: int) -> float:
+    return rss_bytes(pid) / 1024 / 1024
+
+
+def process_tree(pid: int) -> list[int]:
+    """``pid`` and every process below it."""
+    from tests.server import descendants
+
+    return [pid, *descendants(pid)]
+
+
+def asgi_pid(server: subprocess.Popen) -> int:
+    """The daphne process below ``manage.py serve``."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
+                    parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if parent == server.pid and b"daphne" in cmdline:
+                    return int(entry.name)
+        time.sleep(0.2)
+    raise SystemExit("no daphne process found")
+
+
+class ProcessMeter:
+    """CPU-seconds and peak resident memory of the processes ``pids()`` names, over the ``with``
+    block, read from /proc every ``every`` seconds in a thread of its own (and at both ends).
+
+    A process that appears during the block counts from its start; one that ends counts until
+    its last reading, so at most ``every`` seconds of its CPU are missed. The memory is the
+    largest sum of their resident sizes at one reading (pages they share count once each)."""
+
+    def __init__(self, pids: Callable[[], Iterable[int]], *, every: float = 1.0):
+        self._pids = pids
+        self._every = every
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._stop = threading.Event()
+        self.rss_peak_bytes = 0
+        self.seconds = 0.0
+
+    def __enter__(self) -> "ProcessMeter":
+        self._started = time.monotonic()
+        self._read(at_start=True)
+        self._thread = threading.Thread(target=self._sample, name="process-meter", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._read()
+        self.seconds = time.monotonic() - self._started
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._every):
+            self._read()
+
+    def _read(self, *, at_start: bool = False) -> None:
+        rss = 0
+        for pid in self._pids():
+            used = cpu_seconds(pid)
+            if used is None:
+                continue
+            self._first.setdefault(pid, used if at_start else 0.0)
+            self._last[pid] = used
+            rss += rss_bytes(pid)
+        self.rss_peak_bytes = max(self.rss_peak_bytes, rss)
+
+    @property
+    def processes(self) -> int:
+        return len(self._last)
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self._last[pid] - self._first[pid] for pid in self._last)
+
+    @property
+    def cpu_percent(self) -> float:
+        """CPU as a percentage of one core over the block."""
+        return 100 * self.cpu_seconds / self.seconds if self.seconds else 0.0
+
+
 @contextlib.asynccontextmanager
-async def plugin_socket(url: str, client_id: str, token: str):
-    """A WebSocket to ``url`` on which ``client_id`` has said hello and been answered ``hello.ok``."""
+async def plugin_socket(url: str, client_id: str, token: str, **connect_options):
+    """A WebSocket to ``url`` on which ``client_id`` has said hello and been answered ``hello.ok``;
+    ``connect_options`` go to ``websockets``' ``connect``."""
     from websockets.asyncio.client import connect
 
-    async with connect(url, max_size=None) as ws:
+    async with connect(url, max_size=None, **connect_options) as ws:
         await ws.send(json.dumps({"type": "hello", "client_id": client_id, "token": token}))
         assert json.loads(await ws.recv())["type"] == "hello.ok"
         yield ws

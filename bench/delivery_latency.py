@@ -13,6 +13,7 @@ answering every delivery. Prints the median, p99 and max in milliseconds.
 """
 
 import contextlib
+import math
 import sys
 import time
 import uuid
@@ -26,13 +27,24 @@ from bench.common import (  # noqa: E402
 )
 
 
-def measure(url: str, token: str, count: int, warmup: int) -> list[float]:
+def measure(url: str, token: str, count: int, warmup: int, *, every: float = 0.0,
+            seconds: float | None = None) -> list[float]:
+    """Latencies in ms of ``count`` messages after ``warmup`` unmeasured ones, sent one at a time
+    by the client ``bench-delivery``; each starts ``every`` seconds after the one before (at once
+    after its delivery when 0), so that spread-out messages meet the server idle. With
+    ``seconds``, no message starts once that many seconds have passed since the first."""
     from ingest.simulator import SimulatedPlugin
 
     run = uuid.uuid4().hex[:8]
     latencies = []
+    deadline = time.monotonic() + seconds if seconds else math.inf
     with SimulatedPlugin(url=url, client_id="bench-delivery", token=token) as plugin:
+        next_at = time.monotonic()
         for n in range(warmup + count):
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            if time.monotonic() >= deadline:
+                break
+            next_at += every
             started = time.perf_counter()
             plugin.send_final_message(final_message(f"{run}-{n}", f"bench-{run}-{n}", echo_block(n)))
             delivery = plugin.next_delivery(timeout=60)

@@ -14,7 +14,7 @@ beside django-q2's own async_task, on the configured database and broker.
     uv run python bench/dispatcher_scheduling.py [--seconds 150] [--wakes 20] [--tasks 1000]
 """
 
-import itertools
+import math
 import multiprocessing
 import sys
 import threading
@@ -25,8 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import NOOP_KIND as KIND  # noqa: E402
 from bench.common import (  # noqa: E402
-    database_engine, dispatch_noop_tasks, noop_dispatcher, noop_tasks_create, option_parser, release_dispatcher_loops,
-    running_cluster, setup_django, summary,
+    TickSampler, broker_queue_purge, database_engine, dispatch_noop_tasks, noop_dispatcher, noop_tasks_create,
+    option_parser, release_dispatcher_loops, running_cluster, setup_django, summary,
 )
 
 
@@ -34,22 +34,18 @@ def noop() -> None:
     """The django-q2 task of part 3."""
 
 
+Q_NOOP = "bench.dispatcher_scheduling.noop"
+
+
 def tick_intervals(seconds: float) -> None:
-    from automation.models import DispatcherState
     from automation.schedules import dispatcher_loops_start
 
     release_dispatcher_loops()
     started_ms = time.time_ns() // 1_000_000
-    ticks: list[int] = []
-    with running_cluster():
+    with running_cluster(), TickSampler(every=0.02) as sampler:
         dispatcher_loops_start()
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
-            if last and last > started_ms and (not ticks or last != ticks[-1]):
-                ticks.append(last)
-            time.sleep(0.02)
-    intervals = [(b - a) / 1000 for a, b in itertools.pairwise(ticks)]
+        time.sleep(seconds)
+    ticks, intervals = sampler.ticks, sampler.intervals()
     if not intervals:
         print("tick interval: fewer than two ticks seen (is the schedule due?)")
         return
@@ -99,35 +95,49 @@ def wake_latency(wakes: int) -> None:
     print(f"wake-up latency (commit to lease) over {wakes}: latency_ms {summary(latencies)}")
 
 
-def throughput(tasks: int) -> None:
-    from django_q.models import OrmQ, Success
-    from django_q.tasks import async_task
-
+def dispatcher_throughput(tasks: int) -> float:
+    """No-op tasks per second through one dispatcher in this process, over ``tasks`` new ones."""
     from automation.models import AutomationTask
 
     noop_tasks_create(tasks)
     dispatcher = noop_dispatcher(per_tick=20)
     started = time.perf_counter()
     dispatch_noop_tasks(dispatcher)
-    dispatcher_seconds = time.perf_counter() - started
+    seconds = time.perf_counter() - started
     dispatcher.stop(grace=10)
     AutomationTask.objects.filter(kind=KIND).delete()
+    return tasks / seconds
 
-    Success.objects.filter(func="bench.dispatcher_scheduling.noop").delete()
-    OrmQ.objects.all().delete()
+
+def async_task_throughput(tasks: int, *, seconds: float | None = None) -> tuple[float, int]:
+    """No-op django-q2 ``async_task`` calls per second through a cluster of its own on the configured
+    database and broker, from the first of ``tasks`` calls until the cluster has saved their
+    results or ``seconds`` have passed; and how many results it saved by then."""
+    from django_q.models import Success
+    from django_q.tasks import async_task
+
+    Success.objects.filter(func=Q_NOOP).delete()
+    broker_queue_purge()
     try:
         with running_cluster():
-            time.sleep(3)
+            time.sleep(3)  # its workers start
             started = time.perf_counter()
+            deadline = started + seconds if seconds else math.inf
             for _ in range(tasks):
-                async_task("bench.dispatcher_scheduling.noop", save=True)
-            while Success.objects.filter(func="bench.dispatcher_scheduling.noop").count() < tasks:
+                async_task(Q_NOOP, save=True)
+            while (done := Success.objects.filter(func=Q_NOOP).count()) < tasks and time.perf_counter() < deadline:
                 time.sleep(0.1)
-            q_seconds = time.perf_counter() - started
+            return done / (time.perf_counter() - started), done
     finally:
-        Success.objects.filter(func="bench.dispatcher_scheduling.noop").delete()
-    print(f"throughput over {tasks} no-op tasks: dispatcher={tasks / dispatcher_seconds:.0f} tasks/s, "
-          f"django-q2 async_task={tasks / q_seconds:.0f} tasks/s")
+        Success.objects.filter(func=Q_NOOP).delete()
+        broker_queue_purge()  # calls left over when time ran out
+
+
+def throughput(tasks: int) -> None:
+    dispatcher_rate = dispatcher_throughput(tasks)
+    q_rate, _ = async_task_throughput(tasks)
+    print(f"throughput over {tasks} no-op tasks: dispatcher={dispatcher_rate:.0f} tasks/s, "
+          f"django-q2 async_task={q_rate:.0f} tasks/s")
 
 
 def main() -> None:

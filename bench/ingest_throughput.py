@@ -12,6 +12,7 @@ lifted for the server under test; messages go round-robin to 20 conversations.
 
 import asyncio
 import json
+import math
 import sys
 import time
 import uuid
@@ -25,7 +26,11 @@ from bench.common import (  # noqa: E402
 )
 
 
-async def drive(url: str, token: str, count: int, window: int) -> tuple[float, list[float]]:
+async def drive(url: str, token: str, count: int, window: int, *,
+                seconds: float | None = None) -> tuple[float, list[float]]:
+    """Send ``count`` messages, up to ``window`` unacknowledged, and wait for every ack; with
+    ``seconds``, send no more once that many seconds have passed. Returns the seconds from
+    the first send to the last ack, and each message's ack latency in ms."""
     run = uuid.uuid4().hex[:8]
     sent_at: dict[str, float] = {}
     latencies: list[float] = []
@@ -33,21 +38,35 @@ async def drive(url: str, token: str, count: int, window: int) -> tuple[float, l
         slots = asyncio.Semaphore(window)
 
         async def receive_acks() -> None:
-            for _ in range(count):
+            while True:
                 frame = json.loads(await ws.recv())
                 assert frame["type"] == "ack", frame
                 latencies.append((time.perf_counter() - sent_at.pop(frame["id"])) * 1000)
                 slots.release()
 
+        async def send() -> None:
+            for n in range(count):
+                await slots.acquire()
+                if time.perf_counter() >= deadline:
+                    slots.release()
+                    break
+                frame_id = f"{run}-{n}"
+                sent_at[frame_id] = time.perf_counter()
+                await ws.send(json.dumps(final_message(frame_id, f"bench-{run}-{n % 20}",
+                                                       f"Step {n}.\n{echo_block(n)}")))
+            for _ in range(window):  # every slot back: every message sent is acknowledged
+                await slots.acquire()
+
         started = time.perf_counter()
-        receiver = asyncio.create_task(receive_acks())
-        for n in range(count):
-            await slots.acquire()
-            frame_id = f"{run}-{n}"
-            sent_at[frame_id] = time.perf_counter()
-            await ws.send(json.dumps(final_message(frame_id, f"bench-{run}-{n % 20}", f"Step {n}.\n{echo_block(n)}")))
-        await receiver
-        return time.perf_counter() - started, latencies
+        deadline = started + seconds if seconds else math.inf
+        receiver, sender = asyncio.create_task(receive_acks()), asyncio.create_task(send())
+        done, _ = await asyncio.wait([sender, receiver], return_when=asyncio.FIRST_COMPLETED)
+        elapsed = time.perf_counter() - started
+        receiver.cancel()
+        sender.cancel()
+        for task in done:
+            task.result()  # the receiver ends only on an error: raise it
+        return elapsed, latencies
 
 
 def main() -> None:

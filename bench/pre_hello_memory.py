@@ -10,7 +10,6 @@ after the sockets are gone. Prints how each socket ended.
 
 import collections
 import json
-import subprocess
 import sys
 import threading
 import time
@@ -18,31 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import option_parser, plugin_url, running_server, setup_django  # noqa: E402
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
-def asgi_pid(server: subprocess.Popen) -> int:
-    """The daphne process below ``manage.py serve``."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        for entry in Path("/proc").iterdir():
-            if entry.name.isdigit():
-                try:
-                    cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ")
-                    parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                except (OSError, ValueError, IndexError):
-                    continue
-                if parent == server.pid and b"daphne" in cmdline:
-                    return int(entry.name)
-        time.sleep(0.2)
-    raise SystemExit("no daphne process found")
+from bench.common import asgi_pid, option_parser, plugin_url, rss_mib, running_server, setup_django  # noqa: E402
 
 
 def send_huge_first_frame(url: str, size: int, outcomes: collections.Counter) -> None:

@@ -1,0 +1,102 @@
+"""`make bench` reads each figure out of its raw line and judges it against its goal."""
+
+import pytest
+
+from bench.goals import (
+    EMBEDDED, GOALS, HEADER, NOT_MEASURED, PASS, POSTGRES, SHORT, Goal, at_least, at_most, everywhere, judge,
+    parse_figure, rows, table,
+)
+
+LATENCY = "latency final_message_to_delivery_ms median=45 p99=120 max=130 messages=200"
+CAPACITY = "capacity dispatcher=900 django_q2=250 tasks=300 per_tick=50 q_tasks=100"
+
+
+@pytest.mark.parametrize(
+    "line,key,figure",
+    [
+        (LATENCY, "median", 45.0),
+        (LATENCY, "p99", 120.0),
+        (CAPACITY, "django_q2", 250.0),
+        ("ticks count=90 longest_gap_s=2.013 interval_s median=2.000", "longest_gap_s", 2.013),
+        ("quiet_at_rest cpu_percent=-0.50", "cpu_percent", -0.5),
+        (LATENCY, "p50", None),  # not in the line
+        ("latency xmedian=45", "median", None),  # only whole keys count
+        ("ingest throughput=fast", "throughput", None),  # not a number
+        (None, "median", None),  # the line never came
+    ],
+)
+def test_parse_figure(line, key, figure):
+    assert parse_figure(line, key) == figure
+
+
+@pytest.mark.parametrize(
+    "figure,target,peer,verdict",
+    [
+        (40.0, at_most(40), None, PASS),  # the limit itself meets the goal
+        (40.5, at_most(40), None, SHORT),
+        (0.0, at_most(0), None, PASS),
+        (500.0, at_least(500), None, PASS),
+        (499.0, at_least(500), None, SHORT),
+        (750.0, at_least(3, times="django_q2"), 250.0, PASS),
+        (749.0, at_least(3, times="django_q2"), 250.0, SHORT),
+        (None, at_most(40), None, NOT_MEASURED),
+        (900.0, at_least(3, times="django_q2"), None, NOT_MEASURED),  # no peer to compare with
+    ],
+)
+def test_judge(figure, target, peer, verdict):
+    assert judge(figure, target, peer) == verdict
+
+
+def test_each_configuration_is_judged_by_its_own_target():
+    (p50, p99) = [goal for goal in GOALS if goal.tag == "latency"]
+    judged = rows({EMBEDDED: {"latency": LATENCY}, POSTGRES: {"latency": LATENCY}}, goals=[p50, p99])
+
+    assert [(row.configuration, row.figure, row.target, row.verdict) for row in judged] == [
+        (EMBEDDED, "45 ms", "≤ 50 ms", PASS),
+        (POSTGRES, "45 ms", "≤ 40 ms", SHORT),
+        (EMBEDDED, "120 ms", "≤ 150 ms", PASS),
+        (POSTGRES, "120 ms", "≤ 100 ms", SHORT),
+    ]
+    assert judged[0].measured == "p50 of 200 messages"
+
+
+def test_a_relative_goal_shows_its_peer_and_the_limit_it_gives():
+    (goal,) = [goal for goal in GOALS if goal.tag == "capacity"]
+    (row,) = rows({EMBEDDED: {"capacity": CAPACITY}}, goals=[goal])
+
+    assert (row.figure, row.peer, row.target, row.verdict) == (
+        "900 tasks/s", "django-q2 250", "≥ 3 × peer = 750", PASS)
+
+
+def test_a_missing_line_is_not_measured_and_a_skipped_configuration_has_no_row():
+    goal = Goal("4 ingest", "final messages/s over {messages}", "ingest", "throughput", "messages/s",
+                everywhere(at_least(500)))
+    (row,) = rows({EMBEDDED: {"latency": LATENCY}}, goals=[goal])
+
+    assert (row.configuration, row.measured, row.figure, row.verdict) == (
+        EMBEDDED, "final messages/s over ?", "-", NOT_MEASURED)
+
+
+def test_every_goal_has_a_target_in_every_configuration():
+    for goal in GOALS:
+        assert set(goal.targets) == {EMBEDDED, POSTGRES}, goal.label
+
+
+def test_table_lines_up_its_columns_under_a_header():
+    judged = rows({EMBEDDED: {"latency": LATENCY, "capacity": CAPACITY}, POSTGRES: {}})
+    lines = table(judged).splitlines()
+
+    assert len(lines) == 2 + len(GOALS) * 2
+    assert lines[0].split() == ["goal", "configuration", "measured", "figure", "peer", "target", "verdict"]
+    assert set(lines[1]) == {"-", " "}
+    verdict_at = lines[0].index(HEADER.verdict)
+    assert [line[verdict_at:] for line in lines[2:]] == [row.verdict for row in judged]
+    assert {row.verdict for row in judged} == {PASS, NOT_MEASURED}
+
+
+def test_a_peer_that_did_nothing_in_time_leaves_the_goal_not_measured():
+    (goal,) = [goal for goal in GOALS if goal.tag == "capacity"]
+    line = "capacity dispatcher=14 django_q2=none tasks=93 per_tick=50 q_tasks=0"
+    (row,) = rows({POSTGRES: {"capacity": line}}, goals=[goal])
+
+    assert (row.peer, row.target, row.verdict) == ("django-q2 -", "≥ 3 × peer", NOT_MEASURED)
