@@ -3,7 +3,9 @@
 Starts one ASGI process (`manage.py serve --no-cluster`) on the configured
 database, connects as a plugin, and sends final messages with one ```baa block
 each, keeping up to --window unacknowledged. Prints messages per second and
-the ack latency. The frame rate limit and the hourly instruction limit are
+the ack latency, and the CPU time the server's processes and this client used
+per message (CPU-seconds, so other work on the machine does not count). The
+frame rate limit and the hourly instruction limit are
 lifted for the server under test; messages go round-robin to 20 conversations.
 
     uv run python bench/ingest_throughput.py [--messages 2000] [--window 32]
@@ -21,9 +23,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
-    UNLIMITED_INGEST, database_engine, echo_block, final_message, fresh_plugin_client, option_parser, plugin_socket,
-    plugin_url, running_server, setup_django, summary,
+    UNLIMITED_INGEST, cpu_seconds, database_engine, echo_block, final_message, fresh_plugin_client, option_parser,
+    plugin_socket, plugin_url, running_server, setup_django, summary,
 )
+from tests.server import descendants  # noqa: E402
 
 
 async def drive(url: str, token: str, count: int, window: int, *,
@@ -74,12 +77,17 @@ def main() -> None:
 
     setup_django(migrate=True)
     _, token = fresh_plugin_client("bench-client")
-    with running_server(args.port, cluster=False, **UNLIMITED_INGEST, LOG_LEVEL="WARNING"):
+    with running_server(args.port, cluster=False, **UNLIMITED_INGEST, LOG_LEVEL="WARNING") as server:
+        processes = [server.pid, *descendants(server.pid)]
+        server_cpu, client_cpu = cpu_seconds(processes), time.process_time()
         seconds, latencies = asyncio.run(drive(plugin_url(args.port), token, args.messages, args.window))
+        server_cpu, client_cpu = cpu_seconds(processes) - server_cpu, time.process_time() - client_cpu
 
     print(f"database={database_engine()} messages={args.messages} window={args.window}")
     print(f"throughput={args.messages / seconds:.0f} messages/s ({seconds:.2f} s)")
     print(f"ack_latency_ms {summary(latencies, decimals=1)}")
+    print(f"cpu_ms_per_message server={server_cpu * 1000 / args.messages:.2f} "
+          f"client={client_cpu * 1000 / args.messages:.2f}")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ from __future__ import annotations
 import datetime as dt
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from conversations.models import Conversation, ConversationLink, Message
@@ -29,12 +30,53 @@ def conversation_get_locked(*, platform: str, remote_id: str, title: str, now: d
     return conversation
 
 
+def conversations_get_locked(
+    *, titles: dict[tuple[str, str], str], now: dt.datetime
+) -> dict[tuple[str, str], Conversation]:
+    """``conversation_get_locked`` for several conversations, keyed ``(platform, remote_id)``.
+
+    ``titles`` maps each key to the title a conversation created now gets.
+    The existing rows are locked in one statement, in primary-key order, so
+    two callers locking overlapping sets wait for each other instead of
+    deadlocking; missing ones are then created one by one, in key order.
+    """
+    remote_ids: dict[str, list[str]] = {}
+    for platform, remote_id in titles:
+        remote_ids.setdefault(platform, []).append(remote_id)
+    keys = Q()
+    for platform, ids in remote_ids.items():
+        keys |= Q(platform=platform, remote_id__in=ids)
+    found = {
+        (conversation.platform, conversation.remote_id): conversation
+        for conversation in Conversation.objects.select_for_update().filter(keys).order_by("pk")
+    }
+    for platform, remote_id in sorted(titles.keys() - found.keys()):
+        found[platform, remote_id] = conversation_get_locked(
+            platform=platform, remote_id=remote_id, title=titles[platform, remote_id], now=now
+        )
+    return found
+
+
 def conversation_touch(*, conversation: Conversation, title: str, now: dt.datetime) -> None:
     """Record activity in the conversation, and its newest title when one is given."""
     updates = {"last_activity_at": now, **({"title": title} if title else {})}
     Conversation.objects.filter(pk=conversation.pk).update(**updates)
     for field, value in updates.items():
         setattr(conversation, field, value)
+
+
+def conversations_touch(*, titles: dict[Conversation, str], now: dt.datetime) -> None:
+    """``conversation_touch`` for several conversations, each with its newest title ("" for none).
+
+    One statement for all those whose title stays as it is.
+    """
+    unchanged = [conversation for conversation, title in titles.items() if title in ("", conversation.title)]
+    Conversation.objects.filter(pk__in=[conversation.pk for conversation in unchanged]).update(last_activity_at=now)
+    for conversation in unchanged:
+        conversation.last_activity_at = now
+    for conversation, title in titles.items():
+        if title not in ("", conversation.title):
+            conversation_touch(conversation=conversation, title=title, now=now)
 
 
 def conversation_link_seen(
@@ -60,6 +102,53 @@ def conversation_link_seen(
         ConversationLink.objects.get_or_create(
             conversation=conversation, client_id=client_pk, defaults={**values, "last_seen_at": now}
         )
+
+
+class LinkSighting(NamedTuple):
+    """What ``conversation_link_seen`` records besides the conversation and the time."""
+
+    client_pk: int
+    page_url: str
+    organization_id: str
+    last_assistant_message_id: str
+
+
+LINK_SIGHTING_FIELDS = ("page_url", "organization_id", "last_assistant_message_id")
+
+
+def conversation_links_seen(*, sightings: dict[Conversation, LinkSighting], now: dt.datetime) -> None:
+    """``conversation_link_seen`` for several conversations.
+
+    One read, one update of ``last_seen_at`` for them all, and one update per
+    link whose other values change. The links are read and then written, so
+    the caller holds the conversations' locks, as every writer of a link does.
+    """
+    if not sightings:
+        return
+    client_of = {conversation.pk: sighting.client_pk for conversation, sighting in sightings.items()}
+    existing = {
+        link.conversation_id: link
+        for link in ConversationLink.objects.filter(conversation__in=client_of, client_id__in=set(client_of.values()))
+        if client_of[link.conversation_id] == link.client_id
+    }
+    ConversationLink.objects.filter(pk__in=[link.pk for link in existing.values()]).update(last_seen_at=now)
+    first_seen = []
+    for conversation, sighting in sightings.items():
+        link = existing.get(conversation.pk)
+        if link is None:
+            first_seen.append(ConversationLink(
+                conversation=conversation, client_id=sighting.client_pk, last_seen_at=now,
+                **{name: getattr(sighting, name) for name in LINK_SIGHTING_FIELDS},
+            ))
+            continue
+        # Blank values do not overwrite what an earlier sighting recorded.
+        changed = {
+            name: value for name in LINK_SIGHTING_FIELDS
+            if (value := getattr(sighting, name)) and value != getattr(link, name)
+        }
+        if changed:
+            ConversationLink.objects.filter(pk=link.pk).update(**changed)
+    ConversationLink.objects.bulk_create(first_seen)
 
 
 def _flag_set(

@@ -36,6 +36,8 @@ def _format_value(value: Any) -> str:
 
 def log_event(logger: logging.Logger, action: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """Log ``action`` and the non-None ``fields`` as one logfmt line, each value bounded."""
+    if not logger.isEnabledFor(level):
+        return  # formatting the line is most of its cost
     present = {"action": action, **{key: _bounded(value) for key, value in fields.items() if value is not None}}
     line = " ".join(f"{key}={_format_value(value)}" for key, value in present.items())
     logger.log(level, line, extra={"fields": present})

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
@@ -27,6 +28,7 @@ from ingest import selectors
 from ingest.blocks import parse_blocks
 from ingest.frames import (
     DeliveryResult,
+    FinalMessage,
     decode_frame,
     echo,
     frame_id,
@@ -35,6 +37,7 @@ from ingest.frames import (
     parse_final_message,
     parse_plugin_info,
 )
+from ingest.ingest_queue import final_message_queue
 from ingest.models import plugin_group_name
 from ingest.protocol import (
     FRAME_LIMIT_EXTENSION,
@@ -50,7 +53,7 @@ from ingest.services.deliveries import (
     delivery_requests_abandon,
     delivery_result_record,
 )
-from ingest.services.messages import ingest_final_message
+from ingest.services.messages import ClientMessage
 
 logger = logging.getLogger(__name__)
 
@@ -83,7 +86,11 @@ class PluginConsumer(AsyncWebsocketConsumer):
     waiting_for_hello = 0
     max_sockets_without_hello = 32
 
+    # How many of one socket's final messages may wait for their ack at once.
+    max_acks_pending = 32
+
     _background: tuple[asyncio.Task, ...] | list[asyncio.Task] = ()
+    acks_pending: set[asyncio.Task] | frozenset = frozenset()
     _is_waiting_for_hello = False
     _is_cleaned_up = False
 
@@ -97,6 +104,8 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     async def connect(self) -> None:
         self._background = []
+        self.acks_pending = set()
+        self.ingest_slots = asyncio.Semaphore(self.max_acks_pending)
         self._limiter = SlidingWindowLimiter(settings.CONDUCTOR_MAX_FRAMES_PER_SECOND)
         await self.accept()
         if PluginConsumer.waiting_for_hello >= self.max_sockets_without_hello:
@@ -105,6 +114,20 @@ class PluginConsumer(AsyncWebsocketConsumer):
             return
         self._set_waiting_for_hello(True)
         self._background.append(asyncio.ensure_future(self._close_without_hello()))
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Channels' dispatch without its ``aclose_old_connections`` before every handler.
+
+        That call runs on the database thread, so each incoming frame would
+        wait behind whatever that thread is storing, and a socket could not
+        read its next frame (to store it in the same batch) before the last
+        one was stored. Every database call here goes through
+        ``database_sync_to_async``, which closes stale connections around it.
+        """
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def disconnect(self, code: int) -> None:
         await self._clean_up(code=code)
@@ -119,7 +142,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
             return
         self._is_cleaned_up = True
         self._set_waiting_for_hello(False)
-        for task in self._background:
+        for task in [*self._background, *self.acks_pending]:
             task.cancel()
         try:
             if self.client_pk is not None:
@@ -295,21 +318,41 @@ def _size(text_data: str | None, bytes_data: bytes | None) -> int:
 @PluginConsumer.frame_handler("browser.final_message")
 async def handle_final_message(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
     message = parse_final_message(frame)
+    # Parsed on a thread of its own: the parse of a large message is pure
+    # CPU work, and the database thread is shared by every socket of this
+    # process, so their acks need not wait behind it.
+    blocks = await sync_to_async(parse_blocks, thread_sensitive=False)(message.text)
+    # The next frames are read while this one is stored, so that they can be
+    # stored with it (see ingest.ingest_queue); the slots bound what one
+    # socket may have waiting.
+    await consumer.ingest_slots.acquire()
+    stored = final_message_queue().submit(
+        ClientMessage(message=message, client_pk=consumer.client_pk, blocks=blocks)
+    )
+    consumer.acks_pending.add(ack := asyncio.ensure_future(_ack_when_stored(consumer, message, stored)))
+    ack.add_done_callback(consumer.acks_pending.discard)
+
+
+async def _ack_when_stored(consumer: PluginConsumer, message: FinalMessage, stored: asyncio.Future) -> None:
+    """Ack the message once its batch has committed; an error frame if it was not stored."""
     try:
-        # Parsed on a thread of its own: the parse of a large message is pure
-        # CPU work, and the database thread is shared by every socket of this
-        # process, so their acks need not wait behind it.
-        blocks = await sync_to_async(parse_blocks, thread_sensitive=False)(message.text)
-        result = await database_sync_to_async(ingest_final_message)(
-            message=message, client_pk=consumer.client_pk, blocks=blocks
-        )
+        result = await stored
     except DatabaseError:
         # Not stored, so not acknowledged: the plugin keeps the message and resends it.
         logger.exception("ingest failed for frame %s", message.frame_id)
-        raise FrameError(
-            ErrorCode.SERVER_ERROR, "the message could not be stored; send it again later",
-            message.frame_id,
-        ) from None
+        await consumer.send_error(
+            ErrorCode.SERVER_ERROR, "the message could not be stored; send it again later", frame_id=message.frame_id
+        )
+        return
+    except Exception:
+        logger.exception("handling a frame on the socket of %s failed", consumer.client_id)
+        await consumer.send_error(
+            ErrorCode.SERVER_ERROR, "the server failed to handle this frame; it was not processed",
+            frame_id=message.frame_id,
+        )
+        return
+    finally:
+        consumer.ingest_slots.release()
     await consumer.send_frame(
         {
             "type": "ack",

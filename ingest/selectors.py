@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -142,11 +143,44 @@ def tool_policy_for(*, tool: str, client_pk: int | None, conversation_pk: int | 
     The most specific ``ToolPolicy`` row wins; without one, the tool's default.
     Raises ``UnknownTool`` for a tool that is not registered.
     """
-    default = tools.get(tool).default_policy
-    rows = ToolPolicy.objects.filter(
-        Q(client__isnull=True) | Q(client_id=client_pk),
-        Q(conversation__isnull=True) | Q(conversation_id=conversation_pk),
-        tool=tool,
-    ).values_list("policy", "client_id", "conversation_id")
-    ranked = sorted(rows, key=lambda row: (row[2] is not None, row[1] is not None), reverse=True)
-    return ranked[0][0] if ranked else default
+    return ToolPolicies.load(
+        tools=[tool], client_pks=[client_pk], conversation_pks=[conversation_pk]
+    ).policy_for(tool=tool, client_pk=client_pk, conversation_pk=conversation_pk)
+
+
+class ToolPolicies:
+    """The ``ToolPolicy`` rows that can apply to some tools, clients and conversations, read at once.
+
+    ``policy_for`` answers as ``tool_policy_for`` would, for any of them, without a query.
+    """
+
+    def __init__(self, rows: list[tuple[str, str, int | None, int | None]]) -> None:
+        self._rows: dict[str, list[tuple[str, int | None, int | None]]] = {}
+        for tool, policy, client_pk, conversation_pk in rows:
+            self._rows.setdefault(tool, []).append((policy, client_pk, conversation_pk))
+
+    @classmethod
+    def load(
+        cls, *, tools: Iterable[str], client_pks: Iterable[int | None], conversation_pks: Iterable[int | None]
+    ) -> ToolPolicies:
+        client_pks = [pk for pk in client_pks if pk is not None]
+        conversation_pks = [pk for pk in conversation_pks if pk is not None]
+        rows = ToolPolicy.objects.filter(
+            Q(client__isnull=True) | Q(client_id__in=client_pks),
+            Q(conversation__isnull=True) | Q(conversation_id__in=conversation_pks),
+            tool__in=set(tools),
+        ).values_list("tool", "policy", "client_id", "conversation_id")
+        return cls(list(rows))
+
+    def policy_for(self, *, tool: str, client_pk: int | None, conversation_pk: int | None) -> str:
+        """Raises ``UnknownTool`` for a tool that is not registered."""
+        default = tools.get(tool).default_policy
+        rows = [
+            (policy, row_client, row_conversation)
+            for policy, row_client, row_conversation in self._rows.get(tool, ())
+            if row_client in (None, client_pk) and row_conversation in (None, conversation_pk)
+        ]
+        ranked = sorted(rows, key=lambda row: (row[2] is not None, row[1] is not None), reverse=True)
+        return ranked[0][0] if ranked else default
+
+

@@ -1,23 +1,27 @@
 """Creating tasks and changing their routing.
 
 ``task_create`` is the only way a task comes into being (its first event has no
-``status_from``); ``task_retarget`` is the only service that changes a task's
-routing fields (SPEC §2.2).
+``status_from``), and ``tasks_create`` its form for several tasks at once,
+through the same checks; ``task_retarget`` is the only service that changes a
+task's routing fields (SPEC §2.2).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from automation.kinds import kinds
 from automation.models import AutomationTask, TaskEvent, TaskStatus
 from automation.wake import dispatcher_wake_on_commit
-from conversations.selectors import conversation_route
+from conversations.selectors import Route, conversation_route
 from core.clock import now_ms, sequence_next
 from core.logfmt import log_event
 
@@ -26,6 +30,25 @@ logger = logging.getLogger(__name__)
 INITIAL_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.BLOCKED})
 # Not yet running and not held by a dispatcher: safe to send elsewhere.
 RETARGETABLE_STATUSES = (TaskStatus.PENDING, TaskStatus.RETRY_WAIT, TaskStatus.BLOCKED)
+
+
+@dataclass(frozen=True)
+class NewTask:
+    """What ``task_create`` takes about one task, for creating several at once (``tasks_create``)."""
+
+    kind: str
+    payload: dict[str, Any]
+    status: str = TaskStatus.PENDING
+    dedupe_key: str | None = None
+    priority: int = 0
+    execute_after: int | None = None
+    max_attempts: int | None = None
+    target_client_id: str | None = None
+    target_platform: str | None = None
+    target_conversation_id: str | None = None
+    conversation_id: int | None = None
+    message_id: int | None = None
+    instruction_id: int | None = None
 
 
 def task_create(
@@ -57,35 +80,14 @@ def task_create(
     nothing is written and the existing task is returned with ``created=False``.
     A created task wakes the dispatcher once the transaction commits.
     """
-    spec = kinds.get(kind)
-    if status not in INITIAL_STATUSES:
-        raise ValueError(f"a task starts pending or blocked, not {status!r}")
-    if status == TaskStatus.BLOCKED and not spec.is_guarded:
-        raise ValueError(f"{kind} tasks are never held for approval")
-    if spec.is_outbound and target_client_id is None and conversation_id is not None:
-        route = conversation_route(conversation_id=conversation_id)
-        if route is not None:
-            target_client_id, target_platform, target_conversation_id = route
-    now = now_ms() if now is None else now
-    task = AutomationTask(
-        kind=kind,
-        status=status,
-        priority=priority,
-        dedupe_key=dedupe_key,
-        payload_json=json.dumps(payload),
-        target_client_id=target_client_id,
-        target_platform=target_platform,
-        target_conversation_id=target_conversation_id,
-        execute_after=now if execute_after is None else execute_after,
-        lane=spec.lane,
-        sequence=sequence_next(),
-        max_attempts=settings.CONDUCTOR_MAX_ATTEMPTS if max_attempts is None else max_attempts,
-        created_at=now,
-        updated_at=now,
-        conversation_id=conversation_id,
-        message_id=message_id,
-        instruction_id=instruction_id,
+    new = NewTask(
+        kind=kind, payload=payload, status=status, dedupe_key=dedupe_key, priority=priority,
+        execute_after=execute_after, max_attempts=max_attempts, target_client_id=target_client_id,
+        target_platform=target_platform, target_conversation_id=target_conversation_id,
+        conversation_id=conversation_id, message_id=message_id, instruction_id=instruction_id,
     )
+    now = now_ms() if now is None else now
+    task = _task_build(new, now=now, routes={})
     try:
         with transaction.atomic():
             task.save(force_insert=True)
@@ -100,17 +102,82 @@ def task_create(
             raise
         return existing, False
     dispatcher_wake_on_commit()
+    _log_create(task, actor=actor)
+    return task, True
+
+
+def tasks_create(*, tasks: Sequence[NewTask], actor: str, now: int | None = None) -> list[AutomationTask]:
+    """Create the ``tasks`` in one go, in their order, as one ``task_create`` each would.
+
+    Each gets the same checks, lane, route, first event and log line, and a
+    ``sequence`` that follows the list's order; one wake for them all once
+    the transaction commits. Three statements however many tasks: for
+    creators that make many at once (ingest). Unlike ``task_create``, a
+    ``dedupe_key`` that exists already is an error: ``IntegrityError``, and
+    nothing is written. Returns the created tasks, in order.
+    """
+    if not tasks:
+        return []
+    now = now_ms() if now is None else now
+    routes: dict[int, Route | None] = {}
+    created = [_task_build(new, now=now, routes=routes) for new in tasks]
+    # Within a caller's transaction, no savepoint: an error here fails the caller's transaction anyway.
+    with transaction.atomic(savepoint=False):
+        AutomationTask.objects.bulk_create(created)
+        TaskEvent.objects.bulk_create(
+            TaskEvent(task=task, action="create", status_from=None, status_to=task.status, actor=actor, at=now)
+            for task in created
+        )
+    dispatcher_wake_on_commit()
+    for task in created:
+        _log_create(task, actor=actor)
+    return created
+
+
+def _task_build(new: NewTask, *, now: int, routes: dict[int, Route | None]) -> AutomationTask:
+    """The unsaved task ``new`` describes, checked against its kind; ``routes`` caches conversations' routes."""
+    spec = kinds.get(new.kind)
+    if new.status not in INITIAL_STATUSES:
+        raise ValueError(f"a task starts pending or blocked, not {new.status!r}")
+    if new.status == TaskStatus.BLOCKED and not spec.is_guarded:
+        raise ValueError(f"{new.kind} tasks are never held for approval")
+    target = (new.target_client_id, new.target_platform, new.target_conversation_id)
+    if spec.is_outbound and new.target_client_id is None and new.conversation_id is not None:
+        if new.conversation_id not in routes:
+            routes[new.conversation_id] = conversation_route(conversation_id=new.conversation_id)
+        target = routes[new.conversation_id] or target
+    return AutomationTask(
+        kind=new.kind,
+        status=new.status,
+        priority=new.priority,
+        dedupe_key=new.dedupe_key,
+        payload_json=json.dumps(new.payload),
+        target_client_id=target[0],
+        target_platform=target[1],
+        target_conversation_id=target[2],
+        execute_after=now if new.execute_after is None else new.execute_after,
+        lane=spec.lane,
+        sequence=sequence_next(),
+        max_attempts=settings.CONDUCTOR_MAX_ATTEMPTS if new.max_attempts is None else new.max_attempts,
+        created_at=now,
+        updated_at=now,
+        conversation_id=new.conversation_id,
+        message_id=new.message_id,
+        instruction_id=new.instruction_id,
+    )
+
+
+def _log_create(task: AutomationTask, *, actor: str) -> None:
     log_event(
         logger,
         "create",
         task_id=task.task_id,
-        kind=kind,
-        status_to=status,
+        kind=task.kind,
+        status_to=task.status,
         actor=actor,
-        dedupe_key=dedupe_key,
-        target_client_id=target_client_id,
+        dedupe_key=task.dedupe_key,
+        target_client_id=task.target_client_id,
     )
-    return task, True
 
 
 def task_retarget(
@@ -123,25 +190,38 @@ def task_retarget(
     a leased task is left to its dispatcher, which either sends it or releases
     it. Returns the ids of the tasks moved.
     """
-    if not client_id:
+    return tasks_retarget(client_ids={conversation_id: client_id}, actor=actor, now=now)
+
+
+def tasks_retarget(*, client_ids: dict[int, str], actor: str, now: int | None = None) -> list[str]:
+    """``task_retarget`` for several conversations at once: ``client_ids`` maps each to its client.
+
+    One look-up for them all, and one update per client the tasks move to.
+    """
+    if not all(client_ids.values()):
         raise ValueError("routing fields are never cleared: client_id is required")
+    if not client_ids:
+        return []
     now = now_ms() if now is None else now
-    with transaction.atomic():
+    conversations_of: dict[str, list[int]] = {}
+    for conversation_id, client_id in client_ids.items():
+        conversations_of.setdefault(client_id, []).append(conversation_id)
+    elsewhere = Q()
+    for client_id, conversation_ids in conversations_of.items():
+        elsewhere |= Q(conversation_id__in=conversation_ids) & ~Q(target_client_id=client_id)
+    # Within a caller's transaction, no savepoint: an error here fails the caller's transaction anyway.
+    with transaction.atomic(savepoint=False):
         tasks = list(
             AutomationTask.objects.select_for_update()
-            .filter(
-                conversation_id=conversation_id,
-                status__in=RETARGETABLE_STATUSES,
-                target_client_id__isnull=False,
-            )
-            .exclude(target_client_id=client_id)
-            .only("task_id", "kind", "status", "target_client_id")
+            .filter(elsewhere, status__in=RETARGETABLE_STATUSES, target_client_id__isnull=False)
+            .only("task_id", "kind", "status", "target_client_id", "conversation_id")
         )
         if not tasks:
             return []
-        AutomationTask.objects.filter(pk__in=[task.pk for task in tasks]).update(
-            target_client_id=client_id, updated_at=now
-        )
+        for client_id in {client_ids[task.conversation_id] for task in tasks}:
+            AutomationTask.objects.filter(
+                pk__in=[task.pk for task in tasks if client_ids[task.conversation_id] == client_id]
+            ).update(target_client_id=client_id, updated_at=now)
         TaskEvent.objects.bulk_create(
             TaskEvent(
                 task_id=task.pk,
@@ -150,7 +230,7 @@ def task_retarget(
                 status_to=task.status,
                 actor=actor,
                 at=now,
-                detail={"from_client_id": task.target_client_id, "to_client_id": client_id},
+                detail={"from_client_id": task.target_client_id, "to_client_id": client_ids[task.conversation_id]},
             )
             for task in tasks
         )
@@ -164,6 +244,6 @@ def task_retarget(
             status_to=task.status,
             actor=actor,
             from_client_id=task.target_client_id,
-            to_client_id=client_id,
+            to_client_id=client_ids[task.conversation_id],
         )
     return [task.pk for task in tasks]

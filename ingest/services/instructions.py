@@ -9,9 +9,10 @@ here when an instruction's task changes state.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 from automation.models import AutomationTask, TaskStatus
-from automation.services.tasks import task_create
+from automation.services.tasks import NewTask, task_create
 from core.logfmt import log_event
 from ingest.models import Instruction
 
@@ -67,17 +68,33 @@ def instruction_status_set(*, task: AutomationTask, actor: str) -> str:
 
 def instruction_task_create(*, instruction: Instruction, conversation_id: int, status: str, actor: str) -> None:
     """Queue the instruction's ``instruction.execute`` task, ``pending`` or ``blocked``."""
+    new = instruction_task(instruction=instruction, conversation_id=conversation_id, status=status)
+    task_create(**vars(new), actor=actor)
+
+
+def instruction_task(*, instruction: Instruction, conversation_id: int, status: str) -> NewTask:
+    """The instruction's ``instruction.execute`` task, ``pending`` or ``blocked``, to create."""
     message_id = instruction.message_id
-    task_create(
+    return NewTask(
         kind=INSTRUCTION_EXECUTE,
         payload={
             "instruction_id": instruction.pk, "message_id": message_id, "conversation_id": conversation_id,
             "target": instruction.target, "tool": instruction.tool, "params": instruction.params,
         },
-        actor=actor,
         status=status,
         dedupe_key=f"execute:{instruction.pk}",
         conversation_id=conversation_id, message_id=message_id, instruction_id=instruction.pk,
+    )
+
+
+def message_delivery_task(*, message_id: int, conversation_id: int | None) -> NewTask:
+    """The message's one delivery, to create once its blocks have all finished."""
+    return NewTask(
+        kind=INSTRUCTION_DELIVER,
+        payload={"message_id": message_id, "instruction_ids": None},
+        dedupe_key=delivery_key(message_id),
+        conversation_id=conversation_id,
+        message_id=message_id,
     )
 
 
@@ -95,17 +112,13 @@ def message_delivery_ensure(
     """
     if Instruction.objects.filter(message_id=message_id).exclude(status__in=FINISHED).exists():
         return None
-    key, instruction_ids = delivery_key(message_id), None
-    if finished is not None and AutomationTask.objects.filter(dedupe_key=key).exists():
+    new = message_delivery_task(message_id=message_id, conversation_id=conversation_id)
+    if finished is not None and AutomationTask.objects.filter(dedupe_key=new.dedupe_key).exists():
         retries = finished.events.filter(action="retry").count()
-        key = f"{key}:block:{finished.instruction_id}:retry:{retries}"
-        instruction_ids = [finished.instruction_id]
-    task, created = task_create(
-        kind=INSTRUCTION_DELIVER,
-        payload={"message_id": message_id, "instruction_ids": instruction_ids},
-        actor=actor,
-        dedupe_key=key,
-        conversation_id=conversation_id,
-        message_id=message_id,
-    )
+        new = replace(
+            new,
+            dedupe_key=f"{new.dedupe_key}:block:{finished.instruction_id}:retry:{retries}",
+            payload={**new.payload, "instruction_ids": [finished.instruction_id]},
+        )
+    task, created = task_create(**vars(new), actor=actor)
     return task if created else None

@@ -1,11 +1,11 @@
 from unittest import mock
 
 import pytest
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
-from automation.models import TaskEvent, TaskStatus
-from automation.services.tasks import task_create, task_retarget
-from tests.factories import T0, ConversationFactory, make_task
+from automation.models import AutomationTask, TaskEvent, TaskStatus
+from automation.services.tasks import NewTask, task_create, task_retarget, tasks_create, tasks_retarget
+from tests.factories import T0, ConversationFactory, ConversationLinkFactory, PluginClientFactory, make_task
 
 S = TaskStatus
 
@@ -110,3 +110,67 @@ def test_a_rolled_back_creation_wakes_nothing_and_does_not_swallow_the_next_wake
             task_create(kind="test.local", payload={}, actor="anyone")
             raise RuntimeError("rolled back")
         wake.assert_called_once_with()
+
+
+@pytest.mark.django_db
+def test_tasks_created_together_are_created_in_order_as_one_by_one(settings):
+    settings.CONDUCTOR_MAX_ATTEMPTS = 4
+    conversation = ConversationFactory()
+    ConversationLinkFactory(conversation=conversation, client=PluginClientFactory(client_id="laptop"))
+    made = tasks_create(tasks=[
+        NewTask(kind="test.local", payload={"n": 1}),
+        NewTask(kind="test.instruction", payload={"n": 2}, status=S.BLOCKED, dedupe_key="execute:2"),
+        NewTask(kind="test.outbound", payload={"n": 3}, conversation_id=conversation.pk),
+    ], actor="ingest", now=T0)
+
+    stored = list(AutomationTask.objects.order_by("sequence"))
+    assert [t.pk for t in stored] == [t.pk for t in made]
+    assert [(t.kind, t.status, t.lane, t.payload_json, t.max_attempts, t.execute_after) for t in stored] == [
+        ("test.local", S.PENDING, None, '{"n": 1}', 4, T0),
+        ("test.instruction", S.BLOCKED, "instructions", '{"n": 2}', 4, T0),
+        ("test.outbound", S.PENDING, "outbound", '{"n": 3}', 4, T0),
+    ]
+    assert (stored[2].target_client_id, stored[2].target_platform) == ("laptop", conversation.platform)
+    events = [(e.task_id, e.action, e.status_from, e.status_to, e.actor, e.at) for e in TaskEvent.objects.all()]
+    assert sorted(events) == sorted((t.pk, "create", None, t.status, "ingest", T0) for t in stored)
+
+
+@pytest.mark.django_db
+def test_tasks_created_together_check_each_as_task_create_does():
+    with pytest.raises(ValueError):
+        tasks_create(tasks=[NewTask(kind="test.local", payload={}), NewTask(kind="test.local", payload={},
+                                                                             status=S.BLOCKED)], actor="ingest")
+    assert not AutomationTask.objects.exists()
+
+
+@pytest.mark.django_db
+def test_tasks_created_together_refuse_an_existing_dedupe_key():
+    task_create(kind="test.local", payload={}, actor="ingest", dedupe_key="deliver:7")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        tasks_create(tasks=[NewTask(kind="test.local", payload={}, dedupe_key="deliver:7")], actor="ingest")
+    assert AutomationTask.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_tasks_created_together_wake_the_dispatcher_once():
+    with mock.patch("automation.wake.dispatcher_wake") as wake:
+        tasks_create(tasks=[NewTask(kind="test.local", payload={"n": n}) for n in range(3)], actor="anyone")
+    assert wake.call_count == 1
+
+
+@pytest.mark.django_db
+def test_retargeting_several_conversations_moves_each_to_its_own_client():
+    first, second = ConversationFactory(), ConversationFactory()
+    route = dict(kind="test.outbound", target_client_id="old", target_platform="claude")
+    to_new = make_task(S.PENDING, **route, conversation_id=first.pk)
+    to_other = make_task(S.PENDING, **route, conversation_id=second.pk)
+    already = make_task(S.PENDING, **{**route, "target_client_id": "other"}, conversation_id=second.pk)
+
+    moved = tasks_retarget(client_ids={first.pk: "new", second.pk: "other"}, actor="ingest", now=T0)
+
+    assert sorted(moved) == sorted([to_new.pk, to_other.pk])
+    for task, client_id in [(to_new, "new"), (to_other, "other"), (already, "other")]:
+        task.refresh_from_db()
+        assert task.target_client_id == client_id
+    assert not already.events.filter(action="retarget").exists()
+    assert to_other.events.get(action="retarget").detail == {"from_client_id": "old", "to_client_id": "other"}

@@ -1,5 +1,6 @@
 import asyncio
 import json
+import threading
 from unittest import mock
 
 import pytest
@@ -7,7 +8,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import OperationalError
 
-from automation.models import DeliveryRequest
+from automation.models import AutomationTask, DeliveryRequest
 from conductor_site.asgi import application
 from conversations.models import Message
 from ingest.models import Instruction, PluginClient
@@ -289,6 +290,43 @@ async def test_the_same_final_message_again_is_acknowledged_as_a_duplicate(clien
     await communicator.disconnect()
 
 
+async def test_frames_that_arrive_while_a_batch_is_stored_are_stored_together_and_each_acked(client):
+    from ingest.ingest_queue import final_message_queue
+    from ingest.services import messages
+
+    batches, release = [], threading.Event()
+
+    def held_first(*, arrivals):
+        batches.append([arrival.message.frame_id for arrival in arrivals])
+        release.wait(10)  # the first batch waits until the other frames queue behind it
+        return messages.final_messages_ingest(arrivals=arrivals)
+
+    communicator, _ = await hello("laptop-chrome")
+    frames = [{**FINAL, "id": f"frame-{n}", "message_id": f"msg-{n}", "conversation_id": f"conv-{n % 3}"}
+              for n in range(8)] + [{**FINAL, "id": "frame-again", "message_id": "msg-1", "conversation_id": "conv-1"}]
+    with mock.patch("ingest.ingest_queue.final_messages_ingest", side_effect=held_first):
+        for frame in frames:
+            await communicator.send_json_to(frame)
+        for _ in range(500):  # until every frame is read (the socket reads on while the first is stored)
+            if final_message_queue().waiting == len(frames) - 1:
+                break
+            await asyncio.sleep(0.01)
+        release.set()
+        acks = {ack["id"]: ack for ack in [await communicator.receive_json_from() for _ in frames]}
+
+    assert batches == [["frame-0"], [frame["id"] for frame in frames[1:]]]
+    stored = {m.remote_message_id: m.pk async for m in Message.objects.all()}
+    for n in range(8):
+        assert acks[f"frame-{n}"] == {"type": "ack", "id": f"frame-{n}", "message_id": str(stored[f"msg-{n}"]),
+                                      "instructions": 2, "duplicate": False}
+    assert acks["frame-again"] == {**acks["frame-1"], "id": "frame-again", "duplicate": True}
+    # Tasks follow the frames' order.
+    ordered = [t.message.remote_message_id async for t in AutomationTask.objects.select_related("message")
+               .order_by("sequence")]
+    assert ordered == [f"msg-{n}" for n in range(8)]
+    await communicator.disconnect()
+
+
 async def test_a_frame_of_80000_blocks_is_acknowledged_with_the_32_stored_and_one_rejection(client):
     communicator, _ = await hello("laptop-chrome")
     frame = {**FINAL, "text": "~~~baa\n~~~\n" * 80_000}
@@ -359,7 +397,7 @@ async def test_a_final_message_with_an_unknown_capture_is_invalid_and_the_socket
 
 async def test_a_final_message_the_database_cannot_store_gets_no_ack(client):
     communicator, _ = await hello("laptop-chrome")
-    with mock.patch("ingest.consumers.ingest_final_message", side_effect=OperationalError("disk I/O error")):
+    with mock.patch("ingest.services.messages.ingest_final_message", side_effect=OperationalError("disk I/O error")):
         await communicator.send_json_to(FINAL)
         error = await communicator.receive_json_from()
     assert (error["code"], error["id"]) == ("server_error", "frame-1")
@@ -621,7 +659,7 @@ async def test_only_https_page_urls_or_http_on_loopback_are_accepted(client, pag
 
 async def test_a_failing_handler_gets_server_error_and_the_socket_stays(client):
     communicator, _ = await hello("laptop-chrome")
-    with mock.patch("ingest.consumers.ingest_final_message", side_effect=RuntimeError("a bug")):
+    with mock.patch("ingest.services.messages.ingest_final_message", side_effect=RuntimeError("a bug")):
         await communicator.send_json_to(FINAL)
         error = await communicator.receive_json_from()
     assert (error["code"], error["id"]) == ("server_error", "frame-1")

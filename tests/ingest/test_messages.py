@@ -248,3 +248,145 @@ def test_the_dispatcher_is_woken_after_commit_only_when_work_was_queued(client, 
         with django_capture_on_commit_callbacks(execute=True):
             ingest(block("echo") + "\n" + block("time.now") + "\n" + block("echo"), client, message_id="msg-2")
         wake.assert_called_once()  # one wake for the three tasks of the transaction
+
+
+# --- several frames at once (final_messages_ingest) ---------------------------------------------
+
+def batch_frames(desktop):
+    """Frames that exercise what a batch must store as one message after another would."""
+    laptop_frames = [
+        frame(block("echo", {"n": 1}) + "\n" + block("shell.run", {"argv": ["ls"]}), id="b-1", message_id="m-1"),
+        frame(block("nope"), id="b-2", message_id="m-2", conversation_id="conv-2", title=""),
+        frame(block("echo", {"n": 1}), id="b-3", message_id="m-1"),  # repeats b-1 within the batch
+        frame("no blocks", id="b-4", message_id="m-0"),  # stored before the batch: a duplicate
+        frame(block("echo") + "\n" + block("echo") + "\n" + block("echo"), id="b-5", message_id="m-3",
+              page_url="", organization_id="", title="Renamed"),  # past the hourly limit halfway
+        frame(block("echo"), id="b-6", message_id=None, conversation_id="conv-3"),  # dedupe by text
+        frame(block("echo"), id="b-7", message_id=None, conversation_id="conv-3"),
+        frame(block("time.now"), id="b-8", message_id="m-4", conversation_id="conv-2", page_url=""),
+    ]
+    return [(f, None) for f in laptop_frames] + [
+        (frame(block("echo"), id="b-9", message_id="m-5", conversation_id="conv-4"), desktop),
+    ]
+
+
+def rows_snapshot(results):
+    """What ingest stored and answered, without ids and times that differ from run to run."""
+    remote = dict(Message.objects.values_list("pk", "remote_message_id"))
+    tasks = list(AutomationTask.objects.order_by("sequence"))
+    return {
+        "results": [(remote[r.message_id], r.instructions, r.duplicate) for r in results],
+        "conversations": sorted(Conversation.objects.values_list("remote_id", "title")),
+        "links": sorted(ConversationLink.objects.values_list(
+            "conversation__remote_id", "client__client_id", "page_url", "organization_id",
+            "last_assistant_message_id")),
+        "messages": list(Message.objects.order_by("pk").values_list(
+            "conversation__remote_id", "remote_message_id", "dedupe_key", "text", "client__client_id", "source")),
+        "instructions": list(Instruction.objects.order_by("pk").values_list(
+            "message__remote_message_id", "block_index", "tool", "status", "error")),
+        "tasks": [
+            (t.kind, t.status, t.lane, t.target_client_id, t.target_platform, t.target_conversation_id,
+             remote.get(t.message_id), t.instruction.block_index if t.instruction_id else None,
+             [(e.action, e.status_from, e.status_to, e.actor, e.detail) for e in t.events.order_by("pk")])
+            for t in tasks
+        ],
+    }
+
+
+def ingest_scenario(client, together):
+    from ingest.services.messages import ClientMessage, final_messages_ingest, ingest_final_message
+
+    desktop = PluginClientFactory(client_id="desktop")
+    ingest("no blocks", client, message_id="m-0")  # stored before
+    # A delivery waiting for conv-4 on the laptop follows it to the desktop.
+    ingest("hello", client, conversation_id="conv-4", message_id="m-00")
+    make_task(kind=INSTRUCTION_DELIVER, target_client_id="laptop", target_platform="claude",
+              target_conversation_id="conv-4", conversation_id=Conversation.objects.get(remote_id="conv-4").pk)
+    arrivals = [
+        ClientMessage(message=parse_final_message(f), client_pk=(other or client).pk)
+        for f, other in batch_frames(desktop)
+    ]
+    if together:
+        results = final_messages_ingest(arrivals=arrivals)
+    else:
+        results = [ingest_final_message(message=a.message, client_pk=a.client_pk) for a in arrivals]
+    assert not [r for r in results if isinstance(r, Exception)]
+    return rows_snapshot(results)
+
+
+def test_frames_stored_together_are_stored_as_one_after_another_would_be(client, settings):
+    settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR = 4
+    one_by_one = ingest_scenario(client, together=False)
+    for model in (AutomationTask, Conversation, PluginClientFactory._meta.model):
+        model.objects.all().delete()
+    client = PluginClientFactory(client_id="laptop")
+
+    with mock.patch("ingest.services.messages.ingest_final_message") as alone:
+        together = ingest_scenario(client, together=True)
+    alone.assert_not_called()  # stored as one batch, not message by message
+    assert together == one_by_one
+    assert [r[2] for r in together["results"]] == [False, False, True, True, False, False, True, False, False]
+    assert ("echo", "rejected") in [(i[2], i[3]) for i in together["instructions"] if i[0] == "m-3"]
+
+
+def test_a_batch_takes_a_fixed_number_of_statements_whatever_its_size(client, django_assert_max_num_queries):
+    from ingest.services.messages import ClientMessage, final_messages_ingest
+
+    for n in range(20):  # the conversations and their links exist
+        ingest("first", client, conversation_id=f"conv-{n}", message_id=f"first-{n}")
+    arrivals = [
+        ClientMessage(message=parse_final_message(
+            frame(block("echo", {"n": n}), conversation_id=f"conv-{n % 20}", message_id=f"m-{n}")), client_pk=client.pk)
+        for n in range(40)
+    ]
+    # Per batch: the transaction, the client, the locks, duplicates, activity, the links and their
+    # time, re-targeting, the hourly limit, policies and the four inserts; then one update per link
+    # whose last message changed (each of the 20 here).
+    with django_assert_max_num_queries(15 + 20):
+        results = final_messages_ingest(arrivals=arrivals)
+    assert [r.duplicate for r in results] == [False] * 40
+    assert AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).count() == 40
+
+
+def test_a_batch_wakes_the_dispatcher_once(client, django_capture_on_commit_callbacks):
+    from ingest.services.messages import ClientMessage, final_messages_ingest
+
+    arrivals = [
+        ClientMessage(message=parse_final_message(frame(block("echo"), message_id=f"m-{n}")), client_pk=client.pk)
+        for n in range(3)
+    ]
+    with mock.patch("automation.wake.dispatcher_wake") as wake:
+        with django_capture_on_commit_callbacks(execute=True):
+            final_messages_ingest(arrivals=arrivals)
+    wake.assert_called_once()
+
+
+def test_a_frame_that_cannot_be_stored_fails_alone_and_the_others_are_stored(client):
+    from ingest.services.messages import ClientMessage, final_messages_ingest
+
+    gone = PluginClientFactory(client_id="gone")
+    gone_pk = gone.pk
+    gone.delete()
+    arrivals = [
+        ClientMessage(message=parse_final_message(frame("a", message_id="m-1")), client_pk=client.pk),
+        ClientMessage(message=parse_final_message(frame("b", message_id="m-2")), client_pk=gone_pk),
+        ClientMessage(message=parse_final_message(frame("c", message_id="m-3")), client_pk=client.pk),
+    ]
+    results = final_messages_ingest(arrivals=arrivals)
+    assert isinstance(results[1], Exception)
+    assert [r.duplicate for r in (results[0], results[2])] == [False, False]
+    assert list(Message.objects.order_by("pk").values_list("remote_message_id", flat=True)) == ["m-1", "m-3"]
+
+
+def test_a_failing_batch_is_rolled_back_and_its_frames_stored_one_by_one(client):
+    from ingest.services.messages import ClientMessage, final_messages_ingest
+
+    arrivals = [
+        ClientMessage(message=parse_final_message(frame(block("echo"), message_id=f"m-{n}")), client_pk=client.pk)
+        for n in range(3)
+    ]
+    with mock.patch("ingest.services.messages.tasks_create", side_effect=RuntimeError("a bug")):
+        results = final_messages_ingest(arrivals=arrivals)
+    assert [r.duplicate for r in results] == [False, False, False]
+    assert Message.objects.count() == 3
+    assert AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).count() == 3
