@@ -147,9 +147,14 @@ class DispatcherLoop:
                     self.report.lost_lease = True
                     log_event(logger, "dispatcher_lease_lost", level=logging.WARNING, lease_owner=self.owner)
                     return
-                next_tick += self.tick_seconds
-                while next_tick <= self.monotonic():
-                    next_tick += self.tick_seconds  # a slow tick skips slots rather than bunching
+                # The next slot after now. A tick a wake-up brought early keeps
+                # the slot it came before: a burst of wake-ups (200 plugins
+                # saying hello) must not push the scheduled ticks, and with
+                # them the run lease's renewal, into the future. A slow tick
+                # skips slots rather than bunching.
+                now = self.monotonic()
+                while next_tick <= now:
+                    next_tick += self.tick_seconds
                 self._wait_for_next_tick(next_tick)
         finally:
             if listener:

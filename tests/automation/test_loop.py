@@ -201,6 +201,27 @@ def test_a_wake_up_makes_the_running_loop_claim_new_tasks_at_once(channel_layer)
     assert report.woken >= 3
 
 
+def test_a_burst_of_wake_ups_does_not_put_the_scheduled_ticks_off(channel_layer):
+    """Each wake-up ticks at once; the regular ticks, which renew the run lease, keep their pace."""
+    loop = LoopThread("burst", tick_seconds=1.0, listen_for_wake=True)
+    ticks = loop.dispatcher.tick_times
+    try:
+        wait_for(lambda: ticks)
+        for _ in range(12):  # plugins saying hello one after another, each waking the loop
+            seen = len(ticks)
+            dispatcher_wake()
+            wait_for(lambda seen=seen: len(ticks) > seen)
+        burst_over, seen = time.monotonic(), len(ticks)
+        # Before, every woken tick put the next scheduled one a whole tick
+        # later: twelve wake-ups silenced the loop for twelve seconds, and a
+        # burst longer than the run lease handed the loop to its standby.
+        wait_for(lambda: len(ticks) >= seen + 2, timeout=6)
+        assert ticks[-1] - burst_over < 6
+    finally:
+        report = loop.stop()
+    assert report.held_lease and not report.lost_lease and report.woken >= 12
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_the_scheduled_task_stops_within_a_tick_on_a_signal(signum):
     process = spawn_process("automation.tasks:dispatch_run", ())
