@@ -168,7 +168,11 @@ if REDIS_URL:
 else:
     # channels-lite's ORM layer on its own SQLite file, so its polling never
     # contends with the application's writes. (Its aiosqlite variant mixes
-    # naive local and UTC timestamps and loses messages: not used.)
+    # naive local and UTC timestamps and loses messages: not used.) A sender
+    # rings the receiving process's doorbell after each message, so receivers
+    # poll their channels only every `doorbell_fallback_interval` when idle
+    # (conductor_site/channel_layer.py); `polling_interval` is for receivers
+    # of general channels, which have no doorbell.
     INSTALLED_APPS.append("channels_lite")
     DATABASES["channels"] = {
         "ENGINE": "django.db.backends.sqlite3",
@@ -183,10 +187,11 @@ else:
     DATABASE_ROUTERS = ["conductor_site.routers.ChannelLayerRouter"]
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_lite.layers.core.SQLiteChannelLayer",
+            "BACKEND": "conductor_site.channel_layer.DoorbellSQLiteChannelLayer",
             "CONFIG": {
                 "database": "channels",
                 "polling_interval": 0.02,
+                "doorbell_fallback_interval": 1.0,
                 "capacity": 1000,
                 "expiry": 60,
             },
