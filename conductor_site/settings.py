@@ -151,6 +151,13 @@ Q_CLUSTER = {
     "catch_up": False,
     "ack_failures": True,
     "save_limit": 1000,
+    # What the cluster queues (the dispatcher loops, the per-minute schedules)
+    # waits for nothing urgent: the ORM broker looks for it every second
+    # rather than django-q2's 0.2 s, and the sentinel checks its workers
+    # every 2 s rather than 0.5 s, so that an idle cluster costs next to
+    # nothing. (The sentinel's status expires after 3 s: the cycle stays below.)
+    "poll": 1.0,
+    "guard_cycle": 2.0,
 }
 
 if REDIS_URL:
@@ -171,7 +178,11 @@ if REDIS_URL:
 else:
     # channels-lite's ORM layer on its own SQLite file, so its polling never
     # contends with the application's writes. (Its aiosqlite variant mixes
-    # naive local and UTC timestamps and loses messages: not used.)
+    # naive local and UTC timestamps and loses messages: not used.) A sender
+    # rings the receiving process's doorbell after each message, so receivers
+    # poll their channels only every `doorbell_fallback_interval` when idle
+    # (conductor_site/channel_layer.py); `polling_interval` is for receivers
+    # of general channels, which have no doorbell.
     INSTALLED_APPS.append("channels_lite")
     DATABASES["channels"] = {
         "ENGINE": "django.db.backends.sqlite3",
@@ -186,10 +197,11 @@ else:
     DATABASE_ROUTERS = ["conductor_site.routers.ChannelLayerRouter"]
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_lite.layers.core.SQLiteChannelLayer",
+            "BACKEND": "conductor_site.channel_layer.DoorbellSQLiteChannelLayer",
             "CONFIG": {
                 "database": "channels",
                 "polling_interval": 0.02,
+                "doorbell_fallback_interval": 1.0,
                 "capacity": 1000,
                 "expiry": 60,
             },

@@ -38,3 +38,48 @@ def write_rows(writer: int, rows: int) -> int:
         else:
             tr.task_fail(task.pk, lease_owner=owner, error="no", now=4)
     return rows
+
+
+def doorbell_layer(fallback_seconds: float):
+    """The embedded layer with pollers that poll only every ``fallback_seconds`` unless rung."""
+    from conductor_site.channel_layer import DoorbellSQLiteChannelLayer
+
+    return DoorbellSQLiteChannelLayer(
+        database="channels", capacity=1000, expiry=60, doorbell_fallback_interval=fallback_seconds
+    )
+
+
+def doorbell_echo(parent_channel: str, group: str, count: int, fallback_seconds: float) -> int:
+    """Join ``group``, announce a channel to the parent, echo ``count`` messages (sent to the
+    channel or to the group) back, on a layer whose receivers sleep ``fallback_seconds`` unless rung."""
+
+    async def main() -> int:
+        layer = doorbell_layer(fallback_seconds)
+        me = await layer.new_channel()
+        await layer.group_add(group, me)
+        await layer.send(parent_channel, {"type": "ready", "channel": me})
+        for _ in range(count):
+            message = await layer.receive(me)
+            await layer.send(parent_channel, {"type": "echo.reply", "n": message["n"]})
+        return count
+
+    return asyncio.run(main())
+
+
+def doorbell_flood(parent_channel: str, sender: int, count: int, fallback_seconds: float) -> int:
+    """Send ``count`` messages to the parent as fast as possible."""
+
+    async def main() -> int:
+        layer = doorbell_layer(fallback_seconds)
+        for n in range(count):
+            await layer.send(parent_channel, {"type": "flood", "sender": sender, "n": n})
+        return count
+
+    return asyncio.run(main())
+
+
+def plain_send(channel: str, message: dict) -> None:
+    """Send ``message`` with channels-lite's own layer, which rings no doorbell."""
+    from channels_lite.layers.core import SQLiteChannelLayer
+
+    asyncio.run(SQLiteChannelLayer(database="channels", capacity=1000, expiry=60).send(channel, message))

@@ -1,0 +1,254 @@
+"""The embedded channel layer: channels-lite's SQLite layer, with a doorbell.
+
+channels-lite's receivers poll the database for their process's channels. A
+poll often enough for a quick delivery (every 20 ms) keeps every receiving
+process busy, idle or not. Here a receiving process's poller sleeps instead,
+for up to ``doorbell_fallback_interval``, and whoever sends it a message rings
+its doorbell once the message is committed: one datagram to a UDP port on the
+loopback interface. Each poller registers its port in a folder beside the
+layer's database (``<database>-doorbells/<channel prefix>``, holding the port
+and the pid), so every process on that database (several servers and
+clusters) can find it; it unregisters when it ends, and a process that
+registers removes what dead processes left behind.
+
+Why no message waits: the poller clears its bell, reads the database, and
+only then sleeps. A message committed before the read is found by it; one
+committed after is rung after its commit, and a ring sets the bell whether or
+not the poller sleeps yet, so the sleep ends at once. What a ring cannot
+reach (a datagram lost, a sender that does not ring, such as a plain
+channels-lite layer) the fallback poll finds within its interval.
+
+Only process-specific channels (``new_channel()``, the only kind Conductor
+receives on) have a doorbell; a receiver of a general channel polls every
+``polling_interval``, as in channels-lite.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+import socket
+import time
+from collections.abc import Iterable
+from datetime import timedelta
+from pathlib import Path
+
+from asgiref.sync import sync_to_async
+from channels_lite.layers import BoundedQueue, ChannelEmpty
+from channels_lite.layers.core import SQLiteChannelLayer
+from channels_lite.models import Event, GroupMembership
+from django.conf import settings
+from django.utils import timezone
+
+from conductor_site.private_files import private_folder
+
+logger = logging.getLogger(__name__)
+
+LOOPBACK = "127.0.0.1"
+RING = b"\x01"
+
+
+class Doorbell(asyncio.DatagramProtocol):
+    """The receiving end of a doorbell: any datagram on its port sets ``rung``."""
+
+    def __init__(self) -> None:
+        self.rung = asyncio.Event()
+        self.transport: asyncio.DatagramTransport | None = None
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+
+    def datagram_received(self, data: bytes, addr) -> None:
+        self.rung.set()
+
+    def error_received(self, exc: Exception) -> None:
+        pass  # nothing is sent on this socket; a stray error changes nothing
+
+    @property
+    def port(self) -> int:
+        return self.transport.get_extra_info("sockname")[1]
+
+    async def wait(self, timeout: float) -> None:
+        """Until the bell rings or ``timeout`` seconds pass, whichever comes first."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(timeout):
+                await self.rung.wait()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+def doorbell_folder(database_name: str) -> Path | None:
+    """Where the receivers on the SQLite database ``database_name`` register; None for an in-memory one."""
+    if not database_name or database_name == ":memory:" or database_name.startswith("file:"):
+        return None
+    return Path(f"{database_name}-doorbells")
+
+
+def _is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
+
+
+def _read_entry(path: Path) -> tuple[int, int]:
+    """(port, pid) of a registry entry; raises OSError or ValueError when there is none."""
+    port, pid = path.read_text().split()
+    return int(port), int(pid)
+
+
+class DoorbellSQLiteChannelLayer(SQLiteChannelLayer):
+    """channels-lite's ``SQLiteChannelLayer`` whose pollers sleep until rung (see the module docstring)."""
+
+    def __init__(self, *, doorbell_fallback_interval: float = 1.0, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.doorbell_fallback_interval = doorbell_fallback_interval
+        self._ringer = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self._ringer.setblocking(False)
+
+    # --- sending: ring after the commit -----------------------------------------
+
+    async def send(self, channel, message, expiry=None):
+        await super().send(channel, message, expiry=expiry)
+        self._ring([channel])
+
+    async def group_send(self, group, message):
+        # channels-lite 0.4.0's group_send, which keeps the channels it sent to
+        # to itself: the same steps, then a ring for those channels.
+        assert isinstance(message, dict), "Message is not a dict"
+        self.require_valid_group_name(group)
+        channels = await self._group_channels(group)
+        if not channels:
+            return
+        expiry = timezone.now() + timedelta(seconds=self.expiry)
+        events = [
+            Event(channel_name=channel_name, data=data, expires_at=expiry)
+            async for channel_name, data in self._prepare_group_send_events(channels, message)
+        ]
+        if events:
+            await self._execute_with_retry(lambda: Event.objects.abulk_create(events))
+            self._ring(event.channel_name for event in events)
+
+    @sync_to_async
+    def _group_channels(self, group: str) -> list[str]:
+        return list(
+            GroupMembership.objects.filter(group_name=group, expires_at__gte=timezone.now())
+            .values_list("channel_name", flat=True)
+        )
+
+    def _ring(self, channels: Iterable[str]) -> None:
+        """Ring the doorbell of each process-specific channel's receiver, if it has one.
+
+        Best effort: a receiver without a registered doorbell (its poller
+        has not started, or ended) or a lost datagram leaves the message to
+        the receiver's next poll.
+        """
+        folder = self._doorbell_folder()
+        if folder is None:
+            return
+        for prefix in {self.non_local_name(channel) for channel in channels if "!" in channel}:
+            try:
+                port, _ = _read_entry(folder / prefix)
+                self._ringer.sendto(RING, (LOOPBACK, port))
+            except (OSError, ValueError):
+                pass
+
+    def _doorbell_folder(self) -> Path | None:
+        # Read at each use: a test run switches the database to its test file
+        # after the layer may have been made.
+        return doorbell_folder(str(settings.DATABASES[self.database]["NAME"]))
+
+    # --- receiving: a poller that sleeps until rung ------------------------------
+
+    async def _poll_and_distribute(self, prefix):
+        """channels-lite's poller for ``prefix``, sleeping on the doorbell between empty polls.
+
+        As in channels-lite, it ends after ``polling_idle_timeout`` seconds
+        without receivers or messages, and survives database errors.
+        """
+        bell = await self._doorbell_open(prefix)
+        interval = self.doorbell_fallback_interval if bell else self.polling_interval
+        last_activity = time.monotonic()
+        try:
+            while self._active_receivers[prefix] or time.monotonic() - last_activity <= self.polling_idle_timeout:
+                if bell:
+                    bell.rung.clear()  # before the read: a ring from now on means a message to read
+                try:
+                    channel, message = await self._execute_with_retry(
+                        lambda: self._receive_single_from_db(prefix)
+                    )
+                except ChannelEmpty:
+                    if self.auto_trim and random.random() < 0.01:
+                        await self.clean_expired()
+                    if bell:
+                        await bell.wait(interval)
+                    else:
+                        await asyncio.sleep(interval)
+                    continue
+                except Exception:
+                    logger.exception("the channel layer's poller for %s failed; polling again", prefix)
+                    await asyncio.sleep(max(interval, self.polling_interval))
+                    continue
+                buffer = self.receive_buffer.get(channel)
+                if buffer is None:
+                    buffer = self.receive_buffer[channel] = BoundedQueue(maxsize=self.get_capacity(channel))
+                await buffer.put(message)
+                last_activity = time.monotonic()
+            # Idle for long with nobody receiving: forget this prefix, as channels-lite does.
+            for channel in [name for name in self.receive_buffer if name.startswith(prefix)]:
+                del self.receive_buffer[channel]
+            self._active_receivers.pop(prefix, None)
+            self._polling_locks.pop(prefix, None)
+        finally:
+            self._polling_tasks.pop(prefix, None)
+            if bell:
+                self._doorbell_close(prefix, bell)
+
+    async def _doorbell_open(self, prefix: str) -> Doorbell | None:
+        """A doorbell for ``prefix``, bound and registered; None (poll instead) when there can be none."""
+        folder = self._doorbell_folder()
+        if folder is None:
+            return None
+        try:
+            _, bell = await asyncio.get_running_loop().create_datagram_endpoint(
+                Doorbell, local_addr=(LOOPBACK, 0)
+            )
+        except OSError:
+            logger.warning("no doorbell for %s (cannot bind %s); polling every %s s",
+                           prefix, LOOPBACK, self.polling_interval, exc_info=True)
+            return None
+        try:
+            self._register(folder, prefix, bell.port)
+        except OSError:
+            logger.warning("cannot register the doorbell for %s in %s; polling every %s s",
+                           prefix, folder, self.polling_interval, exc_info=True)
+            bell.close()
+            return None
+        return bell
+
+    def _register(self, folder: Path, prefix: str, port: int) -> None:
+        private_folder(folder)
+        for entry in folder.iterdir():
+            with contextlib.suppress(OSError, ValueError):
+                _, pid = _read_entry(entry)
+                if pid != os.getpid() and not _is_alive(pid):
+                    entry.unlink(missing_ok=True)
+        # Written whole, then renamed into place: a sender never reads half an entry.
+        staging = folder / f".{prefix}.{os.getpid()}"
+        staging.write_text(f"{port} {os.getpid()}")
+        os.replace(staging, folder / prefix)
+
+    def _doorbell_close(self, prefix: str, bell: Doorbell) -> None:
+        bell.close()
+        folder = self._doorbell_folder()
+        if folder is not None:
+            with contextlib.suppress(OSError):
+                (folder / prefix).unlink(missing_ok=True)

@@ -1,0 +1,141 @@
+"""The embedded channel layer's doorbell (conductor_site/channel_layer.py), across real processes.
+
+The receivers here poll the database only once an hour unless rung, so a
+message that arrives at all was rung to its receiver; the timeouts only stop
+a test that would otherwise hang.
+"""
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from tests.conductor_site.workers import doorbell_layer
+from tests.procs import run_in_processes, started_in_processes
+
+pytestmark = [
+    pytest.mark.skipif("channels" not in settings.DATABASES, reason="the embedded channel layer (no REDIS_URL)"),
+    pytest.mark.django_db(transaction=True, databases="__all__"),
+]
+
+AN_HOUR = 3600.0
+GIVE_UP_SECONDS = 60
+
+
+def registry() -> Path:
+    from conductor_site.channel_layer import doorbell_folder
+
+    return doorbell_folder(str(settings.DATABASES["channels"]["NAME"]))
+
+
+async def receive(layer, channel: str) -> dict:
+    return await asyncio.wait_for(layer.receive(channel), timeout=GIVE_UP_SECONDS)
+
+
+async def until(predicate) -> None:
+    async with asyncio.timeout(GIVE_UP_SECONDS):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+def test_a_sleeping_receiver_in_another_process_is_rung_for_sends_and_group_sends():
+    echoes = 10
+
+    async def exchange(layer, me):
+        peer = (await receive(layer, me))["channel"]
+        replies = []
+        for n in range(echoes):
+            # Alternately to the peer's channel and to its group.
+            if n % 2:
+                await layer.group_send("doorbell-test", {"type": "echo", "n": n})
+            else:
+                await layer.send(peer, {"type": "echo", "n": n})
+            replies.append((await receive(layer, me))["n"])
+        return replies
+
+    layer = doorbell_layer(AN_HOUR)
+    me = asyncio.run(layer.new_channel())
+    with started_in_processes(
+        "tests.conductor_site.workers:doorbell_echo", [(me, "doorbell-test", echoes, AN_HOUR)]
+    ) as (peer,):
+        replies = asyncio.run(exchange(layer, me))
+        assert peer.get(timeout=GIVE_UP_SECONDS) == echoes
+
+    assert replies == list(range(echoes))
+
+
+def test_no_message_waits_for_the_fallback_poll_when_several_processes_send_at_once():
+    senders, count = 3, 40
+
+    async def collect(layer, me):
+        received = []
+        started = asyncio.ensure_future(receive(layer, me))
+        await until(lambda: (registry() / layer.non_local_name(me)).exists())
+        with started_in_processes(
+            "tests.conductor_site.workers:doorbell_flood", [(me, s, count, AN_HOUR) for s in range(senders)]
+        ) as pending:
+            received.append(await started)
+            while len(received) < senders * count:
+                received.append(await receive(layer, me))
+            assert [result.get(timeout=GIVE_UP_SECONDS) for result in pending] == [count] * senders
+        return received
+
+    layer = doorbell_layer(AN_HOUR)
+    me = asyncio.run(layer.new_channel())
+    received = asyncio.run(collect(layer, me))
+
+    assert sorted((m["sender"], m["n"]) for m in received) == [(s, n) for s in range(senders) for n in range(count)]
+
+
+def test_a_message_nobody_rang_for_is_found_by_the_fallback_poll():
+    async def main(layer, me):
+        waiting = asyncio.ensure_future(receive(layer, me))
+        await until(lambda: (registry() / layer.non_local_name(me)).exists())
+        await asyncio.to_thread(run_in_processes, "tests.conductor_site.workers:plain_send",
+                                [(me, {"type": "unrung"})])
+        return await waiting
+
+    layer = doorbell_layer(0.2)
+    me = asyncio.run(layer.new_channel())
+    assert asyncio.run(main(layer, me)) == {"type": "unrung"}
+
+
+def test_a_poller_registers_its_doorbell_removes_dead_processes_entries_and_unregisters_when_it_ends():
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folder = registry()
+    folder.mkdir(parents=True, exist_ok=True)
+    stale = folder / "specific.stale!"
+    stale.write_text(f"9 {dead.pid}")
+
+    async def main(layer, me):
+        waiting = asyncio.ensure_future(receive(layer, me))
+        entry = folder / layer.non_local_name(me)
+        await until(entry.exists)
+        port, pid = entry.read_text().split()
+        waiting.cancel()
+        return int(port), int(pid)
+
+    layer = doorbell_layer(AN_HOUR)
+    me = asyncio.run(layer.new_channel())
+    port, pid = asyncio.run(main(layer, me))  # asyncio.run cancels the poller as it ends
+
+    assert pid == os.getpid() and port > 0
+    assert not stale.exists()
+    assert not (folder / layer.non_local_name(me)).exists()
+
+
+@pytest.mark.parametrize(("name", "folder"), [
+    ("/data/channels.sqlite3", Path("/data/channels.sqlite3-doorbells")),
+    (":memory:", None),
+    ("file:memorydb?mode=memory&cache=shared", None),
+    ("", None),
+])
+def test_doorbell_folder_sits_beside_a_database_file_and_there_is_none_for_memory(name, folder):
+    from conductor_site.channel_layer import doorbell_folder
+
+    assert doorbell_folder(name) == folder
