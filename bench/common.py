@@ -229,16 +229,6 @@ def child_env(data_dir: str, **extra: str) -> dict[str, str]:
     return env
 
 
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User plus system CPU-seconds the processes ``pids`` have used so far (from /proc); ended ones count 0."""
-    ticks = 0
-    for pid in pids:
-        with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-    return ticks / os.sysconf("SC_CLK_TCK")
-
-
 def server_url(port: int) -> str:
     return f"http://127.0.0.1:{port}"
 
@@ -333,6 +323,11 @@ def cpu_seconds(pid: int) -> float | None:
     """CPU-seconds (user and system) the process has used so far; None once it is gone."""
     fields = _stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS if fields else None
+
+
+def processes_cpu_seconds(pids: Sequence[int]) -> float:
+    """CPU-seconds the processes ``pids`` have used so far, together; ended ones count 0."""
+    return sum(cpu_seconds(pid) or 0.0 for pid in pids)
 
 
 def rss_bytes(pid: int) -> int:

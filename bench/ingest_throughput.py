@@ -23,10 +23,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
-    UNLIMITED_INGEST, cpu_seconds, database_engine, echo_block, final_message, fresh_plugin_client, option_parser,
-    plugin_socket, plugin_url, running_server, setup_django, summary,
+    UNLIMITED_INGEST, database_engine, echo_block, final_message, fresh_plugin_client, option_parser, plugin_socket,
+    plugin_url, process_tree, processes_cpu_seconds, running_server, setup_django, summary,
 )
-from tests.server import descendants  # noqa: E402
 
 
 async def drive(url: str, token: str, count: int, window: int, *,
@@ -78,10 +77,10 @@ def main() -> None:
     setup_django(migrate=True)
     _, token = fresh_plugin_client("bench-client")
     with running_server(args.port, cluster=False, **UNLIMITED_INGEST, LOG_LEVEL="WARNING") as server:
-        processes = [server.pid, *descendants(server.pid)]
-        server_cpu, client_cpu = cpu_seconds(processes), time.process_time()
+        processes = process_tree(server.pid)
+        server_cpu, client_cpu = processes_cpu_seconds(processes), time.process_time()
         seconds, latencies = asyncio.run(drive(plugin_url(args.port), token, args.messages, args.window))
-        server_cpu, client_cpu = cpu_seconds(processes) - server_cpu, time.process_time() - client_cpu
+        server_cpu, client_cpu = processes_cpu_seconds(processes) - server_cpu, time.process_time() - client_cpu
 
     print(f"database={database_engine()} messages={args.messages} window={args.window}")
     print(f"throughput={args.messages / seconds:.0f} messages/s ({seconds:.2f} s)")
