@@ -2,6 +2,7 @@ import hmac
 
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
+from django.db import DatabaseError
 from django.http import HttpResponse, JsonResponse
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
@@ -32,7 +33,7 @@ def metrics(request):
     staff session holding the overview's permission gets them, a staff
     member without it 403; anyone else 401, which a scraper reports as an
     error, except a browser (it prefers HTML), which goes to the admin's
-    login page and comes back.
+    login page and comes back. 503 when the database does not answer.
     """
     if "Authorization" in request.headers:
         if not _bearer_token_matches(request.headers["Authorization"]):
@@ -47,9 +48,13 @@ def metrics(request):
             status=403,
             content_type="text/plain",
         )
-    return HttpResponse(
-        generate_latest(conductor_metrics.registry), content_type=CONTENT_TYPE_LATEST
-    )
+    try:
+        body = generate_latest(conductor_metrics.registry)
+    except DatabaseError as exc:
+        # Every figure comes from the database: without it there are none to give.
+        message = f"The database does not answer: {health.database_error_text(exc)}\n"
+        return HttpResponse(message, status=503, content_type="text/plain")
+    return HttpResponse(body, content_type=CONTENT_TYPE_LATEST)
 
 
 def _bearer_token_matches(header: str) -> bool:

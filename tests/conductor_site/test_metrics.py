@@ -2,7 +2,7 @@ import datetime as dt
 from unittest import mock
 
 import pytest
-from django.db import connection
+from django.db import OperationalError, connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -137,6 +137,17 @@ def test_a_wrong_bearer_token_gets_401_even_with_a_staff_session(client, token, 
 def test_token_access_is_off_while_the_setting_is_empty(client, settings, header):
     settings.CONDUCTOR_METRICS_TOKEN = ""
     assert client.get(URL, HTTP_AUTHORIZATION=header).status_code == 401
+
+
+@pytest.mark.django_db
+def test_a_scrape_is_503_when_the_database_does_not_answer(client, token):
+    with mock.patch(
+        "conductor_site.metrics.task_event_counts",
+        side_effect=OperationalError("connection refused"),
+    ):
+        response = client.get(URL, HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
+    assert response.status_code == 503
+    assert response.content == b"The database does not answer: connection refused\n"
 
 
 def test_metrics_only_answers_get(client):
