@@ -99,7 +99,9 @@ class ConductorCollector(Collector):
         yield self._dispatcher()
 
     def describe(self) -> Iterator[Metric]:
-        # Names only, so registering the collector reads nothing from the database.
+        # Nothing, so that registering the collector reads nothing from the
+        # database (the registry would otherwise call collect() to learn the
+        # names, only to check them against other collectors: there are none).
         return iter(())
 
     def _tasks(self) -> Metric:
