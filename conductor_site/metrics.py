@@ -98,12 +98,6 @@ class ConductorCollector(Collector):
         yield self._clients()
         yield self._dispatcher()
 
-    def describe(self) -> Iterator[Metric]:
-        # Nothing, so that registering the collector reads nothing from the
-        # database (the registry would otherwise call collect() to learn the
-        # names, only to check them against other collectors: there are none).
-        return iter(())
-
     def _tasks(self) -> Metric:
         family = GaugeMetricFamily(
             "conductor_tasks",
@@ -211,5 +205,7 @@ class ConductorCollector(Collector):
         return family
 
 
+# Without auto_describe, registering the collector does not call collect()
+# to learn its names, so importing this module reads nothing from the database.
 registry = CollectorRegistry(auto_describe=False)
 registry.register(ConductorCollector())
