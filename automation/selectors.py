@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import NamedTuple
 
 from django.db.models import Count, F, QuerySet, Value
@@ -30,6 +31,22 @@ def task_counts_by_kind_and_status() -> dict[str, dict[str, int]]:
     for kind, status, n in rows:
         counts.setdefault(kind, {})[status] = n
     return counts
+
+
+def task_event_counts(*, actions: Collection[str]) -> dict[tuple[str, str, str], int]:
+    """How many events of ``actions`` the tasks' timelines hold: ``{(action, kind, status_to): count}``.
+
+    One aggregated query, whatever the number of events. Counts what is
+    kept: ``prune`` deletes finished tasks with their events, so a count
+    falls when it runs.
+    """
+    rows = (
+        TaskEvent.objects.filter(action__in=list(actions))
+        .values_list("action", "task__kind", "status_to")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return {(action, kind, status_to): n for action, kind, status_to, n in rows}
 
 
 # --- the admin's overview and task pages ----------------------------------------

@@ -128,4 +128,7 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         # and the longest any other task may run before the cluster kills it.
         "CONDUCTOR_Q_WORKERS": _positive_int(env, "CONDUCTOR_Q_WORKERS", 4, minimum=3),
         "CONDUCTOR_Q_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_Q_TIMEOUT_SECONDS", 300),
+        # The bearer token a scraper sends for /metrics; empty: only a staff
+        # session (with the overview's permission) may read it.
+        "CONDUCTOR_METRICS_TOKEN": env.str("CONDUCTOR_METRICS_TOKEN", default="").strip(),
     }

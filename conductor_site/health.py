@@ -11,6 +11,11 @@ from core.clock import now_ms
 from ingest.selectors import plugin_clients_connected
 
 
+def database_error_text(exc: DatabaseError) -> str:
+    """The error's first line, to show a monitor without a traceback."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def health_report() -> dict[str, Any]:
     try:
         with connection.cursor() as cursor:
@@ -18,7 +23,7 @@ def health_report() -> dict[str, Any]:
     except DatabaseError as exc:
         return {
             "database": False,
-            "database_error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+            "database_error": database_error_text(exc),
             "dispatcher_last_tick_age_seconds": None,
             "connected_clients": None,
         }

@@ -1,7 +1,7 @@
 from django.contrib import admin
 from django.urls import path
 
-from conductor_site.views import healthz
+from conductor_site.views import healthz, metrics
 from console.views import dispatcher_pause, overview
 
 urlpatterns = [
@@ -10,4 +10,5 @@ urlpatterns = [
     path("admin/overview/pause/", admin.site.admin_view(dispatcher_pause), name="admin-overview-pause"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
 ]

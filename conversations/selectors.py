@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from conversations.models import ConversationLink
+from django.db.models import Count
+
+from conversations.models import ConversationLink, Message
 
 
 class Route(NamedTuple):
@@ -26,3 +28,9 @@ def conversation_route(*, conversation_id: int) -> Route | None:
     if link is None:
         return None
     return Route(link.client.client_id, link.conversation.platform, link.conversation.remote_id)
+
+
+def message_counts_by_source_and_role() -> dict[tuple[str, str], int]:
+    """How many messages are stored: ``{(source, role): count}``, only pairs with any. One query."""
+    rows = Message.objects.values_list("source", "role").annotate(n=Count("pk")).order_by()
+    return {(source, role): n for source, role, n in rows}

@@ -8,13 +8,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q, QuerySet, Subquery
+from django.db.models import Case, Count, Q, QuerySet, Subquery, Value, When
+from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from automation.models import DeliveryRequest, ToolPolicy
 from conversations.models import Message
 from core.clock import datetime_from_ms
-from ingest.models import PluginClient
+from ingest.models import Instruction, PluginClient
 from ingest.tokens import HASH_PREFIX, token_matches
 from platforms import platforms
 from tools.registry import tools
@@ -135,6 +136,41 @@ def plugin_client_activity(*, client_pk: int) -> list[PlatformActivity]:
                          last_delivery=delivery_of.get(platform))
         for platform in platforms.names()
     ]
+
+
+class DeliveryState:
+    """Where a delivery request stands, for ``delivery_request_counts``."""
+
+    DELIVERED = "delivered"  # its answer was read as delivered
+    ANSWERED = "answered"  # answered, not delivered (refused, failed, or abandoned when the socket closed)
+    UNANSWERED = "unanswered"  # no answer yet, or none before its executor stopped waiting
+
+
+def delivery_request_counts() -> dict[tuple[str, str, str | None], int]:
+    """How many delivery requests there are: ``{(method, state, error_code): count}``.
+
+    ``state`` is a ``DeliveryState``; ``error_code`` is the answer's (SPEC §6),
+    None without one. One aggregated query. Requests go with their task, so
+    ``prune`` takes them away with it.
+    """
+    state = Case(
+        When(delivered=True, then=Value(DeliveryState.DELIVERED)),
+        When(answered_at__isnull=True, then=Value(DeliveryState.UNANSWERED)),
+        default=Value(DeliveryState.ANSWERED),
+    )
+    rows = (
+        DeliveryRequest.objects.annotate(state=state, error_code=KeyTextTransform("error_code", "result"))
+        .values_list("method", "state", "error_code")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return {(method, state, error_code): n for method, state, error_code, n in rows}
+
+
+def instruction_counts_by_status() -> dict[str, int]:
+    """How many instructions there are in each status (only those with any). One query."""
+    rows = Instruction.objects.values_list("status").annotate(n=Count("pk")).order_by()
+    return dict(rows)
 
 
 def tool_policy_for(*, tool: str, client_pk: int | None, conversation_pk: int | None) -> str:

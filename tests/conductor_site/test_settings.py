@@ -43,6 +43,7 @@ def test_defaults_match_the_spec():
         "CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES": 16 * 1024 * 1024,
         "CONDUCTOR_Q_WORKERS": 4,
         "CONDUCTOR_Q_TIMEOUT_SECONDS": 300,
+        "CONDUCTOR_METRICS_TOKEN": "",
     }
 
 

@@ -1,0 +1,211 @@
+"""What /metrics reports, in Prometheus' text format.
+
+Every figure is read from the database when Prometheus scrapes, by the
+apps' selectors: Conductor runs as several processes (ASGI servers,
+django-q2 clusters), so a counter kept in one process's memory would see
+only that process's share. The collector is registered on a registry of
+our own, not prometheus_client's global one, so the client's process and
+platform collectors (this process only) stay out. A scrape costs one
+aggregated query per family (seven), whatever the number of rows.
+
+Every family is a gauge, counts of rows included: ``prune`` deletes
+finished tasks with their events and delivery requests, and old messages
+with their instructions, once a day, so a count of rows falls then.
+Exposed as a counter, that fall would read as a counter reset, and
+``rate()`` or ``increase()`` would count every row still kept as new.
+As gauges, ``delta()`` over a window without a prune gives what happened
+in it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from enum import StrEnum
+
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from automation.kinds import kinds
+from automation.models import TaskStatus
+from automation.selectors import (
+    dispatcher_last_tick_age_seconds,
+    task_counts_by_kind_and_status,
+    task_event_counts,
+)
+from automation.services.transitions import (
+    LEASE,
+    RECLAIM_TO_FAILED,
+    RECLAIM_TO_RETRY,
+    RECLAIM_UNSTARTED,
+)
+from conversations.selectors import message_counts_by_source_and_role
+from core.clock import now_ms
+from ingest.models import Instruction
+from ingest.selectors import (
+    DeliveryState,
+    delivery_request_counts,
+    instruction_counts_by_status,
+    plugin_clients_connected,
+)
+from pipelines.delivery_methods import delivery_methods
+
+# The statuses a reclaim puts a task in whose lease expired.
+RECLAIMED_STATUSES = tuple(
+    edge.to_status for edge in (RECLAIM_UNSTARTED, RECLAIM_TO_RETRY, RECLAIM_TO_FAILED)
+)
+RECLAIM_ACTION = RECLAIM_UNSTARTED.action
+
+PRUNED = "Rows kept; prune deletes old ones (CONDUCTOR_RETENTION_DAYS), so it falls when prune runs."
+
+
+class DeliveryOutcome(StrEnum):
+    """How a delivery request ended, as the ``outcome`` label says it."""
+
+    DELIVERED = "delivered"
+    # The answer said the method cannot work here: the attempt moved on to the next method.
+    FELL_THROUGH = "fell_through"
+    FAILED = "failed"
+    UNANSWERED = "unanswered"
+
+
+def delivery_outcome(*, method: str, state: str, error_code: str | None) -> str:
+    """The outcome of a request in ``state`` (a ``DeliveryState``), answered with ``error_code``.
+
+    Whether an error code falls through is the method's own say
+    (``DeliveryMethodSpec.falls_through_on``).
+    """
+    if state == DeliveryState.DELIVERED:
+        return DeliveryOutcome.DELIVERED
+    if state == DeliveryState.UNANSWERED:
+        return DeliveryOutcome.UNANSWERED
+    if (
+        method in delivery_methods
+        and error_code in delivery_methods.get(method).falls_through_on
+    ):
+        return DeliveryOutcome.FELL_THROUGH
+    return DeliveryOutcome.FAILED
+
+
+class ConductorCollector(Collector):
+    """Conductor's figures, read from the database at each scrape."""
+
+    def collect(self) -> Iterator[Metric]:
+        yield self._tasks()
+        yield from self._lease_events()
+        yield self._deliveries()
+        yield self._messages()
+        yield self._instructions()
+        yield self._clients()
+        yield self._dispatcher()
+
+    def _tasks(self) -> Metric:
+        family = GaugeMetricFamily(
+            "conductor_tasks",
+            "Tasks by kind and status. " + PRUNED,
+            labels=["kind", "status"],
+        )
+        counts = task_counts_by_kind_and_status()
+        # Every status of every known kind, zeros included, so that a series
+        # does not vanish when its last task moves on.
+        for kind in sorted(set(kinds.names()) | counts.keys()):
+            for status in TaskStatus.values:
+                family.add_metric([kind, status], counts.get(kind, {}).get(status, 0))
+        return family
+
+    def _lease_events(self) -> Iterator[Metric]:
+        counts = task_event_counts(actions=[LEASE.action, RECLAIM_ACTION])
+        claims = GaugeMetricFamily(
+            "conductor_task_claims",
+            "Leases the dispatcher took (claims), by task kind, from the tasks' events. "
+            + PRUNED,
+            labels=["kind"],
+        )
+        expiries = GaugeMetricFamily(
+            "conductor_task_lease_expiries",
+            "Tasks reclaimed after their lease expired, by task kind and the status they were put in "
+            "(pending: never started; retry_wait or failed: interrupted while running). "
+            + PRUNED,
+            labels=["kind", "status"],
+        )
+        claimed: dict[str, int] = {}
+        reclaimed: dict[tuple[str, str], int] = {}
+        for (action, kind, status_to), n in counts.items():
+            if action == LEASE.action:
+                claimed[kind] = claimed.get(kind, 0) + n
+            else:
+                reclaimed[kind, status_to] = n
+        known = set(kinds.names()) | claimed.keys() | {kind for kind, _ in reclaimed}
+        for kind in sorted(known):
+            claims.add_metric([kind], claimed.get(kind, 0))
+            for status in RECLAIMED_STATUSES:
+                expiries.add_metric([kind, status], reclaimed.get((kind, status), 0))
+        yield claims
+        yield expiries
+
+    def _deliveries(self) -> Metric:
+        family = GaugeMetricFamily(
+            "conductor_delivery_requests",
+            "Delivery frames sent to plugin clients, by method and outcome "
+            "(delivered, fell_through to the next method, failed, unanswered). "
+            + PRUNED,
+            labels=["method", "outcome"],
+        )
+        outcomes = {
+            (method.name, outcome): 0
+            for method in delivery_methods
+            for outcome in DeliveryOutcome
+        }
+        for (method, state, error_code), n in delivery_request_counts().items():
+            key = (
+                method,
+                delivery_outcome(method=method, state=state, error_code=error_code),
+            )
+            outcomes[key] = outcomes.get(key, 0) + n
+        for (method, outcome), n in sorted(outcomes.items()):
+            family.add_metric([method, outcome], n)
+        return family
+
+    def _messages(self) -> Metric:
+        family = GaugeMetricFamily(
+            "conductor_messages",
+            "Messages stored, by source (plugin, replay, conductor) and role. "
+            + PRUNED,
+            labels=["source", "role"],
+        )
+        for (source, role), n in sorted(message_counts_by_source_and_role().items()):
+            family.add_metric([source, role], n)
+        return family
+
+    def _instructions(self) -> Metric:
+        family = GaugeMetricFamily(
+            "conductor_instructions",
+            "Instructions (blocks of assistant messages) by status. " + PRUNED,
+            labels=["status"],
+        )
+        counts = instruction_counts_by_status()
+        for status in sorted(set(Instruction.Status.values) | counts.keys()):
+            family.add_metric([status], counts.get(status, 0))
+        return family
+
+    def _clients(self) -> Metric:
+        return GaugeMetricFamily(
+            "conductor_plugin_clients_connected",
+            "Enabled plugin clients connected now (seen within the presence window).",
+            value=plugin_clients_connected().count(),
+        )
+
+    def _dispatcher(self) -> Metric:
+        family = GaugeMetricFamily(
+            "conductor_dispatcher_last_tick_age_seconds",
+            "Seconds since the dispatcher's last tick; no sample before its first.",
+        )
+        age = dispatcher_last_tick_age_seconds(now_ms=now_ms())
+        if age is not None:
+            family.add_metric([], age)
+        return family
+
+
+# Without auto_describe, registering the collector does not call collect()
+# to learn its names, so importing this module reads nothing from the database.
+registry = CollectorRegistry(auto_describe=False)
+registry.register(ConductorCollector())
