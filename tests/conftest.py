@@ -1,5 +1,7 @@
 import pytest
 from channels.layers import channel_layers
+from django.conf import settings
+from django.test import override_settings
 
 import tests.kinds  # noqa: F401  (registers the test-only task kinds)
 
@@ -29,3 +31,10 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
 
     for alias in connections:
         connections.settings[alias]["CONN_MAX_AGE"] = 0
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing():
+    """Hash the tests' passwords cheaply (tests/hashers.py); the production hashers still verify."""
+    with override_settings(PASSWORD_HASHERS=["tests.hashers.FastPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]):
+        yield
