@@ -11,7 +11,10 @@ a ``browser.final_message`` with one ```baa ``echo`` block every --interval seco
 reference plugin does: a plugin whose socket closes reconnects and sends again what was not
 acknowledged. After --minutes they stop sending and wait up to --drain-seconds for the
 deliveries still due. The servers run with the default settings, except the hourly
-instruction limit per conversation, raised to what the message rate needs.
+instruction limit per conversation, raised to what the message rate needs. A plugin client's
+deliveries go out one at a time, each after up to 800 ms of jitter (SPEC §4), so one client
+cannot take much more than a message a second even on an idle machine: the default of one
+every 3 s per plugin leaves room for a loaded one.
 
 Prints the messages sent, stored and delivered, what was lost (sent but never stored, stored
 but never delivered) or duplicated (delivered twice, or an instruction run twice), the
@@ -19,7 +22,7 @@ latency from sending a final message to receiving its delivery frame (p50, p99),
 ASGI server's memory at the start and the end. The exit status is 1 when anything was lost
 or duplicated (or could not be measured), so CI fails on it.
 
-    uv run python bench/soak.py --minutes 10 [--plugins 4] [--interval 1]
+    uv run python bench/soak.py --minutes 10 [--plugins 6] [--interval 3]
     make soak MINUTES=2
     BENCH_POSTGRES_URL=postgres://me:secret@db:5432/postgres BENCH_REDIS_URL=redis://cache:6379/3 make soak
 """
@@ -172,7 +175,8 @@ def database_view(tags: list[str]) -> tuple[set[str], int, dict[str, dict[str, i
     tasks started running more than once, and the tasks by kind and status."""
     from django.db.models import Count
 
-    from automation.models import AutomationTask, TaskEvent, TaskStatus
+    from automation.models import TaskEvent, TaskStatus
+    from automation.selectors import task_counts_by_kind_and_status
     from conversations.models import Message
 
     stored = set(Message.objects.filter(remote_message_id__in=tags).values_list("remote_message_id", flat=True))
@@ -180,10 +184,7 @@ def database_view(tags: list[str]) -> tuple[set[str], int, dict[str, dict[str, i
         TaskEvent.objects.filter(task__kind="instruction.execute", status_to=TaskStatus.RUNNING)
         .values("task").annotate(runs=Count("id")).filter(runs__gt=1).count()
     )
-    tasks: dict[str, dict[str, int]] = {}
-    for kind, status, count in (AutomationTask.objects.values_list("kind", "status").annotate(n=Count("pk"))
-                                .order_by("kind", "status")):
-        tasks.setdefault(kind, {})[status] = count
+    tasks = task_counts_by_kind_and_status()
     return stored, ran_twice, tasks
 
 
@@ -281,7 +282,7 @@ def soak(args, log_file) -> int:
 
 def main() -> int:
     args = option_parser(
-        __doc__, minutes=10.0, plugins=4, interval=1.0, conversations=3, drain_seconds=60.0, port=9150,
+        __doc__, minutes=10.0, plugins=6, interval=3.0, conversations=3, drain_seconds=60.0, port=9150,
         log=str(Path(tempfile.gettempdir()) / "conductor-soak.log"),
         postgres=os.environ.get("BENCH_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres"),
         redis=os.environ.get("BENCH_REDIS_URL", "redis://127.0.0.1:6379/12"),
