@@ -172,16 +172,18 @@ def tasks_finished(seconds: float) -> bool:
 
 def database_view(tags: list[str]) -> tuple[set[str], int, dict[str, dict[str, int]]]:
     """What the database holds: the tags stored as messages, how many ``instruction.execute``
-    tasks started running more than once, and the tasks by kind and status."""
+    tasks started running more than once (their timelines' ``start`` steps; a heartbeat or a
+    progress step also leaves a task running), and the tasks by kind and status."""
     from django.db.models import Count
 
-    from automation.models import TaskEvent, TaskStatus
+    from automation.models import TaskEvent
     from automation.selectors import task_counts_by_kind_and_status
+    from automation.services.transitions import START
     from conversations.models import Message
 
     stored = set(Message.objects.filter(remote_message_id__in=tags).values_list("remote_message_id", flat=True))
     ran_twice = (
-        TaskEvent.objects.filter(task__kind="instruction.execute", status_to=TaskStatus.RUNNING)
+        TaskEvent.objects.filter(task__kind="instruction.execute", action=START.action)
         .values("task").annotate(runs=Count("id")).filter(runs__gt=1).count()
     )
     tasks = task_counts_by_kind_and_status()
