@@ -471,8 +471,13 @@ LOGGED_PROBLEM = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ (WARNING|ERROR|CRITICAL) 
 
 def logged_problems(path: Path) -> int:
     """How many warnings and errors the servers logged into the file ``path``."""
+    return len(logged_problem_lines(path))
+
+
+def logged_problem_lines(path: Path) -> list[str]:
+    """The warnings and errors the servers logged into the file ``path``, first lines only."""
     with open(path, errors="replace") as log:
-        return sum(1 for line in log if LOGGED_PROBLEM.match(line))
+        return [line.rstrip("\n") for line in log if LOGGED_PROBLEM.match(line)]
 
 
 def shown(url: str) -> str:

@@ -40,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
     ProcessMeter, asgi_pid, broker_queue_purge, echo_block, final_message, fresh_plugin_client, interrupt_all,
-    logged_problems, option_parser, percentile, plugin_url, reachable, rss_bytes, running_manage_py, setup_django,
+    logged_problem_lines, option_parser, percentile, plugin_url, reachable, rss_bytes, running_manage_py, setup_django,
     shown, stop_on_signals, throwaway_database, wait_until_healthy,
 )
 from bench.soak_tally import Delivery, Tally, tag_of, tags_in, tally  # noqa: E402
@@ -214,8 +214,10 @@ def report(result: Tally, plugins: list[SoakPlugin], rss: dict[int, tuple[int, i
     print(f"plugin_reconnects={reconnects} plugin_errors={len(errors)}")
     for error in errors[:10]:
         print(f"  {error[:300]}")
-    if problems := logged_problems(log):
-        print(f"the servers logged {problems} warnings or errors, in {log}")
+    if problems := logged_problem_lines(log):
+        print(f"the servers logged {len(problems)} warnings or errors, in {log}; the first:")
+        for line in problems[:5]:
+            print(f"  {line[:300]}")
 
 
 def soak(args, log_file) -> int:
