@@ -46,7 +46,9 @@ from bench.common import (  # noqa: E402
 from bench.soak_tally import Delivery, Tally, tag_of, tags_in, tally  # noqa: E402
 
 SERVERS = 2
-# How long the clusters may take to have a dispatcher loop ticking.
+# How long the servers may take to answer, and then the clusters to have a dispatcher loop
+# ticking: generous, since a machine busy with other work starts Django slowly.
+START_SECONDS = 300
 FIRST_TICK_SECONDS = 60
 # A plugin whose socket closed tries again after this, doubling up to the maximum.
 RECONNECT_SECONDS, RECONNECT_MAX_SECONDS = 0.5, 5.0
@@ -233,7 +235,7 @@ def soak(args, log_file) -> int:
                    for port in ports]
         stack.callback(interrupt_all, servers)  # both at once, before each one's own clean-up
         for server, port in zip(servers, ports, strict=True):
-            wait_until_healthy(server, port)
+            wait_until_healthy(server, port, timeout=START_SECONDS)
         if not dispatcher_ticking(FIRST_TICK_SECONDS):
             print(f"no dispatcher loop ticked within {FIRST_TICK_SECONDS} s")
             return 1
