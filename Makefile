@@ -1,5 +1,5 @@
 # The two set-up commands of the README, `make run` and `make test`, and
-# `make bench`. Each installs what is missing (uv, Python 3.12 packages into
+# `make bench` and `make soak`. Each installs what is missing (uv, Python 3.12 packages into
 # .venv) first.
 
 UV := $(shell bin/ensure-uv)
@@ -9,12 +9,14 @@ endif
 
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
+MINUTES ?= 10
+SOAK_ARGS ?=
 NODE ?= node
 HOST ?= 127.0.0.1
 PORT ?= 8000
 export HOST PORT
 
-.PHONY: install test migrate run check bench
+.PHONY: install test migrate run check bench soak
 
 install:
 	$(UV) sync --frozen
@@ -43,3 +45,8 @@ check: install
 # PostgreSQL + Redis are skipped when they do not answer. About five minutes.
 bench: install
 	$(UV) run --frozen python bench/suite.py $(BENCH_ARGS)
+
+# Simulated plugins on two servers and two clusters on PostgreSQL + Redis for
+# MINUTES minutes (bench/README.md); fails when a message was lost or duplicated.
+soak: install
+	$(UV) run --frozen python bench/soak.py --minutes $(MINUTES) $(SOAK_ARGS)

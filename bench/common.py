@@ -4,7 +4,8 @@ and a dispatcher that works through its tasks, the dispatcher loops' leases
 forgotten, the dispatcher's ticks sampled, a fresh plugin client, the
 environment that points a child server or cluster at this process's databases,
 a running server or cluster on those databases (stopped with all its processes),
-the CPU and memory its processes use, and what a plugin sends it."""
+the CPU and memory its processes use, what a plugin sends it, the warnings its
+log holds, and a throw-away PostgreSQL database."""
 
 import argparse
 import contextlib
@@ -12,6 +13,7 @@ import io
 import json
 import math
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -19,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -286,6 +289,16 @@ def running_manage_py(*argv: str, stderr=None, **extra_env: str) -> Iterator[sub
             interrupt(process)
 
 
+def interrupt_all(processes: Sequence[subprocess.Popen]) -> None:
+    """``interrupt`` each of ``processes`` at the same time, so that stopping them takes as long
+    as the slowest rather than the sum."""
+    threads = [threading.Thread(target=interrupt, args=(process,)) for process in processes]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 @contextlib.contextmanager
 def running_server(port: int, *, cluster: bool = True, stderr=None, **extra_env: str) -> Iterator[subprocess.Popen]:
     """``manage.py serve`` (as ``make run`` starts it) on ``port``, its log to ``stderr`` (a file;
@@ -447,6 +460,61 @@ def final_message(message_id: str, conversation_id: str, text: str) -> dict[str,
             "conversation_id": conversation_id, "message_id": message_id, "text": text}
 
 
-def echo_block(n: int) -> str:
-    """A ```baa block calling ``echo`` with ``{"n": n}``."""
-    return f'```baa\necho\n{{"n": {n}}}\n```'
+def echo_block(n: int, **params: str) -> str:
+    """A ```baa block calling ``echo`` with ``{"n": n}`` and ``params``."""
+    return f"```baa\necho\n{json.dumps({'n': n, **params})}\n```"
+
+
+# A line the servers log at WARNING or above (Django's LOGGING format: date, time, level).
+LOGGED_PROBLEM = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ (WARNING|ERROR|CRITICAL) ")
+
+
+def logged_problems(path: Path) -> int:
+    """How many warnings and errors the servers logged into the file ``path``."""
+    return len(logged_problem_lines(path))
+
+
+def logged_problem_lines(path: Path) -> list[str]:
+    """The warnings and errors the servers logged into the file ``path``, first lines only."""
+    with open(path, errors="replace") as log:
+        return [line.rstrip("\n") for line in log if LOGGED_PROBLEM.match(line)]
+
+
+def shown(url: str) -> str:
+    """``url`` with its password masked, to be printed."""
+    parts = urllib.parse.urlsplit(url)
+    if not parts.password:
+        return url
+    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
+
+
+def reachable(postgres_url: str, redis_url: str) -> str | None:
+    """Why PostgreSQL or Redis cannot be used (None when both answer)."""
+    import psycopg
+    import redis
+
+    try:
+        psycopg.connect(postgres_url, connect_timeout=3).close()
+    except psycopg.Error as exc:
+        return f"PostgreSQL at {shown(postgres_url)} is not reachable ({str(exc).strip().splitlines()[0]})"
+    try:
+        redis.Redis.from_url(redis_url, socket_connect_timeout=3).ping()
+    except redis.RedisError as exc:
+        return f"Redis at {shown(redis_url)} is not reachable ({exc})"
+    return None
+
+
+@contextlib.contextmanager
+def throwaway_database(postgres_url: str) -> Iterator[str]:
+    """A new database on the server of ``postgres_url``, dropped afterwards; yields its URL."""
+    import psycopg
+    from psycopg import sql
+
+    name = f"conductor_bench_{os.getpid()}"
+    with psycopg.connect(postgres_url, autocommit=True) as connection:
+        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield urllib.parse.urlsplit(postgres_url)._replace(path=f"/{name}").geturl()
+    finally:
+        with psycopg.connect(postgres_url, autocommit=True) as connection:
+            connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))

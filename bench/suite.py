@@ -21,26 +21,23 @@ figure was measured, whether or not it met its goal, and 1 otherwise.
 import contextlib
 import os
 import queue
-import re
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.parse
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.common import option_parser, stop_on_signals  # noqa: E402
+from bench.common import (  # noqa: E402
+    logged_problems, option_parser, reachable, stop_on_signals, throwaway_database,
+)
 from bench.goals import CONFIGURATIONS, EMBEDDED, NOT_MEASURED, POSTGRES, rows, table  # noqa: E402
 from bench.suite_phases import PHASE_OPTIONS  # noqa: E402
 
 IDLE_DONE = "@idle-done"
-# A line the servers log at WARNING or above (Django's LOGGING format: date, time, level).
-LOGGED_PROBLEM = re.compile(r"^\d{4}-\d\d-\d\d [\d:,]+ (WARNING|ERROR|CRITICAL) ")
 # Ports of a configuration: its server, then its ingest server.
 PORTS_PER_CONFIGURATION = 2
 # How long a configuration's process may take to stop its servers once asked.
@@ -88,8 +85,7 @@ class Configuration:
 
     def logged_problems(self) -> int:
         """How many warnings and errors its servers logged."""
-        with open(self.log, errors="replace") as log:
-            return sum(1 for line in log if LOGGED_PROBLEM.match(line))
+        return logged_problems(self.log)
 
     @property
     def failed(self) -> bool:
@@ -108,46 +104,6 @@ def follow(events: queue.Queue, started: float, until) -> None:
         else:
             configuration.lines.setdefault(line.split(" ", 1)[0], line)
             print(f"[{time.monotonic() - started:5.0f} s] {configuration.name:<14} {line}", flush=True)
-
-
-def shown(url: str) -> str:
-    """``url`` with its password masked, to be printed."""
-    parts = urllib.parse.urlsplit(url)
-    if not parts.password:
-        return url
-    return parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@")).geturl()
-
-
-def reachable(postgres_url: str, redis_url: str) -> str | None:
-    """Why PostgreSQL or Redis cannot be used (None when both answer)."""
-    import psycopg
-    import redis
-
-    try:
-        psycopg.connect(postgres_url, connect_timeout=3).close()
-    except psycopg.Error as exc:
-        return f"PostgreSQL at {shown(postgres_url)} is not reachable ({str(exc).strip().splitlines()[0]})"
-    try:
-        redis.Redis.from_url(redis_url, socket_connect_timeout=3).ping()
-    except redis.RedisError as exc:
-        return f"Redis at {shown(redis_url)} is not reachable ({exc})"
-    return None
-
-
-@contextlib.contextmanager
-def throwaway_database(postgres_url: str) -> Iterator[str]:
-    """A new database on the server of ``postgres_url``, dropped afterwards; yields its URL."""
-    import psycopg
-    from psycopg import sql
-
-    name = f"conductor_bench_{os.getpid()}"
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
-        connection.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    try:
-        yield urllib.parse.urlsplit(postgres_url)._replace(path=f"/{name}").geturl()
-    finally:
-        with psycopg.connect(postgres_url, autocommit=True) as connection:
-            connection.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def configuration_env(data_dir: Path, *, database_url: str, redis_url: str) -> dict[str, str]:
