@@ -99,10 +99,10 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
         # Servers sharing a django-q2 broker must share the key that signs its tasks.
         SECRET_KEY=settings.SECRET_KEY,
         DATABASE_URL=database_url("default"),
-        **extra,
     )
     if "channels" in connections:
         env["CONDUCTOR_CHANNEL_LAYER_DB"] = str(connections["channels"].settings_dict["NAME"])
+    env.update(extra)  # a server pointed at databases of its own, say
     return env
 
 
