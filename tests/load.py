@@ -21,7 +21,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ingest.simulator import DELIVERY_TYPES, SimulatedPlugin
+from websockets.exceptions import WebSocketException
+
+from ingest.simulator import DELIVERY_TYPES, ProtocolError, SimulatedPlugin
 
 # How long a plugin waits before it tries to connect again, and before it
 # sends again a frame the server could not take in.
@@ -51,19 +53,27 @@ class LoadPlugin:
     # What it saw.
     acks: dict[str, dict[str, Any]] = field(default_factory=dict)
     deliveries: list[dict[str, Any]] = field(default_factory=list)
-    posted: Counter = field(default_factory=Counter)  # delivery_key: times posted into the chat
+    posted: Counter = field(
+        default_factory=Counter
+    )  # delivery_key: times posted into the chat
     errors: list[dict[str, Any]] = field(default_factory=list)
     connections: int = 0
     dropped: int = 0
 
     def __post_init__(self) -> None:
         self._outbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
-        self._unacked: dict[str, dict[str, Any]] = {}  # frame id: frame, in the order sent
+        self._unacked: dict[
+            str, dict[str, Any]
+        ] = {}  # frame id: frame, in the order sent
         self._resend_at: dict[str, float] = {}
-        self._answers: dict[str, dict[str, Any]] = {}  # delivery_key: the result sent for it
+        self._answers: dict[
+            str, dict[str, Any]
+        ] = {}  # delivery_key: the result sent for it
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name=f"load-{self.client_id}", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, name=f"load-{self.client_id}", daemon=True
+        )
 
     # --- from the test's thread ---------------------------------------------
 
@@ -86,21 +96,31 @@ class LoadPlugin:
     def seen(self) -> dict[str, list[dict[str, Any]]]:
         """A copy of what was seen so far, safe to read while the plugin runs."""
         with self._lock:
-            return {"acks": list(self.acks.values()), "deliveries": list(self.deliveries),
-                    "errors": list(self.errors)}
+            return {
+                "acks": list(self.acks.values()),
+                "deliveries": list(self.deliveries),
+                "errors": list(self.errors),
+            }
 
     # --- in the plugin's thread -----------------------------------------------
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            plugin = SimulatedPlugin(url=self.url, client_id=self.client_id, token=self.token)
+            plugin = SimulatedPlugin(
+                url=self.url, client_id=self.client_id, token=self.token
+            )
             try:
                 plugin.connect()
                 self.connections += 1
                 self._serve(plugin)
             except _Dropped:
                 self.dropped += 1
-            except Exception:  # refused, reset, closed, timed out: the server is away
+            except (
+                OSError,
+                TimeoutError,
+                WebSocketException,
+                ProtocolError,
+            ):  # the server is away
                 self._stop.wait(RECONNECT_SECONDS)
             finally:
                 with contextlib.suppress(Exception):
@@ -109,7 +129,9 @@ class LoadPlugin:
     def _serve(self, plugin: SimulatedPlugin) -> None:
         with self._lock:
             replay = list(self._unacked.values())
-        for frame in replay:  # what was not acknowledged on the last socket, oldest first
+        for (
+            frame
+        ) in replay:  # what was not acknowledged on the last socket, oldest first
             plugin.send(frame)
         while not self._stop.is_set():
             self._send_new(plugin)
@@ -129,7 +151,9 @@ class LoadPlugin:
                 return
             frame = {"capture": plugin.capture, **frame}
             with self._lock:
-                self._unacked[frame["id"]] = frame  # before sending: a dead socket replays it
+                self._unacked[frame["id"]] = (
+                    frame  # before sending: a dead socket replays it
+                )
             plugin.send(frame)
 
     def _send_again(self, plugin: SimulatedPlugin) -> None:
@@ -168,12 +192,17 @@ class LoadPlugin:
 
 
 @contextlib.contextmanager
-def plugin_fleet(url: str, clients: list[tuple[str, str]], *, drops: dict[str, int] | None = None
-                 ) -> Iterator[list[LoadPlugin]]:
+def plugin_fleet(
+    url: str, clients: list[tuple[str, str]], *, drops: dict[str, int] | None = None
+) -> Iterator[list[LoadPlugin]]:
     """Start one ``LoadPlugin`` per ``(client_id, token)``; stop them all on exit."""
     drops = drops or {}
-    plugins = [LoadPlugin(url=url, client_id=client_id, token=token, drops=drops.get(client_id, 0)).start()
-               for client_id, token in clients]
+    plugins = [
+        LoadPlugin(
+            url=url, client_id=client_id, token=token, drops=drops.get(client_id, 0)
+        ).start()
+        for client_id, token in clients
+    ]
     try:
         yield plugins
     finally:

@@ -15,7 +15,14 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psycopg
+from django.db import DatabaseError
+
 from tests.load import LoadPlugin
+
+# What reading the results raises while the database restarts, through
+# Django's cursor or psycopg's.
+DATABASE_ERRORS = (DatabaseError, psycopg.Error)
 
 # Short leases, ticks and timeouts, so that a fault is over within seconds.
 # The presence of a socket killed without a close lapses (2 pings) before a
@@ -47,12 +54,25 @@ def message_text(tag: str, *, slow: bool = False) -> str:
     """
     blocks = [
         block("echo", {"tag": tag}),
-        block("files.write", {"path": f"{LEDGER}/{tag}.write", "content": "ran\n", "mode": "append"}),
+        block(
+            "files.write",
+            {"path": f"{LEDGER}/{tag}.write", "content": "ran\n", "mode": "append"},
+        ),
     ]
     if slow:
-        blocks.append(block("shell.run", {
-            "argv": ["sh", "-c", f"echo ran >> {LEDGER}/{tag}.shell && sleep {SLOW_SECONDS}"], "timeout_s": 60,
-        }))
+        blocks.append(
+            block(
+                "shell.run",
+                {
+                    "argv": [
+                        "sh",
+                        "-c",
+                        f"echo ran >> {LEDGER}/{tag}.shell && sleep {SLOW_SECONDS}",
+                    ],
+                    "timeout_s": 60,
+                },
+            )
+        )
     return f"Step {tag}.\n" + "\n".join(blocks)
 
 
@@ -68,14 +88,28 @@ class Load:
     count: int
     interval: float = 0.2
     slow_every: int = 0  # every n-th message is slow (0: none)
-    sent: list[tuple[str, str]] = field(default_factory=list)  # (conversation id, message id)
+    sent: list[tuple[str, str]] = field(
+        default_factory=list
+    )  # (conversation id, message id)
     done: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> Load:
-        threading.Thread(target=self._run, name=f"load-{self.prefix}", daemon=True).start()
+        threading.Thread(
+            target=self._run, name=f"load-{self.prefix}", daemon=True
+        ).start()
         return self
 
+    def streaming(self) -> bool:
+        """Every plugin has had a message acknowledged: the stream is under way everywhere."""
+        return all(plugin.seen()["acks"] for plugin in self.plugins)
+
     def _run(self) -> None:
+        deadline = time.monotonic() + 60
+        while (
+            not all(plugin.connections for plugin in self.plugins)
+            and time.monotonic() < deadline
+        ):
+            time.sleep(0.05)  # the stream starts once every plugin is connected
         for n in range(self.count):
             plugin = self.plugins[n % len(self.plugins)]
             tag = f"{self.prefix}-{n}"
@@ -83,11 +117,18 @@ class Load:
             # one after another, the other's beside them.
             conversation = f"{plugin.client_id}-c{n // len(self.plugins) % 2}"
             slow = bool(self.slow_every) and n % self.slow_every == 0
-            plugin.send_final_message({
-                "type": "browser.final_message", "id": f"f-{tag}", "platform": "claude",
-                "conversation_id": conversation, "organization_id": "org", "message_id": tag,
-                "page_url": f"https://claude.ai/chat/{conversation}", "text": message_text(tag, slow=slow),
-            })
+            plugin.send_final_message(
+                {
+                    "type": "browser.final_message",
+                    "id": f"f-{tag}",
+                    "platform": "claude",
+                    "conversation_id": conversation,
+                    "organization_id": "org",
+                    "message_id": tag,
+                    "page_url": f"https://claude.ai/chat/{conversation}",
+                    "text": message_text(tag, slow=slow),
+                }
+            )
             self.sent.append((conversation, tag))
             time.sleep(self.interval)
         self.done.set()
@@ -99,8 +140,10 @@ def outstanding(cursor, load: Load) -> str:
         return "still sending"
     if unacked := sum(plugin.unacked() for plugin in load.plugins):
         return f"{unacked} frames not acknowledged"
-    cursor.execute("SELECT status, count(*) FROM automation_tasks WHERE status NOT IN %s GROUP BY status"
-                   % _in(TERMINAL), list(TERMINAL))
+    cursor.execute(
+        f"SELECT status, count(*) FROM automation_tasks WHERE status NOT IN {_in(TERMINAL)} GROUP BY status",
+        list(TERMINAL),
+    )
     if open_tasks := dict(cursor.fetchall()):
         return f"tasks not finished: {open_tasks}"
     delivered = {message for message, _ in _delivery_keys(cursor, load).items()}
@@ -111,7 +154,9 @@ def outstanding(cursor, load: Load) -> str:
 
 def wait_until_over(cursor_factory, load: Load, timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
-    while (left := outstanding_with(cursor_factory, load)) and time.monotonic() < deadline:
+    while (
+        left := outstanding_with(cursor_factory, load)
+    ) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not left, f"the load was not over within {timeout} s: {left}"
 
@@ -120,7 +165,7 @@ def outstanding_with(cursor_factory, load: Load) -> str:
     try:
         with cursor_factory() as cursor:
             return outstanding(cursor, load)
-    except Exception as exc:  # the database is away for a moment: not over
+    except DATABASE_ERRORS as exc:  # the database is away for a moment: not over
         return f"database unreachable: {exc}"
 
 
@@ -156,11 +201,18 @@ def survey(cursor, load: Load, workspace: Path) -> Survey:
     cursor.execute(
         "SELECT c.remote_id, m.remote_message_id, count(*) FROM conversations_message m "
         "JOIN conversations_conversation c ON c.id = m.conversation_id WHERE m.role = 'assistant' "
-        "AND m.remote_message_id LIKE %s GROUP BY c.remote_id, m.remote_message_id", [f"{load.prefix}-%"],
+        "AND m.remote_message_id LIKE %s GROUP BY c.remote_id, m.remote_message_id",
+        [f"{load.prefix}-%"],
     )
-    stored = {(conversation, tag): count for conversation, tag, count in cursor.fetchall()}
-    assert set(stored) == set(sent), "messages lost or stored under another conversation"
-    assert all(count == 1 for count in stored.values()), f"messages stored twice: {stored}"
+    stored = {
+        (conversation, tag): count for conversation, tag, count in cursor.fetchall()
+    }
+    assert set(stored) == set(sent), (
+        "messages lost or stored under another conversation"
+    )
+    assert all(count == 1 for count in stored.values()), (
+        f"messages stored twice: {stored}"
+    )
 
     cursor.execute(
         "SELECT m.remote_message_id, i.tool, i.status, i.error FROM ingest_instruction i "
@@ -173,7 +225,11 @@ def survey(cursor, load: Load, workspace: Path) -> Survey:
         assert status in ("succeeded", "failed"), (tag, tool, status, error)
         ledger = {"files.write": "write", "shell.run": "shell"}.get(tool)
         if ledger is None:
-            assert status == "succeeded", (tag, tool, error)  # idempotent: retried until it ran
+            assert status == "succeeded", (
+                tag,
+                tool,
+                error,
+            )  # idempotent: retried until it ran
             continue
         path = workspace / LEDGER / f"{tag}.{ledger}"
         runs = len(path.read_text().splitlines()) if path.exists() else 0
@@ -190,10 +246,13 @@ def survey(cursor, load: Load, workspace: Path) -> Survey:
         "SELECT m.remote_message_id, t.status, count(*) FROM automation_tasks t "
         "JOIN conversations_message m ON m.id = t.message_id "
         "WHERE t.kind = 'instruction.deliver' AND m.remote_message_id LIKE %s "
-        "GROUP BY m.remote_message_id, t.status", [f"{load.prefix}-%"],
+        "GROUP BY m.remote_message_id, t.status",
+        [f"{load.prefix}-%"],
     )
     delivery_tasks = {tag: (status, count) for tag, status, count in cursor.fetchall()}
-    assert delivery_tasks == {tag: ("succeeded", 1) for _, tag in load.sent}, delivery_tasks
+    assert delivery_tasks == {tag: ("succeeded", 1) for _, tag in load.sent}, (
+        delivery_tasks
+    )
     several = {tag: k for tag, k in keys.items() if len(k) > 1}
     assert not several, f"messages delivered under several keys: {several}"
     lost = {tag for _, tag in load.sent} - set(keys)
@@ -203,12 +262,18 @@ def survey(cursor, load: Load, workspace: Path) -> Survey:
         posted.update(plugin.posted)
     assert set(posted.values()) == {1}, "a delivery was posted into the chat twice"
 
-    cursor.execute("SELECT count(*) FROM automation_tasks WHERE status IN ('leased', 'running', 'pending', "
-                   "'retry_wait')")
+    cursor.execute(
+        "SELECT count(*) FROM automation_tasks WHERE status IN ('leased', 'running', 'pending', "
+        "'retry_wait')"
+    )
     assert cursor.fetchone()[0] == 0
     return Survey(
-        messages_sent=len(sent), messages_stored=sum(stored.values()), instructions_run_twice=run_twice,
-        deliveries_under_several_keys=len(several), messages_lost=len(lost), interrupted=interrupted,
+        messages_sent=len(sent),
+        messages_stored=sum(stored.values()),
+        instructions_run_twice=run_twice,
+        deliveries_under_several_keys=len(several),
+        messages_lost=len(lost),
+        interrupted=interrupted,
         dropped_deliveries=sum(plugin.dropped for plugin in load.plugins),
     )
 
@@ -221,7 +286,8 @@ def _delivery_keys(cursor, load: Load) -> dict[str, set[str]]:
         return {}
     cursor.execute(
         "SELECT t.task_id, m.remote_message_id FROM automation_tasks t "
-        "JOIN conversations_message m ON m.id = t.message_id WHERE t.task_id IN %s" % _in(keys), keys,
+        f"JOIN conversations_message m ON m.id = t.message_id WHERE t.task_id IN {_in(keys)}",
+        keys,
     )
     message_of = dict(cursor.fetchall())
     by_message: dict[str, set[str]] = defaultdict(set)

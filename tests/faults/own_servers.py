@@ -51,11 +51,25 @@ class OwnPostgres:
         argv = [_pg_bin(name), *args]
         if os.geteuid() == 0:
             argv = ["runuser", "-u", "postgres", "--", *argv]
-        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT, cwd=self.root)
+        subprocess.run(
+            argv,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+            cwd=self.root,
+        )
 
     def start(self) -> OwnPostgres:
         if not self.data.exists():
-            self._run("initdb", "--no-sync", "-D", str(self.data), "-U", "postgres", "--auth=trust")
+            self._run(
+                "initdb",
+                "--no-sync",
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+            )
         self._pg_ctl("start")
         return self
 
@@ -67,9 +81,21 @@ class OwnPostgres:
         self._pg_ctl("stop", "-m", "immediate")
 
     def _pg_ctl(self, action: str, *args: str) -> None:
-        options = f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
-        self._run("pg_ctl", action, "-w", "-D", str(self.data), "-l", str(self.root / "log"), "-o", options,
-                  *args)
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off"
+        )
+        self._run(
+            "pg_ctl",
+            action,
+            "-w",
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "log"),
+            "-o",
+            options,
+            *args,
+        )
 
     def connect(self) -> psycopg.Connection:
         return psycopg.connect(self.url, autocommit=True, connect_timeout=5)
@@ -106,9 +132,22 @@ class OwnRedis:
     def start(self) -> OwnRedis:
         with open(self.root / "log", "ab") as log:
             self.process = subprocess.Popen(
-                ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-                 "--appendonly", "no", "--dir", str(self.root)],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                [
+                    "redis-server",
+                    "--port",
+                    str(self.port),
+                    "--bind",
+                    "127.0.0.1",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--dir",
+                    str(self.root),
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
         deadline = time.monotonic() + 30
         while True:

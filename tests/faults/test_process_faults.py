@@ -19,7 +19,14 @@ from django.db import connection, connections
 
 from automation.models import AutomationTask, DispatcherState, ToolPolicy
 from tests.factories import TEST_TOKEN, PluginClientFactory
-from tests.faults.harness import ALLOWED_TOOLS, FAST, LEDGER, Load, survey, wait_until_over
+from tests.faults.harness import (
+    ALLOWED_TOOLS,
+    FAST,
+    LEDGER,
+    Load,
+    survey,
+    wait_until_over,
+)
 from tests.load import plugin_fleet
 from tests.server import running_cluster, running_server, wait_for
 
@@ -42,12 +49,17 @@ class Conductor:
         self.port = None
 
     def start_server(self):
-        self.server = self.stack.enter_context(running_server(
-            self.tmp.mktemp("server"), command="serve", port=self.port, **self.env))
+        self.server = self.stack.enter_context(
+            running_server(
+                self.tmp.mktemp("server"), command="serve", port=self.port, **self.env
+            )
+        )
         self.port = self.server.port
 
     def start_cluster(self):
-        self.cluster = self.stack.enter_context(running_cluster(self.tmp.mktemp("cluster"), **self.env))
+        self.cluster = self.stack.enter_context(
+            running_cluster(self.tmp.mktemp("cluster"), **self.env)
+        )
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +92,9 @@ def clients(db):
 
 
 def fleet(conductor):
-    return plugin_fleet(conductor.server.ws_url, [(c, TEST_TOKEN) for c in CLIENTS], drops=DROPS)
+    return plugin_fleet(
+        conductor.server.ws_url, [(c, TEST_TOKEN) for c in CLIENTS], drops=DROPS
+    )
 
 
 def loop_state() -> DispatcherState:
@@ -93,8 +107,11 @@ def owner_pid(owner: str) -> int:
 
 
 def running_slow_task() -> AutomationTask | None:
-    return AutomationTask.objects.filter(
-        status="running", instruction__tool="shell.run").exclude(lease_owner=None).first()
+    return (
+        AutomationTask.objects.filter(status="running", instruction__tool="shell.run")
+        .exclude(lease_owner=None)
+        .first()
+    )
 
 
 def over(load, workspace):
@@ -103,15 +120,19 @@ def over(load, workspace):
         return survey(cursor, load, workspace)
 
 
-def test_the_asgi_server_killed_mid_stream_loses_no_message_and_delivers_each_once(conductor, workspace):
+def test_the_asgi_server_killed_mid_stream_loses_no_message_and_delivers_each_once(
+    conductor, workspace
+):
     with fleet(conductor) as plugins:
         load = Load(plugins, prefix="asgi", count=16).start()
-        wait_for(lambda: len(load.sent) >= 8, "half the messages to be sent")
+        wait_for(load.streaming, "every plugin to stream", timeout=WAIT)
         conductor.server.kill()
         conductor.start_server()  # on the same port: the plugins reconnect and send again what had no ack
         result = over(load, workspace)
     assert result.messages_stored == 16
-    assert sum(p.connections for p in plugins) >= 2 * len(CLIENTS)  # every plugin reconnected
+    assert sum(p.connections for p in plugins) >= 2 * len(
+        CLIENTS
+    )  # every plugin reconnected
 
 
 def test_a_cluster_worker_killed_mid_task_runs_nothing_twice(conductor, workspace):
@@ -121,12 +142,16 @@ def test_a_cluster_worker_killed_mid_task_runs_nothing_twice(conductor, workspac
         # Tasks run in threads of the worker that runs the dispatcher loop.
         os.kill(owner_pid(task.lease_owner), signal.SIGKILL)
         result = over(load, workspace)
-    assert result.interrupted >= 1  # the killed command failed as interrupted and was not run again
+    assert (
+        result.interrupted >= 1
+    )  # the killed command failed as interrupted and was not run again
     task.refresh_from_db()
     assert (task.status, task.attempt_count) == ("failed", 1)
 
 
-def test_the_whole_cluster_killed_and_restarted_runs_nothing_twice(conductor, workspace):
+def test_the_whole_cluster_killed_and_restarted_runs_nothing_twice(
+    conductor, workspace
+):
     with fleet(conductor) as plugins:
         load = Load(plugins, prefix="cluster", count=12, slow_every=4).start()
         wait_for(running_slow_task, "a slow command to run", timeout=WAIT)

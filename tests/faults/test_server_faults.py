@@ -18,7 +18,14 @@ import time
 import pytest
 
 from tests.factories import TEST_TOKEN
-from tests.faults.harness import ALLOWED_TOOLS, FAST, LEDGER, Load, survey, wait_until_over
+from tests.faults.harness import (
+    ALLOWED_TOOLS,
+    FAST,
+    LEDGER,
+    Load,
+    survey,
+    wait_until_over,
+)
 from tests.faults.own_servers import OwnPostgres, OwnRedis, missing_binaries
 from tests.load import plugin_fleet
 from tests.server import ROOT, running_cluster, running_server, server_env, wait_for
@@ -27,9 +34,13 @@ from tests.server import ROOT, running_cluster, running_server, server_env, wait
 # PostgreSQL and Redis, which the embedded default (SQLite) does not use, and
 # their servers take seconds to start that the other run need not pay.
 pytestmark = [
-    pytest.mark.skipif(not os.environ.get("DATABASE_URL", "").startswith("postgres"),
-                       reason="PostgreSQL and Redis faults run in the PostgreSQL + Redis configuration"),
-    pytest.mark.skipif(bool(missing_binaries()), reason=f"missing {', '.join(missing_binaries())}"),
+    pytest.mark.skipif(
+        not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+        reason="PostgreSQL and Redis faults run in the PostgreSQL + Redis configuration",
+    ),
+    pytest.mark.skipif(
+        bool(missing_binaries()), reason=f"missing {', '.join(missing_binaries())}"
+    ),
 ]
 
 CLIENTS = [f"plugin-{n}" for n in range(4)]
@@ -68,11 +79,22 @@ def workspace(tmp_path_factory):
 @pytest.fixture(scope="module")
 def conductor(servers, workspace, tmp_path_factory):
     postgres, cache = servers
-    env = {**FAST, "CONDUCTOR_WORKSPACE": str(workspace), "DATABASE_URL": postgres.url, "REDIS_URL": cache.url}
-    subprocess.run([sys.executable, "manage.py", "shell", "-c", PREPARE], cwd=ROOT, check=True,
-                   env=server_env(tmp_path_factory.mktemp("prepare"), **env))
+    env = {
+        **FAST,
+        "CONDUCTOR_WORKSPACE": str(workspace),
+        "DATABASE_URL": postgres.url,
+        "REDIS_URL": cache.url,
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", PREPARE],
+        cwd=ROOT,
+        check=True,
+        env=server_env(tmp_path_factory.mktemp("prepare"), **env),
+    )
     with contextlib.ExitStack() as stack:
-        server = stack.enter_context(running_server(tmp_path_factory.mktemp("server"), command="serve", **env))
+        server = stack.enter_context(
+            running_server(tmp_path_factory.mktemp("server"), command="serve", **env)
+        )
         stack.enter_context(running_cluster(tmp_path_factory.mktemp("cluster"), **env))
         yield server
 
@@ -93,7 +115,9 @@ def fleet(server):
     return plugin_fleet(server.ws_url, [(c, TEST_TOKEN) for c in CLIENTS], drops=DROPS)
 
 
-def test_connections_cut_mid_transaction_lose_nothing_and_run_nothing_twice(servers, conductor, workspace):
+def test_connections_cut_mid_transaction_lose_nothing_and_run_nothing_twice(
+    servers, conductor, workspace
+):
     postgres, _ = servers
     with fleet(conductor) as plugins:
         load = Load(plugins, prefix="cut", count=16).start()
@@ -105,21 +129,25 @@ def test_connections_cut_mid_transaction_lose_nothing_and_run_nothing_twice(serv
     assert result.messages_stored == 16 and cut >= 3
 
 
-def test_postgresql_restarted_mid_stream_loses_nothing_and_runs_nothing_twice(servers, conductor, workspace):
+def test_postgresql_restarted_mid_stream_loses_nothing_and_runs_nothing_twice(
+    servers, conductor, workspace
+):
     postgres, _ = servers
     with fleet(conductor) as plugins:
         load = Load(plugins, prefix="pg-restart", count=16).start()
-        wait_for(lambda: len(load.sent) >= 8, "half the messages to be sent")
+        wait_for(load.streaming, "every plugin to stream", timeout=WAIT)
         postgres.restart()
         result = over(postgres, load, workspace)
     assert result.messages_stored == 16
 
 
-def test_redis_restarted_mid_stream_loses_nothing_and_runs_nothing_twice(servers, conductor, workspace):
+def test_redis_restarted_mid_stream_loses_nothing_and_runs_nothing_twice(
+    servers, conductor, workspace
+):
     postgres, cache = servers
     with fleet(conductor) as plugins:
         load = Load(plugins, prefix="redis-restart", count=16).start()
-        wait_for(lambda: len(load.sent) >= 8, "half the messages to be sent")
+        wait_for(load.streaming, "every plugin to stream", timeout=WAIT)
         cache.kill()
         cache.start()  # empty: the channel layer's groups and the broker's queue are gone
         result = over(postgres, load, workspace)
