@@ -53,22 +53,19 @@ class LoadPlugin:
     # What it saw.
     acks: dict[str, dict[str, Any]] = field(default_factory=dict)
     deliveries: list[dict[str, Any]] = field(default_factory=list)
-    posted: Counter = field(
-        default_factory=Counter
-    )  # delivery_key: times posted into the chat
+    # delivery_key: times posted into the chat.
+    posted: Counter = field(default_factory=Counter)
     errors: list[dict[str, Any]] = field(default_factory=list)
     connections: int = 0
     dropped: int = 0
 
     def __post_init__(self) -> None:
         self._outbox: queue.SimpleQueue[dict[str, Any]] = queue.SimpleQueue()
-        self._unacked: dict[
-            str, dict[str, Any]
-        ] = {}  # frame id: frame, in the order sent
+        # frame id: frame, in the order sent.
+        self._unacked: dict[str, dict[str, Any]] = {}
         self._resend_at: dict[str, float] = {}
-        self._answers: dict[
-            str, dict[str, Any]
-        ] = {}  # delivery_key: the result sent for it
+        # delivery_key: the result sent for it.
+        self._answers: dict[str, dict[str, Any]] = {}
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(

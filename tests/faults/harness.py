@@ -88,9 +88,8 @@ class Load:
     count: int
     interval: float = 0.2
     slow_every: int = 0  # every n-th message is slow (0: none)
-    sent: list[tuple[str, str]] = field(
-        default_factory=list
-    )  # (conversation id, message id)
+    # (conversation id, message id) of every message sent so far.
+    sent: list[tuple[str, str]] = field(default_factory=list)
     done: threading.Event = field(default_factory=threading.Event)
 
     def start(self) -> Load:
@@ -225,11 +224,8 @@ def survey(cursor, load: Load, workspace: Path) -> Survey:
         assert status in ("succeeded", "failed"), (tag, tool, status, error)
         ledger = {"files.write": "write", "shell.run": "shell"}.get(tool)
         if ledger is None:
-            assert status == "succeeded", (
-                tag,
-                tool,
-                error,
-            )  # idempotent: retried until it ran
+            # Idempotent: retried until it ran.
+            assert status == "succeeded", (tag, tool, error)
             continue
         path = workspace / LEDGER / f"{tag}.{ledger}"
         runs = len(path.read_text().splitlines()) if path.exists() else 0
