@@ -2,12 +2,15 @@
 
 Each ``LoadPlugin`` behaves as the reference plugin does (SPEC §9): it keeps
 the final messages it has had no ``ack`` for and sends them again after every
-reconnect (and after a ``rate_limited`` or ``server_error`` answer), reconnects
-whenever its socket dies, answers every delivery frame with a 2xx, and answers
-a repeat of a ``delivery_key`` it already posted with its earlier result
-instead of posting it twice. It counts what it saw, so a test can check that
-nothing was lost or done twice. Used by the fault tests (tests/faults/); no
-Django, so a benchmark can drive a server with it too.
+reconnect and a second after a ``rate_limited`` answer, reconnects whenever
+its socket dies, answers every delivery frame with a 2xx, and answers a repeat
+of a ``delivery_key`` it already posted with its earlier result instead of
+posting it twice. Unlike the reference plugin, it also sends a frame again a
+second after a ``server_error`` answer (the server could not store it: its
+database was away), where the reference plugin waits for its next reconnect.
+It counts what it saw, so a test can check that nothing was lost or done
+twice. Used by the fault tests (tests/faults/); no Django, so a benchmark can
+drive a server with it too.
 """
 
 from __future__ import annotations
