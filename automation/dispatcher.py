@@ -15,13 +15,19 @@ import os
 import random
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    transaction,
+)
 
 from automation.kinds import KindSpec, kinds
 from automation.models import AutomationTask
@@ -53,6 +59,12 @@ logger = logging.getLogger(__name__)
 
 # After the stop grace, how long cancelled tasks get to return.
 STOP_AFTER_CANCEL_SECONDS = 5.0
+# How often, and how far apart, a task's outcome is written again when the
+# database connection died under the write (a restart, a cut connection).
+RECORD_ATTEMPTS = 5
+RECORD_RETRY_SECONDS = 0.5
+# What a lost or cut database connection raises.
+CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 
 def new_owner() -> str:
@@ -242,6 +254,14 @@ class Dispatcher:
             # Found by a step the executor recorded: the task is no longer this dispatcher's.
             ctx.cancelled.set()
             raise
+        except CONNECTION_ERRORS as exc:
+            # The database went away under the executor: not the task's own
+            # failure, but an interruption (SPEC 4.4). An idempotent task runs
+            # again; another, which may have acted already, fails as interrupted.
+            logger.exception("the database connection failed under the executor of task %s", ctx.task.pk)
+            close_old_connections()
+            error = f"interrupted: the database connection failed while it ran ({type(exc).__name__})"
+            return RetryableFailure(error) if spec.is_idempotent(ctx.task) else TerminalFailure(error)
         except Exception as exc:
             logger.exception("executor of %s raised on task %s", spec.name, ctx.task.pk)
             return TerminalFailure(f"executor error: {type(exc).__name__}: {exc}")
@@ -272,11 +292,29 @@ class Dispatcher:
             close_old_connections()
 
     def _record(self, task: AutomationTask, outcome: Outcome) -> None:
-        """Turn the outcome into the task's next state; the kind's follow-up commits with it."""
-        now = self.clock()
-        with transaction.atomic():
-            task = self._record_outcome(task, outcome, now)
-            kinds.follow_up(task, actor=self.owner)
+        """Turn the outcome into the task's next state; the kind's follow-up commits with it.
+
+        The outcome is known, only its write failed: when the database
+        connection dies under it, it is written again on a fresh connection
+        (``RECORD_ATTEMPTS`` times), rather than left for the reclaim, which
+        would fail a non-idempotent task that did run as interrupted. The write
+        is fenced, so one that committed before the connection died is not
+        applied twice: the next finds the task finished and raises
+        ``TransitionError``.
+        """
+        for attempt in range(1, RECORD_ATTEMPTS + 1):
+            try:
+                with transaction.atomic():
+                    recorded = self._record_outcome(task, outcome, self.clock())
+                    kinds.follow_up(recorded, actor=self.owner)
+                return
+            except CONNECTION_ERRORS as exc:
+                if attempt == RECORD_ATTEMPTS:
+                    raise
+                log_event(logger, "record_retry", level=logging.WARNING, task_id=task.pk, kind=task.kind,
+                          lease_owner=self.owner, attempt=attempt, error=f"{type(exc).__name__}: {exc}")
+                close_old_connections()
+                time.sleep(RECORD_RETRY_SECONDS)
 
     def _record_outcome(self, task: AutomationTask, outcome: Outcome, now: int) -> AutomationTask:
         match outcome:

@@ -10,8 +10,10 @@ One loop in the whole system ticks. It holds the run lease in
 more loop stands by in the standby slot, trying the lease once a tick, and
 takes over as soon as the lease lapses (its holder's process died): within
 the lease plus one tick. A loop started while both are taken (the schedule's
-next firing) returns at once when ``exit_when_covered``, so the schedule only
-ever fills a gap; a foreground loop keeps standing by instead.
+next firing) returns when ``exit_when_covered`` as soon as it has seen both
+holders renew their places (a tick or two), so the schedule only ever fills
+a gap, and places left by dead loops are taken over; a foreground loop keeps
+standing by instead.
 
 Nothing about the loop bounds a task: each task lives by its own lease and
 heartbeat. On ``stop`` (SIGINT or SIGTERM) running tasks get
@@ -34,6 +36,7 @@ from dataclasses import dataclass
 from django.db import close_old_connections
 
 from automation.dispatcher import Dispatcher
+from automation.selectors import dispatcher_places
 from automation.services.dispatcher_state import (
     dispatcher_run_lease,
     dispatcher_run_release,
@@ -109,7 +112,16 @@ class DispatcherLoop:
     # --- standing by ---------------------------------------------------------
 
     def _stand_by(self) -> bool:
-        """Wait for the run lease; True once held, False when stopped or not needed."""
+        """Wait for the run lease; True once held, False when stopped or not needed.
+
+        A loop that may exit when covered returns only once it has seen both
+        places renewed: places still held by loops that died with their
+        cluster (killed and restarted within the lease) would otherwise send
+        the new cluster's loops away, and nothing would tick until the
+        schedule's next firing, up to a minute later. Live holders renew
+        within a tick; dead ones lapse, and this loop takes their place.
+        """
+        first_seen = None
         while not self.stop.is_set():
             try:
                 if self._hold_lease():
@@ -119,7 +131,11 @@ class DispatcherLoop:
                         log_event(logger, "dispatcher_standby", lease_owner=self.owner)
                     self.report.stood_by = True
                 elif self.exit_when_covered:
-                    return False  # one loop ticks and another stands by: nothing to do
+                    places = dispatcher_places()
+                    if first_seen is None or places.owners != first_seen.owners:
+                        first_seen = places
+                    elif places.renewed_since(first_seen):
+                        return False  # one live loop ticks and another stands by: nothing to do
             except Exception:
                 logger.exception("dispatcher loop %s could not read its lease; trying again", self.owner)
                 close_old_connections()

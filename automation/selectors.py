@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Collection
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from django.db.models import Count, F, QuerySet, Value
@@ -13,6 +14,32 @@ from automation.models import AutomationTask, DispatcherState, TaskEvent, TaskSt
 def dispatcher_state() -> DispatcherState:
     """The dispatcher-wide row; an unsaved one with the defaults before anything wrote it."""
     return DispatcherState.objects.filter(pk=1).first() or DispatcherState(pk=1)
+
+
+@dataclass(frozen=True)
+class DispatcherPlaces:
+    """Who holds the dispatcher loop's two places (run lease, standby slot), and until when."""
+
+    run_owner: str
+    run_until: int
+    standby_owner: str
+    standby_until: int
+
+    @property
+    def owners(self) -> tuple[str, str]:
+        return self.run_owner, self.standby_owner
+
+    def renewed_since(self, earlier: DispatcherPlaces) -> bool:
+        """Both holders renewed their places since ``earlier``: both are alive."""
+        return self.run_until > earlier.run_until and self.standby_until > earlier.standby_until
+
+
+def dispatcher_places() -> DispatcherPlaces:
+    state = dispatcher_state()
+    return DispatcherPlaces(
+        run_owner=state.run_owner, run_until=state.run_until or 0,
+        standby_owner=state.standby_owner, standby_until=state.standby_until or 0,
+    )
 
 
 def dispatcher_is_paused() -> bool:

@@ -169,11 +169,18 @@ class PluginConsumer(AsyncWebsocketConsumer):
             await self.close(code=CloseCode.HELLO_TIMEOUT)
 
     async def _keep_presence(self) -> None:
-        """Refresh presence while the socket lives; a killed server stops refreshing."""
+        """Refresh presence while the socket lives; a killed server stops refreshing.
+
+        Each refresh also renews the socket's place in its client's group,
+        through which deliveries and revocation reach it: the channel layer
+        forgets it when Redis restarts (and after a day on either layer), and
+        the socket would go on looking connected while no delivery reached it.
+        """
         while True:
             await asyncio.sleep(settings.CONDUCTOR_PING_INTERVAL_SECONDS)
             try:
                 await self._touch()
+                await self.channel_layer.group_add(self._group_name, self.channel_name)
             except Exception:
                 logger.exception("could not refresh the presence of %s; trying again", self.client_id)
 

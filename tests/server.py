@@ -99,10 +99,10 @@ def server_env(data_dir: Path, **extra: str) -> dict[str, str]:
         # Servers sharing a django-q2 broker must share the key that signs its tasks.
         SECRET_KEY=settings.SECRET_KEY,
         DATABASE_URL=database_url("default"),
-        **extra,
     )
     if "channels" in connections:
         env["CONDUCTOR_CHANNEL_LAYER_DB"] = str(connections["channels"].settings_dict["NAME"])
+    env.update(extra)  # a server pointed at databases of its own, say
     return env
 
 
@@ -149,6 +149,33 @@ def running_server(
     finally:
         if process.poll() is None:
             server.kill()
+
+
+LOOPS_START = "from automation.schedules import dispatcher_loops_start; dispatcher_loops_start()"
+
+
+@contextlib.contextmanager
+def running_cluster(data_dir: Path, **extra_env: str) -> Iterator[RunningServer]:
+    """Start the django-q2 cluster alone, as ``manage.py serve`` starts it beside daphne; yield it, then kill it.
+
+    Queues the two dispatcher loops first, as ``serve`` does (``manage.py
+    shell``, so that they go to the broker the cluster is given). Returns
+    once the cluster runs; the caller waits for what it needs (a tick).
+    ``port`` of the result means nothing.
+    """
+    env = server_env(data_dir, **extra_env)
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", LOOPS_START], cwd=ROOT, env=env, check=True,
+                   stdout=subprocess.DEVNULL)
+    log_path = data_dir / "cluster.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen([sys.executable, "manage.py", "qcluster"], cwd=ROOT, env=env, stdout=log,
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+    cluster = RunningServer(process=process, port=0, log_path=log_path)
+    try:
+        yield cluster
+    finally:
+        if process.poll() is None:
+            cluster.kill()
 
 
 def wait_for(predicate, what: str, timeout: float = 60, *, sleep=time.sleep):

@@ -6,6 +6,7 @@ import random
 import time
 
 import pytest
+from django.db import OperationalError
 from django.utils import timezone
 
 from automation.dispatcher import Dispatcher, DispatcherConfig
@@ -323,3 +324,41 @@ def test_a_task_created_while_running_a_task_wakes_its_own_dispatcher_directly(m
     finally:
         dispatcher.stop(grace=5)
     assert AutomationTask.objects.filter(kind="test.local").count() == 2
+
+
+def test_an_outcome_whose_write_loses_the_database_connection_is_written_again(monkeypatch):
+    """The tool ran: a connection cut under the write must not turn it into an interrupted run."""
+    from automation import dispatcher as dispatcher_module
+
+    writes = []
+    succeed = dispatcher_module.task_succeed
+
+    def succeed_after_a_cut(*args, **kwargs):
+        writes.append(args)
+        if len(writes) == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return succeed(*args, **kwargs)
+
+    monkeypatch.setattr(dispatcher_module, "task_succeed", succeed_after_a_cut)
+    monkeypatch.setattr(dispatcher_module, "RECORD_RETRY_SECONDS", 0)
+    task = create(n=3, idempotent=False)
+    run_tick(make_dispatcher())
+    done = reload(task)
+    assert (done.status, done.attempt_count, done.result_json) == (S.SUCCEEDED, 1, '{"echo": 3}')
+    assert len(writes) == 2
+
+
+@pytest.mark.parametrize("idempotent,status", [(True, S.RETRY_WAIT), (False, S.FAILED)])
+def test_a_lost_database_connection_under_the_executor_is_an_interruption(monkeypatch, idempotent, status):
+    from automation.kinds import kinds
+
+    def executor(ctx):
+        raise OperationalError("terminating connection due to administrator command")
+
+    spec = kinds.get("test.local")
+    monkeypatch.setitem(kinds._entries, "test.local", dataclasses.replace(spec, executor=executor))
+    task = create(idempotent=idempotent)
+    run_tick(make_dispatcher())
+    after = reload(task)
+    assert (after.status, after.attempt_count) == (status, 1)
+    assert after.last_error.startswith("interrupted: the database connection failed while it ran")

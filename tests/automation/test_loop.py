@@ -106,7 +106,7 @@ def test_a_loop_ticks_on_the_wall_clock_until_stopped_and_then_releases_its_leas
     assert (state().run_owner, state().standby_owner) == ("", "")
 
 
-def test_one_loop_ticks_one_stands_by_and_any_other_returns_at_once():
+def test_one_loop_ticks_one_stands_by_and_any_other_returns_once_it_sees_both_alive():
     first = LoopThread("first", exit_when_covered=True)
     wait_for(lambda: state().run_owner == "first")
     second = LoopThread("second", exit_when_covered=True)
@@ -138,6 +138,16 @@ def test_a_standby_takes_a_lapsed_lease_over_within_the_lease_plus_one_tick():
     report = standby.stop()
     assert report.stood_by and report.held_lease
     assert 0.9 < takeover < 1.0 + 0.2 + 0.3
+
+
+def test_a_loop_that_finds_both_places_held_by_dead_loops_takes_over_instead_of_returning():
+    # A cluster killed and restarted within the lease: its dead loops still hold both places.
+    DispatcherState.objects.create(pk=1, run_owner="dead", run_until=now_ms() + 1000,
+                                   standby_owner="dead-standby", standby_until=now_ms() + 1000)
+    started = LoopThread("restarted", tick_seconds=0.2, exit_when_covered=True)
+    wait_for(lambda: started.dispatcher.tick_times)
+    report = started.stop()
+    assert report.held_lease and report.ticks >= 1
 
 
 def test_a_foreground_loop_keeps_standing_by_while_both_places_are_taken():

@@ -239,6 +239,18 @@ async def test_open_socket_keeps_presence_fresh_without_pings(client, settings):
     await communicator.disconnect()
 
 
+async def test_an_open_socket_renews_its_place_in_its_clients_group(client, settings, channel_layer):
+    """A restarted Redis forgets every group: deliveries find the socket again at its next refresh."""
+    settings.CONDUCTOR_PING_INTERVAL_SECONDS = 0.1
+    communicator, _ = await hello("laptop-chrome")
+    channel = (await PluginClient.objects.aget(pk=client.pk)).connection_channel
+    await channel_layer.group_discard(client.group_name, channel)  # as a restarted Redis would
+    await asyncio.sleep(0.3)
+    await channel_layer.group_send(client.group_name, {"type": "plugin.deliver", "frame": {"type": "x"}})
+    assert await communicator.receive_json_from(timeout=3) == {"type": "x"}
+    await communicator.disconnect()
+
+
 @pytest.mark.parametrize(
     "origin,allowed",
     [

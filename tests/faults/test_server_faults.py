@@ -1,0 +1,154 @@
+"""PostgreSQL and Redis failing under load: nothing lost, nothing run twice.
+
+Conductor (the ASGI server and the django-q2 cluster, as processes of their
+own) runs on a PostgreSQL and a Redis this module starts itself, so that it
+can cut their connections and restart them; the test reads what survived
+with psycopg. Four simulated plugins stream final messages and answer every
+delivery (one drops its socket on its first delivery frame); after each fault
+the load is waited out and ``survey`` checks every invariant
+(tests/faults/harness.py).
+"""
+
+import contextlib
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.factories import TEST_TOKEN
+from tests.faults.harness import (
+    ALLOWED_TOOLS,
+    FAST,
+    LEDGER,
+    Load,
+    survey,
+    wait_until_over,
+)
+from tests.faults.own_servers import OwnPostgres, OwnRedis, missing_binaries
+from tests.load import plugin_fleet
+from tests.server import ROOT, running_cluster, running_server, server_env, wait_for
+
+# Run in the PostgreSQL + Redis configuration only: these faults are faults of
+# PostgreSQL and Redis, which the embedded default (SQLite) does not use, and
+# their servers take seconds to start that the other run need not pay.
+pytestmark = [
+    pytest.mark.skipif(
+        not os.environ.get("DATABASE_URL", "").startswith("postgres"),
+        reason="PostgreSQL and Redis faults run in the PostgreSQL + Redis configuration",
+    ),
+    pytest.mark.skipif(
+        bool(missing_binaries()), reason=f"missing {', '.join(missing_binaries())}"
+    ),
+]
+
+CLIENTS = [f"plugin-{n}" for n in range(4)]
+DROPS = {CLIENTS[0]: 1}
+WAIT = 90
+
+PREPARE = f"""
+from django.core.management import call_command
+from automation.models import ToolPolicy
+from ingest.services.clients import plugin_client_create
+call_command("migrate_all", verbosity=0)
+for name in {CLIENTS!r}:
+    plugin_client_create(name=name, token={TEST_TOKEN!r})
+for tool in {ALLOWED_TOOLS!r}:
+    ToolPolicy.objects.create(tool=tool, policy="allow")
+"""
+
+
+@pytest.fixture(scope="module")
+def servers():
+    postgres, cache = OwnPostgres(), OwnRedis()
+    try:
+        yield postgres.start(), cache.start()
+    finally:
+        postgres.remove()
+        cache.remove()
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory):
+    root = tmp_path_factory.mktemp("workspace")
+    (root / LEDGER).mkdir()
+    return root
+
+
+@pytest.fixture(scope="module")
+def conductor(servers, workspace, tmp_path_factory):
+    postgres, cache = servers
+    env = {
+        **FAST,
+        "CONDUCTOR_WORKSPACE": str(workspace),
+        "DATABASE_URL": postgres.url,
+        "REDIS_URL": cache.url,
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", PREPARE],
+        cwd=ROOT,
+        check=True,
+        env=server_env(tmp_path_factory.mktemp("prepare"), **env),
+    )
+    with contextlib.ExitStack() as stack:
+        server = stack.enter_context(
+            running_server(tmp_path_factory.mktemp("server"), command="serve", **env)
+        )
+        stack.enter_context(running_cluster(tmp_path_factory.mktemp("cluster"), **env))
+        yield server
+
+
+@contextlib.contextmanager
+def cursor_of(postgres):
+    with postgres.connect() as connection, connection.cursor() as cursor:
+        yield cursor
+
+
+def over(postgres, load, workspace):
+    wait_until_over(lambda: cursor_of(postgres), load, timeout=WAIT)
+    with cursor_of(postgres) as cursor:
+        return survey(cursor, load, workspace)
+
+
+def fleet(server):
+    return plugin_fleet(server.ws_url, [(c, TEST_TOKEN) for c in CLIENTS], drops=DROPS)
+
+
+def test_connections_cut_mid_transaction_lose_nothing_and_run_nothing_twice(
+    servers, conductor, workspace
+):
+    postgres, _ = servers
+    with fleet(conductor) as plugins:
+        load = Load(plugins, prefix="cut", count=16).start()
+        cut, deadline = 0, time.monotonic() + WAIT
+        while (not load.done.is_set() or cut < 3) and time.monotonic() < deadline:
+            cut += postgres.terminate_in_transaction()
+            time.sleep(0.05)
+        result = over(postgres, load, workspace)
+    assert result.messages_stored == 16 and cut >= 3
+
+
+def test_postgresql_restarted_mid_stream_loses_nothing_and_runs_nothing_twice(
+    servers, conductor, workspace
+):
+    postgres, _ = servers
+    with fleet(conductor) as plugins:
+        load = Load(plugins, prefix="pg-restart", count=16).start()
+        wait_for(load.streaming, "every plugin to stream", timeout=WAIT)
+        postgres.restart()
+        result = over(postgres, load, workspace)
+    assert result.messages_stored == 16
+
+
+def test_redis_restarted_mid_stream_loses_nothing_and_runs_nothing_twice(
+    servers, conductor, workspace
+):
+    postgres, cache = servers
+    with fleet(conductor) as plugins:
+        load = Load(plugins, prefix="redis-restart", count=16).start()
+        wait_for(load.streaming, "every plugin to stream", timeout=WAIT)
+        cache.kill()
+        cache.start()  # empty: the channel layer's groups and the broker's queue are gone
+        result = over(postgres, load, workspace)
+    assert result.messages_stored == 16
