@@ -16,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 from automation.models import AutomationTask, DeliveryRequest, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
+from console.admin import bulk
 from console.helpers import (
     EVERYWHERE,
     SuperuserOnlyMixin,
@@ -255,7 +256,10 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     # --- actions: each calls an operator service and reports done and skipped ------------
 
-    def _run(self, request, queryset, service, verb: str, **kwargs) -> None:
+    def _run(self, request, queryset, service, verb: str, **kwargs):
+        if bulk.is_across(request):
+            # "Select all N": every task the list matches, after a confirmation page.
+            return bulk.run_across(self, request, queryset, service=service, verb=verb, **kwargs)
         # In creation order, so the report reads in the order the tasks were made.
         task_ids = list(queryset.order_by("sequence").values_list("pk", flat=True))
         report = service(task_ids=task_ids, actor=request.user.username, **kwargs)
@@ -275,17 +279,17 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     @admin.action(permissions=["change"], description="Retry selected tasks (failed or cancelled)",
                   location=EVERYWHERE)
     def retry(self, request, queryset):
-        self._run(request, queryset, operator.tasks_retry, "Retried")
+        return self._run(request, queryset, operator.tasks_retry, "Retried")
 
     @admin.action(permissions=["change"], description="Cancel selected tasks (running ones too)",
                   location=EVERYWHERE)
     def cancel(self, request, queryset):
-        self._run(request, queryset, operator.tasks_cancel, "Cancelled")
+        return self._run(request, queryset, operator.tasks_cancel, "Cancelled")
 
     @admin.action(permissions=["change"], description="Approve selected blocked tasks", location=EVERYWHERE)
     def approve(self, request, queryset):
-        self._run(request, queryset, operator.tasks_approve, "Approved")
+        return self._run(request, queryset, operator.tasks_approve, "Approved")
 
     @admin.action(permissions=["change"], description="Reject selected blocked tasks", location=EVERYWHERE)
     def reject(self, request, queryset):
-        self._run(request, queryset, operator.tasks_reject, "Rejected")
+        return self._run(request, queryset, operator.tasks_reject, "Rejected")
