@@ -77,9 +77,7 @@ def run_across(
         done=done,
         skipped=skipped,
         eligible=eligible,
-        not_eligible={
-            status: n for status, n in by_status.items() if status not in statuses
-        },
+        not_eligible={status: n for status, n in by_status.items() if status not in statuses},
     )
     return None
 
@@ -109,13 +107,7 @@ def _batches(queryset: QuerySet, *, limit: int) -> Iterator[list[str]]:
     rows = queryset.order_by("sequence", "pk").values_list("sequence", "pk")
     after, taken = None, 0
     while taken < limit:
-        page = (
-            rows
-            if after is None
-            else rows.filter(
-                Q(sequence__gt=after[0]) | Q(sequence=after[0], pk__gt=after[1])
-            )
-        )
+        page = rows if after is None else rows.filter(Q(sequence__gt=after[0]) | Q(sequence=after[0], pk__gt=after[1]))
         batch = list(page[: min(BATCH, limit - taken)])
         if not batch:
             return
@@ -124,9 +116,7 @@ def _batches(queryset: QuerySet, *, limit: int) -> Iterator[list[str]]:
         after = batch[-1]
 
 
-def _confirmation(
-    modeladmin, request, queryset, *, service, verb: str
-) -> TemplateResponse:
+def _confirmation(modeladmin, request, queryset, *, service, verb: str) -> TemplateResponse:
     action = request.POST.get("action", "")
     statuses = STARTING_STATUSES[service]
     by_status = _counts_by_status(queryset)
@@ -151,9 +141,7 @@ def _confirmation(
         "limit": LIMIT,
         "over_limit": eligible > LIMIT,
         "through": queryset.aggregate(last=Max("sequence"))["last"],
-        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)[
-            :CARRIED_SELECTION
-        ],
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)[:CARRIED_SELECTION],
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "list_url": request.get_full_path(),
     }
@@ -171,14 +159,9 @@ def _report(
     not_eligible: dict[str, int],
 ) -> None:
     level = messages.SUCCESS if done else messages.WARNING
-    modeladmin.message_user(
-        request, f"{verb} {done} of the tasks matching the list.", level
-    )
+    modeladmin.message_user(request, f"{verb} {done} of the tasks matching the list.", level)
     if not_eligible:
-        shown = ", ".join(
-            f"{n} {TaskStatus(status).label.lower()}"
-            for status, n in sorted(not_eligible.items())
-        )
+        shown = ", ".join(f"{n} {TaskStatus(status).label.lower()}" for status, n in sorted(not_eligible.items()))
         modeladmin.message_user(
             request,
             f"Skipped {sum(not_eligible.values())} task(s) in a status it does not apply to: {shown}.",

@@ -25,11 +25,11 @@ from console.helpers import (
     json_text_block,
     text_block,
 )
-from console.lists import ListColumnsMixin
+from console.lists import JSONTextContains, ListColumnsMixin
 from conversations.models import Conversation
 from pipelines.mail import MAIL_DELIVER
 from platforms import DELIVERY_METHODS
-from tools.registry import tools
+from tools.registry import DEFAULT_TARGET, UnknownTool, tools
 
 
 def time_field(field: str, *, description: str, sortable: bool = False):
@@ -113,6 +113,28 @@ def step_detail(detail: dict) -> str:
     return ", ".join(f"{key}: {detail[key]}" for key in sorted(detail, key=rank))
 
 
+class ToolFilter(admin.SimpleListFilter):
+    """Instruction tasks by the tool their block names; the choices are the tool registry's."""
+
+    title = "tool"
+    parameter_name = "tool"
+
+    def lookups(self, request, model_admin):
+        return [(spec.full_name, spec.name if spec.target == DEFAULT_TARGET else spec.full_name) for spec in tools]
+
+    def queryset(self, request, queryset):
+        target, _, name = (self.value() or "").partition("::")
+        try:
+            spec = tools.get(name, target=target)
+        except UnknownTool:
+            return queryset
+        return queryset.filter(instruction__target=spec.target, instruction__tool=spec.name)
+
+
+# The payload is json.dumps text: searched as JSON writes the term (tool names, params).
+AutomationTask._meta.get_field("payload_json").register_lookup(JSONTextContains, "json_icontains")
+
+
 @admin.register(AutomationTask)
 class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     change_form_template = "admin/automation/automationtask/change_form.html"
@@ -120,9 +142,10 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
         "task_id", "kind", "status", "conversation_link", "target", "attempts",
         "due", "updated",
     ]
-    list_filter = ["kind", "status", "target_platform", "target_client_id", DeliveredByFilter]
+    list_filter = ["kind", "status", ToolFilter, "target_platform", "target_client_id", DeliveredByFilter]
     search_fields = [
         "task_id", "dedupe_key", "target_conversation_id", "conversation__remote_id", "conversation__title",
+        "payload_json__json_icontains",
     ]
     ordering = ["-created_at", "-pk"]
     show_full_result_count = False

@@ -28,9 +28,7 @@ def across(client, action, query="", *, confirm=False, through=None, **extra):
     if confirm:
         data |= {
             "post": "yes",
-            "through": through
-            if through is not None
-            else confirmed_through(client, action, query),
+            "through": through if through is not None else confirmed_through(client, action, query),
         }
     return client.post(f"{LIST}?{query}", data, follow=confirm)
 
@@ -56,27 +54,19 @@ def test_select_all_asks_first_naming_the_counts_and_changes_nothing(admin_clien
     response = across(admin_client, "retry", "kind=test.local")
     page = response.content.decode()
     assert response.status_code == 200 and "Retry every task the list matches?" in page
-    assert re.search(r'id="bulk-total">4<', page) and re.search(
-        r'id="bulk-eligible">3<', page
-    )
+    assert re.search(r'id="bulk-total">4<', page) and re.search(r'id="bulk-eligible">3<', page)
     assert re.search(r'id="bulk-skipped">1<', page)
     rows = re.findall(r'<tr class="(bulk-\w+)">\s*<td>(\w+)</td><td>(\d+)</td>', page)
     assert sorted(rows) == [
         ("bulk-eligible", "Failed", "3"),
         ("bulk-skipped", "Running", "1"),
     ]
-    assert (
-        'name="post" value="yes"' in page and 'name="select_across" value="1"' in page
-    )
+    assert 'name="post" value="yes"' in page and 'name="select_across" value="1"' in page
     assert statuses(*failed, running, other) == [S.FAILED] * 3 + [S.RUNNING, S.FAILED]
 
 
-def test_a_confirmed_retry_across_a_filter_retries_exactly_the_matching_tasks(
-    admin_client, admin_user
-):
-    matching = [make_task(S.FAILED, kind="test.local") for _ in range(3)] + [
-        make_task(S.CANCELLED, kind="test.local")
-    ]
+def test_a_confirmed_retry_across_a_filter_retries_exactly_the_matching_tasks(admin_client, admin_user):
+    matching = [make_task(S.FAILED, kind="test.local") for _ in range(3)] + [make_task(S.CANCELLED, kind="test.local")]
     running, succeeded = (
         make_task(S.RUNNING, kind="test.local"),
         make_task(S.SUCCEEDED, kind="test.local"),
@@ -95,11 +85,9 @@ def test_a_confirmed_retry_across_a_filter_retries_exactly_the_matching_tasks(
         "Retried 4 of the tasks matching the list.",
         "Skipped 2 task(s) in a status it does not apply to: 1 running, 1 succeeded.",
     ]
-    assert {
-        e.actor
-        for t in matching
-        for e in AutomationTask.objects.get(pk=t.pk).events.filter(action="retry")
-    } == {admin_user.username}
+    assert {e.actor for t in matching for e in AutomationTask.objects.get(pk=t.pk).events.filter(action="retry")} == {
+        admin_user.username
+    }
 
 
 def test_select_all_follows_the_search_too(admin_client):
@@ -122,9 +110,7 @@ def test_select_all_follows_the_search_too(admin_client):
         ("reject", [S.BLOCKED], S.FAILED, [S.PENDING, S.SUCCEEDED]),
     ],
 )
-def test_every_action_moves_every_matching_task_it_applies_to(
-    admin_client, action, moved, to, kept
-):
+def test_every_action_moves_every_matching_task_it_applies_to(admin_client, action, moved, to, kept):
     moving, staying = [make_task(s) for s in moved], [make_task(s) for s in kept]
     across(admin_client, action, confirm=True)
     assert statuses(*moving) == [to] * len(moving)
@@ -175,9 +161,7 @@ def test_the_confirmation_needs_the_csrf_token(admin_user):
     assert statuses(failed) == [S.FAILED]
 
 
-def test_batches_are_bounded_and_one_submission_stops_at_the_limit(
-    admin_client, monkeypatch
-):
+def test_batches_are_bounded_and_one_submission_stops_at_the_limit(admin_client, monkeypatch):
     monkeypatch.setattr(bulk, "BATCH", 2)
     monkeypatch.setattr(bulk, "LIMIT", 5)
     calls = []
@@ -188,24 +172,14 @@ def test_batches_are_bounded_and_one_submission_stops_at_the_limit(
         return service(task_ids=task_ids, actor=actor)
 
     monkeypatch.setattr(operator, "tasks_retry", recording)
-    monkeypatch.setitem(
-        operator.STARTING_STATUSES, recording, operator.STARTING_STATUSES[service]
-    )
+    monkeypatch.setitem(operator.STARTING_STATUSES, recording, operator.STARTING_STATUSES[service])
     failed = [make_task(S.FAILED) for _ in range(7)]
-    assert (
-        "One confirmation moves at most 5 tasks"
-        in across(admin_client, "retry").content.decode()
-    )
+    assert "One confirmation moves at most 5 tasks" in across(admin_client, "retry").content.decode()
     response = across(admin_client, "retry", confirm=True)
     assert [len(ids) for ids in calls] == [2, 2, 1]
-    assert [pk for ids in calls for pk in ids] == [
-        t.pk for t in failed[:5]
-    ]  # creation order, none twice
+    assert [pk for ids in calls for pk in ids] == [t.pk for t in failed[:5]]  # creation order, none twice
     assert statuses(*failed) == [S.PENDING] * 5 + [S.FAILED] * 2
-    assert (
-        "Stopped after 5 tasks, the most one request moves: run the action again for the rest."
-        in notes(response)
-    )
+    assert "Stopped after 5 tasks, the most one request moves: run the action again for the rest." in notes(response)
 
 
 def test_a_task_that_changed_meanwhile_is_reported_by_reason(admin_client, monkeypatch):
@@ -214,15 +188,11 @@ def test_a_task_that_changed_meanwhile_is_reported_by_reason(admin_client, monke
     service = operator.tasks_retry
 
     def racing(*, task_ids, actor):
-        service(
-            task_ids=[moved_first.pk], actor="someone else"
-        )  # another operator was quicker
+        service(task_ids=[moved_first.pk], actor="someone else")  # another operator was quicker
         return service(task_ids=task_ids, actor=actor)
 
     monkeypatch.setattr(operator, "tasks_retry", racing)
-    monkeypatch.setitem(
-        operator.STARTING_STATUSES, racing, operator.STARTING_STATUSES[service]
-    )
+    monkeypatch.setitem(operator.STARTING_STATUSES, racing, operator.STARTING_STATUSES[service])
     response = across(admin_client, "retry", confirm=True)
     assert statuses(failed, moved_first) == [S.PENDING, S.PENDING]
     assert notes(response) == [
@@ -265,14 +235,9 @@ def test_staff_without_task_permissions_is_refused(client):
 
 
 def test_staff_with_the_change_permission_acts_on_all_as_superusers_do(client):
-    user = make_staff(
-        "operator", "automation.view_automationtask", "automation.change_automationtask"
-    )
+    user = make_staff("operator", "automation.view_automationtask", "automation.change_automationtask")
     client.force_login(user)
     failed = make_task(S.FAILED)
     across(client, "retry", confirm=True)
     assert statuses(failed) == [S.PENDING]
-    assert (
-        AutomationTask.objects.get(pk=failed.pk).events.get(action="retry").actor
-        == "operator"
-    )
+    assert AutomationTask.objects.get(pk=failed.pk).events.get(action="retry").actor == "operator"
