@@ -26,6 +26,8 @@
     const STORAGE_KEY = "conductor-live";
     const DEFAULT_SECONDS = 5;
     const MIN_SECONDS = 1;
+    const TYPING = "select, textarea, input:not([type=checkbox]):not([type=radio]):not([type=submit])"
+        + ":not([type=button]):not([type=hidden])";
 
     const regions = () => Array.from(document.querySelectorAll("[data-live][id]"));
 
@@ -93,9 +95,9 @@
         if (Array.from(document.querySelectorAll("select[name=action]")).some((select) => select.value)) {
             return "an action is chosen";
         }
+        // Typing or choosing in a form; a clicked checkbox or button keeps the focus but is done.
         const active = document.activeElement;
-        if (active && active.matches("input, select, textarea") && !active.closest(".live-control")
-            && active.closest("form, [data-live]")) {
+        if (active && active.matches(TYPING) && active.closest("form, [data-live]")) {
             return "a field has focus";
         }
         return null;
