@@ -78,6 +78,8 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # After the messages: a live refresh's fetch leaves them for the next page view.
+    "console.live.LiveFetchMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

@@ -10,9 +10,12 @@ short annotations); its change page still loads whole rows.
 
 from __future__ import annotations
 
+import json
+
 from django.contrib.admin.views.main import ChangeList
 from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
+from django.db.models.lookups import IContains
 
 
 class ListColumnsChangeList(ChangeList):
@@ -44,3 +47,20 @@ def count_of(related: QuerySet, *, to: str) -> Coalesce:
     """
     rows = related.filter(**{to: OuterRef("pk")}).order_by().values(to).annotate(n=Count("pk")).values("n")
     return Coalesce(Subquery(rows), 0)
+
+
+class JSONTextContains(IContains):
+    """``icontains`` on a text column that holds ``json.dumps`` output, for a term as JSON writes it.
+
+    The stored text escapes what a chat wrote: quotes and backslashes, control
+    characters, and every non-ASCII character (``é`` is stored as ``\\u00e9``).
+    The term gets the same escapes, so ``café`` or ``say "hi"`` finds the
+    params that hold them. A plain ``LIKE`` on a text column, the same on
+    PostgreSQL and SQLite; letters outside ASCII match in their own case only.
+    Register it on the field under a name of its own
+    (``field.register_lookup(JSONTextContains, "json_icontains")``); its SQL
+    is ``icontains``'s, which the databases know by that name.
+    """
+
+    def get_prep_lookup(self):
+        return json.dumps(str(self.rhs))[1:-1]

@@ -69,6 +69,17 @@ def tasks_cancel(*, task_ids: Iterable[str], actor: str) -> OperatorReport:
     return _apply(task_ids, lambda task_id: tr.task_cancel(task_id, actor=actor), actor=actor)
 
 
+# The statuses each service moves: the starting states of its edge. A caller
+# that works on many tasks (the admin's "all matching" actions) hands the
+# service only these, and counts the rest as skipped without reading them.
+STARTING_STATUSES: dict[Callable[..., OperatorReport], frozenset[str]] = {
+    tasks_approve: tr.APPROVE.allowed_from,
+    tasks_reject: tr.REJECT.allowed_from,
+    tasks_retry: tr.RETRY.allowed_from,
+    tasks_cancel: tr.CANCEL.allowed_from,
+}
+
+
 def conversations_pause(*, conversation_ids: Iterable[int], is_paused: bool, actor: str) -> int:
     """Pause or resume conversations; return how many changed.
 

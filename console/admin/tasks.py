@@ -16,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 from automation.models import AutomationTask, DeliveryRequest, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
+from console.admin import bulk
 from console.helpers import (
     EVERYWHERE,
     SuperuserOnlyMixin,
@@ -24,11 +25,11 @@ from console.helpers import (
     json_text_block,
     text_block,
 )
-from console.lists import ListColumnsMixin
+from console.lists import JSONTextContains, ListColumnsMixin
 from conversations.models import Conversation
 from pipelines.mail import MAIL_DELIVER
 from platforms import DELIVERY_METHODS
-from tools.registry import tools
+from tools.registry import DEFAULT_TARGET, UnknownTool, tools
 
 
 def time_field(field: str, *, description: str, sortable: bool = False):
@@ -112,6 +113,28 @@ def step_detail(detail: dict) -> str:
     return ", ".join(f"{key}: {detail[key]}" for key in sorted(detail, key=rank))
 
 
+class ToolFilter(admin.SimpleListFilter):
+    """Instruction tasks by the tool their block names; the choices are the tool registry's."""
+
+    title = "tool"
+    parameter_name = "tool"
+
+    def lookups(self, request, model_admin):
+        return [(spec.full_name, spec.name if spec.target == DEFAULT_TARGET else spec.full_name) for spec in tools]
+
+    def queryset(self, request, queryset):
+        target, _, name = (self.value() or "").partition("::")
+        try:
+            spec = tools.get(name, target=target)
+        except UnknownTool:
+            return queryset
+        return queryset.filter(instruction__target=spec.target, instruction__tool=spec.name)
+
+
+# The payload is json.dumps text: searched as JSON writes the term (tool names, params).
+AutomationTask._meta.get_field("payload_json").register_lookup(JSONTextContains, "json_icontains")
+
+
 @admin.register(AutomationTask)
 class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     change_form_template = "admin/automation/automationtask/change_form.html"
@@ -119,9 +142,10 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
         "task_id", "kind", "status", "conversation_link", "target", "attempts",
         "due", "updated",
     ]
-    list_filter = ["kind", "status", "target_platform", "target_client_id", DeliveredByFilter]
+    list_filter = ["kind", "status", ToolFilter, "target_platform", "target_client_id", DeliveredByFilter]
     search_fields = [
         "task_id", "dedupe_key", "target_conversation_id", "conversation__remote_id", "conversation__title",
+        "payload_json__json_icontains",
     ]
     ordering = ["-created_at", "-pk"]
     show_full_result_count = False
@@ -255,7 +279,10 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     # --- actions: each calls an operator service and reports done and skipped ------------
 
-    def _run(self, request, queryset, service, verb: str, **kwargs) -> None:
+    def _run(self, request, queryset, service, verb: str, **kwargs):
+        if bulk.is_across(request):
+            # "Select all N": every task the list matches, after a confirmation page.
+            return bulk.run_across(self, request, queryset, service=service, verb=verb, **kwargs)
         # In creation order, so the report reads in the order the tasks were made.
         task_ids = list(queryset.order_by("sequence").values_list("pk", flat=True))
         report = service(task_ids=task_ids, actor=request.user.username, **kwargs)
@@ -275,17 +302,17 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     @admin.action(permissions=["change"], description="Retry selected tasks (failed or cancelled)",
                   location=EVERYWHERE)
     def retry(self, request, queryset):
-        self._run(request, queryset, operator.tasks_retry, "Retried")
+        return self._run(request, queryset, operator.tasks_retry, "Retried")
 
     @admin.action(permissions=["change"], description="Cancel selected tasks (running ones too)",
                   location=EVERYWHERE)
     def cancel(self, request, queryset):
-        self._run(request, queryset, operator.tasks_cancel, "Cancelled")
+        return self._run(request, queryset, operator.tasks_cancel, "Cancelled")
 
     @admin.action(permissions=["change"], description="Approve selected blocked tasks", location=EVERYWHERE)
     def approve(self, request, queryset):
-        self._run(request, queryset, operator.tasks_approve, "Approved")
+        return self._run(request, queryset, operator.tasks_approve, "Approved")
 
     @admin.action(permissions=["change"], description="Reject selected blocked tasks", location=EVERYWHERE)
     def reject(self, request, queryset):
-        self._run(request, queryset, operator.tasks_reject, "Rejected")
+        return self._run(request, queryset, operator.tasks_reject, "Rejected")

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,12 @@ from django.contrib.auth.models import User
 from django.db import connections
 
 from automation.models import AutomationTask, TaskStatus
+from automation.wake import wakes_go_to
 from conversations.models import Conversation, Message
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.simulator import SimulatedPlugin
 from pipelines.rendering import parse_results
+from tests import factories
 from tests.browser import CHROMIUM_ARGS, require_chromium
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import ROOT, running_server, server_env, wait_for
@@ -174,3 +177,107 @@ def test_an_operator_approves_pauses_resumes_and_retries_from_the_admin(
     assert retry.actor == "operator"
     assert Message.objects.filter(source=Message.Source.CONDUCTOR).count() == 3
     assert json.loads(AutomationTask.objects.get(pk=failed.pk).result_json)["status"] == 200
+
+
+def test_the_task_list_and_the_overview_refresh_by_themselves_until_told_not_to(chromium, tmp_path, monkeypatch):
+    """console/static/console/live.js in real Chromium, its timers driven by Playwright's clock."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import expect, sync_playwright
+
+    User.objects.create_superuser("operator", password=PASSWORD)
+
+    def make_task(status):
+        # No dispatcher runs here to wake, and Playwright's loop owns this thread.
+        with wakes_go_to(threading.Event()):
+            return factories.make_task(status)
+
+    first = make_task(TaskStatus.FAILED)
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
+        cwd=ROOT, env=server_env(tmp_path), check=True,
+    )
+    with running_server(tmp_path) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page()
+        page.set_default_timeout(20_000)
+        page.clock.install()
+        fetches = []
+        page.on("request", lambda request: request.headers.get("x-conductor-live") and fetches.append(request.url))
+
+        def tick(seconds):
+            """Let the page's clock run; then give a fetch it started a moment to show."""
+            page.clock.run_for(seconds * 1000)
+            page.wait_for_timeout(300)
+
+        def held(seconds=20):
+            """No fetch however long the page waits."""
+            before = len(fetches)
+            tick(seconds)
+            assert len(fetches) == before
+
+        def set_visibility(state):
+            page.evaluate("""state => {
+                Object.defineProperty(document, "visibilityState", {value: state, configurable: true});
+                document.dispatchEvent(new Event("visibilitychange"));
+            }""", state)
+
+        page.goto(f"{server.base_url}/admin/login/?next={TASKS}")
+        page.fill("#id_username", "operator")
+        page.fill("#id_password", PASSWORD)
+        page.click("input[type=submit]")
+        expect(page.locator("#result_list")).to_contain_text(first.task_id)
+        expect(page.locator("#live-toggle")).to_be_checked()
+        page.evaluate("window.notReloaded = true")
+
+        # A new task's row appears without a reload, and the admin's select-all knows it.
+        second = make_task(TaskStatus.FAILED)
+        tick(5)
+        expect(page.locator("#result_list")).to_contain_text(second.task_id)
+        assert fetches[-1] == page.url
+        assert page.evaluate("window.notReloaded") is True
+        page.check("#action-toggle")
+        expect(page.locator(f"input.action-select[value='{second.pk}']")).to_be_checked()
+        expect(page.locator("span.action-counter")).to_have_text("2 of 2 selected")
+
+        # Checked rows hold the list still: what the operator sees is what gets submitted.
+        third = make_task(TaskStatus.FAILED)
+        held()
+        expect(page.locator("#live-status")).to_have_text("waiting: rows are selected")
+        expect(page.locator("#result_list")).not_to_contain_text(third.task_id)
+        page.uncheck("#action-toggle")
+        tick(5)
+        expect(page.locator("#result_list")).to_contain_text(third.task_id)
+
+        # A hidden tab fetches nothing; shown again, it refreshes at once.
+        set_visibility("hidden")
+        held()
+        before = len(fetches)
+        set_visibility("visible")
+        page.wait_for_timeout(300)
+        assert len(fetches) == before + 1
+
+        # Switched off, it stays off, after a reload too; switched on, it refreshes at once.
+        page.uncheck("#live-toggle")
+        held()
+        page.reload()
+        expect(page.locator("#live-toggle")).not_to_be_checked()
+        held()
+        before = len(fetches)
+        page.check("#live-toggle")
+        page.wait_for_timeout(300)
+        assert len(fetches) == before + 1
+
+        # The overview: the blocked count moves by itself.
+        page.goto(f"{server.base_url}/admin/overview/")
+        expect(page.locator("#blocked-count")).to_have_text("0")
+        make_task(TaskStatus.BLOCKED)
+        tick(5)
+        expect(page.locator("#blocked-count")).to_have_text("1")
+
+        # A session that ended stops it, and the page says so.
+        page.context.clear_cookies()
+        tick(5)
+        expect(page.locator("#live-status")).to_contain_text("stopped: your session has ended")
+        held()
+        browser.close()
+        connections.close_all()

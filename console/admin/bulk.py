@@ -1,0 +1,182 @@
+"""Task actions on every task the list matches ("Select all N", Django's ``select_across``).
+
+Django hands an action the changelist's whole filtered and searched queryset
+when the operator chose "Select all N". Such an action must not run at once:
+``run_across`` first answers with a confirmation page (how many tasks match,
+per status how many the action moves and how many it skips), which posts
+the same action back with ``post=yes``. Only then are the tasks moved, through
+the same operator service as checked rows, in batches of ``BATCH`` ids read
+by keyset, so neither the rows nor all their ids are ever held at once.
+
+What was confirmed is what runs: the page carries the highest ``sequence``
+that matched, and tasks created after it are left alone even when they match
+the filters by then. One submission moves at most ``LIMIT`` tasks, so one
+request stays short; the report says how many are left for the next one.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator
+
+from django.contrib import messages
+from django.contrib.admin import helpers
+from django.db.models import Count, Max, Q, QuerySet
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from automation.models import TaskStatus
+from automation.services.operator import STARTING_STATUSES, OperatorReport
+
+# Ids handed to the operator service at once.
+BATCH = 200
+# Tasks one confirmed submission moves at most; run the action again for the rest.
+LIMIT = 5000
+# Checked rows carried through the confirmation page (Django needs one to
+# call the action again; "all matching" ignores them). A page has at most 100.
+CARRIED_SELECTION = 100
+
+CONFIRM_TEMPLATE = "admin/automation/automationtask/bulk_confirmation.html"
+
+
+def is_across(request: HttpRequest) -> bool:
+    """Did the operator choose "Select all N" (every task the list matches) rather than checked rows?"""
+    return request.method == "POST" and request.POST.get("select_across") == "1"
+
+
+def run_across(
+    modeladmin,
+    request: HttpRequest,
+    queryset: QuerySet,
+    *,
+    service: Callable[..., OperatorReport],
+    verb: str,
+    **kwargs,
+) -> TemplateResponse | None:
+    """Confirm, then move every task of ``queryset`` that ``service`` can move.
+
+    Returns the confirmation page, or None once the tasks were moved (the
+    admin then redirects back to the list, where the messages report it).
+    """
+    through = _confirmed_through(request)
+    if through is None:
+        return _confirmation(modeladmin, request, queryset, service=service, verb=verb)
+    matching = queryset.filter(sequence__lte=through)
+    statuses = STARTING_STATUSES[service]
+    by_status = _counts_by_status(matching)
+    eligible = sum(n for status, n in by_status.items() if status in statuses)
+    done, skipped = 0, Counter()
+    for task_ids in _batches(matching.filter(status__in=statuses), limit=LIMIT):
+        report = service(task_ids=task_ids, actor=request.user.username, **kwargs)
+        done += len(report.done)
+        skipped.update(report.skipped.values())
+    _report(
+        modeladmin,
+        request,
+        verb=verb,
+        done=done,
+        skipped=skipped,
+        eligible=eligible,
+        not_eligible={status: n for status, n in by_status.items() if status not in statuses},
+    )
+    return None
+
+
+def _confirmed_through(request: HttpRequest) -> int | None:
+    """The ``sequence`` bound the confirmation page posted back, or None when this is not a confirmation."""
+    if request.POST.get("post") != "yes":
+        return None
+    try:
+        return int(request.POST.get("through", ""))
+    except ValueError:
+        return None
+
+
+def _counts_by_status(queryset: QuerySet) -> dict[str, int]:
+    """How many tasks of ``queryset`` are in each status: one grouped query."""
+    return dict(queryset.order_by().values_list("status").annotate(n=Count("pk")))
+
+
+def _batches(queryset: QuerySet, *, limit: int) -> Iterator[list[str]]:
+    """The ids of ``queryset`` in creation order, ``BATCH`` at a time, ``limit`` in all.
+
+    Keyset paging on (sequence, task_id): each batch is one query that starts
+    after the last row of the one before, so moving the tasks (which takes
+    them out of ``queryset``) neither skips nor repeats any.
+    """
+    rows = queryset.order_by("sequence", "pk").values_list("sequence", "pk")
+    after, taken = None, 0
+    while taken < limit:
+        page = rows if after is None else rows.filter(Q(sequence__gt=after[0]) | Q(sequence=after[0], pk__gt=after[1]))
+        batch = list(page[: min(BATCH, limit - taken)])
+        if not batch:
+            return
+        yield [pk for _, pk in batch]
+        taken += len(batch)
+        after = batch[-1]
+
+
+def _confirmation(modeladmin, request, queryset, *, service, verb: str) -> TemplateResponse:
+    action = request.POST.get("action", "")
+    statuses = STARTING_STATUSES[service]
+    by_status = _counts_by_status(queryset)
+    rows = [
+        (TaskStatus(status).label, by_status[status], status in statuses)
+        for status in TaskStatus.values
+        if by_status.get(status)
+    ]
+    eligible = sum(n for _, n, is_eligible in rows if is_eligible)
+    opts = modeladmin.model._meta
+    context = {
+        **modeladmin.admin_site.each_context(request),
+        # The action's name is its verb: retry, cancel, approve, reject.
+        "title": f"{action.capitalize()} every task the list matches?",
+        "opts": opts,
+        "action": action,
+        "verb": verb.lower(),
+        "rows": rows,
+        "total": sum(by_status.values()),
+        "eligible": eligible,
+        "skipped": sum(by_status.values()) - eligible,
+        "limit": LIMIT,
+        "over_limit": eligible > LIMIT,
+        "through": queryset.aggregate(last=Max("sequence"))["last"],
+        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)[:CARRIED_SELECTION],
+        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        "list_url": request.get_full_path(),
+    }
+    return TemplateResponse(request, CONFIRM_TEMPLATE, context)
+
+
+def _report(
+    modeladmin,
+    request,
+    *,
+    verb: str,
+    done: int,
+    skipped: Counter,
+    eligible: int,
+    not_eligible: dict[str, int],
+) -> None:
+    level = messages.SUCCESS if done else messages.WARNING
+    modeladmin.message_user(request, f"{verb} {done} of the tasks matching the list.", level)
+    if not_eligible:
+        shown = ", ".join(f"{n} {TaskStatus(status).label.lower()}" for status, n in sorted(not_eligible.items()))
+        modeladmin.message_user(
+            request,
+            f"Skipped {sum(not_eligible.values())} task(s) in a status it does not apply to: {shown}.",
+            messages.WARNING,
+        )
+    if skipped:
+        reasons = "; ".join(f"{why}: {n}" for why, n in skipped.most_common())
+        modeladmin.message_user(
+            request,
+            f"Skipped {sum(skipped.values())} task(s) that changed meanwhile ({reasons}).",
+            messages.WARNING,
+        )
+    if eligible > LIMIT:
+        modeladmin.message_user(
+            request,
+            f"Stopped after {LIMIT} tasks, the most one request moves: run the action again for the rest.",
+            messages.INFO,
+        )
