@@ -200,6 +200,17 @@ async def test_error_frames_echo_the_frame_id(client):
     await communicator.disconnect()
 
 
+async def test_an_id_longer_than_a_frame_may_have_is_not_echoed(client):
+    communicator, _ = await hello("laptop-chrome")
+    for frame_type in ("teleport", "browser.final_message"):
+        await communicator.send_json_to({"type": frame_type, "id": "x" * 50_000})
+        error = await communicator.receive_json_from()
+        assert (error["code"], error["id"]) == ("unknown_type" if frame_type == "teleport" else "invalid", None)
+    await communicator.send_json_to({"type": "teleport", "id": "x" * 255})
+    assert (await communicator.receive_json_from())["id"] == "x" * 255
+    await communicator.disconnect()
+
+
 async def test_the_same_client_connecting_again_closes_the_older_socket_with_4409(client):
     older, _ = await hello("laptop-chrome")
     newer, _ = await hello("laptop-chrome")
