@@ -210,7 +210,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
             handler = self.frame_handlers.get(frame["type"])
             if handler is None:
                 raise FrameError(
-                    ErrorCode.UNKNOWN_TYPE, f"unknown frame type {echo(frame['type'])}", frame.get("id")
+                    ErrorCode.UNKNOWN_TYPE, f"unknown frame type {echo(frame['type'])}", frame_id(frame)
                 )
             await handler(self, frame)
         except FrameError as error:
@@ -395,4 +395,4 @@ async def handle_ping(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
 
 @PluginConsumer.frame_handler("hello")
 async def handle_repeated_hello(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    raise FrameError(ErrorCode.INVALID, "already said hello on this socket", frame.get("id"))
+    raise FrameError(ErrorCode.INVALID, "already said hello on this socket", frame_id(frame))

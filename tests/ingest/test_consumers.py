@@ -200,12 +200,13 @@ async def test_error_frames_echo_the_frame_id(client):
     await communicator.disconnect()
 
 
-async def test_an_id_longer_than_a_frame_may_have_is_not_echoed(client):
+async def test_only_an_id_a_frame_may_have_is_echoed(client):
     communicator, _ = await hello("laptop-chrome")
-    for frame_type in ("teleport", "browser.final_message"):
-        await communicator.send_json_to({"type": frame_type, "id": "x" * 50_000})
-        error = await communicator.receive_json_from()
-        assert (error["code"], error["id"]) == ("unknown_type" if frame_type == "teleport" else "invalid", None)
+    for frame_type, code in (("teleport", "unknown_type"), ("browser.final_message", "invalid"), ("hello", "invalid")):
+        for frame_id in ("x" * 50_000, {"nested": ["an object"]}, 7):
+            await communicator.send_json_to({"type": frame_type, "id": frame_id})
+            error = await communicator.receive_json_from()
+            assert (error["code"], error["id"]) == (code, None)
     await communicator.send_json_to({"type": "teleport", "id": "x" * 255})
     assert (await communicator.receive_json_from())["id"] == "x" * 255
     await communicator.disconnect()

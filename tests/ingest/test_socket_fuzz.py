@@ -257,7 +257,6 @@ def wrong_value(draw) -> Case:
         {**result, "ok": True, "error_code": "blocked"},
         {**FIELDS["browser.dom_delivery.result"][0], "ok": True, "evidence": {"user_turn_seen": False}},
         {**result},  # a result for a request never sent to this client
-        {**HELLO, "id": "f"},  # a second hello
     ]))
     return Case(draw(dumped(frame)), "invalid", frame_id="f")
 
@@ -291,10 +290,21 @@ type_not_a_string = st.builds(
     lambda value, extra: {**extra, "type": value}, JSON.filter(lambda v: not isinstance(v, str)),
     st.dictionaries(st.sampled_from(["x", "text", "ok"]), JSON, max_size=2),
 ).flatmap(dumped).map(lambda raw: Case(raw, "invalid"))
+# Any id a frame may carry: an error echoes only a string of at most 255 characters.
+ANY_IDS = FRAME_IDS | JSON | st.integers(256, 20_000).map(lambda n: "i" * n)
+
+
+def echoed(frame_id: Any) -> str | None:
+    return frame_id if isinstance(frame_id, str) and len(frame_id) <= 255 else None
+
+
 unknown_type = st.builds(
     lambda frame_type, frame_id: {"type": frame_type, "id": frame_id},
-    st.text(CHARS, max_size=30).filter(lambda t: t not in KNOWN_TYPES), FRAME_IDS,
-).flatmap(lambda frame: dumped(frame).map(lambda raw: Case(raw, "unknown_type", frame_id=frame["id"])))
+    st.text(CHARS, max_size=30).filter(lambda t: t not in KNOWN_TYPES), ANY_IDS,
+).flatmap(lambda frame: dumped(frame).map(lambda raw: Case(raw, "unknown_type", frame_id=echoed(frame["id"]))))
+second_hello = ANY_IDS.flatmap(
+    lambda frame_id: dumped({**HELLO, "id": frame_id}).map(lambda raw: Case(raw, "invalid", frame_id=echoed(frame_id)))
+)
 ping_with_anything = st.dictionaries(TEXT.filter(lambda k: k != "type"), JSON, max_size=4).flatmap(
     lambda extra: dumped({**extra, "type": "ping"})).map(lambda raw: Case(raw, "pong"))
 
@@ -343,7 +353,7 @@ valid_final_message = final_message().flatmap(
 
 HOSTILE = st.one_of(
     not_json(), not_an_object, binary, type_not_a_string, unknown_type, wrong_type(), missing_field(),
-    too_long(), wrong_value(), nested(), odd_number(), surrogate(), ping_with_anything,
+    too_long(), wrong_value(), nested(), odd_number(), surrogate(), ping_with_anything, second_hello,
 )
 
 
