@@ -6,10 +6,13 @@ switch, the catch-all) is filled in with a row that exists, so that a page
 added later is walked too.
 """
 
+import logging
 import re
 from collections.abc import Iterator
 
 import pytest
+from asgiref.sync import async_to_sync
+from channels.testing import WebsocketCommunicator
 from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.options import ActionLocation
@@ -19,8 +22,10 @@ from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
 from automation.models import ToolPolicy
+from conductor_site.asgi import application
 from ingest.models import PluginClient
 from tests.factories import (
+    TEST_TOKEN,
     InstructionFactory,
     MessageFactory,
     PluginClientFactory,
@@ -178,3 +183,40 @@ def test_every_admin_post_without_a_csrf_token_is_refused(admin_user, rows):
     assert answered == {}
     client_row = PluginClient.objects.get()
     assert client_row.enabled and client_row.token_hash == rows["ingest/pluginclient"].token_hash
+
+
+# --- a plugin's token: never in a log line, never on an admin page --------------------------------
+
+
+@pytest.mark.django_db(transaction=True, databases="__all__")
+def test_a_token_is_in_no_log_line_and_on_no_admin_page(admin_client, rows, caplog, channel_layer):
+    wrong = "wrong-token-" + "w" * 32
+    client = rows["ingest/pluginclient"]
+    hellos = [
+        ({"client_id": client.client_id, "token": TEST_TOKEN, "plugin_version": "1.0.0",
+          "capabilities": ["proxy_delivery", "dom_delivery"], "adapters": {"claude": "2026-11-29"}}, "hello.ok"),
+        ({"client_id": client.client_id, "token": wrong}, "unauthorized"),
+        ({"client_id": "nobody", "token": TEST_TOKEN}, "unauthorized"),
+        ({"client_id": client.client_id, "token": TEST_TOKEN, "capabilities": "all"}, "unauthorized"),
+        ({"client_id": TEST_TOKEN, "token": wrong}, "unauthorized"),  # pasted into the wrong field
+    ]
+
+    async def say_hellos():
+        for fields, answer in hellos:
+            communicator = WebsocketCommunicator(application, "/ws/plugin/")
+            assert (await communicator.connect())[0]
+            await communicator.send_json_to({"type": "hello", **fields})
+            reply = await communicator.receive_json_from()
+            assert reply.get("code", reply["type"]) == answer, reply
+            await communicator.disconnect()
+
+    caplog.set_level(logging.DEBUG)
+    async_to_sync(say_hellos)()
+
+    logged = caplog.text + "".join(str(record.__dict__) for record in caplog.records)
+    assert "hello_refused" in logged  # the refusals were logged, without what was refused
+    assert TEST_TOKEN not in logged and wrong not in logged
+    pages = {url: admin_client.get(url) for url in admin_urls(rows) if "/delete/" not in url}
+    assert {url: page.status_code for url, page in pages.items() if page.status_code >= 500} == {}
+    assert "2026-11-29" in pages[f"/admin/ingest/pluginclient/{client.pk}/change/"].content.decode()
+    assert [url for url, page in pages.items() if TEST_TOKEN in page.content.decode()] == []
