@@ -99,9 +99,10 @@ class Case:
                 assert f"'{self.field}'" in reply["detail"], (self.raw[:300], reply)
 
 
-# Any character a text frame can carry (controls, every plane; no lone surrogate,
-# which no UTF-8 text holds: those come as JSON escapes, below).
-CHARS = st.characters(codec="utf-8")
+# Any character a text frame can carry (controls, every plane) but NUL, which
+# no frame may hold, and a lone surrogate, which no UTF-8 text holds: those
+# come on their own, below.
+CHARS = st.characters(codec="utf-8", exclude_characters="\0")
 TEXT = st.text(CHARS, max_size=40)
 SCALARS = (
     st.none() | st.booleans() | st.integers(-(10**40), 10**40)
@@ -347,14 +348,25 @@ def surrogate(draw) -> Case:
     return Case(where % escape, expect)
 
 
+@st.composite
+def nul(draw) -> Case:
+    """A NUL (as a JSON escape) in any string of a frame that is valid but for it: PostgreSQL stores none."""
+    frame = draw(st.sampled_from([FIELDS["browser.final_message"][0], {"type": "ping"}]))
+    name = draw(st.sampled_from([*sorted(set(frame) - {"type", "id"}), "extra"]))
+    value = draw(TEXT) + "\0" + draw(TEXT)
+    return Case(draw(dumped({**frame, name: value})), "invalid")  # refused as it is decoded, before its id is read
+
+
 valid_final_message = final_message().flatmap(
     lambda frame: dumped(frame).map(lambda raw: Case(raw, "ack", frame_id=frame["id"]))
 )
 
-HOSTILE = st.one_of(
+# Frames that are hostile whenever they come; after a hello, a second one is too.
+HOSTILE_ANYTIME = st.one_of(
     not_json(), not_an_object, binary, type_not_a_string, unknown_type, wrong_type(), missing_field(),
-    too_long(), wrong_value(), nested(), odd_number(), surrogate(), ping_with_anything, second_hello,
+    too_long(), wrong_value(), nested(), odd_number(), surrogate(), nul(), ping_with_anything,
 )
+HOSTILE = HOSTILE_ANYTIME | second_hello
 
 
 def answer(ws: ClientConnection) -> dict[str, Any]:
@@ -402,7 +414,7 @@ FIRST_FRAMES = st.one_of(
     st.builds(lambda token: {**HELLO, "token": token}, JSON.filter(lambda t: t != TEST_TOKEN)),
     st.builds(lambda client_id: {**HELLO, "client_id": client_id}, JSON.filter(lambda c: c not in (FUZZER, BYSTANDER))),
     st.dictionaries(TEXT, JSON, max_size=4),
-).flatmap(dumped) | HOSTILE.map(lambda case: case.raw)
+).flatmap(dumped) | HOSTILE_ANYTIME.map(lambda case: case.raw)
 
 
 def test_no_frame_is_served_before_a_hello(server):
