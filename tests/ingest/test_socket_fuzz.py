@@ -28,7 +28,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from conversations.models import Message
 from ingest.blocks import parse_blocks
-from ingest.protocol import MAX_FRAME_BYTES, CloseCode
+from ingest.protocol import MAX_FRAME_BYTES, MAX_HELLO_FRAME_BYTES, CloseCode
 from platforms import platforms
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import running_server
@@ -423,6 +423,11 @@ def test_no_frame_is_served_before_a_hello(server):
     def first_frame(raw):
         with connect(server.ws_url, max_size=None) as ws:
             ws.send(raw)
+            if len(raw if isinstance(raw, bytes) else raw.encode()) > MAX_HELLO_FRAME_BYTES:
+                with pytest.raises(ConnectionClosed):  # refused unread, unanswered
+                    ws.recv(timeout=WAIT)
+                assert ws.close_code == CloseCode.MESSAGE_TOO_BIG
+                return
             reply = answer(ws)
             assert (reply["type"], reply["code"]) == ("error", "unauthorized"), reply
             with pytest.raises(ConnectionClosed):
