@@ -31,6 +31,8 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "conductor_site.settings")
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
+from tests.server import rss_bytes  # shared with the tests that watch a server's memory
+
 NOOP_KIND = "bench.noop"
 # For a server whose ingest is measured: no frame rate limit, no hourly instruction limit.
 UNLIMITED_INGEST = {"CONDUCTOR_MAX_FRAMES_PER_SECOND": "1000000", "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": "1000000"}
@@ -341,18 +343,6 @@ def cpu_seconds(pid: int) -> float | None:
 def processes_cpu_seconds(pids: Sequence[int]) -> float:
     """CPU-seconds the processes ``pids`` have used so far, together; ended ones count 0."""
     return sum(cpu_seconds(pid) or 0.0 for pid in pids)
-
-
-def rss_bytes(pid: int) -> int:
-    """The process's resident memory (VmRSS); 0 once it is gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def rss_mib(pid: int) -> float:

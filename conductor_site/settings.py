@@ -253,6 +253,14 @@ if HTTPS_ONLY:
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
     SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    # HSTS for every subdomain, and the browsers' preload list, bind other
+    # sites of the domain and are hard to undo: the operator opts in, and
+    # the deploy checks do not nag while they have not.
+    SILENCED_SYSTEM_CHECKS = [
+        check
+        for check, is_on in (("security.W005", SECURE_HSTS_INCLUDE_SUBDOMAINS), ("security.W021", SECURE_HSTS_PRELOAD))
+        if not is_on
+    ]
 else:
     SILENCED_SYSTEM_CHECKS = [
         "security.W004",  # SECURE_HSTS_SECONDS

@@ -156,7 +156,8 @@ def _json_object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     result: dict[str, Any] = {}
     for key, value in pairs:
         if key in result:
-            raise ValueError(f"duplicate key {key!r}")
+            # Echoed as much as a bad header is: an assistant's key may be as long as its block.
+            raise ValueError(f"duplicate key {key[:80]!r}" + ("…" if len(key) > 80 else ""))
         result[key] = value
     return result
 

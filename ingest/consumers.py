@@ -217,7 +217,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
             handler = self.frame_handlers.get(frame["type"])
             if handler is None:
                 raise FrameError(
-                    ErrorCode.UNKNOWN_TYPE, f"unknown frame type {echo(frame['type'])}", frame.get("id")
+                    ErrorCode.UNKNOWN_TYPE, f"unknown frame type {echo(frame['type'])}", frame_id(frame)
                 )
             await handler(self, frame)
         except FrameError as error:
@@ -235,6 +235,20 @@ class PluginConsumer(AsyncWebsocketConsumer):
                 frame_id=frame_id(frame) if frame else None,
             )
 
+    async def _log_hello_refused(self, client_id: Any, **fields: Any) -> None:
+        """Log a refused hello, naming its ``client_id`` only when that names a client.
+
+        An id that names none may be the token pasted into the wrong field,
+        which must not reach a log.
+        """
+        is_known = isinstance(client_id, str) and await database_sync_to_async(selectors.plugin_client_exists)(
+            client_id=client_id
+        )
+        log_event(
+            logger, "hello_refused", level=logging.WARNING, client_id=client_id if is_known else None,
+            unknown_client=not is_known, **fields,
+        )
+
     async def _close_too_big(self) -> None:
         try:
             await self.close(code=CloseCode.MESSAGE_TOO_BIG)
@@ -251,7 +265,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         try:
             info = parse_plugin_info(frame)
         except FrameError as error:
-            log_event(logger, "hello_refused", level=logging.WARNING, client_id=client_id, reason=error.detail)
+            await self._log_hello_refused(client_id, reason=error.detail)
             raise
         client = None
         if isinstance(client_id, str) and isinstance(token, str):
@@ -259,7 +273,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
                 client_id=client_id, token=token
             )
         if client is None:
-            log_event(logger, "hello_refused", level=logging.WARNING, client_id=client_id)
+            await self._log_hello_refused(client_id)
             raise FrameError(ErrorCode.UNAUTHORIZED, "unknown client, wrong token or revoked client")
 
         self.client_pk, self.client_id = client.pk, client.client_id
@@ -402,4 +416,4 @@ async def handle_ping(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
 
 @PluginConsumer.frame_handler("hello")
 async def handle_repeated_hello(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    raise FrameError(ErrorCode.INVALID, "already said hello on this socket", frame.get("id"))
+    raise FrameError(ErrorCode.INVALID, "already said hello on this socket", frame_id(frame))

@@ -24,6 +24,8 @@ from platforms.registry import DeliveryMethod
 
 # How much of a value a frame sent is echoed back in an error's detail.
 ECHO_CHARS = 40
+# The longest frame ``id`` taken, and echoed back in an error frame's ``id``.
+MAX_FRAME_ID_CHARS = 255
 
 # Bounds of what a hello says about the plugin: generous for any real
 # plugin, small enough that a client row stays small.
@@ -112,8 +114,9 @@ def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
 
 
 def frame_id(frame: dict[str, Any]) -> str | None:
+    """The frame's ``id`` to echo in an answer; None when it has none, or one no valid frame has."""
     value = frame.get("id")
-    return value if isinstance(value, str) else None
+    return value if isinstance(value, str) and len(value) <= MAX_FRAME_ID_CHARS else None
 
 
 @dataclass(frozen=True)
@@ -211,7 +214,7 @@ def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
             ) from None
         if observed_at.tzinfo is None:
             observed_at = observed_at.replace(tzinfo=dt.UTC)
-    _field(frame, "id", str, max_length=255)
+    _field(frame, "id", str, max_length=MAX_FRAME_ID_CHARS)
     capture = _field(frame, "capture", str) or ""
     if capture and capture not in Message.Capture.values:
         raise FrameError(

@@ -4,9 +4,11 @@
 ``NaN``, ``Infinity`` and ``1e999`` (not JSON, and refused by PostgreSQL's
 ``jsonb``), integers of thousands of digits (Python refuses to convert more
 than 4,300 and raises a plain ``ValueError``), nesting deep enough to raise
-``RecursionError``, and ``"\\ud800"``: a lone surrogate, which no UTF-8 text
-can hold. ``loads_checked`` refuses each with a ``JsonRefused`` that says
-what was wrong, in work linear in the text's size.
+``RecursionError``, ``"\\ud800"``: a lone surrogate, which no UTF-8 text
+can hold, and ``"\\u0000"``: a NUL, which PostgreSQL's text and ``jsonb``
+refuse (a message holding one could never be stored there). ``loads_checked``
+refuses each with a ``JsonRefused`` that says what was wrong, in work linear
+in the text's size.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def _non_finite(name: str) -> Any:
 
 
 def _check_tree(value: Any, max_depth: int) -> None:
-    """Refuse nesting deeper than ``max_depth`` and strings holding a lone surrogate; iterative."""
+    """Refuse nesting deeper than ``max_depth`` and strings holding a lone surrogate or a NUL; iterative."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -77,6 +79,8 @@ def _check_tree(value: Any, max_depth: int) -> None:
             if has_lone_surrogate(item):
                 raise JsonRefused("a string holds a lone surrogate (an unpaired \\ud800-\\udfff escape)",
                                   is_malformed=False)
+            if "\0" in item:
+                raise JsonRefused("a string holds a NUL character (a \\u0000 escape)", is_malformed=False)
         elif isinstance(item, dict | list):
             if depth > max_depth:
                 raise JsonRefused(f"nested deeper than {max_depth} levels", is_malformed=True)

@@ -60,6 +60,11 @@ class PluginTargets:
 plugin_targets = PluginTargets()
 
 
+def plugin_client_exists(*, client_id: str) -> bool:
+    """Whether a client (enabled or revoked) has this id."""
+    return PluginClient.objects.filter(client_id=client_id).exists()
+
+
 def plugin_client_authenticate(*, client_id: str, token: str) -> PluginClient | None:
     """The enabled client with this id and token, or None. Unknown ids cost the same hash."""
     client = PluginClient.objects.filter(client_id=client_id, enabled=True).first()

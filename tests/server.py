@@ -63,6 +63,10 @@ class RunningServer:
                 os.kill(pid, signal.SIGKILL)
         self.process.wait(timeout=10)
 
+    def rss_bytes(self) -> int:
+        """The resident memory of the server's processes together."""
+        return sum(rss_bytes(pid) for pid in self.processes())
+
     def processes(self) -> list[int]:
         """The server's process and all its descendants still alive."""
         return [pid for pid in [self.process.pid, *descendants(self.process.pid)] if _alive(pid)]
@@ -74,6 +78,18 @@ def _alive(pid: int) -> bool:
     except (FileNotFoundError, IndexError):
         return False
     return state != "Z"
+
+
+def rss_bytes(pid: int) -> int:
+    """The process's resident memory (VmRSS); 0 once it is gone."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
 
 
 def descendants(pid: int) -> list[int]:

@@ -155,13 +155,15 @@ def test_redis_url_and_database_url_switch_the_backends(tmp_path):
     assert values["q"]["redis"] == "redis://127.0.0.1:6379/3" and "orm" not in values["q"]
 
 
-def test_check_deploy_is_clean_with_debug_off_a_real_key_and_hosts(tmp_path):
+@pytest.mark.parametrize("https_only", ["false", "true"], ids=["loopback", "behind-tls"])
+def test_check_deploy_is_clean_with_debug_off_a_real_key_and_hosts(tmp_path, https_only):
     env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "REDIS_URL")}
     env.update(
         CONDUCTOR_DATA_DIR=str(tmp_path),
         DEBUG="false",
         SECRET_KEY="k7#" + "q8Zr2vLm9Tn4Xw6Yp1Bs5Cd3Fg7Hj0Kl" * 2,
         ALLOWED_HOSTS="conductor.example.com",
+        HTTPS_ONLY=https_only,
     )
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],

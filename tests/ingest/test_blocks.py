@@ -2,9 +2,10 @@ import html
 import json
 import re
 from pathlib import Path
+from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from markdown_it import MarkdownIt
 
@@ -58,6 +59,8 @@ def test_valid_blocks(text, target, tool, params):
         ('```baa\necho\n{"a": 1,}\n```', "params are not valid JSON: Expecting property name enclosed in double quotes (line 3, column 9)"),
         ('text\n\n```baa\necho\n{\n  "a": 1\n  "b": 2\n}\n```', "params are not valid JSON: Expecting ',' delimiter (line 7, column 3)"),
         ('```baa\necho\n{"a": 1} {"b": 2}\n```', "params are not valid JSON: Extra data (line 3, column 10)"),
+        ('```baa\necho\n{"%s": 1, "%s": 2}\n```' % ("k" * 5000, "k" * 5000),
+         f"params are not valid JSON: duplicate key '{'k' * 80}'…"),
         ("```baa\necho\n[1, 2]\n```", "params must be one JSON object, got an array"),
         ('```baa\necho\n"path"\n```', "params must be one JSON object, got a string"),
         ("```baa\necho\n42\n```", "params must be one JSON object, got a number"),
@@ -270,6 +273,97 @@ def test_never_more_than_the_limit_and_one_rejection_counting_the_rest(segments)
     else:
         assert len(blocks) == MAX_BLOCKS + 1
         assert f"; {ignored} more block" in blocks[-1].error
+
+
+# --- messages shaped like an assistant's, with hostile blocks ---------------------
+
+# What a block's body may hold: JSON of any shape, broken JSON, duplicate keys,
+# non-finite or long numbers, lone surrogate escapes, deep nesting, prose.
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+bodies = st.one_of(
+    json_values.map(json.dumps),
+    st.text(max_size=80),
+    st.builds(lambda key, a, b: f'{{"{key}": {a}, "{key}": {b}}}', st.builds(str.__mul__, st.sampled_from("ké "), st.integers(1, 3000)),
+              st.integers(), st.integers()),
+    st.sampled_from(["NaN", "{\"n\": Infinity}", '{"n": 1e999}', '{"s": "\\ud800"}', "{\"n\": " + "9" * 300 + "}"]),
+    st.integers(1, 3000).map(lambda depth: '{"a": ' + "[" * depth + "]" * depth + "}"),
+    st.integers(1, 3).map(lambda n: '{"s": "' + "x" * (MAX_BLOCK_BYTES * n // 2) + '"}'),
+)
+headers = st.one_of(names, st.sampled_from(["", "Files.Read", "a::b::c", "::echo", "laptop::shell.run"]), st.text(max_size=30))
+
+
+@st.composite
+def assistant_segment(draw):
+    """A paragraph, or a fence as assistants write them: baa or not, closed or not, nested, in a list or a quote."""
+    fence = draw(st.sampled_from("`~")) * draw(st.integers(3, 6))
+    body = f"{draw(headers)}\n{draw(bodies)}"
+    kind = draw(st.sampled_from(["prose", "baa", "baa", "unclosed", "other", "nested", "item", "quote"]))
+    if kind == "prose":
+        return draw(st.text(max_size=120))
+    block = f"{fence}baa\n{body}\n{fence}"
+    return {
+        "baa": block,
+        "unclosed": f"{fence}baa\n{body}",
+        "other": f"{fence}{draw(st.sampled_from(['python', 'json', '']))}\n{body}\n{fence}",
+        "nested": f"{fence}`````~~~~~~md\n{block}\n{fence}`````~~~~~~",
+        "item": "3. Step:\n" + "\n".join("   " + line for line in block.split("\n")),
+        "quote": "\n".join("> " + line for line in block.split("\n")),
+    }[kind]
+
+
+# Up to hundreds of blocks: a message of a few segments, a short one repeated many times.
+assistant_messages = st.lists(
+    st.tuples(assistant_segment(), st.sampled_from([1, 1, 1, 2, 5, 300])), max_size=5,
+).map(lambda parts: "\n\n".join("\n\n".join([segment] * (times if len(segment) < 300 else 1))
+                                 for segment, times in parts))
+
+
+def check_bounded(blocks):
+    """What SPEC §5 bounds: at most 32 blocks and one rejection for the rest; each valid block within 64 KiB."""
+    assert len(blocks) <= MAX_BLOCKS + 1
+    assert [b.index for b in blocks] == list(range(1, len(blocks) + 1))
+    assert [b.line for b in blocks] == sorted(b.line for b in blocks)
+    for block in blocks:
+        assert block.is_valid != bool(block.error)
+        assert len(block.error) <= 300, block.error[:400]
+        if block.is_valid:
+            assert len(block.raw_text.encode("utf-8")) <= MAX_BLOCK_BYTES
+            assert isinstance(block.params, dict) and blocks_module.HEADER_RE.match(block.tool)
+    if len(blocks) > MAX_BLOCKS:
+        assert blocks[-1].raw_text == "" and blocks[-1].error.startswith("too many blocks")
+
+
+@settings(max_examples=100, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(assistant_messages)
+def test_assistant_messages_give_bounded_blocks_in_bounded_work(text):
+    calls = {"parse": 0, "loads": 0}
+    real_parse, real_loads = blocks_module._COMMONMARK.parse, blocks_module.loads_checked
+
+    def counted(name, real):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return call
+
+    with mock.patch.object(blocks_module._COMMONMARK, "parse", counted("parse", real_parse)), \
+         mock.patch.object(blocks_module, "loads_checked", counted("loads", real_loads)):
+        blocks = parse_blocks(text)
+
+    check_bounded(blocks)
+    # However many blocks the message holds: one CommonMark parse, and params decoded for the kept ones only.
+    assert calls["parse"] <= 1 and calls["loads"] <= MAX_BLOCKS
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(assistant_messages.filter(lambda text: "\r" not in text))
+def test_crlf_and_cr_line_ends_give_the_same_blocks_as_lf(text):
+    blocks = parse_blocks(text)
+    assert parse_blocks(text.replace("\n", "\r\n")) == blocks
+    assert parse_blocks(text.replace("\n", "\r")) == blocks
 
 
 # --- containers: where CommonMark puts fences (SPEC §5) ------------------------

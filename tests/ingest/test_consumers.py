@@ -200,6 +200,18 @@ async def test_error_frames_echo_the_frame_id(client):
     await communicator.disconnect()
 
 
+async def test_only_an_id_a_frame_may_have_is_echoed(client):
+    communicator, _ = await hello("laptop-chrome")
+    for frame_type, code in (("teleport", "unknown_type"), ("browser.final_message", "invalid"), ("hello", "invalid")):
+        for frame_id in ("x" * 50_000, {"nested": ["an object"]}, 7):
+            await communicator.send_json_to({"type": frame_type, "id": frame_id})
+            error = await communicator.receive_json_from()
+            assert (error["code"], error["id"]) == (code, None)
+    await communicator.send_json_to({"type": "teleport", "id": "x" * 255})
+    assert (await communicator.receive_json_from())["id"] == "x" * 255
+    await communicator.disconnect()
+
+
 async def test_the_same_client_connecting_again_closes_the_older_socket_with_4409(client):
     older, _ = await hello("laptop-chrome")
     newer, _ = await hello("laptop-chrome")
@@ -595,6 +607,8 @@ def final_with(raw_field: str, raw_value: str) -> str:
     [
         *[(final_with(field, '"a\\ud800b"'), "invalid", "lone surrogate")
           for field in ("text", "conversation_id", "title", "message_id")],
+        *[(final_with(field, '"a\\u0000b"'), "invalid", "NUL character")
+          for field in ("text", "conversation_id", "title", "message_id")],
         (final_with("text", '"\\udfff"'), "invalid", "lone surrogate"),
         (final_with("extra", "NaN"), "invalid", "NaN is not a number JSON allows"),
         (final_with("extra", "-Infinity"), "invalid", "-Infinity is not a number"),
@@ -606,6 +620,7 @@ def final_with(raw_field: str, raw_value: str) -> str:
         (final_with("extra", "0." + "1" * 120), "bad_frame", "more than 100 digits"),
     ],
     ids=["text-surrogate", "conversation-surrogate", "title-surrogate", "message-id-surrogate",
+         "text-nul", "conversation-nul", "title-nul", "message-id-nul",
          "low-surrogate", "nan", "minus-infinity", "1e999", "deep-1500", "deep-101", "int-4301-digits",
          "int-101-digits", "float-120-digits"],
 )
@@ -730,11 +745,19 @@ async def test_a_socket_to_an_unknown_path_is_refused_quietly(client, caplog):
     assert "Traceback" not in caplog.text
 
 
-async def test_a_block_with_a_non_finite_number_is_stored_as_rejected_not_a_poison_message(client):
+@pytest.mark.parametrize(
+    "params,error",
+    [
+        ('{"big": 1e999}', "1e999 is not a finite number"),
+        ('{"s": "x\\u0000y"}', "NUL character"),  # PostgreSQL stores no NUL, in text or jsonb
+    ],
+    ids=["non-finite", "nul"],
+)
+async def test_a_block_whose_params_cannot_be_stored_is_rejected_not_a_poison_message(client, params, error):
     communicator, _ = await hello("laptop-chrome")
-    await communicator.send_json_to({**FINAL, "text": 'Here:\n```baa\necho\n{"big": 1e999}\n```'})
+    await communicator.send_json_to({**FINAL, "text": f"Here:\n```baa\necho\n{params}\n```"})
     ack = await communicator.receive_json_from()
     assert (ack["type"], ack["instructions"]) == ("ack", 1)
     instruction = await Instruction.objects.aget()
-    assert instruction.status == "rejected" and "1e999 is not a finite number" in instruction.error
+    assert instruction.status == "rejected" and error in instruction.error
     await communicator.disconnect()

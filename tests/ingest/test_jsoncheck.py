@@ -31,6 +31,9 @@ def test_ordinary_json_decodes_as_usual(text, value):
         ('"\\ud800"', False, "lone surrogate"),
         ('{"\\udc00": 1}', False, "lone surrogate"),  # keys too
         ('["ok", {"deep": "\\udfff"}]', False, "lone surrogate"),
+        ('"a\\u0000b"', False, "NUL character"),
+        ('{"\\u0000": 1}', False, "NUL character"),
+        ('[{"deep": ["\\u0000"]}]', False, "NUL character"),
         ("[" * 101 + "]" * 101, True, "nested deeper than 100 levels"),
         ('{"a":' * 101 + "1" + "}" * 101, True, "nested deeper than 100 levels"),
         ("[" * 5000 + "]" * 5000, True, "nested deeper than 100 levels"),

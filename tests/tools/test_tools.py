@@ -381,8 +381,10 @@ def test_shell_runs_an_argv_without_a_shell(workspace):
     assert result["stdout"] == f"{(workspace / 'sub').resolve()}\n"
     assert result["stderr"] == "oops\n"
     assert result["timed_out"] is False
-    # No shell: metacharacters are plain arguments.
-    assert run(workspace, "shell.run", {"argv": ["echo", "$HOME", ";", "ls"]})["stdout"] == "$HOME ; ls\n"
+    # No shell: metacharacters are plain arguments, and nothing they would run runs.
+    argv = ["echo", "$HOME", ";", "touch", "semi", "$(touch dollar)", "|", "touch", "pipe", "`touch tick`", "&&", ">", "out"]
+    assert run(workspace, "shell.run", {"argv": argv})["stdout"] == " ".join(argv[1:]) + "\n"
+    assert sorted(path.name for path in workspace.iterdir()) == ["sub"]
 
 
 def test_a_non_zero_exit_is_a_failure_that_keeps_the_output(workspace):
@@ -405,12 +407,15 @@ def test_a_missing_cwd_is_refused(workspace):
 def test_the_environment_is_minimal_and_holds_no_server_secret(workspace, monkeypatch, settings):
     monkeypatch.setenv("SECRET_KEY", "server-secret-value")
     monkeypatch.setenv("DATABASE_URL", "postgres://conductor:db-password@db/conductor")
+    monkeypatch.setenv("CONDUCTOR_TEST_SECRET", "conductor-test-secret-value")
+    printed = refused(workspace, "shell.run", {"argv": ["printenv", "CONDUCTOR_TEST_SECRET"]})
+    assert str(printed) == "exited with code 1" and printed.result["stdout"] == ""
     result = run(workspace, "shell.run", {"argv": ["env"]})
     lines = sorted(result["stdout"].splitlines())
     assert lines == sorted([
         "HOME=" + str(workspace.resolve()), "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin",
     ])
-    for secret in ("server-secret-value", "db-password", settings.SECRET_KEY):
+    for secret in ("server-secret-value", "db-password", "conductor-test-secret-value", settings.SECRET_KEY):
         assert secret not in result["stdout"]
 
 
