@@ -35,6 +35,15 @@ const REFUSED_CODES = new Set([4401, 4403]);
 const REPLACED_CODE = 4409;
 /** Error codes that mean the server will never take the frame: it leaves the outbox. */
 const REJECTED_FRAME_CODES = new Set(["invalid", "bad_frame", "too_large", "unknown_type"]);
+/**
+ * Error codes after which the same frame may be taken later: it stays in the
+ * outbox and goes again on this socket after a delay that grows with each
+ * refusal of that frame (`rate_limited`: dropped by the frame limit;
+ * `server_error`: the server failed to store it, e.g. its database was away).
+ */
+const RETRY_FRAME_CODES = new Set(["rate_limited", "server_error"]);
+/** Refusals counted per frame, for the growing delay (reset by its ack). */
+const refusals = new Map();
 const RECENT_ACKS = 50;
 const REMEMBERED_BODY_CHARS = 4096;
 /** How long past its own timeout a tab's content script may take to answer a DOM delivery. */
@@ -254,6 +263,7 @@ const FRAME_HANDLERS = {
   },
   async ack(frame) {
     if (typeof frame.id !== "string") return;
+    refusals.delete(frame.id);
     await outbox.ack(frame.id);
     await recordAck(frame.id);
   },
@@ -264,9 +274,14 @@ const FRAME_HANDLERS = {
       await outbox.ack(frame.id);
       observedAt.delete(frame.id);
       await session.set("lastRejected", { id: frame.id, code: frame.code, detail: String(frame.detail ?? ""), at: Date.now() });
-    } else if (typeof frame.id === "string" && frame.code === "rate_limited") {
-      sentOnSocket.delete(frame.id);
-      setTimeout(flush, 1000);
+    } else if (typeof frame.id === "string" && RETRY_FRAME_CODES.has(frame.code)) {
+      const attempt = refusals.get(frame.id) ?? 0;
+      if (attempt === 0 && refusals.size >= MAX_OBSERVED) refusals.clear();
+      refusals.set(frame.id, attempt + 1);
+      setTimeout(() => {
+        sentOnSocket.delete(frame.id);
+        flush();
+      }, 1000 + reconnectDelay(attempt));
     }
   },
   async "browser.proxy_delivery"(frame) {

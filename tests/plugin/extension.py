@@ -135,6 +135,8 @@ class ScriptedServer:
 
     on_hello: Callable[[dict[str, Any]], int | None] = lambda hello: None
     ack_final_messages: bool = True
+    # Error codes to answer the next final messages with, one per frame, before acks resume.
+    refusals: list[str] = field(default_factory=list)
     # How to wait: a test with a browser passes PluginBrowser.pause, so that routes are served meanwhile.
     sleep: Callable[[float], None] = time.sleep
     connections: int = 0
@@ -176,6 +178,9 @@ class ScriptedServer:
                     self.received.append(frame)
                 if frame.get("type") == "ping":
                     connection.send(json.dumps({"type": "pong"}))
+                elif frame.get("type") == "browser.final_message" and self.refusals:
+                    code = self.refusals.pop(0)
+                    connection.send(json.dumps({"type": "error", "id": frame["id"], "code": code, "detail": "scripted"}))
                 elif frame.get("type") == "browser.final_message" and self.ack_final_messages:
                     connection.send(json.dumps({
                         "type": "ack", "id": frame["id"], "message_id": str(len(self.received)),

@@ -96,6 +96,22 @@ def test_frames_not_acknowledged_are_sent_again_after_a_reconnect(browser, serve
     assert server.connections == 2
 
 
+@pytest.mark.parametrize("code", ["server_error", "rate_limited"])
+def test_a_frame_the_server_could_not_take_yet_is_sent_again_on_the_same_socket(browser, server, code):
+    server.refusals = [code, code]
+    paired(browser, server)
+    app = chat_app("claude")
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    app.answer_next("Kept until the server can store it.")
+    page.evaluate("mockChat.ask('q', {html: '<p>Kept until the server can store it.</p>'})")
+
+    frames = server.wait_for_frames("browser.final_message", 3, timeout=30)
+    assert len({frame["id"] for frame in frames}) == 1
+    browser.wait_until(lambda: browser.storage()["outbox"]["frames"] == [], "the ack to empty the outbox")
+    assert server.connections == 1
+
+
 def test_frames_not_acknowledged_survive_a_service_worker_restart(browser, server):
     server.ack_final_messages = False
     paired(browser, server)
