@@ -129,11 +129,14 @@ def make_renewable_conversation(
     return conversation
 
 
-def make_staff(username: str = "staff", *permissions: str):
-    """A staff user (not a superuser) holding the given ``app_label.codename`` permissions."""
+def make_staff(username: str = "staff", *permissions: str, password: str | None = "pw"):
+    """A staff user (not a superuser) holding the given ``app_label.codename`` permissions.
+
+    ``password=None``: none at all, for a test client's ``force_login``; it spares the hashing, about a second.
+    """
     from django.contrib.auth.models import Permission, User
 
-    user = User.objects.create_user(username, password="pw", is_staff=True)
+    user = User.objects.create_user(username, password=password, is_staff=True)
     for permission in permissions:
         app_label, codename = permission.split(".")
         user.user_permissions.add(

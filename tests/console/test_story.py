@@ -112,6 +112,20 @@ def block_tasks(message):
 
 
 @pytest.fixture
+def admin_user(django_user_model):
+    # No password: hashing one costs about a second on a loaded machine, and force_login needs none.
+    return django_user_model.objects.create_superuser(
+        "admin", "admin@example.com", password=None
+    )
+
+
+@pytest.fixture
+def admin_client(client, admin_user):
+    client.force_login(admin_user)
+    return client
+
+
+@pytest.fixture
 def workspace(settings, tmp_path):
     settings.CONDUCTOR_WORKSPACE = tmp_path / "workspace"
     (tmp_path / "workspace" / "src").mkdir(parents=True)
@@ -210,7 +224,7 @@ def test_the_story_needs_the_view_permission_of_conversations_and_tasks(
     client, permissions, expected
 ):
     conversation = ConversationFactory()
-    client.force_login(make_staff("viewer", *permissions))
+    client.force_login(make_staff("viewer", *permissions, password=None))
     assert client.get(story_url(conversation)).status_code == expected
 
 
@@ -536,7 +550,7 @@ def test_the_query_count_does_not_grow_with_the_entries(
     run(block_tasks(first)["echo"], result={"ok": 1})
     conversation = first.conversation
     make_task(S.PENDING, kind=INSTRUCTION_DELIVER, conversation_id=conversation.pk)
-    someone = make_staff("someone")
+    someone = make_staff("someone", password=None)
     LogEntry.objects.log_actions(
         user_id=someone.pk,
         queryset=[conversation],
@@ -653,7 +667,10 @@ def test_a_decision_twice_is_reported_not_repeated(admin_client, held):
 def test_deciding_needs_the_permission_the_approve_action_needs(client, held):
     shell = block_tasks(held)["shell.run"]
     viewer = make_staff(
-        "viewer", "conversations.view_conversation", "automation.view_automationtask"
+        "viewer",
+        "conversations.view_conversation",
+        "automation.view_automationtask",
+        password=None,
     )
     client.force_login(viewer)
     page = page_of(client, held.conversation)
@@ -671,6 +688,7 @@ def test_deciding_needs_the_permission_the_approve_action_needs(client, held):
         "conversations.view_conversation",
         "automation.view_automationtask",
         "automation.change_automationtask",
+        password=None,
     )
     client.force_login(operator)
     assert client.get(url).status_code == 405
