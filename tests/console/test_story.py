@@ -20,6 +20,7 @@ from automation.services.tasks import task_create
 from console.story import Bound, Cursor, conversation_story
 from conversations.models import Conversation, Message
 from conversations.services import delivered_message_store
+from core.clock import datetime_from_ms
 from ingest.frames import parse_final_message
 from ingest.models import Instruction
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
@@ -472,16 +473,17 @@ def _all_keys(conversation, limit):
 
 def test_pages_cover_every_entry_once_in_time_order_even_with_ties():
     conversation = ConversationFactory()
-    at = timezone.now() - dt.timedelta(minutes=5)
+    # Four messages and five tasks at one and the same moment, T0 (epoch ms).
+    at = datetime_from_ms(T0)
     messages = [
         MessageFactory(conversation=conversation, received_at=at) for _ in range(4)
-    ]  # one moment
+    ]
     tasks = [
         make_task(
             S.PENDING, kind=INSTRUCTION_DELIVER, conversation_id=conversation.pk, now=T0
         )
         for _ in range(5)
-    ]  # one millisecond, before the messages
+    ]
     later = MessageFactory(conversation=conversation, received_at=timezone.now())
     whole = conversation_story(conversation=conversation, limit=100)
     assert whole.earlier is None and whole.later is None and len(whole.entries) == 10
