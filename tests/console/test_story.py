@@ -773,6 +773,19 @@ def test_the_approve_action_shows_each_call_with_its_argv_and_folder_before_appr
     assert AutomationTask.objects.get(pk=shell.pk).status == S.PENDING
 
 
+def test_approving_from_a_tasks_own_page_goes_through_the_same_confirmation(
+    admin_client, held, workspace
+):
+    shell = block_tasks(held)["shell.run"]
+    page = admin_client.post(
+        f"{TASKS}{shell.pk}/change/",
+        {"CHANGE_FORM-action": "approve", ACTION_CHECKBOX_NAME: [shell.pk]},
+    ).content.decode()
+    assert "Approve these calls?" in page and f"<pre>{workspace / 'src'}</pre>" in page
+    assert f'<form method="post" action="{TASKS}">' in page
+    assert AutomationTask.objects.get(pk=shell.pk).status == S.BLOCKED
+
+
 def test_the_confirmation_lists_at_most_its_limit_and_approves_only_those(
     admin_client, monkeypatch
 ):
