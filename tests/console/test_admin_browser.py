@@ -42,6 +42,14 @@ def screenshots():
     return folder
 
 
+@pytest.fixture(scope="module")
+def served_dir(tmp_path_factory, django_db_setup):
+    """The data folder of this module's servers, with the admin's static files collected once for all of them."""
+    folder = tmp_path_factory.mktemp("served")
+    collect_static(folder)
+    return folder
+
+
 def task_of(kind, message_pk):
     return AutomationTask.objects.filter(kind=kind, message_id=message_pk).order_by("sequence").last()
 
@@ -84,7 +92,7 @@ def log_in(page, base_url, path="/admin/overview/"):
 
 
 def test_an_operator_approves_pauses_resumes_and_retries_from_the_admin(
-    chromium, screenshots, tmp_path, monkeypatch,
+    chromium, screenshots, served_dir, tmp_path, monkeypatch,
 ):
     # Playwright's sync API keeps an event loop in this thread; the ORM calls
     # between its steps are plain synchronous ones.
@@ -99,9 +107,8 @@ def test_an_operator_approves_pauses_resumes_and_retries_from_the_admin(
         "CONDUCTOR_WORKSPACE": str(workspace), "CONDUCTOR_TICK_SECONDS": "0.5",
         "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": "0", "CONDUCTOR_MAX_ATTEMPTS": "1",
     }
-    collect_static(tmp_path)
     with (
-        running_server(tmp_path, command="serve+cluster", **env) as server,
+        running_server(served_dir, command="serve+cluster", **env) as server,
         SimulatedPlugin(url=server.ws_url, client_id="laptop", token=TEST_TOKEN) as plugin,
         sync_playwright() as playwright,
     ):
@@ -217,16 +224,18 @@ shell.run
 """
 
 
-def test_an_operator_reads_a_conversations_story_and_approves_from_it(chromium, screenshots, tmp_path, monkeypatch):
+def test_an_operator_reads_a_conversations_story_and_approves_from_it(
+    chromium, screenshots, served_dir, tmp_path, monkeypatch,
+):
     """The story of a message whose blocks succeeded, failed, were rejected and wait; approving from it."""
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     from playwright.sync_api import expect, sync_playwright
 
     from automation.kinds import kinds
     from automation.services import transitions as tr
+    from core.clock import now_ms
     from ingest.frames import parse_final_message
     from ingest.services.messages import message_ingest
-    from core.clock import now_ms
 
     User.objects.create_superuser("operator", password=PASSWORD)
     workspace = tmp_path / "workspace"
@@ -245,9 +254,8 @@ def test_an_operator_reads_a_conversations_story_and_approves_from_it(chromium, 
             task = tr.task_succeed(task.pk, lease_owner="d1", result=outcome["result"])
         kinds.follow_up(task, actor="d1")
     conversation = Conversation.objects.get(remote_id="conv-story")
-    collect_static(tmp_path)
     with (
-        running_server(tmp_path, CONDUCTOR_WORKSPACE=str(workspace)) as server,
+        running_server(served_dir, CONDUCTOR_WORKSPACE=str(workspace)) as server,
         sync_playwright() as playwright,
     ):
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
