@@ -14,9 +14,14 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 
+from automation.kinds import kinds
 from automation.models import AutomationTask, TaskStatus
+from automation.services import transitions as tr
 from conversations.models import Conversation, Message
+from core.clock import now_ms
+from ingest.frames import parse_final_message
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.services.messages import message_ingest
 from ingest.simulator import SimulatedPlugin
 from pipelines.rendering import parse_results
 from tests.browser import CHROMIUM_ARGS, require_chromium
@@ -230,12 +235,6 @@ def test_an_operator_reads_a_conversations_story_and_approves_from_it(
     """The story of a message whose blocks succeeded, failed, were rejected and wait; approving from it."""
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     from playwright.sync_api import expect, sync_playwright
-
-    from automation.kinds import kinds
-    from automation.services import transitions as tr
-    from core.clock import now_ms
-    from ingest.frames import parse_final_message
-    from ingest.services.messages import message_ingest
 
     User.objects.create_superuser("operator", password=PASSWORD)
     workspace = tmp_path / "workspace"
