@@ -114,6 +114,24 @@ def format_ms(ms: int | None) -> str:
     return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} {moment:%Z}"
 
 
+def delivery_answer(row: dict) -> str:
+    """How the plugin answered one delivery request, in a few words.
+
+    ``row``: a ``DeliveryRequest`` as ``values()`` reads it, with ``answered_at``, ``delivered`` and the
+    answer's ``result__ok``, ``result__status``, ``result__error`` and ``result__error_code``.
+    """
+    if row["answered_at"] is None:
+        return "no answer (yet)"
+    if row["delivered"]:
+        return f"delivered ({format_ms(row['answered_at'])})"
+    parts = [row["result__error_code"] or ("ok" if row["result__ok"] else "failed")]
+    if row["result__status"] is not None:
+        parts.append(f"HTTP {row['result__status']}")
+    if row["result__error"]:
+        parts.append(str(row["result__error"])[:200])
+    return ": ".join(parts)
+
+
 # --- blocks of stored text ---------------------------------------------------------------
 
 # Every JSON block carries it, so that a page's JSON can be told from its text.

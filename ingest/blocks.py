@@ -104,6 +104,7 @@ class _Fence(NamedTuple):
     line: int  # 1-based line of the opening fence
     body: list[str]  # the content's lines as CommonMark gives them
     source: _Source
+    end: int  # 1-based line of the closing fence
 
 
 def _is_baa(token: Token) -> bool:
@@ -145,7 +146,7 @@ def _scan(text: str, *, keep: int) -> _Scan:
             continue
         line = token.map[0] + 1
         if len(kept) < keep:
-            kept.append(_Fence(line, token.content.split("\n")[:-1], source))
+            kept.append(_Fence(line, token.content.split("\n")[:-1], source, token.map[1]))
         else:
             ignored += 1
             first_ignored_line = first_ignored_line or line
@@ -254,3 +255,24 @@ def parse_blocks(text: str) -> list[Block]:
     if scan.ignored:
         blocks.append(_overflow(scan.ignored, scan.first_ignored_line))
     return blocks
+
+
+class BlockSpan(NamedTuple):
+    """Where block ``index`` sits in its message: lines ``first`` to ``last`` (1-based, fences included)."""
+
+    index: int
+    first: int
+    last: int
+
+
+def block_spans(text: str) -> tuple[list[str], list[BlockSpan]]:
+    """The lines of ``text`` as the parser reads them, and where each kept block sits among them.
+
+    The indexes are those ``parse_blocks`` gives the same text (blocks past
+    ``MAX_BLOCKS`` have no span). For showing a message with its blocks
+    marked; a line of a block inside a list item or a block quote keeps its
+    container's markers.
+    """
+    scan = _scan(text, keep=MAX_BLOCKS)
+    lines = _Source(text).lines[:-1]  # the text ends in LF: the last split is empty
+    return lines, [BlockSpan(index, fence.line, fence.end) for index, fence in enumerate(scan.kept, start=1)]

@@ -57,6 +57,7 @@ tools.register(ToolSpec(
 tools.register(ToolSpec(
     name="files.write",
     run=files.files_write,
+    plan=files.files_write_plan,
     description="Create, overwrite or append to a workspace file.",
     params_schema=object_schema(
         {
@@ -73,6 +74,7 @@ tools.register(ToolSpec(
 tools.register(ToolSpec(
     name="shell.run",
     run=shell.shell_run,
+    plan=shell.shell_plan,
     description="Run an argv list (no shell) in the workspace with a timeout.",
     params_schema=object_schema(
         {

@@ -167,6 +167,17 @@ WRITE_FLAGS = {
 }
 
 
+def files_write_plan(call: ToolCall) -> dict[str, Any]:
+    """The real path ``files_write`` would write, how, and how many bytes."""
+    path = workspace_path(call.workspace, call.params["path"])
+    if path == workspace_root(call.workspace):
+        raise ToolError(f"{call.params['path']}: is the workspace folder itself")
+    return {
+        "file": str(path), "mode": call.params.get("mode", "create"),
+        "bytes": len(call.params["content"].encode("utf-8", "surrogatepass")),
+    }
+
+
 def files_write(call: ToolCall) -> dict[str, Any]:
     """Write ``content`` (UTF-8) in ``mode`` (``create`` by default: an existing file is an error).
 

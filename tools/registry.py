@@ -98,6 +98,11 @@ class ToolSpec:
     # exists), at ingest and again before running: the reason they do not
     # fit, in one line, or None. It must not reveal what the sender may not know.
     check: Callable[[dict[str, Any]], str | None] | None = field(default=None, compare=False)
+    # What a call would do, resolved exactly as running it resolves it (a
+    # command's folder, a file's real path), for an operator deciding whether
+    # to approve it: labelled values, in order. It runs nothing; it raises
+    # ``ToolError`` when the run would refuse the call. None: the params say it all.
+    plan: Callable[[ToolCall], dict[str, Any]] | None = field(default=None, compare=False)
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -218,6 +218,22 @@ def _watch(launcher: subprocess.Popen, status: socket.socket, *, deadline: float
     return _Watched(parsed, stdout, stderr, timed_out=timed_out, cancelled=cancelled)
 
 
+def _resolve(call: ToolCall) -> tuple[Path, float]:
+    """The folder the command runs in and its timeout in seconds, as ``shell_run`` uses them."""
+    cwd_name = call.params.get("cwd", ".")
+    timeout = min(float(call.params.get("timeout_s", DEFAULT_TIMEOUT_SECONDS)), call.shell_max_timeout_seconds)
+    cwd = workspace_path(call.workspace, cwd_name)
+    if not cwd.is_dir():
+        raise ToolError(f"cwd {cwd_name!r} is not a folder in the workspace")
+    return cwd, timeout
+
+
+def shell_plan(call: ToolCall) -> dict[str, Any]:
+    """What ``shell_run`` would run: the argv, the real folder it runs in, the timeout it gets."""
+    cwd, timeout = _resolve(call)
+    return {"argv": call.params["argv"], "working folder": str(cwd), "timeout": f"{timeout:g} s"}
+
+
 def shell_run(call: ToolCall) -> dict[str, Any]:
     """Run ``argv`` in ``cwd`` for at most ``timeout_s`` seconds (capped by the server's maximum).
 
@@ -227,12 +243,8 @@ def shell_run(call: ToolCall) -> dict[str, Any]:
     no process the command started is left running, and the call returns
     within ``STOP_GRACE_SECONDS + DRAIN_SECONDS`` of the timeout or the cancel.
     """
-    argv = call.params["argv"]
-    cwd_name = call.params.get("cwd", ".")
-    timeout = min(float(call.params.get("timeout_s", DEFAULT_TIMEOUT_SECONDS)), call.shell_max_timeout_seconds)
-    cwd = workspace_path(call.workspace, cwd_name)
-    if not cwd.is_dir():
-        raise ToolError(f"cwd {cwd_name!r} is not a folder in the workspace")
+    argv, cwd_name = call.params["argv"], call.params.get("cwd", ".")
+    cwd, timeout = _resolve(call)
 
     started = time.monotonic()
     status, launcher_end = socket.socketpair()

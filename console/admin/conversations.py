@@ -30,6 +30,7 @@ from console.helpers import (
     log_change,
     text_block,
 )
+from console.admin.story import StoryAdminMixin, story_link
 from console.lists import ListColumnsMixin, count_of
 from conversations.models import Conversation, ConversationLink, Message
 from conversations.services import (
@@ -171,10 +172,11 @@ class ConversationForm(forms.ModelForm):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
+class ConversationAdmin(StoryAdminMixin, ListColumnsMixin, admin.ModelAdmin):
     form = ConversationForm
     list_display = [
         "title", "handle", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at", "open_tasks",
+        "story",
     ]
     list_display_links = ["title", "remote_id"]
     list_filter = ["platform", "paused", "renewal_enabled"]
@@ -262,10 +264,15 @@ class ConversationAdmin(ListColumnsMixin, admin.ModelAdmin):
         tasks = reverse("admin:automation_automationtask_changelist")
         messages_url = reverse("admin:conversations_message_changelist")
         return format_html(
+            '{} (what it asked for, what ran, what came back, what it waits on) · '
             '<a href="{}?conversation__id__exact={}">all tasks</a> · '
             '<a href="{}?conversation__id__exact={}">all messages</a>',
-            tasks, conversation.pk, messages_url, conversation.pk,
+            story_link(conversation.pk, "its story"), tasks, conversation.pk, messages_url, conversation.pk,
         )
+
+    @admin.display(description="story")
+    def story(self, conversation):
+        return story_link(conversation.pk)
 
     # --- actions ---------------------------------------------------------------------------
 
@@ -417,7 +424,10 @@ class MessageAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="conversation", ordering="conversation__title")
     def conversation_link(self, message):
-        return admin_link(message.conversation)
+        return format_html(
+            "{} ({})", admin_link(message.conversation),
+            story_link(message.conversation_id, "in its story", message=message.pk),
+        )
 
     @admin.display(description="platform", ordering="conversation__platform")
     def platform(self, message):

@@ -11,22 +11,27 @@ from __future__ import annotations
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
 from automation.models import AutomationTask, DeliveryRequest, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
 from console.admin import bulk
+from console.admin.story import story_link
+from console.approval import approval_confirmation, held_call
 from console.helpers import (
     EVERYWHERE,
     SuperuserOnlyMixin,
     admin_link,
+    delivery_answer,
     format_ms,
     json_text_block,
     text_block,
 )
 from console.lists import JSONTextContains, ListColumnsMixin
 from conversations.models import Conversation
+from ingest.services.instructions import INSTRUCTION_EXECUTE
 from pipelines.mail import MAIL_DELIVER
 from platforms import DELIVERY_METHODS
 from tools.registry import DEFAULT_TARGET, UnknownTool, tools
@@ -86,20 +91,6 @@ class DeliveredByFilter(admin.SimpleListFilter):
         return queryset.filter(pk__in=delivered)
 
 
-def _answer(row: dict) -> str:
-    """How the plugin answered one delivery request, in a few words."""
-    if row["answered_at"] is None:
-        return "no answer (yet)"
-    if row["delivered"]:
-        return f"delivered ({format_ms(row['answered_at'])})"
-    parts = [row["result__error_code"] or ("ok" if row["result__ok"] else "failed")]
-    if row["result__status"] is not None:
-        parts.append(f"HTTP {row['result__status']}")
-    if row["result__error"]:
-        parts.append(str(row["result__error"])[:200])
-    return ": ".join(parts)
-
-
 # The keys a timeline shows first, in this order; the rest follow by name
 # (PostgreSQL's jsonb keeps no order of its own).
 DETAIL_FIRST = ("method", "error_code", "reason", "request_id")
@@ -157,7 +148,7 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
             "target_client_id", "target_platform", "target_conversation_id",
         ]}),
         ("Times", {"fields": ["created", "updated", "due", "started", "finished", "lease_owner", "lease_expiry"]}),
-        ("Payload", {"fields": ["payload"]}),
+        ("Payload", {"fields": ["call", "payload"]}),
         ("Result", {"fields": ["result"]}),
         ("Deliveries", {"fields": ["deliveries"]}),
     ]
@@ -209,7 +200,11 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="conversation", ordering="conversation__title")
     def conversation_link(self, task):
-        return admin_link(task.conversation)
+        if task.conversation is None:
+            return "-"
+        return format_html(
+            "{} ({})", admin_link(task.conversation), story_link(task.conversation_id, "in its story", task=task.pk)
+        )
 
     @admin.display(description="message")
     def message_link(self, task):
@@ -233,6 +228,13 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     started = time_field("started_at", description="started")
     finished = time_field("finished_at", description="finished")
     lease_expiry = time_field("lease_until", description="lease until")
+
+    @admin.display(description="the call it runs")
+    def call(self, task):
+        """A block's tool and params, and what the tool resolves them to (a command's argv and folder)."""
+        if task.kind != INSTRUCTION_EXECUTE:
+            return "-"
+        return render_to_string("admin/automation/automationtask/call.html", {"call": held_call(task.payload)})
 
     @admin.display(description="payload")
     def payload(self, task):
@@ -265,7 +267,7 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
         )
         rows = [
             (
-                row["method"], format_ms(row["sent_at"]), _answer(row), row["request_id"],
+                row["method"], format_ms(row["sent_at"]), delivery_answer(row), row["request_id"],
             )
             for row in requests
         ]
@@ -311,6 +313,10 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.action(permissions=["change"], description="Approve selected blocked tasks", location=EVERYWHERE)
     def approve(self, request, queryset):
+        # "Select all N" goes to bulk's page of counts; checked rows first see each task's
+        # exact call, and that page's "approve" posts back here with post=yes.
+        if not bulk.is_across(request) and request.POST.get("post") != "yes":
+            return approval_confirmation(self, request, queryset)
         return self._run(request, queryset, operator.tasks_approve, "Approved")
 
     @admin.action(permissions=["change"], description="Reject selected blocked tasks", location=EVERYWHERE)

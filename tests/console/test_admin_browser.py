@@ -15,10 +15,15 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 
+from automation.kinds import kinds
 from automation.models import AutomationTask, TaskStatus
+from automation.services import transitions as tr
 from automation.wake import wakes_go_to
 from conversations.models import Conversation, Message
+from core.clock import now_ms
+from ingest.frames import parse_final_message
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.services.messages import message_ingest
 from ingest.simulator import SimulatedPlugin
 from pipelines.rendering import parse_results
 from tests import factories
@@ -45,6 +50,14 @@ def screenshots():
     return folder
 
 
+@pytest.fixture(scope="module")
+def served_dir(tmp_path_factory, django_db_setup):
+    """The data folder of this module's servers, with the admin's static files collected once for all of them."""
+    folder = tmp_path_factory.mktemp("served")
+    collect_static(folder)
+    return folder
+
+
 def task_of(kind, message_pk):
     return AutomationTask.objects.filter(kind=kind, message_id=message_pk).order_by("sequence").last()
 
@@ -56,18 +69,38 @@ def final_message(text, message_id):
     }
 
 
-def run_action(page, list_url, pks, action):
-    """Tick the rows, choose the action, press Go; return the admin's message."""
+def choose_action(page, list_url, pks, action):
+    """Tick the rows, choose the action, press Go."""
     page.goto(list_url)
     for pk in pks:
         page.check(f"input[name=_selected_action][value='{pk}']")
     page.select_option("select[name=action]", action)
     page.click("button[name=index]")
+
+
+def run_action(page, list_url, pks, action):
+    """Tick the rows, choose the action, press Go; return the admin's message."""
+    choose_action(page, list_url, pks, action)
     return page.locator("ul.messagelist").inner_text()
 
 
+def collect_static(data_dir):
+    """As `make run` does before it serves: the admin's CSS and scripts."""
+    subprocess.run(
+        [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
+        cwd=ROOT, env=server_env(data_dir), check=True,
+    )
+
+
+def log_in(page, base_url, path="/admin/overview/"):
+    page.goto(f"{base_url}{path}")
+    page.fill("#id_username", "operator")
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+
+
 def test_an_operator_approves_pauses_resumes_and_retries_from_the_admin(
-    chromium, screenshots, tmp_path, monkeypatch,
+    chromium, screenshots, served_dir, tmp_path, monkeypatch,
 ):
     # Playwright's sync API keeps an event loop in this thread; the ORM calls
     # between its steps are plain synchronous ones.
@@ -82,13 +115,8 @@ def test_an_operator_approves_pauses_resumes_and_retries_from_the_admin(
         "CONDUCTOR_WORKSPACE": str(workspace), "CONDUCTOR_TICK_SECONDS": "0.5",
         "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": "0", "CONDUCTOR_MAX_ATTEMPTS": "1",
     }
-    # As `make run` does before it serves: the admin's CSS and scripts.
-    subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
-        cwd=ROOT, env=server_env(tmp_path), check=True,
-    )
     with (
-        running_server(tmp_path, command="serve+cluster", **env) as server,
+        running_server(served_dir, command="serve+cluster", **env) as server,
         SimulatedPlugin(url=server.ws_url, client_id="laptop", token=TEST_TOKEN) as plugin,
         sync_playwright() as playwright,
     ):
@@ -96,10 +124,7 @@ def test_an_operator_approves_pauses_resumes_and_retries_from_the_admin(
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         page.set_default_timeout(20_000)
 
-        page.goto(f"{server.base_url}/admin/overview/")
-        page.fill("#id_username", "operator")
-        page.fill("#id_password", PASSWORD)
-        page.click("input[type=submit]")
+        log_in(page, server.base_url)
         expect(page.locator("h1")).to_contain_text("Overview")
 
         # 1. A held instruction: the operator approves it and its result reaches the chat.
@@ -112,7 +137,12 @@ def test_an_operator_approves_pauses_resumes_and_retries_from_the_admin(
         expect(page.locator("#overview-approval")).to_contain_text("files.write")
         page.screenshot(path=str(screenshots / "overview-held.png"), full_page=True)
 
-        message = run_action(page, f"{server.base_url}{TASKS}?status__exact=blocked", [held.pk], "approve")
+        # The approve action shows the exact call, resolved, before anything runs.
+        choose_action(page, f"{server.base_url}{TASKS}?status__exact=blocked", [held.pk], "approve")
+        expect(page.locator("h1")).to_contain_text("Approve these calls?")
+        expect(page.locator(".held-call")).to_contain_text(str((workspace / "plan.md").resolve()))
+        page.click(".approval-confirmation input[type=submit]")
+        message = page.locator("ul.messagelist").inner_text()
         assert "1" in message and "approve" in message.lower(), message
         delivery = plugin.next_delivery(timeout=WAIT)
         [result] = parse_results(delivery["text"])
@@ -179,7 +209,7 @@ def test_an_operator_approves_pauses_resumes_and_retries_from_the_admin(
     assert json.loads(AutomationTask.objects.get(pk=failed.pk).result_json)["status"] == 200
 
 
-def test_the_task_list_and_the_overview_refresh_by_themselves_until_told_not_to(chromium, tmp_path, monkeypatch):
+def test_the_task_list_and_the_overview_refresh_by_themselves_until_told_not_to(chromium, served_dir, monkeypatch):
     """console/static/console/live.js in real Chromium, its timers driven by Playwright's clock."""
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
     from playwright.sync_api import expect, sync_playwright
@@ -192,11 +222,7 @@ def test_the_task_list_and_the_overview_refresh_by_themselves_until_told_not_to(
             return factories.make_task(status)
 
     first = make_task(TaskStatus.FAILED)
-    subprocess.run(
-        [sys.executable, "manage.py", "collectstatic", "--noinput", "--verbosity", "0"],
-        cwd=ROOT, env=server_env(tmp_path), check=True,
-    )
-    with running_server(tmp_path) as server, sync_playwright() as playwright:
+    with running_server(served_dir) as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         page = browser.new_page()
         page.set_default_timeout(20_000)
@@ -221,10 +247,7 @@ def test_the_task_list_and_the_overview_refresh_by_themselves_until_told_not_to(
                 document.dispatchEvent(new Event("visibilitychange"));
             }""", state)
 
-        page.goto(f"{server.base_url}/admin/login/?next={TASKS}")
-        page.fill("#id_username", "operator")
-        page.fill("#id_password", PASSWORD)
-        page.click("input[type=submit]")
+        log_in(page, server.base_url, TASKS)
         expect(page.locator("#result_list")).to_contain_text(first.task_id)
         expect(page.locator("#live-toggle")).to_be_checked()
         page.evaluate("window.notReloaded = true")
@@ -281,3 +304,98 @@ def test_the_task_list_and_the_overview_refresh_by_themselves_until_told_not_to(
         held()
         browser.close()
         connections.close_all()
+
+
+STORY_TEXT = """Checking the release. <script>window.__pwned = 1</script>
+
+```baa
+echo
+{"step": 1}
+```
+
+```baa
+files.read
+{"path": "missing.md"}
+```
+
+```baa
+bad header!
+```
+
+```baa
+shell.run
+{"argv": ["ls", "-la"], "cwd": "src"}
+```
+"""
+
+
+def test_an_operator_reads_a_conversations_story_and_approves_from_it(
+    chromium, screenshots, served_dir, tmp_path, monkeypatch,
+):
+    """The story of a message whose blocks succeeded, failed, were rejected and wait; approving from it."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import expect, sync_playwright
+
+    User.objects.create_superuser("operator", password=PASSWORD)
+    workspace = tmp_path / "workspace"
+    (workspace / "src").mkdir(parents=True)
+    frame = {"type": "browser.final_message", "platform": "claude", "conversation_id": "conv-story",
+             "message_id": "s1", "title": "Release checks", "text": STORY_TEXT}
+    ingested = message_ingest(message=parse_final_message(frame), client=PluginClientFactory(client_id="laptop"))
+    tasks = {task.payload["tool"]: task for task in AutomationTask.objects.filter(
+        kind=INSTRUCTION_EXECUTE, message_id=ingested.message_id)}
+    for tool, outcome in (("echo", {"result": {"step": 1}}), ("files.read", {"error": "missing.md: no such file"})):
+        task = tr.task_lease(tasks[tool].pk, lease_owner="d1", lease_until=now_ms() + 60_000)
+        task = tr.task_start(task.pk, lease_owner="d1", lease_until=now_ms() + 60_000)
+        if "error" in outcome:
+            task = tr.task_fail(task.pk, lease_owner="d1", error=outcome["error"])
+        else:
+            task = tr.task_succeed(task.pk, lease_owner="d1", result=outcome["result"])
+        kinds.follow_up(task, actor="d1")
+    conversation = Conversation.objects.get(remote_id="conv-story")
+    with (
+        running_server(served_dir, CONDUCTOR_WORKSPACE=str(workspace)) as server,
+        sync_playwright() as playwright,
+    ):
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 1000})
+        page.set_default_timeout(20_000)
+        story = f"/admin/conversations/conversation/{conversation.pk}/story/"
+        log_in(page, server.base_url, story)
+        expect(page.locator("h1")).to_contain_text("Story of Release checks")
+        expect(page.locator("#story-now")).to_contain_text("1 instruction awaiting approval")
+        marks = page.locator(".story-mark-label")
+        expect(marks).to_have_count(4)
+        for n, (state, words) in enumerate([("ok", "succeeded"), ("failed", "failed"),
+                                            ("rejected", "rejected at ingest"), ("held", "held for approval")]):
+            expect(page.locator(f".story-mark.{state} .story-mark-label")).to_contain_text(words)
+            expect(marks.nth(n)).to_be_visible()
+        held = page.locator(".story-block.held")
+        expect(held).to_contain_text('["ls", "-la"]')
+        expect(held).to_contain_text(str((workspace / "src").resolve()))
+        expect(held.get_by_role("button", name="Approve and run")).to_be_visible()
+        expect(page.locator(".story-block.failed")).to_contain_text("missing.md: no such file")
+        expect(page.locator(".story-block.rejected")).to_contain_text("bad header")
+        # The assistant's <script> is text on the page, never run.
+        expect(page.locator(".story-message pre.story-text").first).to_contain_text("<script>window.__pwned = 1")
+        assert page.evaluate("window.__pwned") is None
+        before = screenshots / "story.png"
+        page.screenshot(path=str(before), full_page=True)
+
+        held.get_by_role("button", name="Approve and run").click()
+        expect(page.locator("ul.messagelist")).to_contain_text("Approved block 4 (shell.run)")
+        expect(page.locator("#story-now")).to_contain_text("1 instruction queued")
+        expect(page.locator(".story-operator")).to_contain_text("operator approved block 4 (shell.run)")
+        after = screenshots / "story-approved.png"
+        page.screenshot(path=str(after), full_page=True)
+        print(f"screenshots: {before} {after}")
+
+        # What the conversation waits on refreshes by itself, without a reload.
+        page.evaluate("window.__notReloaded = true")
+        Conversation.objects.filter(pk=conversation.pk).update(paused=True)
+        expect(page.locator("#story-now")).to_contain_text("paused", timeout=30_000)
+        assert page.evaluate("window.__notReloaded") is True
+        browser.close()
+        connections.close_all()
+
+    assert AutomationTask.objects.get(pk=tasks["shell.run"].pk).status == TaskStatus.PENDING

@@ -618,3 +618,14 @@ def test_spec_examples_with_baa_info_give_exactly_their_closed_fences(example):
         if is_closed
     ]
     assert [(b.line, b.raw_text) for b in parse_blocks(markdown)] == expected
+
+
+def test_block_spans_say_where_each_kept_block_sits():
+    text = "intro\r\n\r\n1. step\r\n   ```baa\r\n   echo\r\n   ```\r\n> ```baa\r\n> files.read\r\n> ```\r\n```\r\n```baa\r\nno\r\n```\r\n```"
+    lines, spans = blocks_module.block_spans(text)
+    assert [(s.index, s.first, s.last) for s in spans] == [(1, 4, 6), (2, 7, 9)]
+    assert lines[3:6] == ["   ```baa", "   echo", "   ```"]
+    assert [b.index for b in parse_blocks(text)] == [s.index for s in spans]
+    many = "\n".join("```baa\necho\n```" for _ in range(MAX_BLOCKS + 2))
+    _, spans = blocks_module.block_spans(many)
+    assert len(spans) == MAX_BLOCKS and spans[-1].last == 3 * MAX_BLOCKS

@@ -635,3 +635,38 @@ def test_a_command_still_reads_its_own_processes(workspace):
     # tr reads the environment of its parent, the shell: both are inside the sandbox.
     result = run(workspace, "shell.run", {"argv": ["sh", "-c", "tr '\\0' '\\n' < /proc/$$/environ"]})
     assert "PATH=/usr/local/bin:/usr/bin:/bin" in result["stdout"].splitlines()
+
+
+# --- plans: what a call would do, resolved as its run resolves it ----------------------------------
+
+
+def plan(workspace: Path, tool: str, params: dict, *, max_timeout: float = 300):
+    call = ToolCall(params=params, workspace=workspace, shell_max_timeout_seconds=max_timeout)
+    return tools.get(tool).plan(call)
+
+
+def test_shell_runs_plan_names_the_real_folder_and_the_capped_timeout(workspace):
+    (workspace / "src").mkdir()
+    (workspace / "link").symlink_to(workspace / "src")
+    assert plan(workspace, "shell.run", {"argv": ["ls", "-la"], "cwd": "link", "timeout_s": 900}, max_timeout=60) == {
+        "argv": ["ls", "-la"], "working folder": str((workspace / "src").resolve()), "timeout": "60 s",
+    }
+    assert plan(workspace, "shell.run", {"argv": ["id"]})["working folder"] == str(workspace.resolve())
+
+
+@pytest.mark.parametrize("cwd,error", [
+    ("../..", "leads outside the workspace"), ("/etc", "is absolute"), ("nope", "is not a folder"),
+])
+def test_shell_runs_plan_refuses_what_its_run_refuses(workspace, cwd, error):
+    with pytest.raises(ToolError, match=error):
+        plan(workspace, "shell.run", {"argv": ["id"], "cwd": cwd})
+    assert error in str(refused(workspace, "shell.run", {"argv": ["id"], "cwd": cwd}))
+
+
+def test_files_writes_plan_names_the_real_file_and_writes_nothing(workspace):
+    assert plan(workspace, "files.write", {"path": "a/b.txt", "content": "héllo", "mode": "append"}) == {
+        "file": str((workspace / "a" / "b.txt").resolve()), "mode": "append", "bytes": 6,
+    }
+    assert not (workspace / "a").exists()
+    with pytest.raises(ToolError, match="leads outside"):
+        plan(workspace, "files.write", {"path": "../x", "content": ""})

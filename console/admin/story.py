@@ -1,0 +1,182 @@
+"""The conversation's story page, and approving or rejecting its held blocks from it.
+
+Both are views of ``ConversationAdmin`` (``StoryAdminMixin``), so they sit
+under the conversation's admin URL and need a staff login. The story shows
+tasks, their payloads and results, so it needs the permission to view tasks
+as well as the conversation. A decision needs what the task list's approve
+and reject actions need (the task admin's change permission) and goes
+through the same operator services; it is also written to the admin log,
+with the operator, on the task.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.views.decorators.http import require_POST
+
+from automation.models import AutomationTask
+from automation.services import operator
+from console.helpers import log_change
+from console.story import Bound, conversation_story, story_bound
+from conversations.models import Message
+from ingest.services.instructions import INSTRUCTION_EXECUTE
+
+# What a decision posted from the story does: the operator service, and what it is called.
+DECISIONS = {
+    "approve": (operator.tasks_approve, "Approved"),
+    "reject": (operator.tasks_reject, "Rejected"),
+}
+MAX_REASON_CHARS = 500
+
+
+def story_url(conversation_pk, **query) -> str:
+    url = reverse("admin:conversations_conversation_story", args=[conversation_pk])
+    query = {key: value for key, value in query.items() if value is not None}
+    return f"{url}?{urlencode(query)}" if query else url
+
+
+class StoryAdminMixin:
+    """Mix into the conversation's ``ModelAdmin``: ``<pk>/story/`` and ``<pk>/story/decide/``."""
+
+    def get_urls(self):
+        opts = self.model._meta
+        name = f"{opts.app_label}_{opts.model_name}"
+        return [
+            path(
+                "<path:object_id>/story/",
+                self.admin_site.admin_view(self.story_view),
+                name=f"{name}_story",
+            ),
+            path(
+                "<path:object_id>/story/decide/",
+                self.admin_site.admin_view(require_POST(self.story_decide_view)),
+                name=f"{name}_story_decide",
+            ),
+            *super().get_urls(),
+        ]
+
+    def _task_admin(self):
+        return self.admin_site.get_model_admin(AutomationTask)
+
+    def _story_conversation(self, request, object_id):
+        conversation = self.get_object(request, unquote(object_id))
+        if conversation is None:
+            raise Http404("no such conversation")
+        if not (
+            self.has_view_permission(request, conversation)
+            and self._task_admin().has_view_permission(request)
+        ):
+            raise PermissionDenied
+        return conversation
+
+    def can_decide(self, request) -> bool:
+        """What the task list's approve and reject actions need (``permissions=["change"]``)."""
+        return self._task_admin().has_change_permission(request)
+
+    def story_view(self, request, object_id):
+        conversation = self._story_conversation(request, object_id)
+        try:
+            bound = self._bound(request, conversation)
+        except ValueError:
+            return HttpResponseBadRequest(
+                "That is not a place in this story: open its latest page instead."
+            )
+        story = conversation_story(conversation=conversation, bound=bound)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Story of {conversation}",
+            "subtitle": None,
+            "opts": self.model._meta,
+            "original": conversation,
+            "story": story,
+            "can_decide": self.can_decide(request),
+            "latest_url": story_url(conversation.pk),
+            "earlier_url": story_url(conversation.pk, before=str(story.earlier))
+            if story.earlier
+            else None,
+            "later_url": story_url(conversation.pk, after=str(story.later))
+            if story.later
+            else None,
+            "page_url": request.get_full_path(),
+        }
+        return TemplateResponse(
+            request, "admin/conversations/conversation/story.html", context
+        )
+
+    def _bound(self, request, conversation) -> Bound | None:
+        """The page asked for: ``before`` or ``after`` a cursor, or starting at a ``message`` or ``task``."""
+        message = task = None
+        if pk := request.GET.get("message"):
+            message = (
+                Message.objects.filter(conversation=conversation, pk=int(pk))
+                .only("received_at")
+                .first()
+            )
+        if task_id := request.GET.get("task"):
+            task = (
+                AutomationTask.objects.filter(pk=task_id)
+                .select_related("message")
+                .only("kind", "created_at", "message__received_at")
+                .first()
+            )
+        return story_bound(
+            before=request.GET.get("before"),
+            after=request.GET.get("after"),
+            message=message,
+            task=task,
+        )
+
+    def story_decide_view(self, request, object_id):
+        """Approve or reject one held block of this conversation, as the task list's actions do."""
+        conversation = self._story_conversation(request, object_id)
+        if not self.can_decide(request):
+            raise PermissionDenied
+        decision = DECISIONS.get(request.POST.get("decision", ""))
+        task = AutomationTask.objects.filter(
+            pk=request.POST.get("task_id", ""),
+            conversation=conversation,
+            kind=INSTRUCTION_EXECUTE,
+        ).first()
+        if decision is None or task is None:
+            return HttpResponseBadRequest(
+                "Choose approve or reject for a held block of this conversation."
+            )
+        service, verb = decision
+        extra = {}
+        if service is operator.tasks_reject:
+            extra["reason"] = request.POST.get("reason", "").strip()[:MAX_REASON_CHARS]
+        report = service(task_ids=[task.pk], actor=request.user.username, **extra)
+        if report.done:
+            log_change(request, [task], f"{verb} from the conversation's story")
+            self.message_user(request, f"{verb} {_block_name(task)}.", messages.SUCCESS)
+        else:
+            why = report.skipped.get(task.pk, "")
+            self.message_user(request, f"Nothing done: {why}.", messages.WARNING)
+        back = request.POST.get("next", "")
+        if not back.startswith(story_url(conversation.pk)):
+            back = story_url(conversation.pk)
+        return HttpResponseRedirect(f"{back}#block-{task.instruction_id}")
+
+
+def _block_name(task: AutomationTask) -> str:
+    instruction = task.instruction
+    if instruction is None:
+        return f"task {task.pk}"
+    return f"block {instruction.block_index} ({instruction.label}) of message {instruction.message_id}"
+
+
+def story_link(conversation_pk, text: str = "story", **query) -> str:
+    """A link to the conversation's story (``query``: ``message`` or ``task`` to start there)."""
+    return format_html(
+        '<a href="{}" class="story-link">{}</a>',
+        story_url(conversation_pk, **query),
+        text,
+    )

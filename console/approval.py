@@ -1,0 +1,139 @@
+"""What an operator sees before approving a held instruction: the exact call, resolved as the tool resolves it.
+
+Shown on the approve action's confirmation page (``approval_confirmation``),
+on a task's page and in the conversation's story.
+
+A held ``instruction.execute`` task carries its tool and params in its
+payload. ``held_call`` shows them as they are, and, for a tool with a
+``plan`` (``shell.run``: the argv, the real folder it runs in, its timeout;
+``files.write``: the real file), what the run would do with them on this
+server now. The plan resolves paths in the workspace, so it reads the file
+system, but it runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from automation.models import AutomationTask, TaskStatus
+from console.helpers import displayable_text, readable_json
+from tools.registry import DEFAULT_TARGET, ToolCall, ToolError, UnknownTool, tools
+
+
+@dataclass(frozen=True)
+class HeldCall:
+    """One call as an operator reviews it. ``plan``: (label, shown value) pairs; ``plan_error``: why it would be refused."""
+
+    tool: str
+    params: str  # indented JSON
+    plan: list[tuple[str, str]]
+    plan_error: str
+
+
+def _shown(value: Any) -> str:
+    """A plan's value: text as it is, a list of strings (an argv) on one line, anything else as indented JSON."""
+    if isinstance(value, str):
+        return displayable_text(value)
+    if isinstance(value, list) and all(isinstance(item, str) for item in value):
+        return displayable_text(json.dumps(value, ensure_ascii=False))
+    return readable_json(value)
+
+
+def held_call(payload: dict[str, Any]) -> HeldCall:
+    """The call an ``instruction.execute`` payload holds: tool, params and, where the tool has one, its plan."""
+    name, target = (
+        str(payload.get("tool", "")),
+        str(payload.get("target") or DEFAULT_TARGET),
+    )
+    params = payload.get("params")
+    label = name if target == DEFAULT_TARGET else f"{target}::{name}"
+    shown = readable_json(params, sort_keys=True)
+    try:
+        spec = tools.get(name, target=target)
+    except UnknownTool as exc:
+        return HeldCall(displayable_text(label), shown, [], displayable_text(str(exc)))
+    if not isinstance(params, dict):
+        return HeldCall(
+            displayable_text(label), shown, [], "params are not a JSON object"
+        )
+    if error := spec.params_error(params):
+        return HeldCall(
+            displayable_text(label),
+            shown,
+            [],
+            displayable_text(f"the run would refuse it: {error}"),
+        )
+    if spec.plan is None:
+        return HeldCall(displayable_text(label), shown, [], "")
+    call = ToolCall(
+        params=params,
+        workspace=settings.CONDUCTOR_WORKSPACE,
+        shell_max_timeout_seconds=settings.CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS,
+    )
+    try:
+        plan = spec.plan(call)
+    except ToolError as exc:
+        return HeldCall(
+            displayable_text(label),
+            shown,
+            [],
+            displayable_text(f"the run would refuse it: {exc}"),
+        )
+    return HeldCall(
+        displayable_text(label),
+        shown,
+        [(key, _shown(value)) for key, value in plan.items()],
+        "",
+    )
+
+
+# --- the approve action's confirmation page ------------------------------------------------
+
+# Tasks one confirmation lists; only those listed are approved when it is confirmed.
+APPROVAL_SHOWN = 100
+APPROVAL_TEMPLATE = "admin/automation/automationtask/approve_confirmation.html"
+
+
+def approval_confirmation(model_admin, request, queryset) -> TemplateResponse:
+    """The page between choosing "approve" and approving: each selected task's exact call.
+
+    It lists the first ``APPROVAL_SHOWN`` selected tasks in creation order:
+    a blocked one with its tool, params and plan, any other as what the
+    approval will skip. Confirming posts back exactly the listed ids, so
+    what is approved is what was shown, never the rest of a larger selection.
+    """
+    # Read afresh: the changelist's queryset is shaped for its columns.
+    selected = list(
+        AutomationTask.objects.filter(pk__in=queryset.values("pk"))
+        .select_related("conversation")
+        .defer("result_json")
+        .order_by("sequence")[: APPROVAL_SHOWN + 1]
+    )
+    shown = selected[:APPROVAL_SHOWN]
+    rows = [
+        (task, held_call(task.payload) if task.status == TaskStatus.BLOCKED else None)
+        for task in shown
+    ]
+    opts = model_admin.model._meta
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": "Approve these calls?",
+        "subtitle": None,
+        "opts": opts,
+        "rows": rows,
+        "blocked": sum(1 for _, call in rows if call is not None),
+        "is_cut": len(selected) > APPROVAL_SHOWN,
+        "shown_limit": APPROVAL_SHOWN,
+        "action_checkbox_name": ACTION_CHECKBOX_NAME,
+        "changelist_url": reverse(
+            f"admin:{opts.app_label}_{opts.model_name}_changelist"
+        ),
+    }
+    return TemplateResponse(request, APPROVAL_TEMPLATE, context)
