@@ -7,7 +7,7 @@ ifeq ($(UV),)
 $(error uv is missing and could not be installed)
 endif
 
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= --durations=25
 BENCH_ARGS ?=
 MINUTES ?= 10
 SOAK_ARGS ?=

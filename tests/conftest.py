@@ -1,3 +1,5 @@
+import os
+
 import pytest
 from channels.layers import channel_layers
 from django.conf import settings
@@ -38,3 +40,18 @@ def fast_password_hashing():
     """Hash the tests' passwords cheaply (tests/hashers.py); the production hashers still verify."""
     with override_settings(PASSWORD_HASHERS=["tests.hashers.FastPBKDF2PasswordHasher", *settings.PASSWORD_HASHERS]):
         yield
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip ``database_free`` tests when the suite runs against PostgreSQL or Redis.
+
+    They test code that touches no database and no channel layer (the
+    plugin in Chromium against a scripted peer), so a second run on another
+    database would repeat the first; CI runs the suite once per configuration.
+    """
+    if not (os.environ.get("DATABASE_URL") or os.environ.get("REDIS_URL")):
+        return
+    skip = pytest.mark.skip(reason="uses no database: runs in the embedded configuration only")
+    for item in items:
+        if item.get_closest_marker("database_free"):
+            item.add_marker(skip)

@@ -8,6 +8,9 @@ import pytest
 from tests.plugin.chat_apps import chat_app
 from tests.plugin.test_plugin import TOKEN
 
+# The plugin against a scripted peer: no database, no channel layer.
+pytestmark = pytest.mark.database_free
+
 PLATFORMS = ["claude", "chatgpt", "gemini"]
 RESULT = "browser.dom_delivery.result"
 

@@ -13,6 +13,9 @@ import pytest
 from tests.plugin.chat_apps import chat_app
 from tests.plugin.extension import ScriptedServer
 
+# The plugin against a scripted peer: no database, no channel layer.
+pytestmark = pytest.mark.database_free
+
 TOKEN = "plugin-token-that-no-page-may-read-7c1f"
 BAA = "I'll check.\n\n```baa\necho\n{\"step\": 1}\n```\n"
 BAA_HTML = '<p>I\'ll check.</p><pre><code class="language-baa">echo\n{"step": 1}\n</code></pre>'
