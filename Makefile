@@ -7,6 +7,7 @@ ifeq ($(UV),)
 $(error uv is missing and could not be installed)
 endif
 
+PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?= --durations=25
 BENCH_ARGS ?=
 MINUTES ?= 10
@@ -28,7 +29,7 @@ install:
 test: install
 	$(UV) run --frozen lint-imports --no-cache
 	$(NODE) --test plugin/tests/*.test.js
-	$(UV) run --frozen pytest $(PYTEST_ARGS)
+	$(UV) run --frozen pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 migrate: install
 	$(UV) run --frozen python manage.py migrate_all
