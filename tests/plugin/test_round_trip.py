@@ -128,7 +128,8 @@ def test_a_delivery_the_app_refuses_over_http_arrives_through_the_composer_in_th
         app.answer_next("<html><body>Unusual activity has been detected from your device.</body></html>", status=403)
         page.evaluate("([html]) => mockChat.ask('Go on', {html})", [ASK_HTML % 1])
 
-        deliver = wait_for(
+        # Waiting in the browser: the refused POST and the composer are served by Playwright's routes meanwhile.
+        deliver = browser.wait_until(
             lambda: AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER, status=TaskStatus.SUCCEEDED).first(),
             "the delivery task to succeed", WAIT,
         )
