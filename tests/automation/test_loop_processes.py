@@ -105,7 +105,9 @@ def test_scheduled_again_and_again_the_loop_keeps_ticking_without_a_gap(monkeypa
             process.join(20)
     gaps = [(b - a) / 1000 for a, b in itertools.pairwise(ticks)]
     assert len(gaps) > 25
-    assert max(gaps) < 2 * tick, max(gaps)
+    # A handover would leave a gap of the whole run lease (10 s); a few ticks
+    # is what a machine running another test worker beside this one costs.
+    assert max(gaps) < 6 * tick, max(gaps)
     assert [p.exitcode for p in firings] == [0] * len(firings)
 
 
