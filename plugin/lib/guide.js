@@ -130,6 +130,18 @@ export class PendingAnswers {
 }
 
 /**
+ * What the popup says after "Insert tool guide".
+ *
+ * @param {{ok: boolean, version?: string, already_filled?: boolean, error?: string} | null | undefined} outcome
+ *   the service worker's answer (null: it did not answer)
+ */
+export function guideOutcomeText(outcome) {
+  if (outcome?.ok && outcome.already_filled) return `Tool guide ${outcome.version} is in the composer already: read it and send it.`;
+  if (outcome?.ok) return `Tool guide ${outcome.version} inserted: read it and send it.`;
+  return `The tool guide was not inserted: ${outcome?.error || "the extension did not answer"}.`;
+}
+
+/**
  * When the "insert the tool guide into every new conversation" option acts.
  *
  * A content script keeps one of these for its page and asks it at load and

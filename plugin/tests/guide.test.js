@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { GuideRefused, guideFromAnswer, guideGetFrame, NewChatGuide, NotConnected, PendingAnswers } from "../lib/guide.js";
+import { GuideRefused, guideFromAnswer, guideGetFrame, guideOutcomeText, NewChatGuide, NotConnected, PendingAnswers } from "../lib/guide.js";
 
 /** Timers the test fires by hand. */
 function manualTimers() {
@@ -127,6 +127,18 @@ describe("PendingAnswers", () => {
     answers.answer({ type: "guide", id: "a" });
     await first;
   });
+});
+
+describe("guideOutcomeText", () => {
+  const cases = [
+    [{ ok: true, version: "a1b2c3", already_filled: false }, "Tool guide a1b2c3 inserted: read it and send it."],
+    [{ ok: true, version: "a1b2c3", already_filled: true }, "Tool guide a1b2c3 is in the composer already: read it and send it."],
+    [{ ok: false, error: "not connected to the Conductor server (paused)" }, "The tool guide was not inserted: not connected to the Conductor server (paused)."],
+    [null, "The tool guide was not inserted: the extension did not answer."],
+  ];
+  for (const [outcome, expected] of cases) {
+    it(expected, () => assert.equal(guideOutcomeText(outcome), expected));
+  }
 });
 
 describe("NewChatGuide.shouldInsert", () => {
