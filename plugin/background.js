@@ -516,7 +516,7 @@ async function requestGuide({ platform, conversationId }) {
   try {
     return guideFromAnswer(await answers.ask(id, () => (isSent = send(guideGetFrame({ id, platform, conversationId }))), "guide.get"));
   } catch (error) {
-    if (isSent) throw error;
+    if (isSent || !(error instanceof NotConnected)) throw error;
     // Not sent: say what the connection is doing, as the popup's state line does.
     const status = (await session.get("status")) ?? {};
     const state = [status.state, status.detail].filter(Boolean).join(", ");
@@ -614,7 +614,11 @@ const MESSAGE_HANDLERS = {
    */
   async "content.guide"(message, sender) {
     if (!isFromPlatform(sender, message.platform)) return { ok: false, error: "not a page of that platform" };
-    if (adapterByName(message.platform).conversationIdFromUrl(sender.url)) return { ok: false, error: "the page shows an existing conversation" };
+    // The page's own URL, from its content script: `sender.url` stays the
+    // loaded one when the app moves to another chat without loading a page.
+    const pageUrl = String(message.page_url ?? "");
+    if (adapterForUrl(pageUrl)?.name !== message.platform) return { ok: false, error: "not a page of that platform" };
+    if (adapterByName(message.platform).conversationIdFromUrl(pageUrl)) return { ok: false, error: "the page shows an existing conversation" };
     try {
       await ensureConnected();
       for (const started = Date.now(); !isHelloAcknowledged && socket && Date.now() - started < NEW_CHAT_CONNECT_MS; ) {

@@ -168,7 +168,7 @@ function newChatGuide(adapter, isEnabled, inComposer) {
   return () => {
     if (!visits.shouldInsert({ isEnabled, url: location.href, conversationId: conversationId() })) return;
     chrome.runtime
-      .sendMessage({ type: "content.guide", platform: adapter.name })
+      .sendMessage({ type: "content.guide", platform: adapter.name, page_url: location.href })
       .then((guide) => {
         if (!guide?.ok) throw new Error(guide?.error ?? "no answer");
         // The first message may have gone out while the guide came: never into a conversation.

@@ -65,7 +65,8 @@ export class PendingAnswers {
   /**
    * @param {{timeoutMs?: number, setTimer?: typeof setTimeout, clearTimer?: typeof clearTimeout}} [options]
    */
-  constructor({ timeoutMs = GUIDE_TIMEOUT_MS, setTimer = setTimeout, clearTimer = clearTimeout } = {}) {
+  constructor({ timeoutMs = GUIDE_TIMEOUT_MS, setTimer = (run, ms) => setTimeout(run, ms), clearTimer = (timer) => clearTimeout(timer) } = {}) {
+    // Wrapped: a browser's setTimeout called as a method of another object throws "Illegal invocation".
     this.timeoutMs = timeoutMs;
     this.setTimer = setTimer;
     this.clearTimer = clearTimer;

@@ -120,6 +120,11 @@ describe("PendingAnswers", () => {
     assert.equal(timers.count, 0);
   });
 
+  it("times out on the platform's own timers when none are given", async () => {
+    const answers = new PendingAnswers({ timeoutMs: 20 });
+    await assert.rejects(answers.ask("a", () => true, "guide.get"), /did not answer guide.get/);
+  });
+
   it("refuses a second question with the same id", async () => {
     const answers = new PendingAnswers({ ...manualTimers() });
     const first = answers.ask("a", () => true, "guide.get");
