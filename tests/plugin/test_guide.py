@@ -48,7 +48,7 @@ def empty_the_composer(page):
 
 # ---- the popup's button ------------------------------------------------------
 
-@pytest.mark.parametrize("platform", ["claude", "chatgpt"])
+@pytest.mark.parametrize("platform", ["claude", "chatgpt", "gemini"])
 def test_the_button_puts_the_conversations_guide_into_the_composer_without_sending_it(browser, server, platform):
     connect(browser, server)
     app, page = open_app(browser, platform)
