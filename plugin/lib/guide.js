@@ -139,7 +139,8 @@ export class PendingAnswers {
 export function guideOutcomeText(outcome) {
   if (outcome?.ok && outcome.already_filled) return `Tool guide ${outcome.version} is in the composer already: read it and send it.`;
   if (outcome?.ok) return `Tool guide ${outcome.version} inserted: read it and send it.`;
-  return `The tool guide was not inserted: ${outcome?.error || "the extension did not answer"}.`;
+  const reason = String(outcome?.error || "the extension did not answer").replace(/\.+$/, "");
+  return `The tool guide was not inserted: ${reason}.`;
 }
 
 /**

@@ -140,6 +140,7 @@ describe("guideOutcomeText", () => {
     [{ ok: true, version: "a1b2c3", already_filled: true }, "Tool guide a1b2c3 is in the composer already: read it and send it."],
     [{ ok: false, error: "not connected to the Conductor server (paused)" }, "The tool guide was not inserted: not connected to the Conductor server (paused)."],
     [null, "The tool guide was not inserted: the extension did not answer."],
+    [{ ok: false, error: "the server refused: no such platform. (invalid)." }, "The tool guide was not inserted: the server refused: no such platform. (invalid)."],
   ];
   for (const [outcome, expected] of cases) {
     it(expected, () => assert.equal(guideOutcomeText(outcome), expected));
