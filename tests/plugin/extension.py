@@ -57,7 +57,7 @@ class PluginBrowser:
         if insert_guide:
             page.check("#insert-guide")
         page.click("#save")
-        page.wait_for_function("document.getElementById('saved').textContent.startsWith('Saved')")
+        self.wait_in_extension_page(page, "document.getElementById('saved').textContent.startsWith('Saved')", "the options to save")
         page.close()
 
     def storage(self, area: str = "local") -> dict[str, Any]:
@@ -79,6 +79,15 @@ class PluginBrowser:
             f"the plugin to become {state!r} (it is {self.status()})", timeout,
         )
 
+    def wait_in_extension_page(self, page, expression: str, what: str) -> None:
+        """Wait until ``expression`` is true in one of the extension's pages.
+
+        Not ``wait_for_function``: when its first check is false it polls with
+        an ``eval``, which the extension's CSP refuses ("unsafe-eval"), so it
+        failed whenever a loaded machine made the page slower than that check.
+        """
+        self.wait_until(lambda: page.evaluate(expression), what)
+
     def stop_worker(self, page) -> None:
         """Stop the extension's service worker, as Chrome stops an idle one (its globals and timers die)."""
         cdp = self.context.new_cdp_session(page)
@@ -92,7 +101,7 @@ class PluginBrowser:
     def popup_text(self) -> str:
         page = self.context.new_page()
         page.goto(self.extension_url("popup/popup.html"))
-        page.wait_for_function("document.getElementById('state').textContent !== '…'")
+        self.wait_in_extension_page(page, "document.getElementById('state').textContent !== '…'", "the popup to show its state")
         text = page.inner_text("body")
         page.close()
         return text
@@ -103,7 +112,7 @@ class PluginBrowser:
         tab under a real popup is."""
         page = self.context.new_page()
         page.goto(self.extension_url("popup/popup.html"))
-        self.wait_until(lambda: page.evaluate("document.getElementById('state').textContent !== '…'"), "the popup to show its state")
+        self.wait_in_extension_page(page, "document.getElementById('state').textContent !== '…'", "the popup to show its state")
         if active_tab is not None:
             active_tab.bring_to_front()
         return page
@@ -111,12 +120,10 @@ class PluginBrowser:
     def insert_guide(self, popup) -> str:
         """Press the popup's "Insert tool guide" and return what it then says.
         The popup's tab is in the background: clicked and polled without
-        waiting for animation frames, which a background tab does not get (and
-        from here: an interval ``wait_for_function`` is an eval, which the
-        extension's CSP refuses)."""
+        waiting for animation frames, which a background tab does not get."""
         popup.evaluate("document.getElementById('insert-guide').click()")
-        self.wait_until(lambda: popup.evaluate("document.getElementById('guide-outcome').dataset.ok !== undefined"),
-                        "the popup to say how the tool guide went")
+        self.wait_in_extension_page(popup, "document.getElementById('guide-outcome').dataset.ok !== undefined",
+                                    "the popup to say how the tool guide went")
         return popup.evaluate("document.getElementById('guide-outcome').textContent")
 
     def open_chat(self, app) -> Any:
