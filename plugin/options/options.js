@@ -13,6 +13,7 @@ const fields = {
   clientId: /** @type {HTMLInputElement} */ (document.getElementById("client-id")),
   token: /** @type {HTMLInputElement} */ (document.getElementById("token")),
   readStreams: /** @type {HTMLInputElement} */ (document.getElementById("read-streams")),
+  insertGuide: /** @type {HTMLInputElement} */ (document.getElementById("insert-guide")),
 };
 const saved = document.getElementById("saved");
 
@@ -22,6 +23,7 @@ async function load() {
   fields.serverUrl.value = settings.serverUrl ?? "";
   fields.clientId.value = settings.clientId ?? "";
   fields.readStreams.checked = settings.readStreams !== false;
+  fields.insertGuide.checked = settings.insertGuide === true;
   if (settings.token) fields.token.placeholder = "saved (paste a new token to replace it)";
 }
 
@@ -52,6 +54,7 @@ form.addEventListener("submit", async (event) => {
       clientId: fields.clientId.value.trim(),
       token,
       readStreams: fields.readStreams.checked,
+      insertGuide: fields.insertGuide.checked,
       savedAt: Date.now(),
     },
   });
