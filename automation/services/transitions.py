@@ -145,23 +145,19 @@ EDGE_ACTIONS = frozenset(
 ) | {"create", "retarget"}
 
 
-# Every column, read back by each update (RETURNING) instead of a second query.
-_FIELDS = tuple(AutomationTask._meta.concrete_fields)
+def _update_then_read(tasks: QuerySet, values: dict[str, Any], *, read_back: Q) -> list[AutomationTask]:
+    """Apply ``values`` (plain values or expressions) to ``tasks`` and return the rows it changed, as they are now.
 
-
-def _update_returning(tasks: QuerySet, values: dict[str, Any]) -> list[AutomationTask]:
-    """``UPDATE … RETURNING``: apply ``values`` (plain values or expressions) to
-    ``tasks``; return the rows as they are now, one statement in all.
-
-    ``QuerySet._update`` is the ORM's own update with ``returning_fields``
-    (``Model.save`` uses it); PostgreSQL and SQLite 3.35+ return the rows.
+    A conditional ``UPDATE`` through the ORM's public ``update()``, then one
+    read of ``read_back``: the rows this update leaves in a state no other
+    writer can have given them (its status and lease owner, its ``updated_at``).
+    Both run in the caller's transaction, and the updated rows stay locked
+    until it ends (a row lock on PostgreSQL, the write lock on SQLite), so
+    the read sees exactly what this update wrote.
     """
-    rows = tasks._update(
-        [(AutomationTask._meta.get_field(name), None, value) for name, value in values.items()],
-        returning_fields=_FIELDS,
-    )
-    names = [f.attname for f in _FIELDS]
-    return [AutomationTask.from_db(tasks.db, names, row) for row in rows]
+    if not tasks.update(**values):
+        return []
+    return list(AutomationTask.objects.filter(read_back))
 
 
 def _refusal(
@@ -230,7 +226,7 @@ def _transition(
                 raise _refusal(task_id, edge, found, fenced_owner, guards, now)
             status_from = found.status
             where &= Q(status=status_from)
-        updated = _update_returning(AutomationTask.objects.filter(where), values)
+        updated = _update_then_read(AutomationTask.objects.filter(where), values, read_back=Q(pk=task_id))
         if not updated:
             raise _refusal(
                 task_id, edge, AutomationTask.objects.filter(pk=task_id).first(), fenced_owner, guards, now
@@ -318,8 +314,10 @@ def tasks_lease(
         unlocked = AutomationTask.objects.filter(pk__in=list(seen)).select_for_update(skip_locked=True)
         tasks = tasks.filter(pk__in=Subquery(unlocked.values("pk")))
     with transaction.atomic():
-        leased = _update_returning(
-            tasks, {"status": S.LEASED, "lease_owner": lease_owner, "lease_until": lease_until, "updated_at": now}
+        leased = _update_then_read(
+            tasks, {"status": S.LEASED, "lease_owner": lease_owner, "lease_until": lease_until, "updated_at": now},
+            read_back=Q(pk__in=list(seen), status=S.LEASED, lease_owner=lease_owner, lease_until=lease_until,
+                        updated_at=now),
         )
         TaskEvent.objects.bulk_create([
             TaskEvent(task_id=task.pk, action=LEASE.action, status_from=seen[task.pk], status_to=task.status,

@@ -1,6 +1,7 @@
 import logging
 
 import pytest
+from django.db.models import F
 
 from automation.models import AutomationTask, TaskEvent, TaskStatus
 from automation.services import transitions as tr
@@ -318,3 +319,18 @@ def test_event_timeline_records_every_step_in_order():
         ("start", "leased", "running", OWNER),
         ("succeed", "running", "succeeded", OWNER),
     ]
+
+
+@pytest.mark.django_db
+def test_a_conditional_update_counts_only_the_rows_its_condition_still_matches():
+    """What the transitions build on (``_update_then_read``): Django's public ``update()`` returns the rows matched.
+
+    A second writer with the same condition finds none left; a future Django
+    that returned something else would let two writers both think they won.
+    """
+    task = make_task(status=S.PENDING)
+    claim = AutomationTask.objects.filter(pk=task.pk, status=S.PENDING, attempt_count=0)
+    assert claim.update(attempt_count=F("attempt_count") + 1) == 1
+    assert claim.update(attempt_count=F("attempt_count") + 1) == 0
+    task.refresh_from_db()
+    assert task.attempt_count == 1
