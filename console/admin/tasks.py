@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import ActionLocation
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
@@ -122,6 +123,15 @@ class ToolFilter(admin.SimpleListFilter):
         return queryset.filter(instruction__target=spec.target, instruction__tool=spec.name)
 
 
+# Each task action's operator service, whose starting states say where the action applies.
+ACTION_SERVICES = {
+    "retry": operator.tasks_retry,
+    "cancel": operator.tasks_cancel,
+    "approve": operator.tasks_approve,
+    "reject": operator.tasks_reject,
+}
+
+
 # The payload is json.dumps text: searched as JSON writes the term (tool names, params).
 AutomationTask._meta.get_field("payload_json").register_lookup(JSONTextContains, "json_icontains")
 
@@ -188,6 +198,23 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
             "execute_after", "updated_at", "conversation__platform", "conversation__remote_id",
             "conversation__title",
         )
+
+    def get_actions(self, request, action_location=ActionLocation.CHANGE_LIST):
+        """On a task's own page, only the actions whose service moves a task in its status.
+
+        The admin asks for the change page's actions without the task, so the
+        task comes from the URL. The same list checks a posted action: one
+        that no longer applies (the task moved meanwhile) is refused as unknown.
+        """
+        actions = super().get_actions(request, action_location)
+        object_id = getattr(request.resolver_match, "kwargs", {}).get("object_id")
+        if action_location != ActionLocation.CHANGE_FORM or object_id is None:
+            return actions
+        status = AutomationTask.objects.filter(pk=unquote(object_id)).values_list("status", flat=True).first()
+        return {
+            name: action for name, action in actions.items()
+            if name not in ACTION_SERVICES or status in operator.STARTING_STATUSES[ACTION_SERVICES[name]]
+        }
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = {**(extra_context or {}), "timeline": [

@@ -197,6 +197,44 @@ def test_an_action_runs_from_the_task_page_too(admin_client):
     assert status(running) == S.CANCELLED
 
 
+def change_form_actions(client, task):
+    page = client.get(change_url(task)).content.decode()
+    menu = re.search(r'<select name="CHANGE_FORM-action".*?</select>', page, re.S)
+    return set(re.findall(r'<option value="(\w+)"', menu[0])) if menu else set()
+
+
+@pytest.mark.parametrize("state, offered", [
+    (S.BLOCKED, {"approve", "reject", "cancel"}),
+    (S.FAILED, {"retry"}),
+    (S.CANCELLED, {"retry"}),
+    (S.PENDING, {"cancel"}),
+    (S.RETRY_WAIT, {"cancel"}),
+    (S.RUNNING, {"cancel"}),
+    (S.LEASED, set()),
+    (S.SUCCEEDED, set()),
+])
+def test_the_task_page_offers_only_the_actions_that_apply_to_its_status(admin_client, state, offered):
+    assert change_form_actions(admin_client, make_task(state)) == offered
+
+
+def test_an_action_that_no_longer_applies_is_refused_from_the_task_page(admin_client):
+    failed = make_task(S.FAILED)
+    response = admin_client.post(
+        change_url(failed),
+        {"CHANGE_FORM-action": "reject", ACTION_CHECKBOX_NAME: [failed.pk], "CHANGE_FORM-index": 0},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert status(failed) == S.FAILED
+    assert AutomationTask.objects.get(pk=failed.pk).events.filter(action="reject").count() == 0
+
+
+def test_the_task_list_still_offers_every_action(admin_client):
+    page = admin_client.get(LIST).content.decode()
+    assert set(re.findall(r'<option value="(retry|cancel|approve|reject)"', page)) == {
+        "retry", "cancel", "approve", "reject"}
+
+
 # --- the task page -------------------------------------------------------------------------------
 
 
