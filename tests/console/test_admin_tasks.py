@@ -4,9 +4,13 @@ import re
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
-from automation.models import AutomationTask, DeliveryRequest, TaskStatus
+from automation.models import AutomationTask, DeliveryRequest, TaskEvent, TaskStatus
 from automation.services import transitions as tr
+from console.admin.tasks import ErrorAttempt, error_attempt
 from tests.factories import (
+    LEASE_MS,
+    OWNER,
+    T0,
     ConversationFactory,
     InstructionFactory,
     MessageFactory,
@@ -379,3 +383,47 @@ def test_the_task_page_shows_each_method_tried_and_why_it_fell_back(admin_client
     assert "blocked: HTTP 403: &lt;b&gt;Unusual activity&lt;/b&gt;" in page
     assert re.search(r"<td>dom</td><td>[^<]+</td><td>delivered \(", page)
     assert "<b>" not in page
+
+
+# --- a task's error once it has succeeded -----------------------------------------------------
+
+
+def events(*actions):
+    """A timeline: each action, with an error where it is written ``action!``."""
+    return [TaskEvent(action=a.rstrip("!"), error="boom" if a.endswith("!") else None) for a in actions]
+
+
+@pytest.mark.parametrize("timeline, found", [
+    ([], None),
+    (["create", "lease", "start", "succeed"], None),
+    (["create", "lease", "start", "retry_later!", "lease", "start", "succeed"], ErrorAttempt(1, False)),
+    (["create", "lease", "start", "retry_later!", "lease", "start", "retry_later!", "lease", "start", "succeed"],
+     ErrorAttempt(2, False)),
+    (["create", "lease", "start", "reclaim!", "lease", "start", "succeed"], ErrorAttempt(1, False)),
+    (["create", "lease", "start", "fail!", "retry", "lease", "start", "succeed"], ErrorAttempt(1, True)),
+    (["create", "reject!"], ErrorAttempt(0, False)),
+])
+def test_error_attempt_names_the_run_the_last_error_came_from(timeline, found):
+    assert error_attempt(events(*timeline)) == found
+
+
+def succeed_after_a_retryable_failure():
+    task = make_task(S.RETRY_WAIT)  # attempt 1 failed: "flaky"
+    later = T0 + 10_000
+    tr.task_lease(task.pk, lease_owner=OWNER, lease_until=later + LEASE_MS, now=later)
+    tr.task_start(task.pk, lease_owner=OWNER, lease_until=later + LEASE_MS, now=later)
+    return tr.task_succeed(task.pk, lease_owner=OWNER, result={"ok": 1}, now=later)
+
+
+def test_a_succeeded_tasks_page_shows_its_error_as_a_previous_attempts(admin_client):
+    task = succeed_after_a_retryable_failure()
+    assert (task.status, task.attempt_count, task.last_error) == (S.SUCCEEDED, 2, "flaky")
+    page = admin_client.get(change_url(task)).content.decode()
+    assert "Last error" not in page
+    assert re.search(r"Previous error:</label>\s*<div class=\"readonly\">\(attempt 1\) flaky</div>", page), page
+
+
+def test_a_failed_tasks_page_shows_its_last_error(admin_client):
+    page = admin_client.get(change_url(make_task(S.FAILED))).content.decode()
+    assert re.search(r"Last error:</label>\s*<div class=\"readonly\">boom</div>", page)
+    assert "Previous error" not in page

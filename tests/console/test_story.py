@@ -884,3 +884,21 @@ def test_the_conversation_list_stays_at_a_fixed_number_of_queries(
     with django_assert_max_num_queries(len(few.captured_queries)):
         admin_client.get(CONVERSATIONS)
     assert Conversation.objects.count() == 6
+
+
+def test_a_task_that_succeeded_after_a_failure_shows_that_error_as_a_previous_one(admin_client):
+    message = ingest('```baa\necho\n{"n": 1}\n```')
+    run(block_tasks(message)["echo"], result={"n": 1})
+    delivery = AutomationTask.objects.get(kind=INSTRUCTION_DELIVER, message=message)
+    tr.task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
+    tr.task_start(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
+    tr.task_retry_later(delivery.pk, lease_owner="d1", error="claude answered HTTP 502", retry_at=NOW,
+                        backoff_ms=0, jitter_ms=0, now=NOW)
+    tr.task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW + 1)
+    tr.task_start(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW + 1)
+    tr.task_succeed(delivery.pk, lease_owner="d1", result={"method": "http", "status": 200}, now=NOW + 2)
+
+    entry = section(page_of(admin_client, message.conversation), f"task-{delivery.pk}")
+    assert "succeeded" in entry and "claude answered HTTP 502" in entry
+    assert "previous error (an earlier attempt; it succeeded since)" in entry
+    assert "last error" not in entry
