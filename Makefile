@@ -25,7 +25,7 @@ FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 	tests/automation/test_transitions.py tests/automation/test_retry.py tests/automation/test_claim.py \
 	tests/automation/test_operator.py tests/automation/test_kinds.py \
 	tests/ingest/test_blocks.py tests/ingest/test_messages.py tests/pipelines/test_rendering.py \
-	tests/tools/test_tools_registry.py tests/tools/test_tool_policies.py \
+	tests/tools/test_tools_registry.py tests/tools/test_tool_policies.py tests/tools/test_checks.py \
 	tests/console/test_story.py tests/console/test_admin_tasks.py tests/console/test_admin_overview.py \
 	tests/conductor_site/test_health.py
 
@@ -68,6 +68,11 @@ run: migrate
 check: install
 	$(UV) run --frozen python manage.py check
 	$(UV) run --frozen python manage.py makemigrations --check --dry-run
+
+# Whether this machine can run what Conductor needs: shell.run's sandbox
+# (the launcher's own test of the kernel, then a command in the sandbox).
+doctor: install
+	$(UV) run --frozen python manage.py doctor
 
 # The issue's goals in both configurations, as one table (bench/README.md);
 # PostgreSQL + Redis are skipped when they do not answer. About five minutes.

@@ -43,3 +43,7 @@ def test_took_prints_the_outcome_and_the_time_and_keeps_the_status(status, outco
     done = subprocess.run([ROOT / "bin" / "took", "make test", str(start), str(status)], capture_output=True, text=True)
     assert done.returncode == status
     assert done.stdout in (f"make test: {outcome} in 1 min 15 s\n", f"make test: {outcome} in 1 min 16 s\n")
+
+
+def test_make_doctor_runs_the_doctor_command():
+    assert "python manage.py doctor" in dry_run("doctor")
