@@ -11,6 +11,7 @@ import { deliverThroughComposer } from "../lib/composer.js";
 import { elementToMarkdown } from "../lib/markdown.js";
 import { fillPageValues, MissingPageValue, placeholderNames } from "../lib/placeholders.js";
 import { proxyErrorCode } from "../lib/proxy.js";
+import { showReplyNote } from "../lib/reply-note.js";
 
 /** How often, at most, the page is looked at while it changes. */
 const DOM_CHECK_MS = 200;
@@ -216,6 +217,11 @@ export async function start(portReady) {
       domDelivery(message).catch((error) => ({
         ok: false, error: `the page could not type the text: ${error?.message ?? error}`, error_code: null, evidence: { user_turn_seen: false },
       })),
+    // After a proxy delivery posted: the page shows the reply only once reloaded.
+    reply_note: async () => {
+      showReplyNote(document);
+      return null;
+    },
   };
   chrome.runtime.onMessage.addListener((message, _sender, sendResponse) => {
     if (typeof message?.type !== "string" || !Object.hasOwn(deliveries, message.type)) return false;

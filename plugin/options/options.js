@@ -2,6 +2,10 @@
  * The options page: where a person pastes the server URL, client id and
  * token. The token is kept in chrome.storage.local and never shown again;
  * an empty token field keeps the saved one.
+ *
+ * The page shows one live status, the connection's (popup/status.js);
+ * the line under the button says only what the form did, and clears as
+ * soon as a field changes.
  */
 
 import { isLoopback, socketUrl } from "../lib/frames.js";
@@ -13,6 +17,7 @@ const fields = {
   clientId: /** @type {HTMLInputElement} */ (document.getElementById("client-id")),
   token: /** @type {HTMLInputElement} */ (document.getElementById("token")),
   readStreams: /** @type {HTMLInputElement} */ (document.getElementById("read-streams")),
+  reloadAfterDelivery: /** @type {HTMLInputElement} */ (document.getElementById("reload-after-delivery")),
 };
 const saved = document.getElementById("saved");
 
@@ -22,6 +27,7 @@ async function load() {
   fields.serverUrl.value = settings.serverUrl ?? "";
   fields.clientId.value = settings.clientId ?? "";
   fields.readStreams.checked = settings.readStreams !== false;
+  fields.reloadAfterDelivery.checked = settings.reloadAfterDelivery === true;
   if (settings.token) fields.token.placeholder = "saved (paste a new token to replace it)";
 }
 
@@ -52,12 +58,16 @@ form.addEventListener("submit", async (event) => {
       clientId: fields.clientId.value.trim(),
       token,
       readStreams: fields.readStreams.checked,
+      reloadAfterDelivery: fields.reloadAfterDelivery.checked,
       savedAt: Date.now(),
     },
   });
   fields.token.value = "";
   fields.token.placeholder = "saved (paste a new token to replace it)";
-  saved.textContent = "Saved. Connecting…";
+  saved.textContent = "Saved.";
+});
+form.addEventListener("input", () => {
+  saved.textContent = "";
 });
 
 load();
