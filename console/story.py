@@ -56,7 +56,7 @@ from console.helpers import (
 from conversations.models import Conversation, Message
 from core.clock import EPOCH
 from ingest.blocks import block_spans
-from ingest.models import Instruction
+from ingest.models import Instruction, ToolGuideServed
 from ingest.selectors import plugin_clients_connected
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from pipelines.mail import MAIL_DELIVER
@@ -294,11 +294,21 @@ def _full_log(rows: QuerySet) -> QuerySet:
     return rows.select_related("user")
 
 
+def _guides(conversation: Conversation) -> QuerySet:
+    return ToolGuideServed.objects.filter(conversation=conversation)
+
+
+def _full_guides(rows: QuerySet) -> QuerySet:
+    return rows.select_related("client")
+
+
+# New sources go at the end: a source's rank is part of the cursors in links already given out.
 SOURCES: list[Source] = [
     Source("message", "received_at", False, int, _messages, _full_messages),
     Source("task", "created_at", True, str, _tasks, _full_tasks),
     Source("operator", "at", True, int, _operator_events, _full_events),
     Source("log", "action_time", False, int, _admin_log, _full_log),
+    Source("guide", "first_served_at", False, int, _guides, _full_guides),
 ]
 
 

@@ -6,7 +6,7 @@ from typing import NamedTuple
 
 from django.db.models import Count
 
-from conversations.models import ConversationLink, Message
+from conversations.models import Conversation, ConversationLink, Message
 
 
 class Route(NamedTuple):
@@ -34,3 +34,26 @@ def message_counts_by_source_and_role() -> dict[tuple[str, str], int]:
     """How many messages are stored: ``{(source, role): count}``, only pairs with any. One query."""
     rows = Message.objects.values_list("source", "role").annotate(n=Count("pk")).order_by()
     return {(source, role): n for source, role, n in rows}
+
+
+class ConversationNotFound(LookupError):
+    pass
+
+
+def conversation_by_reference(*, reference: str, platform: str | None = None) -> Conversation:
+    """The conversation an operator names: Conductor's id, or the platform's id (with ``platform`` when two match).
+
+    Raises ``ConversationNotFound`` saying why none or several match.
+    """
+    matches = Conversation.objects.filter(remote_id=reference)
+    if platform:
+        matches = matches.filter(platform=platform)
+    if reference.isdigit():
+        by_pk = Conversation.objects.filter(pk=int(reference))
+        matches = by_pk if by_pk.exists() else matches
+    found = list(matches[:2])
+    if not found:
+        raise ConversationNotFound(f"no conversation {reference!r}" + (f" on {platform}" if platform else ""))
+    if len(found) > 1:
+        raise ConversationNotFound(f"{reference!r} names conversations on several platforms: give --platform")
+    return found[0]

@@ -79,33 +79,8 @@ def conversations_touch(*, titles: dict[Conversation, str], now: dt.datetime) ->
             conversation_touch(conversation=conversation, title=title, now=now)
 
 
-def conversation_link_seen(
-    *,
-    conversation: Conversation,
-    client_pk: int,
-    page_url: str,
-    organization_id: str,
-    last_assistant_message_id: str,
-    now: dt.datetime,
-) -> None:
-    """Record that the conversation was seen through this plugin client, just now.
-
-    Blank values do not overwrite what an earlier sighting recorded.
-    """
-    values = {
-        "page_url": page_url,
-        "organization_id": organization_id,
-        "last_assistant_message_id": last_assistant_message_id,
-    }
-    seen_before = ConversationLink.objects.filter(conversation=conversation, client_id=client_pk)
-    if not seen_before.update(last_seen_at=now, **{name: value for name, value in values.items() if value}):
-        ConversationLink.objects.get_or_create(
-            conversation=conversation, client_id=client_pk, defaults={**values, "last_seen_at": now}
-        )
-
-
 class LinkSighting(NamedTuple):
-    """What ``conversation_link_seen`` records besides the conversation and the time."""
+    """What a sighting of a conversation through a plugin client records, besides the conversation and the time."""
 
     client_pk: int
     page_url: str
@@ -117,9 +92,9 @@ LINK_SIGHTING_FIELDS = ("page_url", "organization_id", "last_assistant_message_i
 
 
 def conversation_links_seen(*, sightings: dict[Conversation, LinkSighting], now: dt.datetime) -> None:
-    """``conversation_link_seen`` for several conversations.
+    """Record that each conversation was seen through its sighting's plugin client, just now.
 
-    One read, one update of ``last_seen_at`` for them all, and one update per
+    Blank values do not overwrite what an earlier sighting recorded. One read, one update of ``last_seen_at`` for them all, and one update per
     link whose other values change. The links are read and then written, so
     the caller holds the conversations' locks, as every writer of a link does.
     """
@@ -131,8 +106,8 @@ def conversation_links_seen(*, sightings: dict[Conversation, LinkSighting], now:
         for link in ConversationLink.objects.filter(conversation__in=client_of, client_id__in=set(client_of.values()))
         if client_of[link.conversation_id] == link.client_id
     }
-    ConversationLink.objects.filter(pk__in=[link.pk for link in existing.values()]).update(last_seen_at=now)
     first_seen = []
+    only_seen = []
     for conversation, sighting in sightings.items():
         link = existing.get(conversation.pk)
         if link is None:
@@ -147,7 +122,11 @@ def conversation_links_seen(*, sightings: dict[Conversation, LinkSighting], now:
             if (value := getattr(sighting, name)) and value != getattr(link, name)
         }
         if changed:
-            ConversationLink.objects.filter(pk=link.pk).update(**changed)
+            ConversationLink.objects.filter(pk=link.pk).update(last_seen_at=now, **changed)
+        else:
+            only_seen.append(link.pk)
+    if only_seen:
+        ConversationLink.objects.filter(pk__in=only_seen).update(last_seen_at=now)
     ConversationLink.objects.bulk_create(first_seen)
 
 

@@ -35,6 +35,7 @@ from ingest.frames import (
     parse_delivery_result,
     parse_dom_delivery_result,
     parse_final_message,
+    parse_guide_request,
     parse_plugin_info,
 )
 from ingest.ingest_queue import final_message_queue
@@ -53,6 +54,7 @@ from ingest.services.deliveries import (
     delivery_requests_abandon,
     delivery_result_record,
 )
+from ingest.services.guides import tool_guide_serve
 from ingest.services.messages import ClientMessage
 
 logger = logging.getLogger(__name__)
@@ -406,6 +408,15 @@ async def handle_delivery_result(consumer: PluginConsumer, frame: dict[str, Any]
 @PluginConsumer.frame_handler("browser.dom_delivery.result")
 async def handle_dom_delivery_result(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
     await _record_delivery_result(consumer, frame, parse_dom_delivery_result(frame))
+
+
+@PluginConsumer.frame_handler("guide.get")
+async def handle_guide_get(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
+    request = parse_guide_request(frame)
+    guide = await database_sync_to_async(tool_guide_serve)(
+        client_pk=consumer.client_pk, platform=request.platform, conversation_id=request.conversation_id
+    )
+    await consumer.send_frame({"type": "guide", "id": request.frame_id, "version": guide.version, "text": guide.text})
 
 
 @PluginConsumer.frame_handler("ping")

@@ -194,7 +194,8 @@ class FinalMessage:
     capture: str = ""  # a ``Message.Capture`` value; "" when the plugin did not say
 
 
-def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
+def _platform(frame: dict[str, Any]) -> str:
+    """The frame's required ``platform``, a registered one."""
     platform = _field(frame, "platform", str, required=True)
     if platform not in platforms:
         raise FrameError(
@@ -202,6 +203,11 @@ def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
             f"unknown platform {echo(platform)}; expected one of {', '.join(platforms.names())}",
             frame_id(frame),
         )
+    return platform
+
+
+def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
+    platform = _platform(frame)
     observed_raw = _field(frame, "observed_at", str)
     observed_at = None
     if observed_raw:
@@ -240,6 +246,25 @@ def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
         observed_at=observed_at,
         raw=frame,
         capture=capture,
+    )
+
+
+@dataclass(frozen=True)
+class GuideRequest:
+    """A checked ``guide.get`` frame: the chat whose tool guide the plugin wants (SPEC §6)."""
+
+    frame_id: str | None
+    platform: str
+    conversation_id: str | None  # None: a new conversation, which gets the platform's guide
+
+
+def parse_guide_request(frame: dict[str, Any]) -> GuideRequest:
+    platform = _platform(frame)
+    _field(frame, "id", str, max_length=MAX_FRAME_ID_CHARS)
+    return GuideRequest(
+        frame_id=frame_id(frame),
+        platform=platform,
+        conversation_id=_field(frame, "conversation_id", str, max_length=255) or None,
     )
 
 

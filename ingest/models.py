@@ -109,3 +109,42 @@ class Instruction(models.Model):
         if self.target and self.target != DEFAULT_TARGET:
             return f"{self.target}::{self.tool}"
         return self.tool
+
+
+class ToolGuideServed(models.Model):
+    """A tool guide (SPEC §5.5) a plugin client asked for, to insert into a chat's composer.
+
+    One row per client, platform, conversation (none for a new conversation)
+    and guide version, counted, so asking again does not grow the table; the
+    conversation's story shows it, and which version it was.
+    """
+
+    client = models.ForeignKey(PluginClient, on_delete=models.CASCADE, related_name="guides_served")
+    platform = models.CharField(max_length=16)
+    conversation = models.ForeignKey(
+        "conversations.Conversation", on_delete=models.CASCADE, null=True, blank=True,
+        related_name="guides_served",
+    )
+    version = models.CharField(max_length=32)
+    text = models.TextField()
+    count = models.PositiveIntegerField(default=1)
+    first_served_at = models.DateTimeField()
+    last_served_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = "tool guide served"
+        verbose_name_plural = "tool guides served"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "platform", "conversation", "version"],
+                condition=models.Q(conversation__isnull=False), name="guide_served_conversation_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["client", "platform", "version"],
+                condition=models.Q(conversation__isnull=True), name="guide_served_platform_uniq",
+            ),
+        ]
+        indexes = [models.Index(fields=["conversation", "first_served_at"], name="guide_served_story_idx")]
+
+    def __str__(self) -> str:
+        return f"tool guide {self.version} for {self.platform}"

@@ -13,12 +13,14 @@ from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from automation.models import DeliveryRequest, ToolPolicy
-from conversations.models import Message
+from conversations.models import Conversation, ConversationLink, Message
 from core.clock import datetime_from_ms
+from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS
+from ingest.guide import MAX_HANDLES_SHOWN, GuideFacts, GuideTool, ToolGuide, tool_guide_render
 from ingest.models import Instruction, PluginClient
 from ingest.tokens import HASH_PREFIX, token_matches
 from platforms import platforms
-from tools.registry import tools
+from tools.registry import Policy, tools
 
 # A socket that died without a close (its server killed) stops counting after
 # this long at most, whatever the ping interval (SPEC §4).
@@ -225,3 +227,63 @@ class ToolPolicies:
         return ranked[0][0] if ranked else default
 
 
+
+
+def tool_guide_facts(
+    *, platform: str, conversation: Conversation | None = None, client_pk: int | None = None
+) -> GuideFacts:
+    """What the tool guide of a conversation (or of a new one on ``platform``) says. Three queries.
+
+    The policies are those ingest would apply to a block of this conversation
+    from this client (``ToolPolicies``); denied tools are left out. The mail
+    handles are the other conversations that receive mail and were seen
+    through a plugin (mail to one never seen has nowhere to go).
+    """
+    specs = list(tools)
+    conversation_pk = conversation.pk if conversation is not None else None
+    policies = ToolPolicies.load(
+        tools=[spec.name for spec in specs], client_pks=[client_pk], conversation_pks=[conversation_pk]
+    )
+    callable_tools = []
+    for spec in specs:
+        policy = policies.policy_for(tool=spec.name, client_pk=client_pk, conversation_pk=conversation_pk)
+        if policy != Policy.DENY:
+            callable_tools.append(GuideTool(spec=spec, policy=policy))
+    recipients = (
+        Conversation.objects.filter(handle__isnull=False, links__isnull=False)
+        .exclude(pk=conversation_pk)
+        .order_by("handle")
+        .values_list("handle", flat=True)
+        .distinct()
+    )
+    handles = list(recipients[: MAX_HANDLES_SHOWN + 1])
+    more = recipients.count() - MAX_HANDLES_SHOWN if len(handles) > MAX_HANDLES_SHOWN else 0
+    return GuideFacts(
+        platform=platform,
+        tools=tuple(callable_tools),
+        mail_handles=tuple(handles[:MAX_HANDLES_SHOWN]),
+        more_handles=more,
+        max_blocks=MAX_BLOCKS,
+        max_block_bytes=MAX_BLOCK_BYTES,
+        per_hour=settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR,
+        result_max_chars=settings.CONDUCTOR_RESULT_MAX_CHARS,
+    )
+
+
+def conversation_guide_client_pk(*, conversation: Conversation) -> int | None:
+    """The plugin client a conversation was last seen through: whose policies its guide follows."""
+    return (
+        ConversationLink.objects.filter(conversation=conversation)
+        .order_by("-last_seen_at", "-pk")
+        .values_list("client_id", flat=True)
+        .first()
+    )
+
+
+def tool_guide(*, platform: str, conversation: Conversation | None = None, client_pk: int | None = None) -> ToolGuide:
+    """The tool guide of a conversation, or of a new one on ``platform`` (SPEC §5.5)."""
+    return tool_guide_render(tool_guide_facts(platform=platform, conversation=conversation, client_pk=client_pk))
+
+
+def plugin_client_pk(*, client_id: str) -> int | None:
+    return PluginClient.objects.filter(client_id=client_id).values_list("pk", flat=True).first()

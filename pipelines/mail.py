@@ -38,7 +38,7 @@ from conversations.models import (
 )
 from pipelines.deliveries import deliver_text, outbound_kind
 from tools.catalog import object_schema
-from tools.registry import Policy, ToolCall, ToolError, ToolSpec, tools
+from tools.registry import ExampleFacts, Policy, ToolCall, ToolError, ToolSpec, tools
 
 MAIL_SEND = "mail.send"
 MAIL_DELIVER = "mail.deliver"
@@ -65,6 +65,13 @@ def mail_send_check(params: dict[str, Any]) -> str | None:
     if not Conversation.objects.filter(handle=params["to"]).exists():
         return f"params.to: no conversation receives mail as {params['to']!r}"
     return None
+
+
+def mail_send_example(facts: ExampleFacts) -> dict[str, Any] | None:
+    """A mail to the first handle the conversation can write to; none without one."""
+    if not facts.mail_handles:
+        return None
+    return {"to": facts.mail_handles[0], "text": "Hello from the other conversation."}
 
 
 def mail_send(call: ToolCall) -> dict[str, Any]:
@@ -115,6 +122,7 @@ tools.register(ToolSpec(
         },
         required=["to", "text"],
     ),
+    example=mail_send_example,
     # The dedupe key makes a second run return the first run's mail.
     is_idempotent=True,
     default_policy=Policy.ALLOW,

@@ -19,6 +19,7 @@ tools.register(ToolSpec(
     run=tasks_status,
     description="Counts of automation tasks by kind and status.",
     params_schema=object_schema(),
+    example={},
     is_idempotent=True,
     default_policy=Policy.ALLOW,
 ))

@@ -1,7 +1,8 @@
 /**
  * Conductor's service worker: holds the WebSocket to the server (SPEC §6),
  * keeps the outbox of final messages not yet acknowledged, performs proxy
- * and DOM deliveries through a tab of the conversation, and shows the
+ * and DOM deliveries through a tab of the conversation, asks the server for
+ * the tool guide and puts it into a tab's composer, and shows the
  * connection on the badge.
  *
  * An MV3 worker is stopped when idle and its timers die with it, so what must
@@ -12,11 +13,12 @@
  * (Chrome 116+).
  */
 
-import { ADAPTERS, adapterByName } from "./adapters/index.js";
+import { ADAPTERS, adapterByName, adapterForUrl } from "./adapters/index.js";
 import { reconnectDelay } from "./lib/backoff.js";
 import { DeliveryMemory } from "./lib/delivery-memory.js";
 import { clampTimeout } from "./lib/composer.js";
 import { domResultFrame, finalMessageFrame, helloFrame, isPosted, isSentToComposer, proxyResultFrame, socketUrl } from "./lib/frames.js";
+import { guideFromAnswer, guideGetFrame, NotConnected, PendingAnswers } from "./lib/guide.js";
 import { Outbox } from "./lib/outbox.js";
 import { afterProxyDelivery } from "./lib/reply-note.js";
 
@@ -53,6 +55,11 @@ const DOM_ANSWER_MARGIN_MS = 5_000;
 const MAX_FRAME_BYTES = 1024 * 1024;
 /** Observation times kept for frames not yet acknowledged (the outbox drops some unacknowledged). */
 const MAX_OBSERVED = 1000;
+/**
+ * How long a new chat's page waits for a worker just woken (by that page's
+ * message) to connect before its guide.get fails.
+ */
+const NEW_CHAT_CONNECT_MS = 5_000;
 
 const BADGES = {
   connected: { text: "on", color: "#1a7f37" },
@@ -98,6 +105,12 @@ let isFlushAgain = false;
 const inFlight = new Map();
 /** Tabs opened for a delivery, waiting for their content script: tab id -> resolve. */
 const tabWaiters = new Map();
+/**
+ * Questions to the server waiting for their answer (`guide.get`). Kept in
+ * this worker only: a question lives no longer than the socket it went out
+ * on, and whoever asked is waiting for the answer in this worker's lifetime.
+ */
+const answers = new PendingAnswers();
 
 // ---- state shown on the badge and in the popup ----------------------------
 
@@ -195,6 +208,7 @@ async function onClosed(code) {
   socket = null;
   isHelloAcknowledged = false;
   clearInterval(pingTimer);
+  answers.failAll("the connection to the server closed before it answered");
   if (REFUSED_CODES.has(code)) {
     const holdOff = { state: "refused", detail: `token refused (close code ${code}); check the options` };
     await session.set("holdOff", holdOff);
@@ -224,6 +238,7 @@ function disconnect() {
   socket = null;
   isHelloAcknowledged = false;
   ws?.close(1000);
+  answers.failAll("the connection to the server was closed (new options or a pause)");
 }
 
 function send(frame) {
@@ -269,7 +284,11 @@ const FRAME_HANDLERS = {
     await recordAck(frame.id);
   },
   async pong() {},
+  async guide(frame) {
+    answers.answer(frame);
+  },
   async error(frame) {
+    if (answers.answer(frame)) return; // the answer to a question (guide.get)
     // An unauthorized hello is followed by the server's close (4401).
     if (typeof frame.id === "string" && REJECTED_FRAME_CODES.has(frame.code)) {
       await outbox.ack(frame.id);
@@ -505,7 +524,63 @@ async function openTab(url) {
   });
 }
 
+// ---- the tool guide ---------------------------------------------------------
+
+/**
+ * Asks the server for the tool guide of a conversation (null: a new chat,
+ * which gets its platform's guide). Not kept in the outbox: it fails at once
+ * when not connected and after GUIDE_TIMEOUT_MS without an answer.
+ *
+ * @returns {Promise<{version: string, text: string}>}
+ * @throws {Error} with a message to show the person
+ */
+async function requestGuide({ platform, conversationId }) {
+  const id = crypto.randomUUID();
+  let isSent = false;
+  try {
+    return guideFromAnswer(await answers.ask(id, () => (isSent = send(guideGetFrame({ id, platform, conversationId }))), "guide.get"));
+  } catch (error) {
+    if (isSent || !(error instanceof NotConnected)) throw error;
+    // Not sent: say what the connection is doing, as the popup's state line does.
+    const status = (await session.get("status")) ?? {};
+    const state = [status.state, status.detail].filter(Boolean).join(", ");
+    throw new NotConnected(`not connected to the Conductor server${state ? ` (${state})` : ""}`);
+  }
+}
+
+/**
+ * The popup's "Insert tool guide": the guide of the conversation that tab
+ * `tabId` shows, put into its composer and not sent.
+ *
+ * @returns {Promise<{ok: true, version: string, already_filled: boolean} | {ok: false, error: string}>}
+ */
+async function insertGuideIntoTab(tabId) {
+  const tab = await chrome.tabs.get(tabId).catch(() => null);
+  // The tab's URL is readable for the adapters' origins only (host permissions).
+  const adapter = tab?.url ? adapterForUrl(tab.url) : null;
+  if (!adapter) return { ok: false, error: `the active tab is not a chat page of ${ADAPTERS.map((known) => known.name).join(", ")}` };
+  let guide;
+  try {
+    guide = await requestGuide({ platform: adapter.name, conversationId: adapter.conversationIdFromUrl(tab.url) });
+  } catch (error) {
+    return { ok: false, error: error.message };
+  }
+  let filled;
+  try {
+    filled = await chrome.tabs.sendMessage(tabId, { type: "guide_fill", text: guide.text });
+  } catch {
+    return { ok: false, error: "the page has no Conductor script yet (open since before the plugin was installed?): reload the tab" };
+  }
+  if (!filled?.ok) return { ok: false, error: filled?.error ?? "the page did not answer" };
+  return { ok: true, version: guide.version, already_filled: Boolean(filled.already_filled) };
+}
+
 // ---- messages from the content scripts and the extension's pages -------------
+
+/** Is the sender one of the extension's own pages (the popup, the options), not a content script? */
+function isFromExtensionPage(sender) {
+  return sender.id === chrome.runtime.id && typeof sender.url === "string" && sender.url.startsWith(chrome.runtime.getURL(""));
+}
 
 /** Is the sender a content script on one of this platform's pages? */
 function isFromPlatform(sender, platform) {
@@ -554,7 +629,34 @@ const MESSAGE_HANDLERS = {
   async "content.settings"(message, sender) {
     if (!sender.tab) return null;
     const { settings } = await chrome.storage.local.get("settings");
-    return { readStreams: settings?.readStreams !== false };
+    return { readStreams: settings?.readStreams !== false, insertGuide: settings?.insertGuide === true };
+  },
+  /**
+   * A new chat's page asks for its platform's guide (the "insert into every
+   * new conversation" option). Refused for a page showing a conversation:
+   * the option never touches an existing one.
+   */
+  async "content.guide"(message, sender) {
+    if (!isFromPlatform(sender, message.platform)) return { ok: false, error: "not a page of that platform" };
+    // The page's own URL, from its content script: `sender.url` stays the
+    // loaded one when the app moves to another chat without loading a page.
+    const pageUrl = String(message.page_url ?? "");
+    if (adapterForUrl(pageUrl)?.name !== message.platform) return { ok: false, error: "not a page of that platform" };
+    if (adapterByName(message.platform).conversationIdFromUrl(pageUrl)) return { ok: false, error: "the page shows an existing conversation" };
+    try {
+      await ensureConnected();
+      for (const started = Date.now(); !isHelloAcknowledged && socket && Date.now() - started < NEW_CHAT_CONNECT_MS; ) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      return { ok: true, ...(await requestGuide({ platform: message.platform, conversationId: null })) };
+    } catch (error) {
+      return { ok: false, error: error.message };
+    }
+  },
+  async "popup.insert_guide"(message, sender) {
+    if (!isFromExtensionPage(sender)) return null;
+    if (!Number.isInteger(message.tab_id)) return { ok: false, error: "no active tab" };
+    return insertGuideIntoTab(message.tab_id);
   },
   async "content.final_message"(message, sender) {
     if (isFromPlatform(sender, message.platform)) await queueFinalMessage(message);

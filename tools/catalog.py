@@ -24,6 +24,7 @@ tools.register(ToolSpec(
     run=basic.echo,
     description="Returns its params unchanged.",
     params_schema={"type": "object"},
+    example={"hello": "world"},
     is_idempotent=True,
     default_policy=Policy.ALLOW,
 ))
@@ -32,6 +33,7 @@ tools.register(ToolSpec(
     run=basic.time_now,
     description="The current time, ISO-8601 in UTC.",
     params_schema=object_schema(),
+    example={},
     is_idempotent=True,
     default_policy=Policy.ALLOW,
 ))
@@ -39,7 +41,11 @@ tools.register(ToolSpec(
     name="files.list",
     run=files.files_list,
     description="Entries (name, type, size) of a workspace folder matching a glob.",
-    params_schema=object_schema({"path": PATH, "glob": {"type": "string", "minLength": 1, "maxLength": 256}}),
+    params_schema=object_schema({
+        "path": {**PATH, "default": "."},
+        "glob": {"type": "string", "minLength": 1, "maxLength": 256, "default": "*"},
+    }),
+    example={"path": ".", "glob": "*"},
     is_idempotent=True,
     default_policy=Policy.ALLOW,
 ))
@@ -48,9 +54,15 @@ tools.register(ToolSpec(
     run=files.files_read,
     description="A workspace file as UTF-8 text, up to max_bytes.",
     params_schema=object_schema(
-        {"path": PATH, "max_bytes": {"type": "integer", "minimum": 1, "maximum": 10 * 1024 * 1024}},
+        {
+            "path": PATH,
+            "max_bytes": {
+                "type": "integer", "minimum": 1, "maximum": 10 * 1024 * 1024, "default": files.DEFAULT_MAX_BYTES,
+            },
+        },
         required=["path"],
     ),
+    example={"path": "notes.md"},
     is_idempotent=True,
     default_policy=Policy.ALLOW,
 ))
@@ -63,10 +75,11 @@ tools.register(ToolSpec(
         {
             "path": PATH,
             "content": {"type": "string"},
-            "mode": {"enum": ["create", "overwrite", "append"]},
+            "mode": {"enum": ["create", "overwrite", "append"], "default": "create"},
         },
         required=["path", "content"],
     ),
+    example={"path": "notes.md", "content": "first line\n", "mode": "append"},
     # "append" twice is not "append" once.
     is_idempotent=False,
     default_policy=Policy.APPROVE,
@@ -84,11 +97,12 @@ tools.register(ToolSpec(
                 "minItems": 1,
                 "maxItems": 1024,
             },
-            "cwd": PATH,
-            "timeout_s": {"type": "number", "exclusiveMinimum": 0},
+            "cwd": {**PATH, "default": "."},
+            "timeout_s": {"type": "number", "exclusiveMinimum": 0, "default": shell.DEFAULT_TIMEOUT_SECONDS},
         },
         required=["argv"],
     ),
+    example={"argv": ["ls", "-la"]},
     is_idempotent=False,
     default_policy=Policy.APPROVE,
 ))

@@ -81,6 +81,19 @@ class ToolOrigin:
 ToolFunction = Callable[[ToolCall], Any]
 
 
+@dataclass(frozen=True)
+class ExampleFacts:
+    """What a tool's worked example may depend on: the mail handles the conversation can write to."""
+
+    mail_handles: tuple[str, ...] = ()
+
+
+# A tool's worked example for the tool guide (SPEC §5.5): params that pass its
+# schema and its check, or a function of the conversation's facts giving them
+# (None: no example fits this conversation).
+Example = dict[str, Any] | Callable[[ExampleFacts], dict[str, Any] | None]
+
+
 class DuplicateTool(ValueError):
     pass
 
@@ -103,11 +116,23 @@ class ToolSpec:
     # to approve it: labelled values, in order. It runs nothing; it raises
     # ``ToolError`` when the run would refuse the call. None: the params say it all.
     plan: Callable[[ToolCall], dict[str, Any]] | None = field(default=None, compare=False)
+    example: Example | None = field(default=None, compare=False)
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         Draft202012Validator.check_schema(self.params_schema)
         object.__setattr__(self, "_validator", Draft202012Validator(self.params_schema))
+
+    @property
+    def family(self) -> str:
+        """What the tool guide shows one example for: a target's own tools by their first name part, others by target."""
+        return self.name.split(".", 1)[0] if self.target == DEFAULT_TARGET else self.target
+
+    def example_params(self, facts: ExampleFacts) -> dict[str, Any] | None:
+        """The tool's worked example for a conversation with these facts, or None."""
+        if self.example is None or isinstance(self.example, dict):
+            return self.example
+        return self.example(facts)
 
     @property
     def full_name(self) -> str:

@@ -30,6 +30,7 @@ from console.helpers import (
     log_change,
     text_block,
 )
+from console.admin.guide import ToolGuideAdminMixin, tool_guide_link
 from console.admin.story import StoryAdminMixin, story_link
 from console.lists import ListColumnsMixin, count_of
 from conversations.models import Conversation, ConversationLink, Message
@@ -172,7 +173,7 @@ class ConversationForm(forms.ModelForm):
 
 
 @admin.register(Conversation)
-class ConversationAdmin(StoryAdminMixin, ListColumnsMixin, admin.ModelAdmin):
+class ConversationAdmin(ToolGuideAdminMixin, StoryAdminMixin, ListColumnsMixin, admin.ModelAdmin):
     form = ConversationForm
     list_display = [
         "title", "handle", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at", "open_tasks",
@@ -266,8 +267,9 @@ class ConversationAdmin(StoryAdminMixin, ListColumnsMixin, admin.ModelAdmin):
         return format_html(
             '{} (what it asked for, what ran, what came back, what it waits on) · '
             '<a href="{}?conversation__id__exact={}">all tasks</a> · '
-            '<a href="{}?conversation__id__exact={}">all messages</a>',
+            '<a href="{}?conversation__id__exact={}">all messages</a> · {}',
             story_link(conversation.pk, "its story"), tasks, conversation.pk, messages_url, conversation.pk,
+            tool_guide_link(conversation.pk, "its tool guide"),
         )
 
     @admin.display(description="story")

@@ -66,12 +66,6 @@ def instruction_status_set(*, task: AutomationTask, actor: str) -> str:
     return status
 
 
-def instruction_task_create(*, instruction: Instruction, conversation_id: int, status: str, actor: str) -> None:
-    """Queue the instruction's ``instruction.execute`` task, ``pending`` or ``blocked``."""
-    new = instruction_task(instruction=instruction, conversation_id=conversation_id, status=status)
-    task_create(**vars(new), actor=actor)
-
-
 def instruction_task(*, instruction: Instruction, conversation_id: int, status: str) -> NewTask:
     """The instruction's ``instruction.execute`` task, ``pending`` or ``blocked``, to create."""
     message_id = instruction.message_id

@@ -5,23 +5,18 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
-from automation.models import TaskStatus
-from automation.services.tasks import NewTask, task_retarget, tasks_create, tasks_retarget
+from automation.services.tasks import NewTask, tasks_create, tasks_retarget
 from conversations.models import Conversation, Message
 from conversations.services import (
     LinkSighting,
-    conversation_get_locked,
-    conversation_link_seen,
     conversation_links_seen,
-    conversation_touch,
     conversations_get_locked,
     conversations_touch,
 )
@@ -29,15 +24,12 @@ from core.logfmt import log_event
 from ingest.blocks import Block, parse_blocks
 from ingest.frames import FinalMessage
 from ingest.models import Instruction, PluginClient
-from ingest.selectors import ToolPolicies, tool_policy_for
 from ingest.services.instructions import (
     STATUS_OF_TASK,
     instruction_task,
-    instruction_task_create,
-    message_delivery_ensure,
     message_delivery_task,
 )
-from tools.registry import Policy, UnknownTool, tools
+from ingest.services.judging import Judgement
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +61,22 @@ def message_dedupe_key(message: FinalMessage) -> str:
     return "text:" + hashlib.sha256(message.text.encode()).hexdigest()
 
 
+@dataclass(frozen=True)
+class ClientMessage:
+    """A final message to store, and where it came from.
+
+    ``client_pk`` is the plugin client it came through (None: replayed without
+    one); ``blocks`` is ``parse_blocks(message.text)`` when already parsed;
+    ``force`` (replay) stores it again whatever was stored before.
+    """
+
+    message: FinalMessage
+    client_pk: int | None
+    blocks: list[Block] | None = None
+    source: str = Message.Source.PLUGIN
+    force: bool = False
+
+
 def message_ingest(
     *,
     message: FinalMessage,
@@ -80,173 +88,16 @@ def message_ingest(
 ) -> IngestResult:
     """Store an assistant message and queue the work of its ```baa blocks, in one transaction.
 
-    The same message again (same conversation and dedupe key) creates nothing
-    and reports the first one with ``duplicate=True``; the database's unique
-    key decides, so identical frames racing in two processes store one
-    message. ``force`` (replay) stores it again regardless. ``client`` is the
-    plugin client it came through; None when replayed without one. ``blocks``
-    is ``parse_blocks(message.text)`` when the caller parsed it already.
+    A batch of one through ``messages_store``: the same message again (same
+    conversation and dedupe key) creates nothing and reports the first one
+    with ``duplicate=True``; ``force`` (replay) stores it again regardless.
+    ``client`` is the plugin client it came through; None when replayed without one.
     """
-    now = now or timezone.now()
-    dedupe_key = None if force else message_dedupe_key(message)
-    # Parsed before the transaction: the parse is pure and, for a large
-    # message, long enough (a CommonMark parse of up to 1 MiB) that holding the
-    # conversation's lock and the write transaction through it would stall
-    # every other writer. A duplicate's parse is wasted; nothing else changes.
-    # At most MAX_BLOCKS + 1 blocks, whatever the text holds: see ingest.blocks.
-    if blocks is None:
-        blocks = parse_blocks(message.text)
-    with transaction.atomic():
-        conversation = conversation_get_locked(
-            platform=message.platform, remote_id=message.conversation_id,
-            title=message.title, now=now,
-        )
-        existing = _existing(conversation, dedupe_key)
-        if existing is not None:
-            return existing
-
-        conversation_touch(conversation=conversation, title=message.title, now=now)
-        if client is not None:
-            conversation_link_seen(
-                conversation=conversation, client_pk=client.pk, page_url=message.page_url,
-                organization_id=message.organization_id,
-                last_assistant_message_id=message.message_id, now=now,
-            )
-            task_retarget(conversation_id=conversation.pk, client_id=client.client_id, actor=ACTOR)
-        try:
-            with transaction.atomic():
-                stored = Message.objects.create(
-                    conversation=conversation, role=Message.Role.ASSISTANT, source=source, capture=message.capture,
-                    remote_message_id=message.message_id, parent_message_id=message.parent_message_id,
-                    dedupe_key=dedupe_key, text=message.text, raw_frame=message.raw,
-                    client=client, received_at=now,
-                )
-        except IntegrityError:
-            # Another process stored the same message since our look-up.
-            existing = _existing(conversation, dedupe_key)
-            if existing is None:
-                raise
-            return existing
-
-        queued = _queue_blocks(stored, conversation, client, blocks, now)
-
-    log_event(
-        logger, "message_ingest", message_id=stored.pk, conversation_id=conversation.pk,
-        platform=conversation.platform, blocks=len(blocks), queued=queued, source=source,
+    arrival = ClientMessage(
+        message=message, client_pk=client.pk if client is not None else None, blocks=blocks,
+        source=source, force=force,
     )
-    # One Instruction per block (see _queue_blocks), so this equals what _existing counts for a duplicate.
-    return IngestResult(message_id=stored.pk, instructions=len(blocks), duplicate=False)
-
-
-def _existing(conversation: Conversation, dedupe_key: str | None) -> IngestResult | None:
-    if dedupe_key is None:
-        return None
-    first = Message.objects.filter(conversation=conversation, dedupe_key=dedupe_key).first()
-    if first is None:
-        return None
-    return IngestResult(message_id=first.pk, instructions=first.instructions.count(), duplicate=True)
-
-
-def _queue_blocks(
-    stored: Message, conversation: Conversation, client: PluginClient | None,
-    blocks: list[Block], now: dt.datetime,
-) -> int:
-    """Create an Instruction per block and a task per valid one; return the tasks created.
-
-    Each task wakes the dispatcher once the transaction commits.
-    """
-    budget = _hourly_budget(conversation, now)
-    queued = 0
-    for block in blocks:
-        task_status, error = _judge(block, conversation, client, budget_left=budget - queued)
-        instruction = Instruction.objects.create(
-            message=stored, block_index=block.index, raw_text=block.raw_text,
-            target=block.target, tool=block.tool, params=block.params,
-            status=Instruction.Status.REJECTED if task_status is None else STATUS_OF_TASK[task_status],
-            error=error,
-        )
-        if task_status is None:
-            continue
-        instruction_task_create(
-            instruction=instruction, conversation_id=conversation.pk, status=task_status, actor=ACTOR
-        )
-        queued += 1
-    if blocks and not queued:
-        # Every block was rejected: the chat hears why at once.
-        message_delivery_ensure(message_id=stored.pk, conversation_id=conversation.pk, actor=ACTOR)
-        queued += 1
-    return queued
-
-
-def _hourly_budget(conversation: Conversation, now: dt.datetime) -> int:
-    """Valid blocks the conversation may still queue in the rolling hour (SPEC §5)."""
-    return _hourly_budgets([conversation.pk], now)[conversation.pk]
-
-
-def _hourly_budgets(conversation_pks: Iterable[int], now: dt.datetime) -> dict[int, int]:
-    """``_hourly_budget`` of each conversation, in one query."""
-    conversation_pks = list(conversation_pks)
-    used = dict(
-        Instruction.objects.filter(
-            message__conversation__in=conversation_pks, created_at__gte=now - dt.timedelta(hours=1)
-        )
-        .exclude(status=Instruction.Status.REJECTED)
-        .order_by()
-        .values_list("message__conversation")
-        .annotate(used=Count("pk"))
-        .values_list("message__conversation", "used")
-    )
-    limit = settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR
-    return {pk: limit - used.get(pk, 0) for pk in conversation_pks}
-
-
-def _judge(
-    block: Block, conversation: Conversation, client: PluginClient | None, *, budget_left: int,
-    policy_for: Callable[..., str] | None = None,
-) -> tuple[str | None, str]:
-    """The status a block's task starts in, or None and why when the block is rejected.
-
-    ``policy_for`` gives ``tool_policy_for``'s answer from policies read before (``ToolPolicies``).
-    """
-    rejected = None
-    if block.error:
-        return rejected, block.error
-    try:
-        spec = tools.get(block.tool, target=block.target)
-    except UnknownTool as exc:
-        return rejected, str(exc)
-    if error := spec.call_error(block.params or {}):
-        return rejected, f"invalid params for {block.tool}: {error}"
-    policy = (policy_for or tool_policy_for)(
-        tool=block.tool, client_pk=client.pk if client else None, conversation_pk=conversation.pk
-    )
-    if policy == Policy.DENY:
-        return rejected, f"{block.tool} is denied by policy"
-    if budget_left <= 0:
-        limit = settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR
-        return rejected, (
-            f"rate limit: this conversation already sent {limit} valid blocks in the last hour "
-            "(CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR); wait before sending more"
-        )
-    if policy == Policy.APPROVE:
-        return TaskStatus.BLOCKED, ""
-    return TaskStatus.PENDING, ""
-
-
-def ingest_final_message(
-    *, message: FinalMessage, client_pk: int, blocks: list[Block] | None = None
-) -> IngestResult:
-    """``message_ingest`` for a frame from a connected plugin client."""
-    return message_ingest(message=message, client=PluginClient.objects.get(pk=client_pk), blocks=blocks)
-
-
-@dataclass(frozen=True)
-class ClientMessage:
-    """A ``browser.final_message`` from a connected plugin client, and its blocks when already parsed."""
-
-    message: FinalMessage
-    client_pk: int
-    blocks: list[Block] | None = None
+    return messages_store(arrivals=[arrival], now=now)[0]
 
 
 class _NotTogether(Exception):
@@ -254,19 +105,18 @@ class _NotTogether(Exception):
 
 
 def final_messages_ingest(*, arrivals: Sequence[ClientMessage]) -> list[IngestResult | Exception]:
-    """``ingest_final_message`` for several frames, in their order, in one transaction.
+    """Store several frames in their order, together when they can be, each alone when not.
 
     A handful of statements for the whole batch instead of a score per
-    message: what lets one ASGI process keep up with many plugins. Each
-    result is what ``ingest_final_message`` would have returned for that
-    frame alone. When the batch cannot be stored together (a database error,
-    a failing message, one conversation arriving through two clients), it is
-    rolled back and each frame is ingested on its own, so a bad frame costs
-    only itself: its exception is returned in its place.
+    message: what lets one ASGI process keep up with many plugins. When the
+    batch cannot be stored together (a database error, a failing message,
+    one conversation arriving through two clients), it is rolled back and
+    each frame is stored as a batch of one, so a bad frame costs only itself:
+    its exception is returned in its place.
     """
     if len(arrivals) > 1:
         try:
-            return _ingest_together(arrivals)
+            return messages_store(arrivals=arrivals)
         except _NotTogether:
             pass
         except Exception as exc:
@@ -277,36 +127,52 @@ def final_messages_ingest(*, arrivals: Sequence[ClientMessage]) -> list[IngestRe
     results: list[IngestResult | Exception] = []
     for arrival in arrivals:
         try:
-            results.append(
-                ingest_final_message(message=arrival.message, client_pk=arrival.client_pk, blocks=arrival.blocks)
-            )
+            results.append(messages_store(arrivals=[arrival])[0])
         except Exception as exc:
             results.append(exc)
     return results
 
 
-def _ingest_together(arrivals: Sequence[ClientMessage]) -> list[IngestResult]:
-    """Store the batch as ``message_ingest`` would store its messages one after another.
+def messages_store(*, arrivals: Sequence[ClientMessage], now: dt.datetime | None = None) -> list[IngestResult]:
+    """Store final messages in their order, in one transaction: the path every final message takes.
 
-    Each conversation's activity, link and re-targeting are written once with
-    what its last message would have left; the messages, instructions and
-    tasks are inserted in bulk, the tasks in the messages' order.
+    The same as storing them one after another: each conversation's
+    activity, link and re-targeting are written once with what its last
+    message would have left; the messages, instructions and tasks are
+    inserted in bulk, the tasks in the messages' order; the blocks are judged
+    by one ``Judgement``. The database's unique key decides duplicates, so
+    identical frames racing in two processes store one message: the loser's
+    insert fails, and its second try finds the winner's row.
     """
-    now = timezone.now()
+    now = now or timezone.now()
+    try:
+        return _store(arrivals, now)
+    except IntegrityError:
+        return _store(arrivals, now)
+
+
+def _store(arrivals: Sequence[ClientMessage], now: dt.datetime) -> list[IngestResult]:
     messages = [arrival.message for arrival in arrivals]
-    # Parsed before the transaction, as in message_ingest.
+    # Parsed before the transaction: the parse is pure and, for a large
+    # message, long enough (a CommonMark parse of up to 1 MiB) that holding
+    # the conversations' locks and the write transaction through it would
+    # stall every other writer. At most MAX_BLOCKS + 1 blocks per message,
+    # whatever the text holds: see ingest.blocks.
     all_blocks = [
         arrival.blocks if arrival.blocks is not None else parse_blocks(arrival.message.text) for arrival in arrivals
     ]
     keys = [(message.platform, message.conversation_id) for message in messages]
-    client_pk_of: dict[tuple[str, str], int] = {}
+    client_pk_of: dict[tuple[str, str], int | None] = {}
     for key, arrival in zip(keys, arrivals, strict=True):
         if client_pk_of.setdefault(key, arrival.client_pk) != arrival.client_pk:
             raise _NotTogether  # the conversation's route would change within the batch
-    clients = PluginClient.objects.in_bulk(set(client_pk_of.values()))
-    if len(clients) < len(set(client_pk_of.values())):
-        raise _NotTogether  # a client was deleted: those frames fail on their own
-    dedupe_keys = [message_dedupe_key(message) for message in messages]
+    client_pks = {pk for pk in client_pk_of.values() if pk is not None}
+    clients = PluginClient.objects.in_bulk(client_pks) if client_pks else {}
+    if len(clients) < len(client_pks):
+        if len(arrivals) > 1:
+            raise _NotTogether  # a client was deleted: those frames fail on their own
+        raise PluginClient.DoesNotExist(f"plugin client {arrivals[0].client_pk} no longer exists")
+    dedupe_keys = [None if arrival.force else message_dedupe_key(arrival.message) for arrival in arrivals]
     titles: dict[tuple[str, str], str] = {}
     for key, message in zip(keys, messages, strict=True):
         titles.setdefault(key, message.title)
@@ -317,9 +183,9 @@ def _ingest_together(arrivals: Sequence[ClientMessage]) -> list[IngestResult]:
             (conversation_pk, dedupe_key): pk
             for conversation_pk, dedupe_key, pk in Message.objects.filter(
                 conversation__in=[conversation.pk for conversation in conversations.values()],
-                dedupe_key__in=set(dedupe_keys),
+                dedupe_key__in={key for key in dedupe_keys if key is not None},
             ).values_list("conversation_id", "dedupe_key", "pk")
-        }
+        } if any(key is not None for key in dedupe_keys) else {}
         # The first message of the batch with each identity; the others repeat it.
         first_of: dict[tuple[int, str], int] = {}
         new: list[int] = []
@@ -327,52 +193,54 @@ def _ingest_together(arrivals: Sequence[ClientMessage]) -> list[IngestResult]:
         links: dict[Conversation, dict[str, str]] = {}
         for index, (key, message, dedupe_key) in enumerate(zip(keys, messages, dedupe_keys, strict=True)):
             conversation = conversations[key]
-            identity = (conversation.pk, dedupe_key)
-            if identity in stored_before or identity in first_of:
-                continue
-            first_of[identity] = index
+            if dedupe_key is not None:
+                identity = (conversation.pk, dedupe_key)
+                if identity in stored_before or identity in first_of:
+                    continue
+                first_of[identity] = index
             new.append(index)
-            # What conversation_touch and conversation_link_seen keep: the last non-blank values.
+            # What one message after another would leave: the last non-blank values.
             newest_titles[conversation] = message.title or newest_titles.get(conversation, "")
+            if client_pk_of[key] is None:
+                continue
             seen = links.setdefault(conversation, {})
             for field in ("page_url", "organization_id", "message_id"):
                 if value := getattr(message, field):
                     seen[field] = value
 
         conversations_touch(titles=newest_titles, now=now)
-        conversation_links_seen(
-            sightings={
-                conversation: LinkSighting(
-                    client_pk=client_pk_of[conversation.platform, conversation.remote_id],
-                    page_url=seen.get("page_url", ""), organization_id=seen.get("organization_id", ""),
-                    last_assistant_message_id=seen.get("message_id", ""),
-                )
-                for conversation, seen in links.items()
-            },
-            now=now,
-        )
-        tasks_retarget(
-            client_ids={
-                conversation.pk: clients[client_pk_of[conversation.platform, conversation.remote_id]].client_id
-                for conversation in links
-            },
-            actor=ACTOR,
-        )
+        if links:
+            conversation_links_seen(
+                sightings={
+                    conversation: LinkSighting(
+                        client_pk=client_pk_of[conversation.platform, conversation.remote_id],
+                        page_url=seen.get("page_url", ""), organization_id=seen.get("organization_id", ""),
+                        last_assistant_message_id=seen.get("message_id", ""),
+                    )
+                    for conversation, seen in links.items()
+                },
+                now=now,
+            )
+            tasks_retarget(
+                client_ids={
+                    conversation.pk: clients[client_pk_of[conversation.platform, conversation.remote_id]].client_id
+                    for conversation in links
+                },
+                actor=ACTOR,
+            )
 
         stored = {
             index: Message(
-                conversation=conversations[keys[index]], role=Message.Role.ASSISTANT, source=Message.Source.PLUGIN,
+                conversation=conversations[keys[index]], role=Message.Role.ASSISTANT, source=arrivals[index].source,
                 capture=messages[index].capture, remote_message_id=messages[index].message_id,
                 parent_message_id=messages[index].parent_message_id, dedupe_key=dedupe_keys[index],
                 text=messages[index].text, raw_frame=messages[index].raw,
-                client=clients[arrivals[index].client_pk], received_at=now,
+                client=clients.get(arrivals[index].client_pk), received_at=now,
             )
             for index in new
         }
         Message.objects.bulk_create(stored.values())
-        queued = _queue_blocks_together(
-            {index: (stored[index], all_blocks[index]) for index in new}, clients, now
-        )
+        queued = _queue_blocks({index: (stored[index], all_blocks[index]) for index in new}, now)
 
         # A duplicate's ack repeats the first ack's count, which its stored rows give back.
         counts = dict(
@@ -381,7 +249,7 @@ def _ingest_together(arrivals: Sequence[ClientMessage]) -> list[IngestResult]:
             .values_list("message_id")
             .annotate(count=Count("pk"))
             .values_list("message_id", "count")
-        ) if len(first_of) < len(arrivals) else {}
+        ) if stored_before and len(new) < len(arrivals) else {}
 
     results: list[IngestResult] = []
     for index, (key, dedupe_key) in enumerate(zip(keys, dedupe_keys, strict=True)):
@@ -390,8 +258,9 @@ def _ingest_together(arrivals: Sequence[ClientMessage]) -> list[IngestResult]:
             log_event(
                 logger, "message_ingest", message_id=stored[index].pk, conversation_id=conversation.pk,
                 platform=conversation.platform, blocks=len(all_blocks[index]), queued=queued[index],
-                source=Message.Source.PLUGIN,
+                source=arrivals[index].source,
             )
+            # One Instruction per block, so this equals what a duplicate's ack counts.
             results.append(IngestResult(message_id=stored[index].pk, instructions=len(all_blocks[index]),
                                         duplicate=False))
         elif (conversation.pk, dedupe_key) in stored_before:
@@ -404,34 +273,31 @@ def _ingest_together(arrivals: Sequence[ClientMessage]) -> list[IngestResult]:
     return results
 
 
-def _queue_blocks_together(
-    messages: dict[int, tuple[Message, list[Block]]], clients: dict[int, PluginClient], now: dt.datetime
-) -> dict[int, int]:
-    """``_queue_blocks`` for stored messages, in their order, in bulk; return each one's tasks created."""
-    conversation_pks = {stored.conversation_id for stored, _ in messages.values()}
-    budgets = _hourly_budgets(conversation_pks, now)
-    policies = ToolPolicies.load(
-        tools={block.tool for _, blocks in messages.values() for block in blocks if block.tool},
+def _queue_blocks(messages: dict[int, tuple[Message, list[Block]]], now: dt.datetime) -> dict[int, int]:
+    """Create an Instruction per block and a task per accepted one, in bulk; return each message's tasks created.
+
+    Blocks are judged in the messages' order (``Judgement``); a message whose
+    blocks were all refused gets its delivery at once, so the chat hears why.
+    Each task wakes the dispatcher once the transaction commits.
+    """
+    judgement = Judgement.load(
+        conversation_pks={stored.conversation_id for stored, _ in messages.values()},
         client_pks={stored.client_id for stored, _ in messages.values()},
-        conversation_pks=conversation_pks,
+        blocks=[block for _, blocks in messages.values() for block in blocks],
+        now=now,
     )
     judged: dict[int, list[tuple[Instruction, str | None]]] = {}
     for index, (stored, blocks) in messages.items():
-        conversation, client = stored.conversation, clients[stored.client_id]
         judged[index] = []
         for block in blocks:
-            task_status, error = _judge(
-                block, conversation, client, budget_left=budgets[conversation.pk], policy_for=policies.policy_for
-            )
-            if task_status is not None:
-                budgets[conversation.pk] -= 1
+            verdict = judgement.judge(block, conversation_pk=stored.conversation_id, client_pk=stored.client_id)
             instruction = Instruction(
                 message=stored, block_index=block.index, raw_text=block.raw_text,
                 target=block.target, tool=block.tool, params=block.params,
-                status=Instruction.Status.REJECTED if task_status is None else STATUS_OF_TASK[task_status],
-                error=error,
+                status=STATUS_OF_TASK[verdict.status] if verdict.is_accepted else Instruction.Status.REJECTED,
+                error=verdict.error,
             )
-            judged[index].append((instruction, task_status))
+            judged[index].append((instruction, verdict.status))
     Instruction.objects.bulk_create(instruction for pairs in judged.values() for instruction, _ in pairs)
 
     new_tasks: list[NewTask] = []

@@ -2,12 +2,16 @@
  * The isolated-world side of a chat page: picks the page's adapter, reads
  * final assistant messages (the app's stream through the MAIN-world hook
  * first, the page as the fallback) and performs proxy deliveries (a request
- * from the page) and DOM deliveries (the composer) for the service worker. Holds no secret: the token never reaches a content script.
+ * from the page) and DOM deliveries (the composer) for the service worker;
+ * puts the tool guide into the composer, unsent (the popup's button, and the
+ * option that gives every new chat its guide). Holds no secret: the token
+ * never reaches a content script.
  */
 
 import { adapterForUrl } from "../adapters/index.js";
 import { CaptureTracker } from "../lib/capture.js";
-import { deliverThroughComposer } from "../lib/composer.js";
+import { deliverThroughComposer, fillComposer } from "../lib/composer.js";
+import { NewChatGuide } from "../lib/guide.js";
 import { elementToMarkdown } from "../lib/markdown.js";
 import { fillPageValues, MissingPageValue, placeholderNames } from "../lib/placeholders.js";
 import { proxyErrorCode } from "../lib/proxy.js";
@@ -19,6 +23,8 @@ const DOM_CHECK_MS = 200;
 const HOOK_CALL_MS = 10_000;
 /** How much of a delivery's timeout may pass before its answer is sent with what arrived so far. */
 const ANSWER_SHARE = 0.5;
+/** How long the tool guide may take to go into the composer (a third of it waiting for a composer still rendering). */
+const GUIDE_FILL_MS = 30_000;
 
 /**
  * Calls into the MAIN-world hook over its private port.
@@ -134,25 +140,60 @@ async function proxyDelivery(adapter, hook, page, { request, timeout_ms }) {
 }
 
 /**
- * Runs DOM deliveries one after the other: two typed into one composer at
- * once would mix their texts.
+ * Runs what types into the composer (DOM deliveries, the tool guide) one
+ * after the other: two typed into one composer at once would mix their texts.
  */
-function composerQueue(adapter) {
+function composerQueue() {
   let last = Promise.resolve();
-  /** @returns {Promise<import('../lib/composer.js').DomResult>} */
-  return ({ text, timeout_ms }) => {
-    const next = last.then(() => deliverThroughComposer({ document, table: adapter.dom.selectors, text: String(text), timeoutMs: timeout_ms }));
+  /**
+   * @template T
+   * @param {() => Promise<T>} job
+   * @returns {Promise<T>}
+   */
+  return (job) => {
+    const next = last.then(job);
     last = next.catch(() => {});
     return next;
   };
 }
 
-/** Watches the page's own end-of-message signal, looking at most every DOM_CHECK_MS. */
-function watchPage(adapter, tracker) {
+/**
+ * The "insert the tool guide into every new conversation" option: on a new
+ * chat (no conversation id in the URL), once per visit of that URL
+ * (`NewChatGuide`), the platform's guide goes into the composer, unsent,
+ * when the composer is empty (`fillComposer` never writes over a draft).
+ */
+function newChatGuide(adapter, isEnabled, inComposer) {
+  const visits = new NewChatGuide();
+  const conversationId = () => adapter.conversationIdFromUrl(location.href);
+  return () => {
+    if (!visits.shouldInsert({ isEnabled, url: location.href, conversationId: conversationId() })) return;
+    chrome.runtime
+      .sendMessage({ type: "content.guide", platform: adapter.name, page_url: location.href })
+      .then((guide) => {
+        if (!guide?.ok) throw new Error(guide?.error ?? "no answer");
+        // The first message may have gone out while the guide came: never into a conversation.
+        if (conversationId() !== null) return null;
+        return inComposer(() => fillComposer({ document, table: adapter.dom.selectors, text: guide.text, timeoutMs: GUIDE_FILL_MS }));
+      })
+      .then((filled) => {
+        if (filled && !filled.ok) console.info("Conductor: the tool guide was not inserted:", filled.error);
+      })
+      .catch((error) => console.info("Conductor: no tool guide for this new chat:", error?.message ?? error));
+  };
+}
+
+/**
+ * Watches the page's own end-of-message signal, looking at most every
+ * DOM_CHECK_MS; `onChecked` runs after each look (the apps change their
+ * URL without loading a page, and the page changes with it).
+ */
+function watchPage(adapter, tracker, onChecked) {
   let timer = null;
   const check = () => {
     timer = null;
     tracker.generatingChanged(adapter.dom.isGenerating(document));
+    onChecked();
   };
   new MutationObserver(() => {
     timer ??= setTimeout(check, DOM_CHECK_MS);
@@ -205,9 +246,11 @@ export async function start(portReady) {
   // nothing, and every answer is read from the page.
   const requests = settings?.readStreams === false ? [] : [{ method: adapter.completionRequest.method, source: adapter.completionRequest.pattern.source }];
   await hook.call("watch", { requests });
-  watchPage(adapter, tracker);
+  const inComposer = composerQueue();
+  watchPage(adapter, tracker, newChatGuide(adapter, settings?.insertGuide === true, inComposer));
 
-  const domDelivery = composerQueue(adapter);
+  const table = adapter.dom.selectors;
+  const domDelivery = ({ text, timeout_ms }) => inComposer(() => deliverThroughComposer({ document, table, text: String(text), timeoutMs: timeout_ms }));
   const deliveries = {
     proxy_delivery: (message) =>
       proxyDelivery(adapter, hook, page, message).catch((error) => ({
@@ -216,6 +259,11 @@ export async function start(portReady) {
     dom_delivery: (message) =>
       domDelivery(message).catch((error) => ({
         ok: false, error: `the page could not type the text: ${error?.message ?? error}`, error_code: null, evidence: { user_turn_seen: false },
+      })),
+    // The popup's "Insert tool guide": into the composer, not sent.
+    guide_fill: (message) =>
+      inComposer(() => fillComposer({ document, table, text: String(message.text), timeoutMs: GUIDE_FILL_MS })).catch((error) => ({
+        ok: false, error: `the page could not take the text: ${error?.message ?? error}`, error_code: null, already_filled: false,
       })),
     // After a proxy delivery posted: the page shows the reply only once reloaded.
     reply_note: async () => {

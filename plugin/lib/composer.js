@@ -7,7 +7,9 @@
  * adapter's `SELECTORS`); nothing here knows an app. The pure parts (text
  * comparison, the table walk, what the page shows before anything is typed)
  * are exported for `node --test`; `deliverThroughComposer` drives a real
- * page.
+ * page. `fillComposer` is its first half alone: the text put into the
+ * composer the same way and not sent (the tool guide, which the person reads
+ * and sends).
  *
  * Choices worth knowing:
  * - The text goes in with ONE `document.execCommand("insertText")` on the
@@ -144,6 +146,30 @@ export function turnText(turn, table) {
 }
 
 /**
+ * What the composer shows before a text goes in without being sent
+ * (`fillComposer`):
+ * - `missing`: no composer (`isBlocked`: a challenge or sign-in page instead);
+ * - `filled`: it holds exactly the text already;
+ * - `draft`: it holds other text (a person's);
+ * - `empty`: the text can go in.
+ *
+ * @param {ParentNode} root
+ * @param {ComposerSelectors} table
+ * @param {string} text
+ * @returns {{state: "missing" | "filled" | "draft" | "empty", composer: Element | null, isBlocked: boolean}}
+ */
+export function fillState(root, table, text) {
+  const composer = matchFirst(root, table.composer)[0] ?? null;
+  if (!composer) {
+    const isBlocked = matchFirst(root, CHALLENGE_SELECTORS).length > 0 || matchFirst(root, table.signedOut).length > 0;
+    return { state: "missing", composer: null, isBlocked };
+  }
+  const current = normaliseTurnText(shownText(composer));
+  if (current === "") return { state: "empty", composer, isBlocked: false };
+  return { state: current === normaliseTurnText(text) ? "filled" : "draft", composer, isBlocked: false };
+}
+
+/**
  * What the page shows before anything is typed, and so what to do:
  * - `missing`: no composer (`isBlocked`: a challenge or sign-in page instead);
  * - `already_sent`: the last user turn holds the text;
@@ -157,21 +183,77 @@ export function turnText(turn, table) {
  * @returns {{state: "missing" | "already_sent" | "draft" | "left_over" | "empty", composer: Element | null, isBlocked: boolean}}
  */
 export function composerState(root, table, text) {
-  const composer = matchFirst(root, table.composer)[0] ?? null;
-  if (!composer) {
-    const isBlocked = matchFirst(root, CHALLENGE_SELECTORS).length > 0 || matchFirst(root, table.signedOut).length > 0;
-    return { state: "missing", composer: null, isBlocked };
-  }
+  const seen = fillState(root, table, text);
+  if (seen.state === "missing") return { state: "missing", composer: null, isBlocked: seen.isBlocked };
   const last = matchFirst(root, table.userTurn).at(-1);
-  if (last && isSameTurnText(turnText(last, table), text)) return { state: "already_sent", composer, isBlocked: false };
-  const current = normaliseTurnText(shownText(composer));
-  if (current === "") return { state: "empty", composer, isBlocked: false };
-  return { state: current === normaliseTurnText(text) ? "left_over" : "draft", composer, isBlocked: false };
+  if (last && isSameTurnText(turnText(last, table), text)) return { state: "already_sent", composer: seen.composer, isBlocked: false };
+  return { ...seen, state: seen.state === "filled" ? "left_over" : seen.state };
 }
 
 /** Is a send button clickable (neither `disabled` nor `aria-disabled`)? */
 export function isEnabled(button) {
   return Boolean(button) && !button.disabled && button.getAttribute?.("aria-disabled") !== "true";
+}
+
+/**
+ * Waits a share of the time left for the page's composer (an app may still
+ * be rendering it): resolves with `see()`'s answer once it shows a composer
+ * or a blocked page, or with its last answer.
+ *
+ * @template {{state: string, isBlocked: boolean}} Seen
+ * @param {() => Seen} see
+ */
+async function waitForComposer(see, waiter, deadline, now) {
+  const composerDeadline = now() + (deadline - now()) * COMPOSER_WAIT_SHARE;
+  const found = await waiter.until(() => {
+    const seen = see();
+    return seen.state !== "missing" || seen.isBlocked ? seen : null;
+  }, composerDeadline);
+  return found ?? see();
+}
+
+/** Why a page without a composer cannot take a text (see `fillState`). */
+function missingComposer(seen, table) {
+  return seen.isBlocked
+    ? { error: "the page shows a sign-in or challenge page instead of the chat", error_code: /** @type {"blocked"} */ ("blocked") }
+    : { error: `no composer on the page (looked for ${table.composer.join(", ")})`, error_code: null };
+}
+
+/**
+ * @typedef {{ok: boolean, error: string | null, error_code: "blocked" | null,
+ *   already_filled: boolean}} FillResult
+ *   `ok`: the composer shows the text, which was not sent;
+ *   `already_filled`: it showed it before (nothing typed).
+ */
+
+/**
+ * Puts `text` into the page's empty composer the way a delivery types it,
+ * and does NOT send it: the person reads it and sends it. A composer holding
+ * other text (a person's draft) is left as it is and the fill fails; one
+ * holding exactly the text already is left as it is and the fill succeeds.
+ *
+ * @param {{document: Document, table: ComposerSelectors, text: string, timeoutMs?: number, now?: () => number}} fill
+ * @returns {Promise<FillResult>}
+ */
+export async function fillComposer({ document, table, text, timeoutMs, now = Date.now }) {
+  const deadline = now() + clampTimeout(timeoutMs);
+  const failed = ({ error, error_code = null }) => ({ ok: false, error, error_code, already_filled: false });
+  const waiter = pageWaiter(document, now);
+  try {
+    const seen = await waitForComposer(() => fillState(document, table, text), waiter, deadline, now);
+    if (seen.state === "missing") return failed(missingComposer(seen, table));
+    if (seen.state === "filled") return { ok: true, error: null, error_code: null, already_filled: true };
+    if (seen.state === "draft") return failed({ error: "the composer holds a draft: empty it first" });
+    const composer = /** @type {HTMLElement} */ (seen.composer);
+    focusAtEnd(document, composer);
+    if (!(await insertText(document, composer, text, waiter, deadline, now))) {
+      clearOwnText(document, composer, text);
+      return failed({ error: "the composer did not take the text (execCommand, beforeinput and paste were tried)" });
+    }
+    return { ok: true, error: null, error_code: null, already_filled: false };
+  } finally {
+    waiter.stop();
+  }
 }
 
 /**
@@ -187,17 +269,10 @@ export async function deliverThroughComposer({ document, table, text, timeoutMs,
   const failed = (error, evidence = {}, errorCode = null) => ({ ok: false, error, error_code: errorCode, evidence: { user_turn_seen: false, ...evidence } });
   const waiter = pageWaiter(document, now);
   try {
-    // The composer may still be rendering: wait a share of the timeout for it.
-    const composerDeadline = now() + (deadline - now()) * COMPOSER_WAIT_SHARE;
-    const found = await waiter.until(() => {
-      const seen = composerState(document, table, text);
-      return seen.state !== "missing" || seen.isBlocked ? seen : null;
-    }, composerDeadline);
-    const seen = found ?? composerState(document, table, text);
+    const seen = await waitForComposer(() => composerState(document, table, text), waiter, deadline, now);
     if (seen.state === "missing") {
-      return seen.isBlocked
-        ? failed("the page shows a sign-in or challenge page instead of the chat", {}, "blocked")
-        : failed(`no composer on the page (looked for ${table.composer.join(", ")})`);
+      const { error, error_code } = missingComposer(seen, table);
+      return failed(error, {}, error_code);
     }
     if (seen.state === "already_sent") return { ok: true, error: null, error_code: null, evidence: { user_turn_seen: true, already_sent: true } };
     if (seen.state === "draft") return failed("the composer holds a draft");

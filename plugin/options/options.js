@@ -17,6 +17,7 @@ const fields = {
   clientId: /** @type {HTMLInputElement} */ (document.getElementById("client-id")),
   token: /** @type {HTMLInputElement} */ (document.getElementById("token")),
   readStreams: /** @type {HTMLInputElement} */ (document.getElementById("read-streams")),
+  insertGuide: /** @type {HTMLInputElement} */ (document.getElementById("insert-guide")),
   reloadAfterDelivery: /** @type {HTMLInputElement} */ (document.getElementById("reload-after-delivery")),
 };
 const saved = document.getElementById("saved");
@@ -27,6 +28,7 @@ async function load() {
   fields.serverUrl.value = settings.serverUrl ?? "";
   fields.clientId.value = settings.clientId ?? "";
   fields.readStreams.checked = settings.readStreams !== false;
+  fields.insertGuide.checked = settings.insertGuide === true;
   fields.reloadAfterDelivery.checked = settings.reloadAfterDelivery === true;
   if (settings.token) fields.token.placeholder = "saved (paste a new token to replace it)";
 }
@@ -58,6 +60,7 @@ form.addEventListener("submit", async (event) => {
       clientId: fields.clientId.value.trim(),
       token,
       readStreams: fields.readStreams.checked,
+      insertGuide: fields.insertGuide.checked,
       reloadAfterDelivery: fields.reloadAfterDelivery.checked,
       savedAt: Date.now(),
     },

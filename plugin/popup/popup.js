@@ -1,5 +1,6 @@
-/** The popup: the connection's state, the outbox, pause and reconnect. */
+/** The popup: the connection's state, the outbox, pause and reconnect, and "Insert tool guide". */
 
+import { guideOutcomeText } from "../lib/guide.js";
 import { showStatus } from "./status.js";
 
 const pause = document.getElementById("pause");
@@ -16,6 +17,27 @@ pause.addEventListener("click", async () => {
 });
 document.getElementById("reconnect").addEventListener("click", () => chrome.runtime.sendMessage({ type: "popup.reconnect" }));
 document.getElementById("options").addEventListener("click", () => chrome.runtime.openOptionsPage());
+
+// The service worker does the work, so that it finishes even when the
+// popup closes (the page taking focus); the popup shows how it went.
+const insertGuide = /** @type {HTMLButtonElement} */ (document.getElementById("insert-guide"));
+const guideOutcome = document.getElementById("guide-outcome");
+insertGuide.addEventListener("click", async () => {
+  insertGuide.disabled = true;
+  guideOutcome.textContent = "Asking the server for the tool guide…";
+  delete guideOutcome.dataset.ok;
+  let outcome;
+  try {
+    const [tab] = await chrome.tabs.query({ active: true, currentWindow: true });
+    outcome = tab?.id === undefined ? { ok: false, error: "no active tab" } : await chrome.runtime.sendMessage({ type: "popup.insert_guide", tab_id: tab.id });
+  } catch (error) {
+    outcome = { ok: false, error: error?.message ?? String(error) };
+  } finally {
+    insertGuide.disabled = false;
+  }
+  guideOutcome.textContent = guideOutcomeText(outcome);
+  guideOutcome.dataset.ok = String(Boolean(outcome?.ok));
+});
 
 renderPause();
 showStatus(document);

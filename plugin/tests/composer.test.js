@@ -6,7 +6,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
 import { ADAPTERS, adapterByName } from "../adapters/index.js";
-import { clampTimeout, composerState, isEnabled, isSameTurnText, matchFirst, normaliseTurnText } from "../lib/composer.js";
+import { clampTimeout, composerState, fillComposer, fillState, isEnabled, isSameTurnText, matchFirst, normaliseTurnText } from "../lib/composer.js";
 import { el, fakeDocument } from "./fake-dom.js";
 
 describe("clampTimeout", () => {
@@ -137,6 +137,108 @@ describe("composerState", () => {
       assert.equal(composerState(signedOut.document, signedOut.table, text).isBlocked, true);
     });
   }
+});
+
+describe("fillState", () => {
+  const guide = "# Tools\n\nWrite a ```baa block.";
+
+  for (const platform of ["claude", "chatgpt", "gemini"]) {
+    it(`${platform}: an empty composer takes the text, whatever the user turns show`, () => {
+      const { document, table } = page(platform, { turns: [guide] });
+      assert.equal(fillState(document, table, guide).state, "empty");
+    });
+
+    it(`${platform}: the text already in the composer is left there`, () => {
+      const { document, table } = page(platform, { composer: `${guide}\n` });
+      assert.equal(fillState(document, table, guide).state, "filled");
+    });
+
+    it(`${platform}: other text in the composer is a person's draft`, () => {
+      const { document, table } = page(platform, { composer: "half a thought" });
+      assert.equal(fillState(document, table, guide).state, "draft");
+    });
+
+    it(`${platform}: a page without a composer is missing it, and blocked behind its sign-in`, () => {
+      const table = adapterByName(platform).dom.selectors;
+      const bare = page(platform, { composer: null });
+      assert.deepEqual(fillState(bare.document, bare.table, guide), { state: "missing", composer: null, isBlocked: false });
+      const signedOut = page(platform, { composer: null, extra: { [table.signedOut[0]]: [el("a")] } });
+      assert.equal(fillState(signedOut.document, signedOut.table, guide).isBlocked, true);
+    });
+  }
+});
+
+/**
+ * A page with a <textarea> composer that takes `execCommand("insertText")`,
+ * and a send button and Enter that count what would have been sent.
+ */
+function textareaPage({ value = "", hasComposer = true } = {}) {
+  const sent = [];
+  const composer = {
+    nodeName: "TEXTAREA",
+    value,
+    focused: false,
+    focus() {
+      this.focused = true;
+    },
+    setSelectionRange() {},
+    select() {},
+    dispatchEvent(event) {
+      if (event?.key === "Enter") sent.push(this.value);
+      return true;
+    },
+  };
+  const button = { disabled: false, getAttribute: () => null, click: () => sent.push(composer.value) };
+  const matches = { "textarea#prompt": hasComposer ? [composer] : [], "button#send": [button], ".user-turn": [] };
+  const document = {
+    querySelectorAll: (selector) => matches[selector] ?? [],
+    execCommand(command, _ui, text) {
+      if (!composer.focused) return false;
+      if (command === "insertText") composer.value += text;
+      if (command === "delete") composer.value = "";
+      return true;
+    },
+  };
+  const table = { composer: ["textarea#prompt"], sendButton: ["button#send"], userTurn: [".user-turn"] };
+  return { document, table, composer, sent };
+}
+
+describe("fillComposer", () => {
+  const guide = "# Tools\n\n```baa\nfiles.list\n{}\n```";
+
+  it("puts the text into an empty composer and sends nothing", async () => {
+    const { document, table, composer, sent } = textareaPage();
+    const result = await fillComposer({ document, table, text: guide, timeoutMs: 3_000 });
+    assert.deepEqual(result, { ok: true, error: null, error_code: null, already_filled: false });
+    assert.equal(composer.value, guide);
+    assert.deepEqual(sent, [], "neither the send button clicked nor Enter pressed");
+  });
+
+  it("leaves a composer that shows the text already as it is", async () => {
+    const { document, table, composer, sent } = textareaPage({ value: guide });
+    const result = await fillComposer({ document, table, text: guide, timeoutMs: 3_000 });
+    assert.equal(result.ok, true);
+    assert.equal(result.already_filled, true);
+    assert.equal(composer.value, guide);
+    assert.deepEqual(sent, []);
+  });
+
+  it("never writes over a person's draft", async () => {
+    const { document, table, composer, sent } = textareaPage({ value: "my own question" });
+    const result = await fillComposer({ document, table, text: guide, timeoutMs: 3_000 });
+    assert.deepEqual(result, { ok: false, error: "the composer holds a draft: empty it first", error_code: null, already_filled: false });
+    assert.equal(composer.value, "my own question");
+    assert.deepEqual(sent, []);
+  });
+
+  it("says which composer it looked for on a page without one, after waiting a third of the timeout", async () => {
+    const { document, table } = textareaPage({ hasComposer: false });
+    const started = Date.now();
+    const result = await fillComposer({ document, table, text: guide, timeoutMs: 1_500 });
+    assert.equal(result.ok, false);
+    assert.equal(result.error, "no composer on the page (looked for textarea#prompt)");
+    assert.ok(Date.now() - started >= 450, "waited for a composer still rendering");
+  });
 });
 
 describe("isEnabled", () => {

@@ -421,7 +421,7 @@ async def test_a_final_message_with_an_unknown_capture_is_invalid_and_the_socket
 
 async def test_a_final_message_the_database_cannot_store_gets_no_ack(client):
     communicator, _ = await hello("laptop-chrome")
-    with mock.patch("ingest.services.messages.ingest_final_message", side_effect=OperationalError("disk I/O error")):
+    with mock.patch("ingest.services.messages.messages_store", side_effect=OperationalError("disk I/O error")):
         await communicator.send_json_to(FINAL)
         error = await communicator.receive_json_from()
     assert (error["code"], error["id"]) == ("server_error", "frame-1")
@@ -686,7 +686,7 @@ async def test_only_https_page_urls_or_http_on_loopback_are_accepted(client, pag
 
 async def test_a_failing_handler_gets_server_error_and_the_socket_stays(client):
     communicator, _ = await hello("laptop-chrome")
-    with mock.patch("ingest.services.messages.ingest_final_message", side_effect=RuntimeError("a bug")):
+    with mock.patch("ingest.services.messages.messages_store", side_effect=RuntimeError("a bug")):
         await communicator.send_json_to(FINAL)
         error = await communicator.receive_json_from()
     assert (error["code"], error["id"]) == ("server_error", "frame-1")

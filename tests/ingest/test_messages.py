@@ -10,7 +10,7 @@ from conversations.models import Conversation, ConversationLink, Message
 from ingest.frames import parse_final_message
 from ingest.models import Instruction
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
-from ingest.services.messages import message_ingest
+from ingest.services.messages import message_ingest, messages_store
 from pipelines.results import message_results_text
 from tests.factories import PluginClientFactory, make_task
 from tools.registry import Policy
@@ -294,7 +294,7 @@ def rows_snapshot(results):
 
 
 def ingest_scenario(client, together):
-    from ingest.services.messages import ClientMessage, final_messages_ingest, ingest_final_message
+    from ingest.services.messages import ClientMessage, final_messages_ingest
 
     desktop = PluginClientFactory(client_id="desktop")
     ingest("no blocks", client, message_id="m-0")  # stored before
@@ -309,7 +309,7 @@ def ingest_scenario(client, together):
     if together:
         results = final_messages_ingest(arrivals=arrivals)
     else:
-        results = [ingest_final_message(message=a.message, client_pk=a.client_pk) for a in arrivals]
+        results = [final_messages_ingest(arrivals=[arrival])[0] for arrival in arrivals]
     assert not [r for r in results if isinstance(r, Exception)]
     return rows_snapshot(results)
 
@@ -321,9 +321,10 @@ def test_frames_stored_together_are_stored_as_one_after_another_would_be(client,
         model.objects.all().delete()
     client = PluginClientFactory(client_id="laptop")
 
-    with mock.patch("ingest.services.messages.ingest_final_message") as alone:
+    with mock.patch("ingest.services.messages.messages_store", wraps=messages_store) as store:
         together = ingest_scenario(client, together=True)
-    alone.assert_not_called()  # stored as one batch, not message by message
+    # Two frames stored before, then the batch in one go, not message by message.
+    assert [len(call.kwargs["arrivals"]) for call in store.call_args_list] == [1, 1, 9]
     assert together == one_by_one
     assert [r[2] for r in together["results"]] == [False, False, True, True, False, False, True, False, False]
     assert ("echo", "rejected") in [(i[2], i[3]) for i in together["instructions"] if i[0] == "m-3"]
@@ -339,9 +340,9 @@ def test_a_batch_takes_a_fixed_number_of_statements_whatever_its_size(client, dj
             frame(block("echo", {"n": n}), conversation_id=f"conv-{n % 20}", message_id=f"m-{n}")), client_pk=client.pk)
         for n in range(40)
     ]
-    # Per batch: the transaction, the client, the locks, duplicates, activity, the links and their
-    # time, re-targeting, the hourly limit, policies and the four inserts; then one update per link
-    # whose last message changed (each of the 20 here).
+    # Per batch: the transaction, the client, the locks, duplicates, activity, the links, the time
+    # of those that did not change, re-targeting, the hourly limit, policies and the four inserts;
+    # then one update per link whose last message changed (each of the 20 here).
     with django_assert_max_num_queries(15 + 20):
         results = final_messages_ingest(arrivals=arrivals)
     assert [r.duplicate for r in results] == [False] * 40
@@ -385,8 +386,64 @@ def test_a_failing_batch_is_rolled_back_and_its_frames_stored_one_by_one(client)
         ClientMessage(message=parse_final_message(frame(block("echo"), message_id=f"m-{n}")), client_pk=client.pk)
         for n in range(3)
     ]
-    with mock.patch("ingest.services.messages.tasks_create", side_effect=RuntimeError("a bug")):
+    from ingest.services.messages import tasks_create
+
+    def fails_once(**kwargs):  # the batch's call fails; the single frames' calls work
+        if fails_once.calls == 0:
+            fails_once.calls += 1
+            raise RuntimeError("a bug")
+        return tasks_create(**kwargs)
+
+    fails_once.calls = 0
+    with mock.patch("ingest.services.messages.tasks_create", side_effect=fails_once):
         results = final_messages_ingest(arrivals=arrivals)
     assert [r.duplicate for r in results] == [False, False, False]
     assert Message.objects.count() == 3
     assert AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).count() == 3
+
+
+def test_a_lone_frame_takes_the_statements_of_a_batch(client, django_assert_max_num_queries):
+    ingest("first", client, message_id="first")  # the conversation and its link exist
+    # The batch's fixed statements (see above) and its one link update.
+    with django_assert_max_num_queries(15):
+        result = ingest(block("echo", {"n": 1}), client, message_id="second")
+    assert not result.duplicate and AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).count() == 1
+
+
+def test_a_replayed_message_without_a_client_records_no_link_and_keeps_its_source(client):
+    result = message_ingest(message=parse_final_message(frame(block("echo"))), client=None, source=Message.Source.REPLAY)
+    stored = Message.objects.get(pk=result.message_id)
+    assert (stored.source, stored.client_id) == (Message.Source.REPLAY, None)
+    assert not ConversationLink.objects.exists()
+    assert AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).count() == 1
+
+
+def test_forced_copies_in_one_batch_are_each_stored(client):
+    from ingest.services.messages import ClientMessage, final_messages_ingest
+
+    message = parse_final_message(frame(block("echo")))
+    results = final_messages_ingest(arrivals=[
+        ClientMessage(message=message, client_pk=client.pk, force=True) for _ in range(3)
+    ])
+    assert [r.duplicate for r in results] == [False] * 3
+    assert Message.objects.count() == 3
+
+
+def test_a_message_stored_by_another_writer_after_the_look_up_is_a_duplicate(client):
+    """The race between two processes: the unique key refuses the loser's insert, and its second try reports the winner's."""
+    from ingest.services import messages
+
+    real = messages._store
+    calls = []
+
+    def lose_the_race(arrivals, now):
+        calls.append(len(arrivals))
+        if len(calls) == 1:
+            real(arrivals, now)  # the winner, as another process would have
+            raise messages.IntegrityError("duplicate key value violates unique constraint")
+        return real(arrivals, now)
+
+    with mock.patch.object(messages, "_store", side_effect=lose_the_race):
+        result = ingest(block("echo"), client)
+    assert calls == [1, 1] and result.duplicate and result.instructions == 1
+    assert Message.objects.count() == 1

@@ -44,7 +44,8 @@ class PluginBrowser:
     def extension_url(self, path: str) -> str:
         return f"chrome-extension://{self.extension_id}/{path}"
 
-    def pair(self, server_url: str, client_id: str, token: str, *, read_streams: bool = True) -> None:
+    def pair(self, server_url: str, client_id: str, token: str, *, read_streams: bool = True,
+             insert_guide: bool = False) -> None:
         """Fill in and save the options page, as a person does."""
         page = self.context.new_page()
         page.goto(self.extension_url("options/options.html"))
@@ -53,8 +54,10 @@ class PluginBrowser:
         page.fill("#token", token)
         if not read_streams:
             page.uncheck("#read-streams")
+        if insert_guide:
+            page.check("#insert-guide")
         page.click("#save")
-        page.wait_for_function("document.getElementById('saved').textContent.startsWith('Saved')")
+        self.wait_in_extension_page(page, "document.getElementById('saved').textContent.startsWith('Saved')", "the options to save")
         page.close()
 
     def storage(self, area: str = "local") -> dict[str, Any]:
@@ -76,6 +79,15 @@ class PluginBrowser:
             f"the plugin to become {state!r} (it is {self.status()})", timeout,
         )
 
+    def wait_in_extension_page(self, page, expression: str, what: str) -> None:
+        """Wait until ``expression`` is true in one of the extension's pages.
+
+        Not ``wait_for_function``: when its first check is false it polls with
+        an ``eval``, which the extension's CSP refuses ("unsafe-eval"), so it
+        failed whenever a loaded machine made the page slower than that check.
+        """
+        self.wait_until(lambda: page.evaluate(expression), what)
+
     def stop_worker(self, page) -> None:
         """Stop the extension's service worker, as Chrome stops an idle one (its globals and timers die)."""
         cdp = self.context.new_cdp_session(page)
@@ -89,10 +101,30 @@ class PluginBrowser:
     def popup_text(self) -> str:
         page = self.context.new_page()
         page.goto(self.extension_url("popup/popup.html"))
-        page.wait_for_function("document.getElementById('state').textContent !== '…'")
+        self.wait_in_extension_page(page, "document.getElementById('state').textContent !== '…'", "the popup to show its state")
         text = page.inner_text("body")
         page.close()
         return text
+
+    def open_popup(self, active_tab=None) -> Any:
+        """The popup's page in a tab of its own; ``active_tab`` (a page) is then
+        brought to the front, so that it is the tab the popup acts on, as the
+        tab under a real popup is."""
+        page = self.context.new_page()
+        page.goto(self.extension_url("popup/popup.html"))
+        self.wait_in_extension_page(page, "document.getElementById('state').textContent !== '…'", "the popup to show its state")
+        if active_tab is not None:
+            active_tab.bring_to_front()
+        return page
+
+    def insert_guide(self, popup) -> str:
+        """Press the popup's "Insert tool guide" and return what it then says.
+        The popup's tab is in the background: clicked and polled without
+        waiting for animation frames, which a background tab does not get."""
+        popup.evaluate("document.getElementById('insert-guide').click()")
+        self.wait_in_extension_page(popup, "document.getElementById('guide-outcome').dataset.ok !== undefined",
+                                    "the popup to say how the tool guide went")
+        return popup.evaluate("document.getElementById('guide-outcome').textContent")
 
     def open_chat(self, app) -> Any:
         """A tab showing ``app``'s conversation, once the plugin's content script is running in it."""
@@ -135,6 +167,12 @@ class ScriptedServer:
 
     on_hello: Callable[[dict[str, Any]], int | None] = lambda hello: None
     ack_final_messages: bool = True
+    # What a guide.get gets: this guide, an error frame with ``guide_error`` as
+    # its code, or (``answer_guides`` false) no answer at all.
+    guide_version: str = "9f8e7d6c5b4a"
+    guide_text: str = "# Conductor tools\n\nWrite a block:\n\n```baa\nfiles.list\n{\"path\": \".\"}\n```"
+    guide_error: str | None = None
+    answer_guides: bool = True
     # Error codes to answer the next final messages with, one per frame, before acks resume.
     refusals: list[str] = field(default_factory=list)
     # How to wait: a test with a browser passes PluginBrowser.pause, so that routes are served meanwhile.
@@ -178,6 +216,12 @@ class ScriptedServer:
                     self.received.append(frame)
                 if frame.get("type") == "ping":
                     connection.send(json.dumps({"type": "pong"}))
+                elif frame.get("type") == "guide.get" and self.guide_error:
+                    connection.send(json.dumps({"type": "error", "id": frame.get("id"), "code": self.guide_error,
+                                                "detail": "scripted guide refusal"}))
+                elif frame.get("type") == "guide.get" and self.answer_guides:
+                    connection.send(json.dumps({"type": "guide", "id": frame.get("id"), "version": self.guide_version,
+                                                "text": self.guide_text}))
                 elif frame.get("type") == "browser.final_message" and self.refusals:
                     code = self.refusals.pop(0)
                     connection.send(json.dumps({"type": "error", "id": frame["id"], "code": code, "detail": "scripted"}))

@@ -1,0 +1,85 @@
+"""The tool guide's pages (SPEC §5.5): a conversation's, and a new conversation's per platform.
+
+Views of ``ConversationAdmin`` (``ToolGuideAdminMixin``), so they need a staff
+login and the permission to view conversations. They show the text the chat's
+assistant would be given, with a copy button, and what it was made of.
+"""
+
+from __future__ import annotations
+
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from ingest.selectors import conversation_guide_client_pk, tool_guide
+from platforms import platforms
+
+TEMPLATE = "admin/conversations/conversation/tool_guide.html"
+
+
+def tool_guide_link(conversation_pk, text: str = "tool guide") -> str:
+    return format_html(
+        '<a href="{}">{}</a>', reverse("admin:conversations_conversation_tool_guide", args=[conversation_pk]), text
+    )
+
+
+class ToolGuideAdminMixin:
+    """Mix into the conversation's ``ModelAdmin``: ``tool-guide/?platform=P`` and ``<pk>/tool-guide/``."""
+
+    def get_urls(self):
+        opts = self.model._meta
+        name = f"{opts.app_label}_{opts.model_name}"
+        return [
+            path(
+                "tool-guide/",
+                self.admin_site.admin_view(self.platform_guide_view),
+                name=f"{name}_platform_tool_guide",
+            ),
+            path(
+                "<path:object_id>/tool-guide/",
+                self.admin_site.admin_view(self.conversation_guide_view),
+                name=f"{name}_tool_guide",
+            ),
+            *super().get_urls(),
+        ]
+
+    def platform_guide_view(self, request):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        names = platforms.names()
+        platform = request.GET.get("platform")
+        if platform not in names:
+            platform = names[0]
+        guide = tool_guide(platform=platform)
+        return self._render(request, guide=guide, platform=platform, platforms=names, conversation=None,
+                            title=f"Tool guide for a new {platform} conversation")
+
+    def conversation_guide_view(self, request, object_id):
+        conversation = self.get_object(request, unquote(object_id))
+        if conversation is None:
+            raise Http404("no such conversation")
+        if not self.has_view_permission(request, conversation):
+            raise PermissionDenied
+        guide = tool_guide(
+            platform=conversation.platform, conversation=conversation,
+            client_pk=conversation_guide_client_pk(conversation=conversation),
+        )
+        return self._render(request, guide=guide, platform=conversation.platform, platforms=None,
+                            conversation=conversation, title=f"Tool guide for {conversation}")
+
+    def _render(self, request, *, guide, platform, platforms, conversation, title):
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "subtitle": None,
+            "opts": self.model._meta,
+            "original": conversation,
+            "guide": guide,
+            "platform": platform,
+            "platforms": platforms,
+            "served": list(conversation.guides_served.order_by("-last_served_at")[:10]) if conversation else [],
+        }
+        return TemplateResponse(request, TEMPLATE, context)

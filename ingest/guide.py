@@ -1,0 +1,246 @@
+"""The tool guide (SPEC §5.5): the text that teaches a chat's assistant which tools it may call, and how.
+
+Pure: the facts of one conversation (its callable tools with their policies,
+the mail handles it can write to, the limits) in, one Markdown text out; no
+I/O. ``ingest.selectors.tool_guide_facts`` gathers the facts. The guide's
+version is a hash of its text, so the same tools and policies give the same
+version on every platform and server.
+
+The text has, in this order: what a block is, one line per callable tool
+(params from its JSON Schema, "runs at once" or "waits for approval"), one
+worked example per tool family (each parses as a valid block of that tool),
+what comes back, the limits, and the mail handles when there are any. Denied
+tools are left out by the caller (``GuideFacts.tools`` holds only callable ones).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tools.registry import DEFAULT_TARGET, ExampleFacts, Policy, ToolSpec
+
+INFO_STRING = "baa"
+RESULT_INFO_STRING = "baa-result"
+VERSION_CHARS = 12
+MAX_DESCRIPTION_CHARS = 160  # an MCP server's description can be pages long
+MAX_HANDLES_SHOWN = 50
+# The tools that write to other conversations (``mail.send``): shown with the
+# handles they can write to, and left out when there are none.
+MAIL_FAMILY = "mail"
+
+JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
+
+
+@dataclass(frozen=True)
+class GuideTool:
+    spec: ToolSpec
+    policy: str  # Policy.ALLOW or Policy.APPROVE; denied tools are not in a guide
+
+    @property
+    def header(self) -> str:
+        """The block header that calls the tool: its name, with its target unless it is Conductor's own."""
+        spec = self.spec
+        return spec.name if spec.target == DEFAULT_TARGET else f"{spec.target}::{spec.name}"
+
+    @property
+    def runs_at_once(self) -> bool:
+        return self.policy == Policy.ALLOW
+
+
+@dataclass(frozen=True)
+class GuideFacts:
+    """Everything a conversation's guide says, read by ``tool_guide_facts``."""
+
+    platform: str
+    tools: tuple[GuideTool, ...]  # callable tools in registry order
+    mail_handles: tuple[str, ...]  # handles shown (at most MAX_HANDLES_SHOWN)
+    more_handles: int  # handles there are beyond those shown
+    max_blocks: int
+    max_block_bytes: int
+    per_hour: int
+    result_max_chars: int
+
+    @property
+    def example_facts(self) -> ExampleFacts:
+        return ExampleFacts(mail_handles=self.mail_handles)
+
+
+@dataclass(frozen=True)
+class ToolGuide:
+    version: str
+    text: str
+    facts: GuideFacts
+
+    def as_json(self, *, conversation_id: str | None = None) -> dict[str, Any]:
+        """The guide and what it was made of, as ``tool_guide --format json`` prints it."""
+        facts = self.facts
+        return {
+            "version": self.version,
+            "platform": facts.platform,
+            "conversation_id": conversation_id,
+            "text": self.text,
+            "tools": [
+                {
+                    "target": tool.spec.target, "name": tool.spec.name, "header": tool.header,
+                    "policy": tool.policy, "description": tool.spec.description,
+                    "params_schema": tool.spec.params_schema,
+                }
+                for tool in facts.tools
+            ],
+            "mail_handles": list(facts.mail_handles),
+            "more_mail_handles": facts.more_handles,
+            "limits": {
+                "blocks_per_message": facts.max_blocks, "block_bytes": facts.max_block_bytes,
+                "valid_blocks_per_hour": facts.per_hour, "result_chars": facts.result_max_chars,
+            },
+        }
+
+
+# --- params from a JSON Schema ----------------------------------------------------------------
+
+
+def _type_of(schema: Any) -> str:
+    """A property's type as one short word or union, from its schema."""
+    if not isinstance(schema, dict):
+        return "any"
+    if "enum" in schema and isinstance(schema["enum"], list):
+        return "|".join(json.dumps(value, ensure_ascii=False) for value in schema["enum"])
+    if "const" in schema:
+        return json.dumps(schema["const"], ensure_ascii=False)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        return "|".join(str(k) for k in kind if k in JSON_TYPES) or "any"
+    if kind == "array":
+        return f"[{_type_of(schema.get('items'))}]"
+    if kind in JSON_TYPES:
+        return kind
+    return "any"
+
+
+def params_signature(schema: dict[str, Any]) -> str:
+    """``{path: string, max_bytes?: integer = 65536}``: each param, ``?`` when optional, its default."""
+    properties = schema.get("properties")
+    if not isinstance(properties, dict) or not properties:
+        return "{}" if schema.get("additionalProperties") is False else "{any params}"
+    required = set(schema.get("required") or ())
+    parts = []
+    for name, prop in properties.items():
+        part = f"{name}{'' if name in required else '?'}: {_type_of(prop)}"
+        if isinstance(prop, dict) and "default" in prop:
+            part += f" = {json.dumps(prop['default'], ensure_ascii=False)}"
+        parts.append(part)
+    return "{" + ", ".join(parts) + "}"
+
+
+def _description(text: str) -> str:
+    line = " ".join(text.split())
+    if len(line) > MAX_DESCRIPTION_CHARS:
+        line = line[: MAX_DESCRIPTION_CHARS - 1].rstrip() + "…"
+    return line
+
+
+# --- the text ---------------------------------------------------------------------------------
+
+
+def block_text(header: str, params: dict[str, Any]) -> str:
+    """A ```baa block calling ``header`` with ``params`` (no params line for ``{}``)."""
+    body = header if not params else f"{header}\n{json.dumps(params, ensure_ascii=False)}"
+    return f"```{INFO_STRING}\n{body}\n```"
+
+
+def examples(facts: GuideFacts) -> list[tuple[GuideTool, dict[str, Any]]]:
+    """One worked example per tool family: the first callable tool of the family that has one."""
+    chosen: dict[str, tuple[GuideTool, dict[str, Any]]] = {}
+    for tool in facts.tools:
+        if tool.spec.family in chosen:
+            continue
+        params = tool.spec.example_params(facts.example_facts)
+        if params is not None:
+            chosen[tool.spec.family] = (tool, params)
+    return list(chosen.values())
+
+
+def _tool_lines(tools: list[GuideTool]) -> list[str]:
+    return [
+        f"- `{tool.header}` {params_signature(tool.spec.params_schema)}: {_description(tool.spec.description)}"
+        for tool in tools
+    ]
+
+
+def _callable(facts: GuideFacts) -> list[GuideTool]:
+    return [tool for tool in facts.tools if tool.spec.family != MAIL_FAMILY or facts.mail_handles]
+
+
+def _body(facts: GuideFacts) -> str:
+    tools = _callable(facts)
+    at_once = [tool for tool in tools if tool.runs_at_once]
+    approval = [tool for tool in tools if not tool.runs_at_once]
+    first = examples(facts)
+    lines = [
+        "You can run tools on my computer through Conductor. To call a tool, write a fenced code block "
+        f"whose info string is `{INFO_STRING}`: its first line is the tool's name, the rest one JSON object "
+        "of params (leave it out when there are none). Conductor reads your answer once it is complete, runs "
+        "its blocks one at a time in order, and then posts the results as my next message. Write a block "
+        "only when you want it run; to show one without running it, use another info string.",
+        "",
+        "## Tools",
+    ]
+    if not tools:
+        lines += ["", "No tool can be called in this conversation now."]
+    if at_once:
+        lines += ["", "These run at once:", *_tool_lines(at_once)]
+    if approval:
+        lines += [
+            "", "These wait for my approval (I may refuse; a refusal comes back as an error):",
+            *_tool_lines(approval),
+        ]
+    lines += ["", "`name?` means optional; `= value` is the default. File paths are relative to the "
+              "workspace folder; nothing outside it can be reached."]
+    if first:
+        lines += ["", "## Examples"]
+        for tool, params in first:
+            lines += ["", block_text(tool.header, params)]
+    lines += [
+        "",
+        "## What comes back",
+        "",
+        f"One message with a line and a `{RESULT_INFO_STRING}` block of JSON per block you wrote, in order:",
+        "",
+        "Block 1 · time.now · succeeded",
+        f"```{RESULT_INFO_STRING}",
+        '{"block": 1, "tool": "time.now", "ok": true, "result": {"now": "2026-12-03T08:00:00.000Z"}}',
+        "```",
+        "",
+        'A block that failed or was refused has `"ok": false`, a `"status"` and an `"error"` saying why '
+        "(a bad header or JSON, an unknown tool, params that do not fit, a denied tool, the hourly limit, "
+        "the tool's own error). Correct the block and send it again in a new answer. A result cut to fit "
+        'is marked `"truncated": true`.',
+        "",
+        "## Limits",
+        "",
+        f"- At most {facts.max_blocks} blocks per answer, each at most {facts.max_block_bytes // 1024} KiB.",
+        f"- At most {facts.per_hour} valid blocks per hour in this conversation; more are refused.",
+        f"- All results of one answer together at most {facts.result_max_chars} characters.",
+    ]
+    mail = next((tool for tool in tools if tool.spec.family == MAIL_FAMILY), None)
+    if mail is not None and facts.mail_handles:
+        more = f" (and {facts.more_handles} more)" if facts.more_handles else ""
+        lines += [
+            "",
+            "## Mail",
+            "",
+            f"`{mail.header}` sends a text to another conversation as its next user message. "
+            f"You can write to: {', '.join(facts.mail_handles)}{more}. An answer comes back as a mail to you.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def tool_guide_render(facts: GuideFacts) -> ToolGuide:
+    """The guide for these facts; its version is a hash of its text, which names the version in its title."""
+    body = _body(facts)
+    version = hashlib.sha256(body.encode("utf-8")).hexdigest()[:VERSION_CHARS]
+    text = f"# Conductor tool guide ({version})\n\n{body}"
+    return ToolGuide(version=version, text=text, facts=facts)

@@ -1,0 +1,48 @@
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+from conversations.selectors import ConversationNotFound, conversation_by_reference
+from ingest.selectors import conversation_guide_client_pk, plugin_client_pk, tool_guide
+from platforms import platforms
+
+
+class Command(BaseCommand):
+    help = (
+        "Print the tool guide (SPEC 5.5) of a conversation, or of a new conversation on a platform: "
+        "the text to give the chat's assistant."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--conversation", metavar="ID",
+            help="Conductor's id of the conversation, or the platform's (with --platform when ambiguous).",
+        )
+        parser.add_argument("--platform", choices=platforms.names(), help="The platform of a new conversation.")
+        parser.add_argument(
+            "--client", metavar="CLIENT_ID",
+            help="Follow this plugin client's tool policies (default: the client the conversation was last seen through).",
+        )
+        parser.add_argument("--format", choices=["markdown", "json"], default="markdown")
+
+    def handle(self, *args, conversation, platform, client, format, **options):
+        found = None
+        if conversation:
+            try:
+                found = conversation_by_reference(reference=conversation, platform=platform)
+            except ConversationNotFound as exc:
+                raise CommandError(str(exc)) from exc
+        client_pk = None
+        if client:
+            client_pk = plugin_client_pk(client_id=client)
+            if client_pk is None:
+                raise CommandError(f"no plugin client {client!r}")
+        elif found is not None:
+            client_pk = conversation_guide_client_pk(conversation=found)
+        guide = tool_guide(
+            platform=found.platform if found else (platform or ""), conversation=found, client_pk=client_pk
+        )
+        if format == "json":
+            self.stdout.write(json.dumps(guide.as_json(conversation_id=found.remote_id if found else None), indent=2))
+        else:
+            self.stdout.write(guide.text, ending="")

@@ -1,0 +1,151 @@
+"""The tool guide's text (SPEC §5.5): built from the registry, the policies and the mail handles."""
+
+import json
+
+import pytest
+
+from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS, parse_blocks
+from ingest.guide import GuideFacts, GuideTool, examples, params_signature, tool_guide_render
+from ingest.selectors import tool_guide, tool_guide_facts
+from pipelines.rendering import BlockOutcome, render_results
+from tests.factories import ConversationFactory, ConversationLinkFactory, PluginClientFactory
+from tools.registry import Policy, ToolSpec, tools
+from automation.models import ToolPolicy
+
+
+def facts(*, policies=None, handles=(), more=0):
+    policies = policies or {}
+    chosen = tuple(
+        GuideTool(spec=spec, policy=policies.get(spec.name, spec.default_policy))
+        for spec in tools
+        if policies.get(spec.name, spec.default_policy) != Policy.DENY
+    )
+    return GuideFacts(
+        platform="claude", tools=chosen, mail_handles=tuple(handles), more_handles=more,
+        max_blocks=MAX_BLOCKS, max_block_bytes=MAX_BLOCK_BYTES, per_hour=120, result_max_chars=20000,
+    )
+
+
+def test_the_default_guide_fits_a_paste_and_names_every_callable_tool_once():
+    guide = tool_guide_render(facts(handles=["notes"]))
+    assert len(guide.text) < 6000
+    for spec in tools:
+        assert guide.text.count(f"- `{spec.name}` ") == 1, spec.name
+
+
+def test_every_example_is_a_valid_block_of_the_tool_it_names():
+    facts_ = facts(handles=["notes"])
+    guide = tool_guide_render(facts_)
+    blocks = parse_blocks(guide.text)
+    assert [block.tool for block in blocks] == [tool.spec.name for tool, _ in examples(facts_)]
+    for block in blocks:
+        assert block.is_valid, block.error
+        assert tools.get(block.tool).params_error(block.params) is None
+
+
+def test_one_example_per_family():
+    families = [tool.spec.family for tool, _ in examples(facts(handles=["notes"]))]
+    assert sorted(families) == sorted({spec.family for spec in tools})
+
+
+def test_a_denied_tool_never_appears_and_an_approval_tool_says_it_waits():
+    guide = tool_guide_render(facts(policies={"files.list": Policy.DENY, "echo": Policy.APPROVE}))
+    assert "files.list" not in guide.text
+    at_once, waits = guide.text.split("These wait for my approval", 1)
+    assert "`echo`" in waits.split("##", 1)[0] and "`echo`" not in at_once
+    assert "`files.read`" in at_once
+
+
+def test_a_conversation_with_no_handle_to_write_to_gets_no_mail_section_nor_mail_send():
+    guide = tool_guide_render(facts())
+    assert "## Mail" not in guide.text and "mail.send" not in guide.text
+    with_handles = tool_guide_render(facts(handles=["notes", "research"], more=3)).text
+    assert "## Mail" in with_handles and "notes, research (and 3 more)" in with_handles
+    assert '"to": "notes"' in with_handles
+
+
+def test_the_version_is_a_hash_of_the_text_and_follows_the_policies():
+    first, again = tool_guide_render(facts()), tool_guide_render(facts())
+    assert first.version == again.version and first.text.startswith(f"# Conductor tool guide ({first.version})")
+    assert tool_guide_render(facts(policies={"shell.run": Policy.DENY})).version != first.version
+
+
+def test_the_limits_are_those_ingest_applies():
+    text = tool_guide_render(facts()).text
+    assert f"At most {MAX_BLOCKS} blocks per answer, each at most {MAX_BLOCK_BYTES // 1024} KiB" in text
+    assert "At most 120 valid blocks per hour" in text and "at most 20000 characters" in text
+
+
+def test_the_result_shown_is_rendered_as_deliveries_render_it():
+    rendered = render_results(
+        [BlockOutcome(block=1, tool="time.now", status="succeeded",
+                      result={"now": "2026-12-03T08:00:00.000Z"})],
+        max_chars=20000,
+    )
+    shown = tool_guide_render(facts()).text
+    block_and_result = rendered.split("\n", 1)[1].strip()
+    assert block_and_result in shown
+
+
+@pytest.mark.parametrize("schema, expected", [
+    ({"type": "object"}, "{any params}"),
+    ({"type": "object", "properties": {}, "additionalProperties": False}, "{}"),
+    (
+        {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "integer", "default": 3}},
+         "required": ["a"]},
+        "{a: string, b?: integer = 3}",
+    ),
+    ({"type": "object", "properties": {"m": {"enum": ["x", "y"]}, "l": {"type": "array", "items": {"type": "number"}}}},
+     '{m?: "x"|"y", l?: [number]}'),
+    ({"type": "object", "properties": {"u": {"type": ["string", "null"]}, "w": {}}}, "{u?: string|null, w?: any}"),
+])
+def test_params_signature(schema, expected):
+    assert params_signature(schema) == expected
+
+
+def test_a_long_description_is_cut_to_one_line():
+    spec = ToolSpec(name="long", description="word " * 100 + "\nsecond line", params_schema={"type": "object"},
+                    is_idempotent=True, default_policy=Policy.ALLOW, target="other")
+    guide = tool_guide_render(GuideFacts(
+        platform="claude", tools=(GuideTool(spec=spec, policy=Policy.ALLOW),), mail_handles=(), more_handles=0,
+        max_blocks=32, max_block_bytes=65536, per_hour=120, result_max_chars=20000,
+    ))
+    [line] = [line for line in guide.text.splitlines() if line.startswith("- `other::long`")]
+    assert len(line) < 220 and line.endswith("…")
+
+
+def test_no_callable_tool_says_so():
+    guide = tool_guide_render(facts(policies={spec.name: Policy.DENY for spec in tools}))
+    assert "No tool can be called in this conversation now." in guide.text
+    assert parse_blocks(guide.text) == []
+
+
+@pytest.mark.django_db
+def test_facts_follow_the_most_specific_policy_and_list_handles_of_seen_conversations():
+    link = ConversationLinkFactory(conversation__handle="me")
+    other_client = PluginClientFactory()
+    ConversationLinkFactory(conversation__handle="notes")
+    ConversationFactory(handle="never-seen")  # mail to it has nowhere to go
+    ToolPolicy.objects.create(tool="echo", policy=Policy.DENY)
+    ToolPolicy.objects.create(tool="echo", policy=Policy.ALLOW, conversation=link.conversation)
+    ToolPolicy.objects.create(tool="time.now", policy=Policy.DENY, client=link.client)
+
+    mine = tool_guide_facts(platform="claude", conversation=link.conversation, client_pk=link.client_id)
+    names = {tool.spec.name: tool.policy for tool in mine.tools}
+    assert names["echo"] == Policy.ALLOW and "time.now" not in names
+    assert mine.mail_handles == ("notes",)  # not its own handle, not one never seen
+
+    new_elsewhere = tool_guide_facts(platform="claude", client_pk=other_client.pk)
+    names = {tool.spec.name for tool in new_elsewhere.tools}
+    assert "echo" not in names and "time.now" in names
+    assert new_elsewhere.mail_handles == ("me", "notes")
+
+
+@pytest.mark.django_db
+def test_handles_past_fifty_are_counted_not_listed():
+    for n in range(53):
+        ConversationLinkFactory(conversation__handle=f"h{n:02d}")
+    guide = tool_guide(platform="claude")
+    assert len(guide.facts.mail_handles) == 50 and guide.facts.more_handles == 3
+    assert "(and 3 more)" in guide.text
+    assert json.loads(json.dumps(guide.as_json()))["more_mail_handles"] == 3
