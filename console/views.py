@@ -1,7 +1,8 @@
 """The site's front door, the admin's overview page and its global pause switch (SPEC §4, §7).
 
-Wired in ``conductor_site/urls.py`` through ``admin.site.admin_view``, so both
-need a staff login. The overview shows tasks, their errors, conversation
+The overview and the switch are wired in ``conductor_site/urls.py`` through
+``admin.site.admin_view``, so both need a staff login; the front door (``/``)
+needs none and only redirects. The overview shows tasks, their errors, conversation
 titles and plugin clients, so it also needs the permission to view tasks;
 the pause switch is for superusers. Reads come from the selectors, the one
 write from ``dispatcher_pause_set``; this module only shapes what the
@@ -17,8 +18,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth.decorators import permission_required
-from django.core.exceptions import PermissionDenied
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
 from django.urls import reverse

@@ -177,7 +177,6 @@ class StoryAdminMixin:
             back = story_url(conversation.pk)
         return HttpResponseRedirect(f"{back}#block-{task.instruction_id}")
 
-
     def story_pause_view(self, request, object_id):
         """GET: ask whether to pause (``is_paused=1``) or resume (``0``) the conversation; POST: do it.
 
