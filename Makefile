@@ -44,7 +44,7 @@ install:
 # and the explicit list means the same to both.
 test: install
 	@echo "make test: the layers, the plugin's unit tests, then the whole Python suite" \
-		"(about 20 minutes on two cores; make test-fast checks the core in under one)"
+		"(10 to 20 minutes on two cores; make test-fast checks the core in under one)"
 	@start=$$(date +%s); \
 	$(UV) run --frozen lint-imports --no-cache && \
 	$(NODE_TESTS) && \
