@@ -63,10 +63,6 @@ def always(task: AutomationTask) -> bool:
     return True
 
 
-def never(task: AutomationTask) -> bool:
-    return False
-
-
 @dataclass(frozen=True)
 class KindSpec:
     name: str

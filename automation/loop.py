@@ -1,6 +1,6 @@
 """The dispatcher loop: ticks until it is told to stop (SPEC §4).
 
-django-q2 starts and supervises it: ``automation.tasks.dispatch_run`` runs it
+django-q2 starts and supervises it: ``automation.jobs.dispatch_run`` runs it
 in a cluster worker, with no django-q2 timeout, and a schedule makes sure one
 is running (``automation.schedules``). ``manage.py dispatch --loop`` runs the
 same loop in the foreground.

@@ -7,7 +7,7 @@ from typing import Any
 
 from core.registry import Registry
 
-DISPATCH_FUNC = "automation.tasks.dispatch_run"
+DISPATCH_FUNC = "automation.jobs.dispatch_run"
 
 # The dispatcher loop runs until the cluster stops, so the cluster must never
 # time it out: django-q2 reads a task timeout of -1 as "none"
@@ -37,7 +37,7 @@ schedules = ScheduleRegistry()
 schedules.register(Schedule(
     name="conductor.dispatch", func=DISPATCH_FUNC, minutes=1, kwargs={"q_options": DISPATCH_Q_OPTIONS},
 ))
-schedules.register(Schedule(name="conductor.prune", func="automation.tasks.prune_daily", schedule_type="D"))
+schedules.register(Schedule(name="conductor.prune", func="automation.jobs.prune_daily", schedule_type="D"))
 
 
 def schedules_register(*, using: str = "default", **kwargs) -> None:

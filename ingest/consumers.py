@@ -38,7 +38,7 @@ from ingest.frames import (
     parse_guide_request,
     parse_plugin_info,
 )
-from ingest.ingest_queue import final_message_queue
+from ingest.batching import final_message_queue
 from ingest.models import plugin_group_name
 from ingest.protocol import (
     FRAME_LIMIT_EXTENSION,
@@ -346,7 +346,7 @@ async def handle_final_message(consumer: PluginConsumer, frame: dict[str, Any]) 
     # process, so their acks need not wait behind it.
     blocks = await sync_to_async(parse_blocks, thread_sensitive=False)(message.text)
     # The next frames are read while this one is stored, so that they can be
-    # stored with it (see ingest.ingest_queue); the slots bound what one
+    # stored with it (see ingest.batching); the slots bound what one
     # socket may have waiting.
     await consumer.ingest_slots.acquire()
     stored = final_message_queue().submit(

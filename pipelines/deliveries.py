@@ -47,6 +47,8 @@ from platforms.registry import (
     DeliveryTarget,
     PlatformAdapter,
     UnsupportedPlatform,
+)
+from platforms.wire import (
     excerpt,
 )
 

@@ -27,6 +27,8 @@ from platforms.registry import (
     DeliveryVerdict,
     PlatformAdapter,
     ProxyAnswer,
+)
+from platforms.wire import (
     excerpt,
 )
 

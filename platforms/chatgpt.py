@@ -39,6 +39,9 @@ from platforms.registry import (
     DeliveryTarget,
     PlatformAdapter,
     ProxyRequest,
+    platforms,
+)
+from platforms.wire import (
     client_uuid,
     describe_error,
     json_text,
@@ -46,7 +49,6 @@ from platforms.registry import (
     loads,
     nested,
     page,
-    platforms,
     sse_events,
 )
 

@@ -28,6 +28,9 @@ from platforms.registry import (
     DeliveryTarget,
     PlatformAdapter,
     ProxyRequest,
+    platforms,
+)
+from platforms.wire import (
     client_uuid,
     describe_error,
     excerpt,
@@ -36,7 +39,6 @@ from platforms.registry import (
     loads,
     nested,
     page,
-    platforms,
     sse_events,
     url_part,
 )

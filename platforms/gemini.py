@@ -41,11 +41,14 @@ import re
 import uuid
 
 from platforms.registry import (
-    FORM_CONTENT_TYPE,
     BodyReading,
     DeliveryTarget,
     PlatformAdapter,
     ProxyRequest,
+    platforms,
+)
+from platforms.wire import (
+    FORM_CONTENT_TYPE,
     client_uuid,
     form_value,
     json_text,
@@ -53,7 +56,6 @@ from platforms.registry import (
     loads,
     nested,
     page,
-    platforms,
     url_part,
 )
 

@@ -234,7 +234,7 @@ def test_a_burst_of_wake_ups_does_not_put_the_scheduled_ticks_off(channel_layer)
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_the_scheduled_task_stops_within_a_tick_on_a_signal(signum):
-    process = spawn_process("automation.tasks:dispatch_run", ())
+    process = spawn_process("automation.jobs:dispatch_run", ())
     try:
         wait_for(lambda: DispatcherState.objects.filter(pk=1).exclude(run_owner="").exists(), timeout=30)
         started = time.monotonic()

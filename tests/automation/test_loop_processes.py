@@ -75,7 +75,7 @@ def test_scheduled_again_and_again_the_loop_keeps_ticking_without_a_gap(monkeypa
     tick = 0.5
     monkeypatch.setenv("CONDUCTOR_TICK_SECONDS", str(tick))
     ticks, sample = tick_sampler()
-    firings = [spawn_process("automation.tasks:dispatch_run", ())]
+    firings = [spawn_process("automation.jobs:dispatch_run", ())]
     try:
         wait_for(lambda: state().run_owner, "the first loop to take the lease")
         runner = state().run_owner
@@ -83,7 +83,7 @@ def test_scheduled_again_and_again_the_loop_keeps_ticking_without_a_gap(monkeypa
         while len(firings) < 10:
             sample()
             if time.monotonic() >= next_firing:
-                firings.append(spawn_process("automation.tasks:dispatch_run", ()))
+                firings.append(spawn_process("automation.jobs:dispatch_run", ()))
                 next_firing += 1.5
             time.sleep(0.01)
         standby = wait_for(lambda: state().standby_owner, "a loop to stand by")

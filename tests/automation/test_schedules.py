@@ -15,8 +15,8 @@ def test_the_schedules_are_registered_once_however_often_migrate_runs():
     schedules_register()
     rows = {s.name: (s.func, s.schedule_type, s.minutes, s.repeats) for s in Schedule.objects.all()}
     assert rows == {
-        "conductor.dispatch": ("automation.tasks.dispatch_run", "I", 1, -1),
-        "conductor.prune": ("automation.tasks.prune_daily", "D", None, -1),
+        "conductor.dispatch": ("automation.jobs.dispatch_run", "I", 1, -1),
+        "conductor.prune": ("automation.jobs.prune_daily", "D", None, -1),
         "conductor.renew": ("pipelines.tasks.renew_scheduled", "I", 1, -1),
     }
 
@@ -36,4 +36,4 @@ def test_make_run_queues_a_loop_and_its_standby_with_no_cluster_timeout(settings
         pytest.skip("reads the ORM broker's queue")
     dispatcher_loops_start()
     queued = [SignedPackage.loads(row.payload) for row in OrmQ.objects.all()]
-    assert [(task["func"], task["timeout"]) for task in queued] == [("automation.tasks.dispatch_run", -1)] * 2
+    assert [(task["func"], task["timeout"]) for task in queued] == [("automation.jobs.dispatch_run", -1)] * 2

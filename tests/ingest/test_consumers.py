@@ -315,7 +315,7 @@ async def test_the_same_final_message_again_is_acknowledged_as_a_duplicate(clien
 
 
 async def test_frames_that_arrive_while_a_batch_is_stored_are_stored_together_and_each_acked(client):
-    from ingest.ingest_queue import final_message_queue
+    from ingest.batching import final_message_queue
     from ingest.services import messages
 
     batches, release = [], threading.Event()
@@ -328,7 +328,7 @@ async def test_frames_that_arrive_while_a_batch_is_stored_are_stored_together_an
     communicator, _ = await hello("laptop-chrome")
     frames = [{**FINAL, "id": f"frame-{n}", "message_id": f"msg-{n}", "conversation_id": f"conv-{n % 3}"}
               for n in range(8)] + [{**FINAL, "id": "frame-again", "message_id": "msg-1", "conversation_id": "conv-1"}]
-    with mock.patch("ingest.ingest_queue.final_messages_ingest", side_effect=held_first):
+    with mock.patch("ingest.batching.final_messages_ingest", side_effect=held_first):
         for frame in frames:
             await communicator.send_json_to(frame)
         for _ in range(500):  # until every frame is read (the socket reads on while the first is stored)

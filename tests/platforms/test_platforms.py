@@ -9,7 +9,6 @@ import pytest
 
 from platforms import platforms
 from platforms.registry import (
-    FORM_CONTENT_TYPE,
     DeliveryTarget,
     DeliveryVerdict,
     DuplicatePlatform,
@@ -18,6 +17,9 @@ from platforms.registry import (
     ProxyAnswer,
     ProxyRequest,
     UnsupportedPlatform,
+)
+from platforms.wire import (
+    FORM_CONTENT_TYPE,
     fill_page_values,
 )
 

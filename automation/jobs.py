@@ -1,4 +1,4 @@
-"""django-q2 task functions: parse nothing, call services (STYLE rule 1)."""
+"""django-q2 jobs (the functions its schedules and queue name): parse nothing, call services (STYLE rule 1)."""
 
 from __future__ import annotations
 
