@@ -19,7 +19,7 @@ export HOST PORT
 
 # `make test-fast`: the pure modules and the services, the admin through the
 # test client, in one process: no server, browser or worker process is started.
-# Under a minute on two busy cores; a change to what these do not reach
+# About 35 s on two cores doing nothing else; a change to what these do not reach
 # (sockets, processes, the plugin in Chromium) still needs `make test`.
 FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 	tests/automation/test_transitions.py tests/automation/test_retry.py tests/automation/test_claim.py \
