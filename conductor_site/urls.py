@@ -2,9 +2,11 @@ from django.contrib import admin
 from django.urls import path
 
 from conductor_site.views import healthz, metrics
-from console.views import dispatcher_pause, overview
+from console.views import dispatcher_pause, front_door, overview
 
 urlpatterns = [
+    # Also the admin's "View site" link (AdminSite.site_url).
+    path("", front_door, name="front-door"),
     # Before the admin's own URLs, which would otherwise answer /admin/overview/ with a 404.
     path("admin/overview/", admin.site.admin_view(overview), name="admin-overview"),
     path("admin/overview/pause/", admin.site.admin_view(dispatcher_pause), name="admin-overview-pause"),

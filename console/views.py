@@ -1,7 +1,8 @@
-"""The admin's overview page and its global pause switch (SPEC §4, §7).
+"""The site's front door, the admin's overview page and its global pause switch (SPEC §4, §7).
 
-Wired in ``conductor_site/urls.py`` through ``admin.site.admin_view``, so both
-need a staff login. The overview shows tasks, their errors, conversation
+The overview and the switch are wired in ``conductor_site/urls.py`` through
+``admin.site.admin_view``, so both need a staff login; the front door (``/``)
+needs none and only redirects. The overview shows tasks, their errors, conversation
 titles and plugin clients, so it also needs the permission to view tasks;
 the pause switch is for superusers. Reads come from the selectors, the one
 write from ``dispatcher_pause_set``; this module only shapes what the
@@ -17,10 +18,12 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.auth.decorators import permission_required
+from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied
 from django.shortcuts import redirect
 from django.template.response import TemplateResponse
-from django.views.decorators.http import require_POST
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
 
 from automation.models import TaskStatus
 from automation.selectors import (
@@ -102,6 +105,23 @@ def chart_layout(buckets: Sequence[HourlyFinishes]) -> Chart:
         bar_width=round(bar_width, 1), bars=bars, labels=labels, max_count=max_count,
         total_succeeded=sum(b.succeeded for b in buckets), total_failed=sum(b.failed for b in buckets),
     )
+
+
+# --- the front door --------------------------------------------------------------------
+
+
+@require_GET
+def front_door(request):
+    """``/``, where ``make run`` and the admin's "View site" send people: the console has no public page.
+
+    A staff user who may read the overview goes there, other staff to the
+    admin's index (the overview would refuse them), anyone else to the admin's
+    login, which sends them back here once they are in.
+    """
+    user = request.user
+    if user.is_active and user.is_staff:
+        return redirect("admin-overview" if user.has_perm(OVERVIEW_PERMISSION) else "admin:index")
+    return redirect_to_login(request.get_full_path(), reverse("admin:login"))
 
 
 # --- the page ------------------------------------------------------------------------

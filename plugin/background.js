@@ -20,6 +20,7 @@ import { clampTimeout } from "./lib/composer.js";
 import { domResultFrame, finalMessageFrame, helloFrame, isPosted, isSentToComposer, proxyResultFrame, socketUrl } from "./lib/frames.js";
 import { guideFromAnswer, guideGetFrame, NotConnected, PendingAnswers } from "./lib/guide.js";
 import { Outbox } from "./lib/outbox.js";
+import { afterProxyDelivery } from "./lib/reply-note.js";
 
 const VERSION = chrome.runtime.getManifest().version;
 const PING_MS = 20_000;
@@ -406,8 +407,9 @@ async function deliver(frame, kind) {
  * @param {any} frame
  * @param {any} message
  * @param {DeliveryKind} kind
+ * @param {(tabId: number, answer: any) => void} [onAnswer] told which tab answered, and what
  */
-async function deliverInTab(frame, message, kind) {
+async function deliverInTab(frame, message, kind, onAnswer = () => {}) {
   let adapter;
   try {
     adapter = adapterByName(frame.platform);
@@ -416,11 +418,15 @@ async function deliverInTab(frame, message, kind) {
   }
   const target = { conversation_id: String(frame.conversation_id ?? ""), page_url: typeof frame.page_url === "string" ? frame.page_url : "" };
   for (const tab of await conversationTabs(adapter, target.conversation_id)) {
+    let answer;
     try {
-      return await chrome.tabs.sendMessage(tab.id, message);
+      answer = await chrome.tabs.sendMessage(tab.id, message);
     } catch {
       // No content script in that tab (open since before the plugin was installed): try the next.
+      continue;
     }
+    onAnswer(tab.id, answer);
+    return answer;
   }
   let tabId;
   try {
@@ -428,12 +434,30 @@ async function deliverInTab(frame, message, kind) {
   } catch (error) {
     return kind.failed(`no page of the conversation could be opened: ${error.message}`, "no_tab");
   }
-  return chrome.tabs.sendMessage(tabId, message);
+  const answer = await chrome.tabs.sendMessage(tabId, message);
+  onAnswer(tabId, answer);
+  return answer;
 }
 
 /** @returns {Promise<import('./lib/frames.js').ProxyResult>} */
 function performProxyDelivery(frame) {
-  return deliverInTab(frame, { type: "proxy_delivery", request: frame.request, timeout_ms: frame.timeout_ms }, DELIVERY_KINDS.proxy);
+  const message = { type: "proxy_delivery", request: frame.request, timeout_ms: frame.timeout_ms };
+  return deliverInTab(frame, message, DELIVERY_KINDS.proxy, (tabId, result) => {
+    markTabAfterPost(tabId, result).catch((error) => console.warn("Conductor: could not mark the tab:", error));
+  });
+}
+
+/**
+ * The chat app's page did not make the proxy delivery's request, so it shows
+ * the reply only once reloaded: the tab gets a note saying so, or is
+ * reloaded when the options say so (lib/reply-note.js). Not awaited by the
+ * delivery: its result goes to the server meanwhile.
+ */
+async function markTabAfterPost(tabId, result) {
+  const { settings } = await chrome.storage.local.get("settings");
+  const action = afterProxyDelivery(result, settings);
+  if (action === "reload") await chrome.tabs.reload(tabId);
+  else if (action === "note") await chrome.tabs.sendMessage(tabId, { type: "reply_note" });
 }
 
 /**

@@ -7,4 +7,4 @@ class ToolsConfig(AppConfig):
     name = "tools"
 
     def ready(self) -> None:
-        from tools import catalog  # noqa: F401  (fills the tool registry)
+        from tools import catalog, checks  # noqa: F401  (fills the tool registry, registers the system checks)

@@ -75,12 +75,42 @@ def _checked(result: int, what: str) -> int:
     return result
 
 
+def _landlock_version() -> tuple[int, int]:
+    """``landlock_create_ruleset``'s answer to "which ABI?": (the version or -1, errno)."""
+    version = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION)
+    return version, (ctypes.get_errno() if version < 0 else 0)
+
+
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version; 0 when Landlock is missing or disabled, or this is not Linux."""
     if sys.platform != "linux":
         return 0  # syscall numbers mean other things elsewhere
-    version = _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), LANDLOCK_CREATE_RULESET_VERSION)
-    return max(version, 0)
+    return max(_landlock_version()[0], 0)
+
+
+def landlock_refusal(version: int, code: int) -> str | None:
+    """Why the kernel's answer ``(version, errno)`` to the ABI question leaves no sandbox; None when it is one.
+
+    Asking the kernel is the test: ``/sys/kernel/security/lsm`` may be absent
+    (securityfs not mounted, a container) where Landlock works.
+    """
+    if version >= 1:
+        return None
+    if code == errno.EOPNOTSUPP:
+        return "Landlock is built into this kernel but not enabled (add landlock to the kernel's lsm= boot parameter)"
+    if code == errno.ENOSYS:
+        return ("this kernel has no Landlock (it needs Linux 5.13 or newer), "
+                "or a seccomp filter (a container's) hides its system calls")
+    if code == errno.EPERM:
+        return "a seccomp filter (a container's) refuses Landlock's system calls"
+    return f"landlock_create_ruleset failed: {os.strerror(code) if code else f'answered {version}'}"
+
+
+def sandbox_problem() -> str | None:
+    """Why this machine cannot give commands the sandbox, or None: the test ``run`` makes before each command."""
+    if sys.platform != "linux":
+        return f"the sandbox needs Linux (prctl, pidfd and Landlock); this is {sys.platform}"
+    return landlock_refusal(*_landlock_version())
 
 
 def create_ruleset(abi: int) -> int:
@@ -188,10 +218,9 @@ def _stop(signum: int, frame: object) -> None:
 
 def run(command: list[str], status: socket.socket) -> dict[str, object]:
     """Start ``command``, wait, end every process below us; returns the report for the server."""
-    abi = landlock_abi()
-    if abi < 1:
-        return {"error": "sandbox", "detail": "Landlock is not available (it needs Linux 5.13 or newer, enabled)"}
-    ruleset = create_ruleset(abi)
+    if (problem := sandbox_problem()) is not None:
+        return {"error": "sandbox", "detail": problem}
+    ruleset = create_ruleset(landlock_abi())
     _checked(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "child subreaper")
     child = None
     try:

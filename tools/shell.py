@@ -234,6 +234,14 @@ def shell_plan(call: ToolCall) -> dict[str, Any]:
     return {"argv": call.params["argv"], "working folder": str(cwd), "timeout": f"{timeout:g} s"}
 
 
+def shell_run_trial(*, workspace: Path) -> dict[str, Any]:
+    """Run ``true`` as a ``shell.run`` block would, in ``workspace``: proof that commands run here.
+
+    Returns the block's result; raises ``ToolError`` with the reason a block would get.
+    """
+    return shell_run(ToolCall(params={"argv": ["true"]}, workspace=workspace, shell_max_timeout_seconds=10))
+
+
 def shell_run(call: ToolCall) -> dict[str, Any]:
     """Run ``argv`` in ``cwd`` for at most ``timeout_s`` seconds (capped by the server's maximum).
 

@@ -1,12 +1,15 @@
-"""The conversation's story page, and approving or rejecting its held blocks from it.
+"""The conversation's story page; approving or rejecting its held blocks, and pausing or resuming it, from there.
 
-Both are views of ``ConversationAdmin`` (``StoryAdminMixin``), so they sit
+All are views of ``ConversationAdmin`` (``StoryAdminMixin``), so they sit
 under the conversation's admin URL and need a staff login. The story shows
 tasks, their payloads and results, so it needs the permission to view tasks
 as well as the conversation. A decision needs what the task list's approve
 and reject actions need (the task admin's change permission) and goes
 through the same operator services; it is also written to the admin log,
-with the operator, on the task.
+with the operator, on the task. Pausing and resuming ask first, on a page of
+their own, then run the conversation list's own **Pause** or **Resume**
+action on this one conversation: the same permission, service, admin log
+entry and message.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ DECISIONS = {
     "reject": (operator.tasks_reject, "Rejected"),
 }
 MAX_REASON_CHARS = 500
+# ``is_paused`` as posted to the story's pause page: the ModelAdmin action it runs, and its verb.
+PAUSE_CHOICES = {"1": ("pause", "Pause"), "0": ("resume", "Resume")}
 
 
 def story_url(conversation_pk, **query) -> str:
@@ -44,7 +49,8 @@ def story_url(conversation_pk, **query) -> str:
 
 
 class StoryAdminMixin:
-    """Mix into the conversation's ``ModelAdmin``: ``<pk>/story/`` and ``<pk>/story/decide/``."""
+    """Mix into the conversation's ``ModelAdmin``: ``<pk>/story/``, ``<pk>/story/decide/`` and
+    ``<pk>/story/pause/``; the ModelAdmin has the ``pause`` and ``resume`` actions."""
 
     def get_urls(self):
         opts = self.model._meta
@@ -59,6 +65,11 @@ class StoryAdminMixin:
                 "<path:object_id>/story/decide/",
                 self.admin_site.admin_view(require_POST(self.story_decide_view)),
                 name=f"{name}_story_decide",
+            ),
+            path(
+                "<path:object_id>/story/pause/",
+                self.admin_site.admin_view(self.story_pause_view),
+                name=f"{name}_story_pause",
             ),
             *super().get_urls(),
         ]
@@ -98,6 +109,7 @@ class StoryAdminMixin:
             "original": conversation,
             "story": story,
             "can_decide": self.can_decide(request),
+            "can_pause": self.has_change_permission(request, conversation),
             "latest_url": story_url(conversation.pk),
             "earlier_url": story_url(conversation.pk, before=str(story.earlier))
             if story.earlier
@@ -164,6 +176,35 @@ class StoryAdminMixin:
         if not back.startswith(story_url(conversation.pk)):
             back = story_url(conversation.pk)
         return HttpResponseRedirect(f"{back}#block-{task.instruction_id}")
+
+    def story_pause_view(self, request, object_id):
+        """GET: ask whether to pause (``is_paused=1``) or resume (``0``) the conversation; POST: do it.
+
+        What runs is the list's own action on this one conversation, so the
+        message, the admin log entry and a skip ("already paused") are the same.
+        """
+        conversation = self._story_conversation(request, object_id)
+        if not self.has_change_permission(request, conversation):
+            raise PermissionDenied
+        data = request.POST if request.method == "POST" else request.GET
+        choice = PAUSE_CHOICES.get(data.get("is_paused", ""))
+        if choice is None:
+            return HttpResponseBadRequest("Choose to pause (is_paused=1) or to resume (is_paused=0) this conversation.")
+        action, verb = choice
+        if request.method == "POST":
+            getattr(self, action)(request, self.get_queryset(request).filter(pk=conversation.pk))
+            return HttpResponseRedirect(story_url(conversation.pk))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{verb} {conversation}?",
+            "subtitle": None,
+            "opts": self.model._meta,
+            "original": conversation,
+            "verb": verb,
+            "is_paused": data["is_paused"],
+            "story_url": story_url(conversation.pk),
+        }
+        return TemplateResponse(request, "admin/conversations/conversation/story_pause.html", context)
 
 
 def _block_name(task: AutomationTask) -> str:

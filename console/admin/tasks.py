@@ -8,13 +8,17 @@ they skipped, and why.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import ActionLocation
 from django.contrib.admin.utils import flatten_fieldsets, unquote
 from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
-from automation.models import AutomationTask, DeliveryRequest, ToolPolicy
+from automation.models import AutomationTask, DeliveryRequest, TaskEvent, TaskStatus, ToolPolicy
 from automation.selectors import task_events
 from automation.services import operator
 from console.admin import bulk
@@ -104,6 +108,34 @@ def step_detail(detail: dict) -> str:
     return ", ".join(f"{key}: {detail[key]}" for key in sorted(detail, key=rank))
 
 
+@dataclass(frozen=True)
+class ErrorAttempt:
+    """Which run the task's ``last_error`` came from: its attempt (0: none had started, as
+    for a rejection) and whether an operator's retry, which counts attempts afresh, followed it."""
+
+    attempt: int
+    is_before_retry: bool
+
+
+def error_attempt(events: Iterable[TaskEvent]) -> ErrorAttempt | None:
+    """The run of the timeline's last error (``events`` oldest first); None when no event has one.
+
+    Each ``start`` counts an attempt and an operator's ``retry`` starts the
+    count again, as ``attempt_count`` does.
+    """
+    attempt, found = 0, None
+    for event in events:
+        if event.action == "start":
+            attempt += 1
+        elif event.action == "retry":
+            attempt = 0
+            if found is not None:
+                found = ErrorAttempt(found.attempt, is_before_retry=True)
+        if event.error:
+            found = ErrorAttempt(attempt, is_before_retry=False)
+    return found
+
+
 class ToolFilter(admin.SimpleListFilter):
     """Instruction tasks by the tool their block names; the choices are the tool registry's."""
 
@@ -120,6 +152,15 @@ class ToolFilter(admin.SimpleListFilter):
         except UnknownTool:
             return queryset
         return queryset.filter(instruction__target=spec.target, instruction__tool=spec.name)
+
+
+# Each task action's operator service, whose starting states say where the action applies.
+ACTION_SERVICES = {
+    "retry": operator.tasks_retry,
+    "cancel": operator.tasks_cancel,
+    "approve": operator.tasks_approve,
+    "reject": operator.tasks_reject,
+}
 
 
 # The payload is json.dumps text: searched as JSON writes the term (tool names, params).
@@ -167,10 +208,14 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
         return False
 
     def get_fieldsets(self, request, obj=None):
+        fieldsets = self.fieldsets
+        if obj is not None and obj.status == TaskStatus.SUCCEEDED:
+            # Its error is an earlier attempt's, not why it stands where it is.
+            main = [("previous_error" if name == "last_error" else name) for name in fieldsets[0][1]["fields"]]
+            fieldsets = [(None, {"fields": main}), *fieldsets[1:]]
         if obj is not None and obj.kind == MAIL_DELIVER:
-            return [*self.fieldsets[:1], ("Mail", {"fields": ["mail_from", "mail_to", "mail_text"]}),
-                    *self.fieldsets[1:]]
-        return self.fieldsets
+            return [*fieldsets[:1], ("Mail", {"fields": ["mail_from", "mail_to", "mail_text"]}), *fieldsets[1:]]
+        return fieldsets
 
     def get_readonly_fields(self, request, obj=None):
         return flatten_fieldsets(self.get_fieldsets(request, obj))
@@ -188,6 +233,23 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
             "execute_after", "updated_at", "conversation__platform", "conversation__remote_id",
             "conversation__title",
         )
+
+    def get_actions(self, request, action_location=ActionLocation.CHANGE_LIST):
+        """On a task's own page, only the actions whose service moves a task in its status.
+
+        The admin asks for the change page's actions without the task, so the
+        task comes from the URL. The same list checks a posted action: one
+        that no longer applies (the task moved meanwhile) is refused as unknown.
+        """
+        actions = super().get_actions(request, action_location)
+        object_id = getattr(request.resolver_match, "kwargs", {}).get("object_id")
+        if action_location != ActionLocation.CHANGE_FORM or object_id is None:
+            return actions
+        status = AutomationTask.objects.filter(pk=unquote(object_id)).values_list("status", flat=True).first()
+        return {
+            name: action for name, action in actions.items()
+            if name not in ACTION_SERVICES or status in operator.STARTING_STATUSES[ACTION_SERVICES[name]]
+        }
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = {**(extra_context or {}), "timeline": [
@@ -221,6 +283,17 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     @admin.display(description="attempts", ordering="attempt_count")
     def attempts(self, task):
         return f"{task.attempt_count}/{task.max_attempts}"
+
+    @admin.display(description="previous error")
+    def previous_error(self, task):
+        """A succeeded task's ``last_error``, with the attempt it came from (the timeline has each one)."""
+        if not task.last_error:
+            return "-"
+        found = error_attempt(task_events(task_id=task.pk))
+        if found is None or not found.attempt:
+            return task.last_error
+        retried = ", before an operator's retry" if found.is_before_retry else ""
+        return f"(attempt {found.attempt}{retried}) {task.last_error}"
 
     due = time_field("execute_after", description="execute after", sortable=True)
     updated = time_field("updated_at", description="updated", sortable=True)

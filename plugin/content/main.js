@@ -15,6 +15,7 @@ import { NewChatGuide } from "../lib/guide.js";
 import { elementToMarkdown } from "../lib/markdown.js";
 import { fillPageValues, MissingPageValue, placeholderNames } from "../lib/placeholders.js";
 import { proxyErrorCode } from "../lib/proxy.js";
+import { showReplyNote } from "../lib/reply-note.js";
 
 /** How often, at most, the page is looked at while it changes. */
 const DOM_CHECK_MS = 200;
@@ -264,6 +265,11 @@ export async function start(portReady) {
       inComposer(() => fillComposer({ document, table, text: String(message.text), timeoutMs: GUIDE_FILL_MS })).catch((error) => ({
         ok: false, error: `the page could not take the text: ${error?.message ?? error}`, error_code: null, already_filled: false,
       })),
+    // After a proxy delivery posted: the page shows the reply only once reloaded.
+    reply_note: async () => {
+      showReplyNote(document);
+      return null;
+    },
   };
   chrome.runtime.onMessage.addListener((message, _sender, sendResponse) => {
     if (typeof message?.type !== "string" || !Object.hasOwn(deliveries, message.type)) return false;

@@ -2,6 +2,10 @@
  * The options page: where a person pastes the server URL, client id and
  * token. The token is kept in chrome.storage.local and never shown again;
  * an empty token field keeps the saved one.
+ *
+ * The page shows one live status, the connection's (popup/status.js);
+ * the line under the button says only what the form did, and clears as
+ * soon as a field changes.
  */
 
 import { isLoopback, socketUrl } from "../lib/frames.js";
@@ -14,6 +18,7 @@ const fields = {
   token: /** @type {HTMLInputElement} */ (document.getElementById("token")),
   readStreams: /** @type {HTMLInputElement} */ (document.getElementById("read-streams")),
   insertGuide: /** @type {HTMLInputElement} */ (document.getElementById("insert-guide")),
+  reloadAfterDelivery: /** @type {HTMLInputElement} */ (document.getElementById("reload-after-delivery")),
 };
 const saved = document.getElementById("saved");
 
@@ -24,6 +29,7 @@ async function load() {
   fields.clientId.value = settings.clientId ?? "";
   fields.readStreams.checked = settings.readStreams !== false;
   fields.insertGuide.checked = settings.insertGuide === true;
+  fields.reloadAfterDelivery.checked = settings.reloadAfterDelivery === true;
   if (settings.token) fields.token.placeholder = "saved (paste a new token to replace it)";
 }
 
@@ -55,12 +61,16 @@ form.addEventListener("submit", async (event) => {
       token,
       readStreams: fields.readStreams.checked,
       insertGuide: fields.insertGuide.checked,
+      reloadAfterDelivery: fields.reloadAfterDelivery.checked,
       savedAt: Date.now(),
     },
   });
   fields.token.value = "";
   fields.token.placeholder = "saved (paste a new token to replace it)";
-  saved.textContent = "Saved. Connecting…";
+  saved.textContent = "Saved.";
+});
+form.addEventListener("input", () => {
+  saved.textContent = "";
 });
 
 load();

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.contrib.auth.models import User
 from django.db import connections
 
@@ -399,3 +400,66 @@ def test_an_operator_reads_a_conversations_story_and_approves_from_it(
         connections.close_all()
 
     assert AutomationTask.objects.get(pk=tasks["shell.run"].pk).status == TaskStatus.PENDING
+
+
+def test_an_operator_resumes_from_the_story_and_sees_only_the_actions_a_task_allows(
+    chromium, screenshots, served_dir, monkeypatch,
+):
+    """The story's Resume asks, then resumes; a task's page offers what its status allows; an error retried away."""
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import expect, sync_playwright
+
+    User.objects.create_superuser("operator", password=PASSWORD)
+    conversation = factories.ConversationFactory(title="Night build", paused=True)
+    waiting = factories.make_task(TaskStatus.PENDING, conversation_id=conversation.pk)
+    failed = factories.make_task(TaskStatus.FAILED, conversation_id=conversation.pk)
+    blocked = factories.make_task(TaskStatus.BLOCKED, conversation_id=conversation.pk)
+    recovered = factories.make_task(TaskStatus.RETRY_WAIT)  # attempt 1 failed: "flaky"
+    later = now_ms()
+    tr.task_lease(recovered.pk, lease_owner="d1", lease_until=later + 60_000, now=later)
+    tr.task_start(recovered.pk, lease_owner="d1", lease_until=later + 60_000, now=later)
+    tr.task_succeed(recovered.pk, lease_owner="d1", result={"ok": 1}, now=later)
+    with running_server(served_dir) as server, sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.set_default_timeout(20_000)
+        story = f"/admin/conversations/conversation/{conversation.pk}/story/"
+        log_in(page, server.base_url, story)
+        expect(page.locator("#story-now")).to_contain_text("paused: its tasks are not claimed")
+
+        # Resume asks first; "No" changes nothing.
+        page.get_by_role("button", name="Resume…").click()
+        expect(page.locator("h1")).to_contain_text("Resume Night build?")
+        expect(page.locator("#content-main")).to_contain_text("its 2 open tasks")
+        page.get_by_role("link", name="No, take me back").click()
+        expect(page.locator("h1")).to_contain_text("Story of Night build")
+        assert Conversation.objects.get(pk=conversation.pk).paused
+        page.get_by_role("button", name="Resume…").click()
+        page.get_by_role("button", name="Yes, resume it").click()
+        expect(page.locator("ul.messagelist")).to_contain_text("Resumed: 1 conversation(s).")
+        expect(page.locator("#story-now")).not_to_contain_text("paused")
+        expect(page.locator("#story-pause")).to_contain_text("Pause…")
+        expect(page.locator(".story-log")).to_contain_text("Resumed")
+        page.screenshot(path=str(screenshots / "story-resumed.png"), full_page=True)
+        assert not Conversation.objects.get(pk=conversation.pk).paused
+
+        # A task's page offers the actions its status allows, and nothing else.
+        def offered(task):
+            page.goto(f"{server.base_url}{TASKS}{task.pk}/change/")
+            menu = page.locator("select[name='CHANGE_FORM-action'] option")
+            return [value for value in menu.evaluate_all("options => options.map(o => o.value)") if value]
+
+        assert offered(failed) == ["retry"]
+        assert sorted(offered(blocked)) == ["approve", "cancel", "reject"]
+        assert offered(waiting) == ["cancel"]
+        assert offered(recovered) == []
+        expect(page.locator("body")).to_contain_text("Previous error:")
+        expect(page.locator("body")).to_contain_text("(attempt 1) flaky")
+        expect(page.locator("body")).not_to_contain_text("Last error")
+        offered(failed)
+        page.screenshot(path=str(screenshots / "task-actions.png"), full_page=True)
+        browser.close()
+        connections.close_all()
+
+    log = LogEntry.objects.get(object_id=str(conversation.pk))
+    assert (log.user.username, log.change_message) == ("operator", "Resumed")

@@ -248,3 +248,32 @@ def test_status_table_sums_each_status_across_kinds():
     table = status_table({"a": {"pending": 2, "failed": 1}, "b": {"pending": 3}})
     assert dict(table["totals"])[S.PENDING] == 5 and table["total"] == 6
     assert [(kind, total) for kind, _, total in table["rows"]] == [("a", 3), ("b", 3)]
+
+
+# --- the front door: / ---------------------------------------------------------------------------
+
+
+def test_the_front_door_sends_staff_who_may_read_the_overview_there(admin_client):
+    response = admin_client.get("/")
+    assert (response.status_code, response["Location"]) == (302, OVERVIEW)
+
+
+def test_the_front_door_sends_other_staff_to_the_admin_index(client):
+    client.force_login(make_staff("clerk", "conversations.view_conversation", password=None))
+    assert client.get("/")["Location"] == "/admin/"
+
+
+@pytest.mark.parametrize("who", ["anonymous", "not staff"])
+def test_the_front_door_sends_anyone_else_to_the_login_and_back(client, who):
+    from django.contrib.auth.models import User
+
+    if who == "not staff":
+        client.force_login(User.objects.create_user("visitor", password=None))
+    response = client.get("/")
+    assert (response.status_code, response["Location"]) == (302, "/admin/login/?next=/")
+
+
+def test_the_admins_view_site_link_leads_to_the_front_door(admin_client):
+    page = admin_client.get("/admin/").content.decode()
+    assert re.search(r'<a href="/">View site</a>', page), page[:2000]
+    assert admin_client.get("/").status_code == 302

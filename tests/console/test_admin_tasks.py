@@ -4,9 +4,13 @@ import re
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
-from automation.models import AutomationTask, DeliveryRequest, TaskStatus
+from automation.models import AutomationTask, DeliveryRequest, TaskEvent, TaskStatus
 from automation.services import transitions as tr
+from console.admin.tasks import ErrorAttempt, error_attempt
 from tests.factories import (
+    LEASE_MS,
+    OWNER,
+    T0,
     ConversationFactory,
     InstructionFactory,
     MessageFactory,
@@ -197,6 +201,44 @@ def test_an_action_runs_from_the_task_page_too(admin_client):
     assert status(running) == S.CANCELLED
 
 
+def change_form_actions(client, task):
+    page = client.get(change_url(task)).content.decode()
+    menu = re.search(r'<select name="CHANGE_FORM-action".*?</select>', page, re.S)
+    return set(re.findall(r'<option value="(\w+)"', menu[0])) if menu else set()
+
+
+@pytest.mark.parametrize("state, offered", [
+    (S.BLOCKED, {"approve", "reject", "cancel"}),
+    (S.FAILED, {"retry"}),
+    (S.CANCELLED, {"retry"}),
+    (S.PENDING, {"cancel"}),
+    (S.RETRY_WAIT, {"cancel"}),
+    (S.RUNNING, {"cancel"}),
+    (S.LEASED, set()),
+    (S.SUCCEEDED, set()),
+])
+def test_the_task_page_offers_only_the_actions_that_apply_to_its_status(admin_client, state, offered):
+    assert change_form_actions(admin_client, make_task(state)) == offered
+
+
+def test_an_action_that_no_longer_applies_is_refused_from_the_task_page(admin_client):
+    failed = make_task(S.FAILED)
+    response = admin_client.post(
+        change_url(failed),
+        {"CHANGE_FORM-action": "reject", ACTION_CHECKBOX_NAME: [failed.pk], "CHANGE_FORM-index": 0},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert status(failed) == S.FAILED
+    assert AutomationTask.objects.get(pk=failed.pk).events.filter(action="reject").count() == 0
+
+
+def test_the_task_list_still_offers_every_action(admin_client):
+    page = admin_client.get(LIST).content.decode()
+    assert set(re.findall(r'<option value="(retry|cancel|approve|reject)"', page)) == {
+        "retry", "cancel", "approve", "reject"}
+
+
 # --- the task page -------------------------------------------------------------------------------
 
 
@@ -341,3 +383,47 @@ def test_the_task_page_shows_each_method_tried_and_why_it_fell_back(admin_client
     assert "blocked: HTTP 403: &lt;b&gt;Unusual activity&lt;/b&gt;" in page
     assert re.search(r"<td>dom</td><td>[^<]+</td><td>delivered \(", page)
     assert "<b>" not in page
+
+
+# --- a task's error once it has succeeded -----------------------------------------------------
+
+
+def events(*actions):
+    """A timeline: each action, with an error where it is written ``action!``."""
+    return [TaskEvent(action=a.rstrip("!"), error="boom" if a.endswith("!") else None) for a in actions]
+
+
+@pytest.mark.parametrize("timeline, found", [
+    ([], None),
+    (["create", "lease", "start", "succeed"], None),
+    (["create", "lease", "start", "retry_later!", "lease", "start", "succeed"], ErrorAttempt(1, False)),
+    (["create", "lease", "start", "retry_later!", "lease", "start", "retry_later!", "lease", "start", "succeed"],
+     ErrorAttempt(2, False)),
+    (["create", "lease", "start", "reclaim!", "lease", "start", "succeed"], ErrorAttempt(1, False)),
+    (["create", "lease", "start", "fail!", "retry", "lease", "start", "succeed"], ErrorAttempt(1, True)),
+    (["create", "reject!"], ErrorAttempt(0, False)),
+])
+def test_error_attempt_names_the_run_the_last_error_came_from(timeline, found):
+    assert error_attempt(events(*timeline)) == found
+
+
+def succeed_after_a_retryable_failure():
+    task = make_task(S.RETRY_WAIT)  # attempt 1 failed: "flaky"
+    later = T0 + 10_000
+    tr.task_lease(task.pk, lease_owner=OWNER, lease_until=later + LEASE_MS, now=later)
+    tr.task_start(task.pk, lease_owner=OWNER, lease_until=later + LEASE_MS, now=later)
+    return tr.task_succeed(task.pk, lease_owner=OWNER, result={"ok": 1}, now=later)
+
+
+def test_a_succeeded_tasks_page_shows_its_error_as_a_previous_attempts(admin_client):
+    task = succeed_after_a_retryable_failure()
+    assert (task.status, task.attempt_count, task.last_error) == (S.SUCCEEDED, 2, "flaky")
+    page = admin_client.get(change_url(task)).content.decode()
+    assert "Last error" not in page
+    assert re.search(r"Previous error:</label>\s*<div class=\"readonly\">\(attempt 1\) flaky</div>", page), page
+
+
+def test_a_failed_tasks_page_shows_its_last_error(admin_client):
+    page = admin_client.get(change_url(make_task(S.FAILED))).content.decode()
+    assert re.search(r"Last error:</label>\s*<div class=\"readonly\">boom</div>", page)
+    assert "Previous error" not in page

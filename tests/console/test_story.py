@@ -884,3 +884,88 @@ def test_the_conversation_list_stays_at_a_fixed_number_of_queries(
     with django_assert_max_num_queries(len(few.captured_queries)):
         admin_client.get(CONVERSATIONS)
     assert Conversation.objects.count() == 6
+
+
+def test_a_task_that_succeeded_after_a_failure_shows_that_error_as_a_previous_one(admin_client):
+    message = ingest('```baa\necho\n{"n": 1}\n```')
+    run(block_tasks(message)["echo"], result={"n": 1})
+    delivery = AutomationTask.objects.get(kind=INSTRUCTION_DELIVER, message=message)
+    tr.task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
+    tr.task_start(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
+    tr.task_retry_later(delivery.pk, lease_owner="d1", error="claude answered HTTP 502", retry_at=NOW,
+                        backoff_ms=0, jitter_ms=0, now=NOW)
+    tr.task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW + 1)
+    tr.task_start(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW + 1)
+    tr.task_succeed(delivery.pk, lease_owner="d1", result={"method": "http", "status": 200}, now=NOW + 2)
+
+    entry = section(page_of(admin_client, message.conversation), f"task-{delivery.pk}")
+    assert "succeeded" in entry and "claude answered HTTP 502" in entry
+    assert "previous error (an earlier attempt; it succeeded since)" in entry
+    assert "last error" not in entry
+
+
+# --- pausing and resuming from the story ---------------------------------------------------------
+
+
+def pause_url(conversation):
+    return f"{story_url(conversation)}pause/"
+
+
+def test_the_story_offers_resume_on_a_paused_conversation_and_pause_on_a_running_one(admin_client):
+    conversation = ConversationFactory(paused=True)
+    form = section(page_of(admin_client, conversation), "story-pause")
+    assert f'action="{pause_url(conversation)}"' in form and 'value="0"' in form and "Resume…" in form
+    Conversation.objects.filter(pk=conversation.pk).update(paused=False)
+    form = section(page_of(admin_client, conversation), "story-pause")
+    assert 'value="1"' in form and "Pause…" in form and "Resume" not in form
+
+
+def test_resuming_from_the_story_asks_first_then_runs_the_lists_action(admin_client, admin_user):
+    conversation = ConversationFactory(paused=True, title="Release")
+    make_task(S.PENDING, conversation_id=conversation.pk)
+
+    asked = admin_client.get(pause_url(conversation), {"is_paused": "0"})
+    assert asked.status_code == 200
+    page = asked.content.decode()
+    assert "Resume Release?" in page and "its 1 open task" in page and 'value="Yes, resume it"' in page
+    assert Conversation.objects.get(pk=conversation.pk).paused  # asking changed nothing
+
+    response = admin_client.post(pause_url(conversation), {"is_paused": "0"}, follow=True)
+    assert response.redirect_chain == [(story_url(conversation), 302)]
+    assert not Conversation.objects.get(pk=conversation.pk).paused
+    assert [str(m) for m in response.context["messages"]] == ["Resumed: 1 conversation(s)."]
+    # The same admin log entry as the list's action, so the story shows who resumed it.
+    log = LogEntry.objects.get(object_id=str(conversation.pk))
+    assert (log.user, log.change_message) == (admin_user, "Resumed")
+    assert section(response.content.decode(), f"log-{log.pk}").count("Resumed") == 1
+
+
+def test_pausing_from_the_story_twice_is_reported_not_repeated(admin_client):
+    conversation = ConversationFactory(paused=False)
+    admin_client.post(pause_url(conversation), {"is_paused": "1"}, follow=True)
+    assert Conversation.objects.get(pk=conversation.pk).paused
+    response = admin_client.post(pause_url(conversation), {"is_paused": "1"}, follow=True)
+    assert [str(m) for m in response.context["messages"]] == ["Skipped 1 conversation(s): already paused."]
+    assert LogEntry.objects.filter(object_id=str(conversation.pk), change_message="Paused").count() == 1
+
+
+def test_pausing_from_the_story_needs_the_permission_the_lists_action_needs(client):
+    conversation = ConversationFactory(paused=True)
+    client.force_login(make_staff(
+        "viewer", "conversations.view_conversation", "automation.view_automationtask", password=None))
+    assert 'id="story-pause"' not in page_of(client, conversation)
+    assert client.get(pause_url(conversation), {"is_paused": "0"}).status_code == 403
+    assert client.post(pause_url(conversation), {"is_paused": "0"}).status_code == 403
+    assert Conversation.objects.get(pk=conversation.pk).paused
+    client.force_login(make_staff(
+        "operator", "conversations.view_conversation", "conversations.change_conversation",
+        "automation.view_automationtask", password=None))
+    assert client.post(pause_url(conversation), {"is_paused": "0"}).status_code == 302
+    assert not Conversation.objects.get(pk=conversation.pk).paused
+
+
+def test_pausing_from_the_story_refuses_an_unknown_choice(admin_client):
+    conversation = ConversationFactory(paused=True)
+    assert admin_client.post(pause_url(conversation), {"is_paused": "maybe"}).status_code == 400
+    assert admin_client.get(pause_url(conversation)).status_code == 400
+    assert Conversation.objects.get(pk=conversation.pk).paused
