@@ -14,7 +14,7 @@ from automation.models import TaskStatus
 from automation.services.dispatcher_state import dispatcher_tick_record
 from conductor_site import metrics as conductor_metrics
 from core.clock import now_ms
-from tests.deploy.tools import ALERTS, ALERTS_TESTS, DASHBOARD, require_tool, run
+from tests.deploy.tools import ALERTS, ALERTS_TESTS, DASHBOARD, alert_rules, require_tool, run
 from tests.factories import MessageFactory, make_task
 from tests.server import running_server
 
@@ -33,21 +33,11 @@ def dashboard_exprs() -> list[str]:
     return [target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])]
 
 
-def alert_blocks() -> dict[str, str]:
-    """Each alert's name and the text of its rule, from ``- alert:`` to the next.
-
-    Read as text: the project has no YAML library, and promtool checks the
-    file's YAML itself; these tests look only at what each rule must hold.
-    """
-    parts = re.split(r"^\s*- alert: (\w+)\s*$", ALERTS.read_text(), flags=re.MULTILINE)
-    return dict(zip(parts[1::2], parts[2::2], strict=True))
-
-
 @pytest.mark.database_free
 def test_alert_rules_pass_promtool_check(promtool):
     result = run([promtool, "check", "rules", str(ALERTS)])
     assert result.returncode == 0, result.stdout + result.stderr
-    assert f"SUCCESS: {len(alert_blocks())} rules found" in result.stdout
+    assert f"SUCCESS: {len(alert_rules())} rules found" in result.stdout
 
 
 @pytest.mark.database_free
@@ -63,13 +53,13 @@ def test_every_alert_is_tested_firing_and_staying_silent():
     for evaluation in evaluations:
         name = re.search(r"alertname: (\w+)", evaluation).group(1)
         (silent if re.search(r"exp_alerts: \[\]", evaluation) else firing).add(name)
-    assert set(alert_blocks()) == silent == firing
+    assert set(alert_rules()) == silent == firing
 
 
 @pytest.mark.database_free
-@pytest.mark.parametrize("name", list(alert_blocks()))
+@pytest.mark.parametrize("name", list(alert_rules()))
 def test_every_alert_waits_and_says_how_bad_and_what(name):
-    rule = alert_blocks()[name]
+    rule = alert_rules()[name]
     assert re.search(r"^\s+for: \d+[smh]$", rule, flags=re.MULTILINE), "no for:"
     assert re.search(r"^\s+severity: (critical|warning)$", rule, flags=re.MULTILINE)
     assert re.search(r"^\s+summary: \S", rule, flags=re.MULTILINE)

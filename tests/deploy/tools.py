@@ -9,6 +9,7 @@ everywhere (containers seldom have systemd).
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -38,3 +39,32 @@ def require_tool(name: str, *, package: str, optional: bool = False) -> str:
 def run(argv: list[str], **kwargs) -> subprocess.CompletedProcess:
     """Run a checker and return what it said; the caller asserts on its status, with its output."""
     return subprocess.run(argv, capture_output=True, text=True, timeout=60, **kwargs)
+
+
+def alert_rules() -> dict[str, str]:
+    """Each alert of alerts.yml by name, with the text of its rule (up to the next ``- alert:``).
+
+    Read as text: the project has no YAML library, and promtool checks the
+    file's YAML itself; the tests only look into each rule for what it must hold.
+    """
+    parts = re.split(r"^\s*- alert: (\w+)\s*$", ALERTS.read_text(), flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2], strict=True))
+
+
+def alert_expr(rule: str) -> str:
+    """A rule's ``expr`` on one line: plain, or folded (``>-``) over the lines indented below it."""
+    lines = rule.splitlines()
+    for n, line in enumerate(lines):
+        key, _, value = line.partition("expr:")
+        if key.strip() or not value:
+            continue
+        if value.strip() != ">-":
+            return value.strip()
+        indent = len(line) - len(line.lstrip())
+        folded = []
+        for more in lines[n + 1:]:
+            if more.strip() and len(more) - len(more.lstrip()) <= indent:
+                break
+            folded.append(more.strip())
+        return " ".join(part for part in folded if part)
+    raise ValueError("no expr")
