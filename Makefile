@@ -1,5 +1,5 @@
 # The two set-up commands of the README, `make run` and `make test`, and
-# `make bench` and `make soak`. Each installs what is missing (uv, Python 3.12 packages into
+# `make bench`, `make soak` and `make deploy-check`. Each installs what is missing (uv, Python 3.12 packages into
 # .venv) first.
 
 UV := $(shell bin/ensure-uv)
@@ -17,7 +17,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 export HOST PORT
 
-.PHONY: install test migrate run check bench soak
+.PHONY: install test migrate run check bench soak deploy-check
 
 install:
 	$(UV) sync --frozen
@@ -51,3 +51,10 @@ bench: install
 # MINUTES minutes (bench/README.md); fails when a message was lost or duplicated.
 soak: install
 	$(UV) run --frozen python bench/soak.py --minutes $(MINUTES) $(SOAK_ARGS)
+
+# The operator's kit in deploy/, checked by the programs that read it
+# (tests/deploy): promtool check rules, promtool test rules and promtool check
+# metrics over a live /metrics; nginx -t on the site, then nginx with it in
+# front of a running server. Needs Debian's prometheus and nginx packages.
+deploy-check: install
+	CONDUCTOR_REQUIRE_TOOLS=1 $(UV) run --frozen pytest -q tests/deploy
