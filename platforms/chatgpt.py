@@ -36,6 +36,7 @@ from typing import Any
 
 from platforms.registry import (
     BodyReading,
+    DeliveryMethod,
     DeliveryTarget,
     PlatformAdapter,
     ProxyRequest,
@@ -57,6 +58,13 @@ MODEL = "auto"
 class ChatGPTAdapter(PlatformAdapter):
     name = "chatgpt"
     label = "ChatGPT"
+    # The composer only, unless configured otherwise (CONDUCTOR_DELIVERY_METHODS
+    # or the conversation's own order): a page-made send needs a
+    # chat-requirements token, a proof of work and a single-use Turnstile
+    # token that only the page's own scripts make (gpt4free, 2026-08); the
+    # request without them is refused and may flag the account as automated
+    # (PLATFORMS.md, "Found since").
+    delivery_methods = (DeliveryMethod.DOM,)
     page_values = (
         "access_token",
         "account_id",

@@ -48,6 +48,8 @@ def server_env(tmp_path):
     return {
         "CONDUCTOR_WORKSPACE": str(workspace), "CONDUCTOR_TICK_SECONDS": "0.5",
         "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": "0", "CONDUCTOR_RETRY_JITTER_MAX_MS": "0",
+        # ChatGPT's own order is the composer only; the mock accepts the page-made request.
+        "CONDUCTOR_DELIVERY_METHODS": "http,dom",
     }
 
 
