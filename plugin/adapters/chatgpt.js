@@ -23,11 +23,11 @@
  *   sent (or its `input_message`), or with that message as its parent, or in
  *   a continuation, which sends no user message;
  * - `message_stream_complete` ends a stream like `[DONE]`;
- * - a bare `{"v": …}` repeats the last top-level `p`/`o`; a `patch` and the
- *   operations inside it do not change them; a bare `{"v": {"message": …}}`
- *   adds a message at the root, and a bare string whose repeated path is the
- *   root is text appended to the answer (gpt4free reads every bare string
- *   as text);
+ * - a bare `{"v": …}` repeats the last top-level `p`/`o` (a `patch`
+ *   included); the operations inside a patch do not change them; a bare
+ *   `{"v": {"message": …}}` adds a message at the root, and a bare string
+ *   where the repeated op takes none (the root, a patch) is text appended
+ *   to the answer (gpt4free reads every bare string as text);
  * - citations as private-use markers, U+E200 `cite` U+E202 `turn0search0`
  *   U+E201, rewritten by gpt4free (`OpenaiChat.py`, 2026-08): see
  *   `readableText`.
@@ -154,22 +154,25 @@ class ChatGptStreamState extends StreamState {
   }
 
   /**
-   * A top-level v1 op `{p, o, v}`. A missing `p`/`o` repeats the last
-   * top-level one; a `patch` applies its list of ops (each with its own `p`
-   * and `o`) without changing what is repeated.
+   * A top-level v1 op `{p, o, v}`; a missing `p`/`o` repeats the last
+   * top-level one. A `patch` applies its list of ops, each with its own `p`
+   * and `o`, which do not change what is repeated. A bare `{"v": …}` holding
+   * a message adds it at the root; a bare string where the repeated op takes
+   * none (at the root, a patch) is answer text, as gpt4free reads every bare
+   * string.
    */
   applyOp(op) {
-    if (op.o === "patch") {
-      if (Array.isArray(op.v)) for (const inner of op.v) if (isObject(inner)) this.applyInnerOp(inner);
-      return;
-    }
     const isBare = typeof op.p !== "string" && typeof op.o !== "string";
     let path = typeof op.p === "string" ? op.p : this.lastPath;
     let kind = typeof op.o === "string" ? op.o : this.lastOp;
     if (isBare && isObject(op.v) && isObject(op.v.message)) [path, kind] = ["", "add"];
     this.lastPath = path;
     this.lastOp = kind;
-    if (isBare && path === "" && typeof op.v === "string") [path, kind] = ["/message/content/parts/0", "append"];
+    if (isBare && typeof op.v === "string" && (path === "" || kind === "patch")) [path, kind] = ["/message/content/parts/0", "append"];
+    if (kind === "patch") {
+      if (Array.isArray(op.v)) for (const inner of op.v) if (isObject(inner)) this.applyInnerOp(inner);
+      return;
+    }
     this.apply(path, kind, op.v);
   }
 

@@ -307,3 +307,39 @@ describe("readable text", () => {
     assert.equal(adapterByName("claude").readableText, undefined);
   });
 });
+
+describe("chatgpt v1 operations", () => {
+  const request = {
+    requestUrl: "https://chatgpt.com/backend-api/f/conversation",
+    requestBody: JSON.stringify({ messages: [{ id: "u-1" }], conversation_id: "c-1" }),
+  };
+  const add = (status) => ({ p: "", o: "add", v: { message: { id: "a-1", author: { role: "assistant" }, content: { content_type: "text", parts: [""] }, status, metadata: { parent_id: "u-1" }, channel: "final" }, conversation_id: "c-1" } });
+  const finish = { p: "", o: "patch", v: [{ p: "/message/status", o: "replace", v: "finished_successfully" }] };
+  // [what it shows, the ops after the answer's add, the text read]
+  const table = [
+    ["a bare string repeats the last top-level path", [{ p: "/message/content/parts/0", o: "append", v: "a" }, { v: "b" }], "ab"],
+    ["a patch's inner ops do not change what a bare string repeats",
+      [{ p: "/message/content/parts/0", o: "append", v: "a" }, { p: "", o: "patch", v: [{ p: "/message/metadata/x", o: "replace", v: 1 }] }, { v: "b" }], "ab"],
+    ["a bare list after a patch is a patch", [{ p: "", o: "patch", v: [{ p: "/message/content/parts/0", o: "append", v: "a" }] }, { v: [{ p: "/message/content/parts/0", o: "append", v: "b" }] }], "ab"],
+    ["a bare string right after the add is text", [{ v: "a" }, { v: "b" }], "ab"],
+  ];
+  for (const [name, ops, expected] of table) {
+    it(name, () => {
+      const parser = adapterByName("chatgpt").createStreamParser(request);
+      for (const op of [add("in_progress"), ...ops, finish]) parser.feed(`data: ${JSON.stringify(op)}\n\n`);
+      parser.feed("data: [DONE]\n\n");
+      assert.equal(parser.finish()?.text, expected);
+    });
+  }
+
+  it("takes a message added already finished as the answer only when it belongs to the new turn", () => {
+    const echoed = adapterByName("chatgpt").createStreamParser(request);
+    const earlier = add("finished_successfully");
+    earlier.v.message.metadata.parent_id = "older";
+    echoed.feed(`data: ${JSON.stringify(earlier)}\n\ndata: [DONE]\n\n`);
+    assert.equal(echoed.finish(), null);
+    const short = adapterByName("chatgpt").createStreamParser(request);
+    short.feed(`data: ${JSON.stringify(add("finished_successfully"))}\n\ndata: {"type": "message_stream_complete"}\n\n`);
+    assert.equal(short.finish()?.message_id, "a-1");
+  });
+});
