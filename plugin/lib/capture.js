@@ -66,6 +66,8 @@ class Answer {
     this.isPageDone = false;
     /** Why the page would be read, for `notice` ("" while no stream of it ended without a capture). */
     this.fallbackReason = "";
+    /** The page's last answer when this one began: one still showing it has no new answer to read. */
+    this.shownBefore = null;
   }
 }
 
@@ -182,7 +184,10 @@ export class CaptureTracker {
   generatingChanged(isGenerating) {
     if (isGenerating === this.isGenerating) return;
     this.isGenerating = isGenerating;
-    if (isGenerating) return;
+    if (isGenerating) {
+      this.answer.shownBefore ??= this.readDom();
+      return;
+    }
     const answer = this.answer;
     this.answer = new Answer();
     const timer = this.setTimer(() => {
@@ -209,6 +214,10 @@ export class CaptureTracker {
     for (const stream of this.streams.values()) if (stream.answer === answer) return; // still streaming
     const read = this.readDom();
     if (!read || !read.text.trim()) return;
+    // A stream that failed may leave the page as it was (an error banner,
+    // no new turn): the earlier answer still shown is not this one.
+    const before = answer.shownBefore;
+    if (before && before.text === read.text && before.message_id === read.message_id) return;
     const conversationId = this.conversationId();
     if (!conversationId) return;
     answer.isCaptured = true;

@@ -22,11 +22,13 @@ function tracked({ dom = { text: "from the page", message_id: "" }, conversation
   const reports = [];
   const notices = [];
   const timers = [];
+  // The page shows an earlier answer until it starts writing this one.
+  let shown = { text: "an earlier answer", message_id: "m-earlier" };
   const tracker = new CaptureTracker({
     adapter,
     report: (capture, method) => reports.push({ capture, method }),
     notice: (kind, detail) => notices.push({ kind, detail }),
-    readDom: () => dom,
+    readDom: () => shown,
     conversationId: () => conversation,
     graceMs: 1000,
     setTimer: (fn, ms) => {
@@ -41,7 +43,12 @@ function tracked({ dom = { text: "from the page", message_id: "" }, conversation
   const elapse = () => {
     for (const timer of timers.splice(0)) if (!timer.done) timer.fn();
   };
-  return { tracker, reports, notices, elapse };
+  /** The page starts writing (its signal on, the new answer shown) or, with `showsAnswer` false, fails to. */
+  const write = ({ showsAnswer = true } = {}) => {
+    tracker.generatingChanged(true);
+    if (showsAnswer) shown = dom;
+  };
+  return { tracker, reports, notices, elapse, write, done: () => tracker.generatingChanged(false) };
 }
 
 /** Feeds `text` as one stream in chunks of `size` characters. */
@@ -51,7 +58,8 @@ function stream(tracker, id, text, size = 5) {
 }
 
 // Steps of a case: what the page and the stream of id 1 do, in order.
-const writing = ({ tracker }) => tracker.generatingChanged(true);
+const writing = ({ write }) => write();
+const writingNothingNew = ({ write }) => write({ showsAnswer: false });
 const written = ({ tracker }) => tracker.generatingChanged(false);
 const streamed = (text) => ({ tracker }) => stream(tracker, 1, text);
 const ended = (status) => ({ tracker }) => tracker.streamEnded(1, { status });
@@ -81,6 +89,8 @@ const SEQUENCES = [
     [writing, streamed(fixture("claude", "aborted_before_message_stop")), written, graceOver, nothingYet, ended(200)], ["dom"]],
   ["reads the page for a stream that reported an error of its own",
     [writing, streamed(fixture("claude", "error_event")), ended(200), written, graceOver], ["dom"]],
+  ["does not read the page again when a stream failed and the page shows no new answer",
+    [writingNothingNew, streamed(fixture("claude", "error_event")), ended(200), written, graceOver], []],
   ["sends nothing for an error status",
     [writing, streamed("<html>oops</html>"), ended(500), written, graceOver], []],
   ["reads the page when the stream's shape was not understood",
@@ -111,8 +121,8 @@ describe("CaptureTracker", () => {
   });
 
   it("reads the page when no stream was seen for the answer", () => {
-    const { tracker, reports, elapse } = tracked({ dom: { text: "```baa\necho\n{}\n```", message_id: "m-7" } });
-    tracker.generatingChanged(true);
+    const { tracker, reports, elapse, write } = tracked({ dom: { text: "```baa\necho\n{}\n```", message_id: "m-7" } });
+    write();
     tracker.generatingChanged(false);
     assert.deepEqual(reports, [], "nothing reported before the grace period");
     elapse();
@@ -126,15 +136,15 @@ describe("CaptureTracker", () => {
 
   it("does not send the same page text twice, nor anything for an empty page or a page without a conversation", () => {
     for (const options of [{ dom: { text: "  ", message_id: "" } }, { dom: null }, { conversation: "" }]) {
-      const { tracker, reports, elapse } = tracked(options);
-      tracker.generatingChanged(true);
+      const { tracker, reports, elapse, write } = tracked(options);
+      write();
       tracker.generatingChanged(false);
       elapse();
       assert.deepEqual(reports, [], JSON.stringify(options));
     }
-    const { tracker, reports, elapse } = tracked();
+    const { tracker, reports, elapse, write } = tracked();
     for (let i = 0; i < 2; i++) {
-      tracker.generatingChanged(true);
+      write();
       tracker.generatingChanged(false);
       elapse();
     }
@@ -142,10 +152,10 @@ describe("CaptureTracker", () => {
   });
 
   it("says why it read the page, without any of the chat's text", () => {
-    const { tracker, notices, elapse } = tracked();
+    const { tracker, notices, elapse, write } = tracked();
     stream(tracker, 1, 'data: {"kind": "a shape from next year"}\n\n');
     tracker.streamEnded(1, { status: 200 });
-    tracker.generatingChanged(true);
+    write();
     tracker.generatingChanged(false);
     elapse();
     assert.deepEqual(notices, [
@@ -177,8 +187,8 @@ describe("CaptureTracker with ChatGPT's stream handoff", () => {
   }
 
   it("reads the answer from the /resume stream that continues the first leg, with its ids, once", () => {
-    const { tracker, reports, elapse } = harness();
-    tracker.generatingChanged(true);
+    const { tracker, reports, elapse, write } = harness();
+    write();
     leg(tracker, 1, "v1_handoff_first_leg");
     tracker.streamEnded(1, { status: 200 });
     leg(tracker, 2, "v1_resume_answer_with_baa");
@@ -191,8 +201,8 @@ describe("CaptureTracker with ChatGPT's stream handoff", () => {
   });
 
   it("attaches the continuation to the handed-off answer even when the page's signal went off in between", () => {
-    const { tracker, reports, elapse } = harness();
-    tracker.generatingChanged(true);
+    const { tracker, reports, elapse, write } = harness();
+    write();
     leg(tracker, 1, "v1_handoff_first_leg");
     tracker.streamEnded(1, { status: 200 });
     tracker.generatingChanged(false);
@@ -205,8 +215,8 @@ describe("CaptureTracker with ChatGPT's stream handoff", () => {
   });
 
   it("leaves an answer handed off to the websocket to the page, with the page's message id", () => {
-    const { tracker, reports, notices, elapse } = harness();
-    tracker.generatingChanged(true);
+    const { tracker, reports, notices, elapse, write } = harness();
+    write();
     leg(tracker, 1, "v1_handoff_websocket_only");
     tracker.streamEnded(1, { status: 200 });
     tracker.generatingChanged(false);
@@ -216,8 +226,8 @@ describe("CaptureTracker with ChatGPT's stream handoff", () => {
   });
 
   it("reads the page when the continuation ends before its answer finished", () => {
-    const { tracker, reports, elapse } = harness();
-    tracker.generatingChanged(true);
+    const { tracker, reports, elapse, write } = harness();
+    write();
     leg(tracker, 1, "v1_handoff_first_leg");
     tracker.streamEnded(1, { status: 200 });
     leg(tracker, 2, "v1_resume_cut_before_complete");
@@ -229,8 +239,8 @@ describe("CaptureTracker with ChatGPT's stream handoff", () => {
 
   it("makes citation markers readable in a page capture as in a network one", () => {
     const page = "Paris \uE200cite\uE202turn0search0\uE201is the capital.";
-    const { tracker, reports, elapse } = tracked({ adapter: chatgpt, conversation: CONVERSATION, dom: { text: page, message_id: "" } });
-    tracker.generatingChanged(true);
+    const { tracker, reports, elapse, write } = tracked({ adapter: chatgpt, conversation: CONVERSATION, dom: { text: page, message_id: "" } });
+    write();
     tracker.generatingChanged(false);
     elapse();
     assert.equal(reports[0].capture.text, "Paris is the capital.");
