@@ -66,7 +66,7 @@ class Answer {
     this.isPageDone = false;
     /** Why the page would be read, for `notice` ("" while no stream of it ended without a capture). */
     this.fallbackReason = "";
-    /** The page's last answer when this one began: one still showing it has no new answer to read. */
+    /** The page's last answer when this one's first request went out: a page still showing it has no new answer to read. */
     this.shownBefore = null;
   }
 }
@@ -118,6 +118,8 @@ export class CaptureTracker {
     if (this.isGenerating && answer !== this.answer && this.answer.streamsSeen === 0) this.answer = answer;
     this.streams.set(id, { parser, answer, url });
     answer.streamsSeen += 1;
+    // What the page showed as the request went out, before this answer.
+    if (answer.streamsSeen === 1) answer.shownBefore = this.readDom();
   }
 
   streamChunk(id, text) {
@@ -184,10 +186,7 @@ export class CaptureTracker {
   generatingChanged(isGenerating) {
     if (isGenerating === this.isGenerating) return;
     this.isGenerating = isGenerating;
-    if (isGenerating) {
-      this.answer.shownBefore ??= this.readDom();
-      return;
-    }
+    if (isGenerating) return;
     const answer = this.answer;
     this.answer = new Answer();
     const timer = this.setTimer(() => {

@@ -43,12 +43,19 @@ function tracked({ dom = { text: "from the page", message_id: "" }, conversation
   const elapse = () => {
     for (const timer of timers.splice(0)) if (!timer.done) timer.fn();
   };
-  /** The page starts writing (its signal on, the new answer shown) or, with `showsAnswer` false, fails to. */
-  const write = ({ showsAnswer = true } = {}) => {
-    tracker.generatingChanged(true);
-    if (showsAnswer) shown = dom;
+  // The fake page: it shows the new answer once it stopped writing, unless
+  // `write({showsAnswer: false})` said it fails to (a failed stream).
+  let willShow = dom;
+  const signal = tracker.generatingChanged.bind(tracker);
+  tracker.generatingChanged = (isGenerating) => {
+    if (!isGenerating) shown = willShow;
+    signal(isGenerating);
   };
-  return { tracker, reports, notices, elapse, write, done: () => tracker.generatingChanged(false) };
+  const write = ({ showsAnswer = true } = {}) => {
+    willShow = showsAnswer ? dom : shown;
+    tracker.generatingChanged(true);
+  };
+  return { tracker, reports, notices, elapse, write };
 }
 
 /** Feeds `text` as one stream in chunks of `size` characters. */
