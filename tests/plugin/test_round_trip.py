@@ -71,7 +71,7 @@ def ask(browser, page, app, step, **shape):
 
 
 @pytest.mark.parametrize("platform,shape", [
-    ("claude", {}), ("chatgpt", {}), ("gemini", {}),
+    pytest.param("claude", {}, id="claude"), pytest.param("chatgpt", {}, id="chatgpt"), pytest.param("gemini", {}, id="gemini"),
     # The answer handed off by the first response and streamed from /resume (PLATFORMS.md "Found since").
     pytest.param("chatgpt", {"handoff": True}, id="chatgpt-handoff"),
 ])
