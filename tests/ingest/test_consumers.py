@@ -14,8 +14,9 @@ from conversations.models import Message
 from ingest.models import Instruction, PluginClient
 from ingest.protocol import CloseCode
 from ingest.services.clients import plugin_client_revoke
+from ingest.services.deliveries import MAX_STORED_BODY_CHARS, body_capped
 from platforms import platforms
-from platforms.registry import ProxyAnswer
+from platforms.registry import BodyReading, ProxyAnswer
 from tests.factories import TEST_TOKEN, PluginClientFactory, make_task
 
 # Consumers run their database work in another thread, so tests commit their
@@ -507,6 +508,38 @@ async def test_a_result_with_an_error_code_is_recorded_and_read_as_a_failure(cli
     verdict = platforms.get("claude").read_answer(ProxyAnswer.from_result(request.result))
     assert not verdict.is_delivered and "no csrf" in verdict.error
     await communicator.disconnect()
+
+
+async def test_a_long_result_body_is_stored_capped_with_its_size_and_both_ends_still_read(client):
+    await sync_to_async(_delivery_request)(client, "req-1")
+    start = 'event: message_start\ndata: {"type": "message_start", "message": {"uuid": "m-1"}}\n\n'
+    filler = 'event: completion\ndata: {"completion": "words"}\n\n' * 10_000
+    end = 'event: error\ndata: {"type": "error", "error": {"message": "overloaded"}}\n\n'
+    body = start + filler + end
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to({**DELIVERY_RESULT, "body": body, "error": "e" * 300_000})
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}
+    stored = (await DeliveryRequest.objects.aget(pk="req-1")).result
+    assert len(stored["body"]) <= MAX_STORED_BODY_CHARS + 2 and stored["body_chars"] == len(body)
+    assert len(stored["error"]) <= MAX_STORED_BODY_CHARS + 2 and stored["error_chars"] == 300_000
+    # The adapter still finds the new message's id at the start and the error event at the end.
+    assert platforms.get("claude").read_body(stored["body"]) == BodyReading(error="overloaded")
+    assert platforms.get("claude").read_body(body_capped(start + filler)).remote_message_id == "m-1"
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ("short", "short"),
+        ("x" * 20, "x" * 20),  # at the limit: kept whole
+        ("x" * 21, "x" * 10 + "\n\n" + "x" * 10),  # no line breaks: cut mid-line
+        ("aaaa\nbbbbbbbbbbbbbbbb\ncccc\n", "aaaa\n\n\ncccc\n"),  # each end cut at a line break
+    ],
+)
+def test_body_capped_keeps_both_ends_cut_at_line_breaks(body, expected):
+    assert body_capped(body, limit=20) == expected
 
 
 @pytest.mark.parametrize(
