@@ -278,8 +278,15 @@ LOGGING = {
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
+    "filters": {
+        "one_line_refusals": {"()": "core.logfmt.OneLineRefusals"},
+    },
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    # A refused request (an admin 403, a 404) is one line, not a traceback.
+    "loggers": {
+        "django.request": {"filters": ["one_line_refusals"]},
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }
