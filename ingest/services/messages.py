@@ -215,7 +215,7 @@ def _judge(
         spec = tools.get(block.tool, target=block.target)
     except UnknownTool as exc:
         return rejected, str(exc)
-    if error := spec.call_error(block.params or {}):
+    if error := spec.call_error(block.params or {}, conversation_id=conversation.pk):
         return rejected, f"invalid params for {block.tool}: {error}"
     policy = (policy_for or tool_policy_for)(
         tool=block.tool, client_pk=client.pk if client else None, conversation_pk=conversation.pk
