@@ -11,6 +11,7 @@ from django.db import OperationalError
 from automation.models import AutomationTask, DeliveryRequest
 from conductor_site.asgi import application
 from conversations.models import Message
+from ingest.frames import parse_plugin_info
 from ingest.models import Instruction, PluginClient
 from ingest.protocol import CloseCode
 from ingest.services.clients import plugin_client_revoke
@@ -97,11 +98,17 @@ async def test_a_hello_without_capabilities_means_proxy_delivery_only(client):
 async def test_unknown_capabilities_and_platforms_are_dropped_not_refused(client):
     communicator, _ = await hello(
         "laptop-chrome", capabilities=["teleport", "dom_delivery", "dom_delivery"],
-        adapters={"bard": "1", "claude": "2026-11-29"},
+        adapters={"bard": "1", "claude": "2026-11-29"}, platforms=["bard", "gemini", "claude"],
     )
     await communicator.disconnect()
     stored = await PluginClient.objects.aget(pk=client.pk)
     assert (stored.capabilities, stored.adapters) == (["dom_delivery"], {"claude": "2026-11-29"})
+
+
+def test_a_hellos_platforms_keep_the_known_ones_in_the_registrys_order():
+    info = parse_plugin_info({**HELLO, "platforms": ["bard", "gemini", "claude", "claude"]})
+    assert info.platforms == tuple(name for name in platforms.names() if name in ("claude", "gemini"))
+    assert parse_plugin_info({**HELLO, "platforms": None}).platforms == ()
 
 
 @pytest.mark.parametrize(
@@ -115,6 +122,10 @@ async def test_unknown_capabilities_and_platforms_are_dropped_not_refused(client
         ({"adapters": {"claude": 20261129}}, "'adapters' must be an object"),
         ({"adapters": {f"p{n}": "1" for n in range(17)}}, "'adapters' has more than 16 entries"),
         ({"adapters": {"claude": "1" * 65}}, "'adapters' has a name or version longer than 64"),
+        ({"platforms": "claude"}, "'platforms' must be a list of strings"),
+        ({"platforms": ["claude", None]}, "'platforms' must be a list of strings"),
+        ({"platforms": ["x"] * 17}, "'platforms' has more than 16 entries"),
+        ({"platforms": ["x" * 65]}, "'platforms' has a name longer than 64"),
         ({"plugin_version": 1}, "'plugin_version' must be str"),
         ({"plugin_version": "1" * 65}, "'plugin_version' is longer than 64"),
     ],
