@@ -42,6 +42,7 @@ from ingest.models import plugin_group_name
 from ingest.protocol import (
     FRAME_LIMIT_EXTENSION,
     FRAME_LIMIT_LIFT,
+    MAX_FRAME_BYTES,
     MAX_HELLO_FRAME_BYTES,
     CloseCode,
     ErrorCode,
@@ -234,6 +235,21 @@ class PluginConsumer(AsyncWebsocketConsumer):
                 ErrorCode.SERVER_ERROR, "the server failed to handle this frame; it was not processed",
                 frame_id=frame_id(frame) if frame else None,
             )
+
+    async def conductor_frame_limit_too_large(self, message: dict[str, Any]) -> None:
+        """Conductor's daphne dropped a frame over ``MAX_FRAME_BYTES`` unread (``FRAME_TOO_LARGE``): answer it.
+
+        Only sent after the lift, so only to a client that said hello. It
+        counts against the frame rate like any frame.
+        """
+        if not self._limiter.allow():
+            await self.send_error(
+                ErrorCode.RATE_LIMITED, f"more than {self._limiter.limit} frames in one second; this frame was dropped"
+            )
+            return
+        await self.send_error(
+            ErrorCode.TOO_LARGE, f"frame is over {MAX_FRAME_BYTES} bytes ({message.get('bytes')} bytes); not read"
+        )
 
     async def _log_hello_refused(self, client_id: Any, **fields: Any) -> None:
         """Log a refused hello, naming its ``client_id`` only when that names a client.

@@ -13,7 +13,7 @@ from conductor_site.asgi import application
 from conversations.models import Message
 from ingest.frames import parse_plugin_info
 from ingest.models import Instruction, PluginClient
-from ingest.protocol import CloseCode
+from ingest.protocol import FRAME_TOO_LARGE, CloseCode
 from ingest.services.clients import plugin_client_revoke
 from ingest.services.deliveries import MAX_STORED_BODY_CHARS, body_capped
 from platforms import platforms
@@ -467,6 +467,16 @@ async def test_rate_limiting_one_client_leaves_others_alone(client, settings):
     assert await quiet.receive_json_from() == {"type": "pong"}
     await noisy.disconnect()
     await quiet.disconnect()
+
+
+async def test_a_frame_the_server_dropped_as_too_large_is_answered_too_large(client):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_input({"type": FRAME_TOO_LARGE, "bytes": 15 * 1024 * 1024})
+    error = await communicator.receive_json_from()
+    assert (error["code"], error["detail"]) == ("too_large", "frame is over 1048576 bytes (15728640 bytes); not read")
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}
+    await communicator.disconnect()
 
 
 DELIVERY_RESULT = {"type": "browser.proxy_delivery.result", "request_id": "req-1", "ok": True, "status": 200, "body": "{}", "error": None}

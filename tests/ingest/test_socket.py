@@ -7,6 +7,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 
 from conversations.models import Message
+from ingest.protocol import MAX_FRAME_BYTES
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import running_server
 
@@ -120,6 +121,45 @@ def test_a_huge_first_frame_is_refused_before_it_is_read(server):
             ws.recv(timeout=10)
     # The server's transport refused it: the consumer never received those 15 MiB.
     assert "hello_too_large" not in server.log()
+
+
+def said_hello(ws):
+    ws.send(json.dumps(HELLO))
+    assert json.loads(ws.recv(timeout=10))["type"] == "hello.ok"
+
+
+def answers_ping(ws):
+    ws.send(json.dumps({"type": "ping"}))
+    return json.loads(ws.recv(timeout=30)) == {"type": "pong"}
+
+
+def ping_of(size: int) -> str:
+    """A ping frame of exactly ``size`` bytes."""
+    frame = json.dumps({"type": "ping", "pad": ""})
+    return json.dumps({"type": "ping", "pad": "x" * (size - len(frame))})
+
+
+def test_a_frame_over_1_mib_after_hello_is_too_large_unread_and_the_socket_stays(server):
+    with connect(server.ws_url, max_size=None) as ws:
+        said_hello(ws)
+        ws.send(ping_of(MAX_FRAME_BYTES))  # at the limit: read and answered
+        assert json.loads(ws.recv(timeout=30)) == {"type": "pong"}
+        for frame in (ping_of(MAX_FRAME_BYTES + 1), ping_of(15 * 1024 * 1024), b"\x00" * (15 * 1024 * 1024)):
+            ws.send(frame)
+            error = json.loads(ws.recv(timeout=30))
+            assert (error["type"], error["code"]) == ("error", "too_large")
+            # The server dropped it unread: the consumer, which reads frames it gets, never had it.
+            assert f"({len(frame)} bytes); not read" in error["detail"]
+            assert answers_ping(ws)
+
+
+def test_a_frame_over_the_sockets_hard_limit_closes_it_with_1009(server):
+    with connect(server.ws_url, max_size=None) as ws:
+        said_hello(ws)
+        with pytest.raises(ConnectionClosed):
+            ws.send(ping_of(17 * 1024 * 1024))  # over CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES (16 MiB)
+            ws.recv(timeout=30)
+        assert ws.close_code == 1009
 
 
 def test_a_socket_to_an_unknown_path_is_refused_without_a_traceback(server):
