@@ -58,8 +58,9 @@ class CloseCode:
     REVOKED = 4403
     HELLO_TIMEOUT = 4408
     REPLACED = 4409
-    # Beyond SPEC §6: too many sockets of this server are waiting for their
-    # hello; try again later. (Applications may close only with 1000 or
+    # Beyond SPEC §6: this socket sent no hello and too many sockets of this
+    # server (or of its address) are waiting for theirs: it made room for a
+    # newer one. Try again. (Applications may close only with 1000 or
     # 3000-4999, so not 1013.)
     TOO_MANY_WAITING = 4429
 

@@ -13,6 +13,7 @@ from conductor_site.asgi import application
 from conversations.models import Message
 from ingest.frames import parse_plugin_info
 from ingest.models import Instruction, PluginClient
+from ingest.prehello import PreHelloRoom
 from ingest.protocol import FRAME_TOO_LARGE, CloseCode
 from ingest.services.clients import plugin_client_revoke
 from ingest.services.deliveries import MAX_STORED_BODY_CHARS, body_capped
@@ -774,22 +775,80 @@ async def test_a_first_frame_over_64_kib_closes_the_socket_with_1009(client):
     assert await closed_with(communicator) == CloseCode.MESSAGE_TOO_BIG
 
 
-async def test_sockets_without_hello_are_capped_per_process(client, monkeypatch):
+async def open_socket_from(address):
+    communicator = WebsocketCommunicator(application, "/ws/plugin/")
+    communicator.scope["client"] = [address, 50000]  # read by the application once the test awaits
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+def small_room(monkeypatch, *, grace_seconds=0.0):
     from ingest.consumers import PluginConsumer
 
-    monkeypatch.setattr(PluginConsumer, "max_sockets_without_hello", 2)
-    waiting = [(await open_socket())[0] for _ in range(2)]
-    refused, _, _ = await open_socket()
-    assert await closed_with(refused) == CloseCode.TOO_MANY_WAITING
+    room = PreHelloRoom(per_address=2, total=3, grace_seconds=grace_seconds)
+    monkeypatch.setattr(PluginConsumer, "pre_hello_room", room)
+    return room
 
-    await waiting[0].send_json_to({**HELLO, "client_id": "laptop-chrome"})
-    assert (await waiting[0].receive_json_from())["type"] == "hello.ok"  # no longer waiting
-    admitted, _, _ = await open_socket()
-    await admitted.send_json_to({"type": "ping"})
-    assert (await admitted.receive_json_from())["code"] == "unauthorized"  # served, not refused
-    for communicator in [*waiting, refused, admitted]:
+
+async def test_a_newcomer_from_an_address_at_its_share_closes_that_addresss_oldest_idle_socket(client, monkeypatch):
+    room = small_room(monkeypatch)
+    first, second = [await open_socket_from("10.0.0.1") for _ in range(2)]
+    other = await open_socket_from("10.0.0.2")
+    third = await open_socket_from("10.0.0.1")
+    assert await closed_with(first) == CloseCode.TOO_MANY_WAITING
+    for communicator in (second, third, other):
+        assert await communicator.receive_nothing(timeout=0.2)
+    await third.send_json_to({**HELLO, "client_id": "laptop-chrome"})
+    assert (await third.receive_json_from())["type"] == "hello.ok"
+    for communicator in (first, second, third, other):
         await communicator.disconnect()
-    assert PluginConsumer.waiting_for_hello == 0
+    assert len(room) == 0
+
+
+async def test_a_full_room_makes_room_from_the_address_holding_the_most(client, monkeypatch):
+    room = small_room(monkeypatch)
+    crowd = [await open_socket_from("10.0.0.1") for _ in range(2)]
+    lone = await open_socket_from("10.0.0.2")
+    newcomer = await open_socket_from("10.0.0.3")
+    assert await closed_with(crowd[0]) == CloseCode.TOO_MANY_WAITING
+    assert await lone.receive_nothing(timeout=0.2) and await crowd[1].receive_nothing(timeout=0.2)
+    assert (room.count("10.0.0.1"), room.count("10.0.0.2"), room.count("10.0.0.3")) == (1, 1, 1)
+    for communicator in (*crowd, lone, newcomer):
+        await communicator.disconnect()
+
+
+async def test_sockets_in_their_grace_or_sending_their_hello_are_never_made_to_go(client, monkeypatch):
+    from ingest import selectors
+
+    room = small_room(monkeypatch, grace_seconds=60)
+    hello_under_way = asyncio.Event()
+    release = threading.Event()
+    authenticate = selectors.plugin_client_authenticate
+
+    def slow_authenticate(**kwargs):
+        hello_under_way.set()
+        release.wait(10)
+        return authenticate(**kwargs)
+
+    with mock.patch.object(selectors, "plugin_client_authenticate", slow_authenticate):
+        plugin = await open_socket_from("10.0.0.1")
+        await plugin.send_json_to({**HELLO, "client_id": "laptop-chrome"})
+        await asyncio.wait_for(hello_under_way.wait(), 5)
+        room.grace_seconds = 0  # from now on every idle socket may go, but not the one saying hello
+        idle = await open_socket_from("10.0.0.1")
+        newcomer = await open_socket_from("10.0.0.1")
+        assert await closed_with(idle) == CloseCode.TOO_MANY_WAITING
+        room.grace_seconds = 60
+        young = [await open_socket_from("10.0.0.1") for _ in range(3)]  # beyond the share, in their grace
+        assert room.count("10.0.0.1") == 5
+        release.set()
+        assert (await plugin.receive_json_from(timeout=5))["type"] == "hello.ok"
+        for communicator in (newcomer, *young):
+            assert await communicator.receive_nothing(timeout=0.1)
+    for communicator in (plugin, idle, newcomer, *young):
+        await communicator.disconnect()
+    assert len(room) == 0
 
 
 async def test_a_socket_to_an_unknown_path_is_refused_quietly(client, caplog):
