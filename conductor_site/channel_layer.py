@@ -44,6 +44,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from conductor_site.private_files import private_folder
+from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
@@ -194,7 +195,7 @@ class DoorbellSQLiteChannelLayer(SQLiteChannelLayer):
                         await asyncio.sleep(interval)
                     continue
                 except Exception:
-                    logger.exception("the channel layer's poller for %s failed; polling again", prefix)
+                    log_event(logger, "channel_poll_failed", level=logging.ERROR, exc_info=True, prefix=prefix)
                     await asyncio.sleep(max(interval, self.polling_interval))
                     continue
                 buffer = self.receive_buffer.get(channel)
@@ -222,14 +223,18 @@ class DoorbellSQLiteChannelLayer(SQLiteChannelLayer):
                 Doorbell, local_addr=(LOOPBACK, 0)
             )
         except OSError:
-            logger.warning("no doorbell for %s (cannot bind %s); polling every %s s",
-                           prefix, LOOPBACK, self.polling_interval, exc_info=True)
+            log_event(
+                logger, "doorbell_unavailable", level=logging.WARNING, exc_info=True, prefix=prefix,
+                reason=f"cannot bind {LOOPBACK}", polling_every_s=self.polling_interval,
+            )
             return None
         try:
             self._register(folder, prefix, bell.port)
         except OSError:
-            logger.warning("cannot register the doorbell for %s in %s; polling every %s s",
-                           prefix, folder, self.polling_interval, exc_info=True)
+            log_event(
+                logger, "doorbell_unavailable", level=logging.WARNING, exc_info=True, prefix=prefix,
+                reason=f"cannot register it in {folder}", polling_every_s=self.polling_interval,
+            )
             bell.close()
             return None
         return bell

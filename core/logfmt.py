@@ -40,12 +40,18 @@ def event_line(action: str, **fields: Any) -> tuple[str, dict[str, Any]]:
     return " ".join(f"{key}={_format_value(value)}" for key, value in present.items()), present
 
 
-def log_event(logger: logging.Logger, action: str, *, level: int = logging.INFO, **fields: Any) -> None:
-    """Log ``action`` and the non-None ``fields`` as one logfmt line, each value bounded."""
+def log_event(
+    logger: logging.Logger, action: str, *, level: int = logging.INFO, exc_info: bool = False, **fields: Any
+) -> None:
+    """Log ``action`` and the non-None ``fields`` as one logfmt line, each value bounded.
+
+    ``exc_info``: the exception being handled follows the line (its traceback):
+    for failures that are bugs or lost services, not for expected refusals.
+    """
     if not logger.isEnabledFor(level):
         return  # formatting the line is most of its cost
     line, present = event_line(action, **fields)
-    logger.log(level, line, extra={"fields": present})
+    logger.log(level, line, exc_info=exc_info, extra={"fields": present})
 
 
 class OneLineRefusals(logging.Filter):

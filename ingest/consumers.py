@@ -167,7 +167,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
                     )
         except Exception:
             # Presence still expires on its own (twice the ping interval).
-            logger.exception("clean-up after the socket of %s failed", self.client_id)
+            log_event(logger, "socket_clean_up_failed", level=logging.ERROR, exc_info=True, client_id=self.client_id)
         log_event(logger, "socket_closed", client_id=self.client_id, code=code)
 
     async def _close_without_hello(self) -> None:
@@ -198,7 +198,10 @@ class PluginConsumer(AsyncWebsocketConsumer):
                 await self._touch()
                 await self.channel_layer.group_add(self._group_name, self.channel_name)
             except Exception:
-                logger.exception("could not refresh the presence of %s; trying again", self.client_id)
+                log_event(
+                    logger, "presence_refresh_failed", level=logging.ERROR, exc_info=True, client_id=self.client_id,
+                    next_try_s=settings.CONDUCTOR_PING_INTERVAL_SECONDS,
+                )
 
     async def _touch(self) -> None:
         await database_sync_to_async(clients.plugin_client_touch)(
@@ -249,7 +252,10 @@ class PluginConsumer(AsyncWebsocketConsumer):
             await self.send_error(error.code, error.detail, frame_id=error.frame_id)
         except Exception:
             # A bug or a lost database: say so and keep the socket; nothing was acknowledged.
-            logger.exception("handling a frame on the socket of %s failed", self.client_id)
+            log_event(
+                logger, "frame_failed", level=logging.ERROR, exc_info=True, client_id=self.client_id,
+                frame_type=frame.get("type") if frame else None,
+            )
             await self.send_error(
                 ErrorCode.SERVER_ERROR, "the server failed to handle this frame; it was not processed",
                 frame_id=frame_id(frame) if frame else None,
@@ -400,13 +406,19 @@ async def _ack_when_stored(consumer: PluginConsumer, message: FinalMessage, stor
         result = await stored
     except DatabaseError:
         # Not stored, so not acknowledged: the plugin keeps the message and resends it.
-        logger.exception("ingest failed for frame %s", message.frame_id)
+        log_event(
+            logger, "ingest_failed", level=logging.ERROR, exc_info=True, client_id=consumer.client_id,
+            frame_id=message.frame_id,
+        )
         await consumer.send_error(
             ErrorCode.SERVER_ERROR, "the message could not be stored; send it again later", frame_id=message.frame_id
         )
         return
     except Exception:
-        logger.exception("handling a frame on the socket of %s failed", consumer.client_id)
+        log_event(
+            logger, "frame_failed", level=logging.ERROR, exc_info=True, client_id=consumer.client_id,
+            frame_type="browser.final_message", frame_id=message.frame_id,
+        )
         await consumer.send_error(
             ErrorCode.SERVER_ERROR, "the server failed to handle this frame; it was not processed",
             frame_id=message.frame_id,

@@ -47,3 +47,15 @@ def test_a_huge_structure_is_cut_as_its_json(caplog):
     record = logged(caplog, platforms=["claude"] * 100_000)
     assert len(record.getMessage()) < MAX_VALUE_CHARS + 100
     assert logged(caplog, platforms=["claude"]).fields["platforms"] == ["claude"]
+
+
+def test_an_event_can_carry_the_traceback_of_the_exception_being_handled(caplog):
+    logger = logging.getLogger("tests.logfmt")
+    try:
+        raise RuntimeError("the database went away")
+    except RuntimeError:
+        with caplog.at_level(logging.ERROR, logger="tests.logfmt"):
+            log_event(logger, "tick_failed", level=logging.ERROR, exc_info=True, owner="loop-1")
+    [record] = caplog.records
+    assert record.getMessage() == "action=tick_failed owner=loop-1"
+    assert record.exc_info[0] is RuntimeError and "the database went away" in caplog.text
