@@ -32,7 +32,7 @@ FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 # The plugin's unit tests, a dot each (failures in full at the end).
 NODE_TESTS = $(NODE) --test --test-reporter=dot plugin/tests/*.test.js
 
-.PHONY: install test test-fast migrate run check doctor bench soak
+.PHONY: install test test-fast migrate run user check doctor bench soak
 
 install:
 	$(UV) sync --frozen
@@ -61,9 +61,15 @@ test-fast: install
 migrate: install
 	$(UV) run --frozen python manage.py migrate_all
 
+# On a first run (no admin user yet) it first prints one line saying how to make one.
 run: migrate
 	$(UV) run --frozen python manage.py collectstatic --noinput --verbosity 0
+	$(UV) run --frozen python manage.py first_run_hint --host $(HOST) --port $(PORT)
 	$(UV) run --frozen python manage.py serve --host $(HOST) --port $(PORT)
+
+# The first admin user (Django's createsuperuser, asking for a name and a password).
+user: migrate
+	$(UV) run --frozen python manage.py createsuperuser
 
 check: install
 	$(UV) run --frozen python manage.py check
