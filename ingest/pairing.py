@@ -66,6 +66,7 @@ def pairing_code_decode(code: str) -> dict[str, str]:
         isinstance(payload.get(key), str) and payload[key] for key in FIELDS
     ):
         raise PairingCodeError(DAMAGED)
-    if urlsplit(payload["server"]).scheme not in ("http", "https"):
+    server = urlsplit(payload["server"])
+    if server.scheme not in ("http", "https") or not server.netloc:
         raise PairingCodeError(NOT_HTTP)
     return {key: payload[key] for key in FIELDS}
