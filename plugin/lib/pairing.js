@@ -84,3 +84,49 @@ function safeProtocol(url) {
     return "";
   }
 }
+
+/**
+ * The connection of a paired browser in words, for the options page: the
+ * service worker's status (popup/status.js) with the saved settings.
+ *
+ * A status set before the settings were saved (`at` < `savedAt`) is the
+ * previous settings' connection: until the worker says more, "Connecting".
+ *
+ * @param {{state?: string, detail?: string, reason?: string, at?: number}} status
+ * @param {{serverUrl?: string, clientId?: string, savedAt?: number} | undefined} settings
+ * @returns {{text: string, isConnected: boolean}}
+ */
+export function connectionOutcome(status, settings) {
+  const server = settings?.serverUrl ?? "";
+  const client = settings?.clientId ?? "";
+  if (!server || !client) return { text: "", isConnected: false };
+  const connected = `Connected to ${server} as ${client}`;
+  const isStale = Number.isFinite(status?.at) && Number.isFinite(settings?.savedAt) && status.at < settings.savedAt;
+  switch (isStale ? "" : status?.state) {
+    case "connected":
+      if (status.reason === "outdated") {
+        return {
+          text: `${connected}, but this plugin is outdated: the server supports newer versions only. Update the plugin.`,
+          isConnected: true,
+        };
+      }
+      return { text: `${connected}.`, isConnected: true };
+    case "refused":
+      return {
+        text: `Token refused: ${server} does not accept ${client}'s token (revoked, rotated or from another server). Pair again from the admin.`,
+        isConnected: false,
+      };
+    case "paused":
+      return { text: `Paused: ${status.detail || "from the popup"}.`, isConnected: false };
+    case "connecting":
+      if (status.reason === "unreachable") {
+        return {
+          text: `Server unreachable: ${server} does not answer (is Conductor running there, at that address?). Retrying.`,
+          isConnected: false,
+        };
+      }
+      return { text: `Connecting to ${server} as ${client}…`, isConnected: false };
+    default:
+      return { text: `Connecting to ${server} as ${client}…`, isConnected: false };
+  }
+}

@@ -5,7 +5,7 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 
-import { parsePairingCode, pairingWarnings } from "../lib/pairing.js";
+import { connectionOutcome, parsePairingCode, pairingWarnings } from "../lib/pairing.js";
 
 const VECTORS = JSON.parse(readFileSync(new URL("./fixtures/pairing-codes.json", import.meta.url), "utf8"));
 
@@ -72,5 +72,36 @@ describe("pairingWarnings", () => {
     const office = VECTORS.valid.find((vector) => vector.client_id === "office");
     assert.equal(parsePairingCode(office.code).warnings.length, 1);
     assert.deepEqual(parsePairingCode(VECTORS.valid[0].code).warnings, []);
+  });
+});
+
+describe("connectionOutcome", () => {
+  const settings = { serverUrl: "http://127.0.0.1:8000", clientId: "browser-1" };
+
+  it("says where it is connected, and as whom", () => {
+    assert.deepEqual(connectionOutcome({ state: "connected" }, settings), {
+      text: "Connected to http://127.0.0.1:8000 as browser-1.", isConnected: true,
+    });
+  });
+
+  it("names the exact reason it is not", () => {
+    const cases = [
+      [{ state: "connecting", reason: "unreachable" }, /^Server unreachable: http:\/\/127\.0\.0\.1:8000 does not answer/],
+      [{ state: "refused" }, /^Token refused: .* Pair again from the admin\.$/],
+      [{ state: "connected", reason: "outdated" }, /^Connected to .*, but this plugin is outdated/],
+      [{ state: "connecting" }, /^Connecting to http:\/\/127\.0\.0\.1:8000 as browser-1/],
+      [{ state: "paused", detail: "paused from the popup" }, /^Paused: paused from the popup\.$/],
+    ];
+    for (const [status, expected] of cases) assert.match(connectionOutcome(status, settings).text, expected);
+  });
+
+  it("does not take the previous settings' connection for the new one's", () => {
+    const saved = { ...settings, savedAt: 2000 };
+    assert.match(connectionOutcome({ state: "connected", at: 1000 }, saved).text, /^Connecting to /);
+    assert.match(connectionOutcome({ state: "connected", at: 2500 }, saved).text, /^Connected to /);
+  });
+
+  it("says nothing before the browser is paired", () => {
+    assert.deepEqual(connectionOutcome({ state: "unconfigured" }, undefined), { text: "", isConnected: false });
   });
 });
