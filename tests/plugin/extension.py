@@ -46,9 +46,10 @@ class PluginBrowser:
 
     def pair(self, server_url: str, client_id: str, token: str, *, read_streams: bool = True,
              insert_guide: bool = False) -> None:
-        """Fill in and save the options page, as a person does."""
+        """Fill in and save the options page's three fields (under "Advanced"), as a person does."""
         page = self.context.new_page()
         page.goto(self.extension_url("options/options.html"))
+        page.click("#advanced summary")
         page.fill("#server-url", server_url)
         page.fill("#client-id", client_id)
         page.fill("#token", token)
@@ -59,6 +60,20 @@ class PluginBrowser:
         page.click("#save")
         self.wait_in_extension_page(page, "document.getElementById('saved').textContent.startsWith('Saved')", "the options to save")
         page.close()
+
+    def open_options(self) -> Any:
+        page = self.context.new_page()
+        page.goto(self.extension_url("options/options.html"))
+        return page
+
+    def paste_pairing_code(self, page) -> None:
+        """Paste the clipboard into the options page's pairing field (Ctrl+V), as a person does."""
+        page.bring_to_front()
+        page.focus("#pairing-code")
+        page.keyboard.press("Control+V")
+
+    def pairing_outcome(self, page) -> str:
+        return page.evaluate("document.getElementById('pairing-outcome').textContent")
 
     def storage(self, area: str = "local") -> dict[str, Any]:
         return self.worker.evaluate(f"chrome.storage.{area}.get(null)")
