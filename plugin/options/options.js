@@ -104,8 +104,9 @@ async function pairFromCode() {
   }
   // The code holds the token: it leaves the page as soon as it is read.
   fields.pairingCode.value = "";
-  pairingError = (await save(result.pairing));
+  // Shown before saving, which may wait on Chrome's permission prompt.
   warning.textContent = result.warnings.join(" ");
+  pairingError = await save(result.pairing);
   saved.textContent = pairingError ? "" : "Saved.";
   return renderOutcome();
 }

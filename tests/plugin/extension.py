@@ -190,6 +190,8 @@ class ScriptedServer:
     answer_guides: bool = True
     # Error codes to answer the next final messages with, one per frame, before acks resume.
     refusals: list[str] = field(default_factory=list)
+    # hello.ok's `plugin_outdated` (SPEC §9).
+    plugin_outdated: bool = False
     # How to wait: a test with a browser passes PluginBrowser.pause, so that routes are served meanwhile.
     sleep: Callable[[float], None] = time.sleep
     connections: int = 0
@@ -222,7 +224,8 @@ class ScriptedServer:
             connection.send(json.dumps({"type": "error", "code": "unauthorized", "detail": "scripted"}))
             connection.close(code, "scripted")
             return
-        connection.send(json.dumps({"type": "hello.ok", "client_id": hello.get("client_id"), "server_time": 0}))
+        connection.send(json.dumps({"type": "hello.ok", "client_id": hello.get("client_id"), "server_time": 0,
+                                    "plugin_outdated": self.plugin_outdated}))
         self._current = connection
         with contextlib.suppress(Exception):
             for raw in connection:

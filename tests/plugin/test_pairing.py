@@ -17,9 +17,10 @@ import sys
 import pytest
 
 from ingest.models import PluginClient
+from ingest.pairing import pairing_code_encode
 from tests.plugin.extension import plugin_browser
 from tests.plugin.test_round_trip import WAIT, chromium, server_env  # noqa: F401 (fixtures)
-from tests.server import ROOT, running_server
+from tests.server import ROOT, free_port, running_server
 from tests.server import server_env as process_env
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -88,3 +89,57 @@ def test_an_empty_data_folder_to_a_connected_extension_with_the_admin_and_one_pa
         admin.goto(f"{server.base_url}/admin/ingest/pluginclient/pair/")
         assert code not in admin.content()
         assert code not in server.log()
+
+
+def wait_for_outcome(browser, page, start: str) -> str:
+    browser.wait_in_extension_page(
+        page, f"document.getElementById('pairing-outcome').textContent.startsWith({start!r})",
+        f"the options page to say {start!r} (it says {browser.pairing_outcome(page)!r})",
+    )
+    return browser.pairing_outcome(page)
+
+
+def test_a_code_it_cannot_read_says_why_and_changes_nothing(browser):
+    options = browser.open_options()
+    code = pairing_code_encode(server_url="http://127.0.0.1:9", client_id="laptop", token="t" * 43)
+    for text, reason in [
+        (code[:-5], "This pairing code is damaged or cut short"),
+        ("otherapp-pair:v1:" + code.split(":", 2)[2], "This is not a Conductor pairing code"),
+        (code.replace(":v1:", ":v2:"), "This pairing code is version v2"),
+    ]:
+        options.fill("#pairing-code", text)
+        assert wait_for_outcome(browser, options, reason.split(":")[0])
+        assert "settings" not in browser.storage()
+        assert options.is_hidden("#next-step")
+
+
+def test_the_options_say_why_a_paired_browser_is_not_connected(browser, server, chromium):
+    options = browser.open_options()
+
+    # Nothing listens on the code's server.
+    unreachable = pairing_code_encode(server_url=f"http://127.0.0.1:{free_port()}", client_id="laptop", token="t" * 43)
+    options.fill("#pairing-code", unreachable)
+    assert "does not answer" in wait_for_outcome(browser, options, "Server unreachable")
+
+    # The server refuses the token.
+    server.on_hello = lambda hello: 4401
+    options.fill("#pairing-code", pairing_code_encode(server_url=server.url, client_id="laptop", token="t" * 43))
+    assert "Pair again from the admin" in wait_for_outcome(browser, options, "Token refused")
+
+    # The server supports newer plugins only: connected, and told to update.
+    server.on_hello = lambda hello: None
+    server.plugin_outdated = True
+    options.fill("#pairing-code", pairing_code_encode(server_url=server.url, client_id="laptop", token="u" * 43))
+    assert wait_for_outcome(browser, options, "Connected").endswith("this plugin is outdated: the server supports "
+                                                                     "newer versions only. Update the plugin.")
+    assert "update it" in browser.popup_text()
+
+
+def test_a_code_for_plain_http_to_another_machine_warns(browser):
+    options = browser.open_options()
+    options.fill("#pairing-code", pairing_code_encode(server_url="http://192.0.2.1:8000", client_id="laptop",
+                                                      token="t" * 43))
+    browser.wait_in_extension_page(options, "document.getElementById('pairing-warning').textContent !== ''",
+                                   "the warning")
+    # (Saving then waits on Chrome's prompt for host access, which no one answers here.)
+    assert "unencrypted" in options.inner_text("#pairing-warning")
