@@ -1,6 +1,6 @@
 # The two set-up commands of the README, `make run` and `make test`, the quick
-# `make test-fast`, and `make bench` and `make soak`. Each installs what is missing
-# (uv, Python 3.12 packages into .venv) first.
+# `make test-fast`, and `make bench`, `make soak` and `make deploy-check`. Each
+# installs what is missing (uv, Python 3.12 packages into .venv) first.
 
 UV := $(shell bin/ensure-uv)
 ifeq ($(UV),)
@@ -32,7 +32,7 @@ FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 # The plugin's unit tests, a dot each (failures in full at the end).
 NODE_TESTS = $(NODE) --test --test-reporter=dot plugin/tests/*.test.js
 
-.PHONY: install test test-fast migrate run user check doctor bench soak
+.PHONY: install test test-fast migrate run user check doctor bench soak deploy-check
 
 install:
 	$(UV) sync --frozen
@@ -89,3 +89,10 @@ bench: install
 # MINUTES minutes (bench/README.md); fails when a message was lost or duplicated.
 soak: install
 	$(UV) run --frozen python bench/soak.py --minutes $(MINUTES) $(SOAK_ARGS)
+
+# The operator's kit in deploy/, checked by the programs that read it
+# (tests/deploy): promtool check rules, promtool test rules and promtool check
+# metrics over a live /metrics; nginx -t on the site, then nginx with it in
+# front of a running server. Needs Debian's prometheus and nginx packages.
+deploy-check: install
+	CONDUCTOR_REQUIRE_TOOLS=1 $(UV) run --frozen pytest -q tests/deploy

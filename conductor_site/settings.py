@@ -5,6 +5,7 @@ Everything comes from the environment (django-environ), optionally through a
 off, loopback hosts only, and a secret key generated once into the data folder.
 """
 
+import datetime as dt
 import secrets
 from pathlib import Path
 
@@ -57,6 +58,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "axes",
     "channels",
     "django_q",
     "conductor_site",
@@ -81,6 +83,8 @@ MIDDLEWARE = [
     # After the messages: a live refresh's fetch leaves them for the next page view.
     "console.live.LiveFetchMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "conductor_site.urls"
@@ -226,6 +230,23 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+# Admin login throttling (django-axes): after AXES_FAILURE_LIMIT wrong
+# passwords for one username from one address, that pair is locked out for
+# AXES_COOLOFF_MINUTES, even with the right password (README, "Admin login").
+# The pair, not the address alone: every local process shares 127.0.0.1,
+# and so does every browser behind a reverse proxy.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = dt.timedelta(minutes=env.float("AXES_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# Every failure is logged by axes itself; its access log rows are not needed.
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False  # no banner at every start; failures and lockouts are still logged
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -278,8 +299,15 @@ LOGGING = {
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
+    "filters": {
+        "one_line_refusals": {"()": "core.logfmt.OneLineRefusals"},
+    },
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain"},
+    },
+    # A refused request (an admin 403, a 404) is one line, not a traceback.
+    "loggers": {
+        "django.request": {"filters": ["one_line_refusals"]},
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }

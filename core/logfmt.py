@@ -34,10 +34,47 @@ def _format_value(value: Any) -> str:
     return text
 
 
+def event_line(action: str, **fields: Any) -> tuple[str, dict[str, Any]]:
+    """The logfmt line of ``action`` and the non-None ``fields``, and the fields as logged."""
+    present = {"action": action, **{key: _bounded(value) for key, value in fields.items() if value is not None}}
+    return " ".join(f"{key}={_format_value(value)}" for key, value in present.items()), present
+
+
 def log_event(logger: logging.Logger, action: str, *, level: int = logging.INFO, **fields: Any) -> None:
     """Log ``action`` and the non-None ``fields`` as one logfmt line, each value bounded."""
     if not logger.isEnabledFor(level):
         return  # formatting the line is most of its cost
-    present = {"action": action, **{key: _bounded(value) for key, value in fields.items() if value is not None}}
-    line = " ".join(f"{key}={_format_value(value)}" for key, value in present.items())
+    line, present = event_line(action, **fields)
     logger.log(level, line, extra={"fields": present})
+
+
+class OneLineRefusals(logging.Filter):
+    """Rewrites the request logger's record of a refused request (a 4xx) as one event line.
+
+    Django logs a ``PermissionDenied`` (403) or an ``Http404`` with its
+    traceback: some 50 lines for what is an expected answer, which a
+    signed-in user could repeat to flood the log. The record keeps its level
+    and becomes ``action=permission_denied`` (403) or ``action=request_refused``
+    with the status, method, path, user and reason. Server errors (5xx) keep
+    their traceback: those are bugs.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        # Already rewritten: logging configured twice adds the filter twice.
+        if not isinstance(status, int) or not 400 <= status < 500 or hasattr(record, "fields"):
+            return True
+        request = getattr(record, "request", None)
+        user = getattr(request, "user", None)
+        reason = record.exc_info[1] if record.exc_info else None
+        line, present = event_line(
+            "permission_denied" if status == 403 else "request_refused",
+            status=status,
+            method=getattr(request, "method", None),
+            path=getattr(request, "path", None),
+            user=user.get_username() if getattr(user, "is_authenticated", False) else None,
+            reason=(str(reason) or type(reason).__name__) if reason is not None else None,
+        )
+        record.msg, record.args, record.fields = line, (), present
+        record.exc_info = record.exc_text = None
+        return True

@@ -40,9 +40,11 @@ from ingest.frames import (
 )
 from ingest.batching import final_message_queue
 from ingest.models import plugin_group_name
+from ingest.prehello import PreHelloRoom
 from ingest.protocol import (
     FRAME_LIMIT_EXTENSION,
     FRAME_LIMIT_LIFT,
+    MAX_FRAME_BYTES,
     MAX_HELLO_FRAME_BYTES,
     CloseCode,
     ErrorCode,
@@ -83,18 +85,19 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     # --- connection life cycle ---------------------------------------------
 
-    # Sockets of this process that have not said hello yet, and how many may.
-    # Each may send one frame of up to MAX_HELLO_FRAME_BYTES before it must
-    # authenticate, so together they hold little memory.
-    waiting_for_hello = 0
-    max_sockets_without_hello = 32
+    # Sockets of this process that have not said hello yet: 64 from one
+    # remote address and 256 in all, past their first two seconds; the
+    # oldest idle one goes for a newcomer, who is never refused
+    # (ingest/prehello.py). Each may send one frame of up to
+    # MAX_HELLO_FRAME_BYTES before it must authenticate.
+    pre_hello_room = PreHelloRoom(per_address=64, total=256, grace_seconds=2.0)
 
     # How many of one socket's final messages may wait for their ack at once.
     max_acks_pending = 32
 
     _background: tuple[asyncio.Task, ...] | list[asyncio.Task] = ()
     acks_pending: set[asyncio.Task] | frozenset = frozenset()
-    _is_waiting_for_hello = False
+    _is_evicted = False  # made room for a newer socket before saying hello; being closed
     _is_cleaned_up = False
 
     async def __call__(self, scope, receive, send) -> None:
@@ -110,13 +113,21 @@ class PluginConsumer(AsyncWebsocketConsumer):
         self.acks_pending = set()
         self.ingest_slots = asyncio.Semaphore(self.max_acks_pending)
         self._limiter = SlidingWindowLimiter(settings.CONDUCTOR_MAX_FRAMES_PER_SECOND)
+        self._room_made = asyncio.Event()
         await self.accept()
-        if PluginConsumer.waiting_for_hello >= self.max_sockets_without_hello:
-            log_event(logger, "socket_refused", level=logging.WARNING, reason="too many sockets without hello")
-            await self.close(code=CloseCode.TOO_MANY_WAITING)
-            return
-        self._set_waiting_for_hello(True)
+        evicted = PluginConsumer.pre_hello_room.admit(self, _remote_address(self.scope), now=time.monotonic())
+        if evicted is not None:
+            evicted.make_room()
         self._background.append(asyncio.ensure_future(self._close_without_hello()))
+
+    def make_room(self) -> None:
+        """This socket, idle and without hello, goes so that a newer one may wait (``PreHelloRoom``).
+
+        It has already left the room; its own hello timer closes it, and a
+        frame that arrives meanwhile is dropped.
+        """
+        self._is_evicted = True
+        self._room_made.set()
 
     async def dispatch(self, message: dict[str, Any]) -> None:
         """Channels' dispatch without its ``aclose_old_connections`` before every handler.
@@ -135,16 +146,11 @@ class PluginConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         await self._clean_up(code=code)
 
-    def _set_waiting_for_hello(self, waiting: bool) -> None:
-        if waiting != self._is_waiting_for_hello:
-            PluginConsumer.waiting_for_hello += 1 if waiting else -1
-            self._is_waiting_for_hello = waiting
-
     async def _clean_up(self, *, code: int | None) -> None:
         if self._is_cleaned_up:
             return
         self._is_cleaned_up = True
-        self._set_waiting_for_hello(False)
+        PluginConsumer.pre_hello_room.leave(self)
         for task in [*self._background, *self.acks_pending]:
             task.cancel()
         try:
@@ -166,10 +172,18 @@ class PluginConsumer(AsyncWebsocketConsumer):
         log_event(logger, "socket_closed", client_id=self.client_id, code=code)
 
     async def _close_without_hello(self) -> None:
-        await asyncio.sleep(settings.CONDUCTOR_HELLO_TIMEOUT_SECONDS)
-        if self.client_pk is None:
-            log_event(logger, "hello_timeout", level=logging.WARNING)
-            await self.close(code=CloseCode.HELLO_TIMEOUT)
+        try:
+            await asyncio.wait_for(self._room_made.wait(), timeout=settings.CONDUCTOR_HELLO_TIMEOUT_SECONDS)
+        except TimeoutError:
+            if self.client_pk is None:
+                log_event(logger, "hello_timeout", level=logging.WARNING)
+                await self.close(code=CloseCode.HELLO_TIMEOUT)
+            return
+        log_event(
+            logger, "socket_evicted", level=logging.WARNING, address=_remote_address(self.scope),
+            reason="idle without hello; a newer socket needed its place",
+        )
+        await self.close(code=CloseCode.TOO_MANY_WAITING)
 
     async def _keep_presence(self) -> None:
         """Refresh presence while the socket lives; a killed server stops refreshing.
@@ -201,6 +215,10 @@ class PluginConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Answer one frame; whatever goes wrong, the answer is an error frame (SPEC §6)."""
         frame: dict[str, Any] | None = None
+        if self.client_pk is None:
+            if self._is_evicted:
+                return  # being closed: it made room for a newer socket
+            PluginConsumer.pre_hello_room.mark_busy(self)
         try:
             if self.client_pk is None and _size(text_data, bytes_data) > MAX_HELLO_FRAME_BYTES:
                 # Conductor's daphne refuses such a frame before reading it;
@@ -237,6 +255,21 @@ class PluginConsumer(AsyncWebsocketConsumer):
                 ErrorCode.SERVER_ERROR, "the server failed to handle this frame; it was not processed",
                 frame_id=frame_id(frame) if frame else None,
             )
+
+    async def conductor_frame_limit_too_large(self, message: dict[str, Any]) -> None:
+        """Conductor's daphne dropped a frame over ``MAX_FRAME_BYTES`` unread (``FRAME_TOO_LARGE``): answer it.
+
+        Only sent after the lift, so only to a client that said hello. It
+        counts against the frame rate like any frame.
+        """
+        if not self._limiter.allow():
+            await self.send_error(
+                ErrorCode.RATE_LIMITED, f"more than {self._limiter.limit} frames in one second; this frame was dropped"
+            )
+            return
+        await self.send_error(
+            ErrorCode.TOO_LARGE, f"frame is over {MAX_FRAME_BYTES} bytes ({message.get('bytes')} bytes); not read"
+        )
 
     async def _log_hello_refused(self, client_id: Any, **fields: Any) -> None:
         """Log a refused hello, naming its ``client_id`` only when that names a client.
@@ -280,7 +313,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
             raise FrameError(ErrorCode.UNAUTHORIZED, "unknown client, wrong token or revoked client")
 
         self.client_pk, self.client_id = client.pk, client.client_id
-        self._set_waiting_for_hello(False)
+        PluginConsumer.pre_hello_room.leave(self)
         await self.channel_layer.group_add(self._group_name, self.channel_name)
         try:
             replaced = await database_sync_to_async(clients.plugin_client_connect)(
@@ -289,7 +322,6 @@ class PluginConsumer(AsyncWebsocketConsumer):
         except clients.PluginClientRevoked:
             await self.channel_layer.group_discard(self._group_name, self.channel_name)
             self.client_pk = self.client_id = None
-            self._set_waiting_for_hello(True)
             log_event(logger, "hello_refused", level=logging.WARNING, client_id=client.client_id)
             raise FrameError(ErrorCode.UNAUTHORIZED, "unknown client, wrong token or revoked client") from None
         if replaced:
@@ -331,6 +363,12 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     async def send_error(self, code: str, detail: str, *, frame_id: str | None = None) -> None:
         await self.send_frame({"type": "error", "id": frame_id, "code": code, "detail": detail})
+
+
+def _remote_address(scope: dict[str, Any]) -> str | None:
+    """The peer's address (behind a reverse proxy, the proxy's); None when the server does not say."""
+    client = scope.get("client")
+    return str(client[0]) if client else None
 
 
 def _size(text_data: str | None, bytes_data: bytes | None) -> int:

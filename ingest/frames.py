@@ -126,36 +126,47 @@ class PluginInfo:
     plugin_version: str
     capabilities: tuple[str, ...]
     adapters: dict[str, str]
+    platforms: tuple[str, ...] = ()  # the known platforms it watches, in the registry's order
+
+
+def _names(frame: dict[str, Any], name: str) -> list[str] | None:
+    """A hello's list of short names (``capabilities``, ``platforms``), or None when absent."""
+    names = frame.get(name)
+    if names is None:
+        return None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise FrameError(ErrorCode.INVALID, f"'{name}' must be a list of strings", frame_id(frame))
+    if len(names) > MAX_CAPABILITIES:
+        raise FrameError(ErrorCode.INVALID, f"'{name}' has more than {MAX_CAPABILITIES} entries", frame_id(frame))
+    if any(len(n) > MAX_NAME_CHARS for n in names):
+        raise FrameError(
+            ErrorCode.INVALID, f"'{name}' has a name longer than {MAX_NAME_CHARS} characters", frame_id(frame),
+        )
+    return names
 
 
 def parse_plugin_info(frame: dict[str, Any]) -> PluginInfo:
-    """The plugin's version, capabilities and adapter versions from a ``hello``.
+    """The plugin's version, capabilities, platforms and adapter versions from a ``hello``.
 
     Raises ``FrameError`` naming the field when one has the wrong type or is
-    over its bounds. Names this server does not know are dropped, not
-    refused: a newer plugin may announce a capability or a platform adapter
-    this server cannot use yet, and it must still be able to connect. So
-    ``capabilities`` holds known names only, in ``KNOWN_CAPABILITIES`` order,
-    and ``adapters`` known platforms only.
+    over its bounds: before hello that refuses the socket (``unauthorized``,
+    SPEC §6: anything but a valid hello). Names this server does not know
+    are dropped, not refused: a newer plugin may announce a capability or a
+    platform this server cannot use yet, and it must still be able to
+    connect (the ``invalid`` of SPEC §6 for an unknown platform is for
+    frames about one, such as ``browser.final_message``). So
+    ``capabilities`` holds known names only, in ``KNOWN_CAPABILITIES``
+    order, and ``platforms`` and ``adapters`` known platforms only.
     """
     version = _field(frame, "plugin_version", str, max_length=MAX_PLUGIN_VERSION_CHARS) or ""
 
-    raw_capabilities = frame.get("capabilities")
+    raw_capabilities = _names(frame, "capabilities")
     if raw_capabilities is None:
         capabilities = DEFAULT_CAPABILITIES
     else:
-        if not isinstance(raw_capabilities, list) or not all(isinstance(c, str) for c in raw_capabilities):
-            raise FrameError(ErrorCode.INVALID, "'capabilities' must be a list of strings", frame_id(frame))
-        if len(raw_capabilities) > MAX_CAPABILITIES:
-            raise FrameError(
-                ErrorCode.INVALID, f"'capabilities' has more than {MAX_CAPABILITIES} entries", frame_id(frame)
-            )
-        if any(len(c) > MAX_NAME_CHARS for c in raw_capabilities):
-            raise FrameError(
-                ErrorCode.INVALID, f"'capabilities' has a name longer than {MAX_NAME_CHARS} characters",
-                frame_id(frame),
-            )
         capabilities = tuple(c for c in KNOWN_CAPABILITIES if c in raw_capabilities)
+    raw_platforms = _names(frame, "platforms") or []
+    known_platforms = tuple(name for name in platforms.names() if name in raw_platforms)
 
     raw_adapters = frame.get("adapters")
     if raw_adapters is None:
@@ -173,7 +184,7 @@ def parse_plugin_info(frame: dict[str, Any]) -> PluginInfo:
             frame_id(frame),
         )
     adapters = {name: raw_adapters[name] for name in platforms.names() if name in raw_adapters}
-    return PluginInfo(plugin_version=version, capabilities=capabilities, adapters=adapters)
+    return PluginInfo(plugin_version=version, capabilities=capabilities, adapters=adapters, platforms=known_platforms)
 
 
 @dataclass(frozen=True)

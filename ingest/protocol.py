@@ -5,9 +5,13 @@ MAX_HELLO_FRAME_BYTES = 64 * 1024  # before hello, a frame over this closes the 
 
 # The ASGI extension of Conductor's daphne (conductor_site/daphne_server.py):
 # the server reads at most MAX_HELLO_FRAME_BYTES per message until the
-# application sends FRAME_LIMIT_LIFT after a valid hello.
+# application sends FRAME_LIMIT_LIFT after a valid hello; after it, the
+# server keeps no message over MAX_FRAME_BYTES and says FRAME_TOO_LARGE.
 FRAME_LIMIT_EXTENSION = "conductor.frame_limit"
 FRAME_LIMIT_LIFT = "conductor.frame_limit.lift"
+# From the server, in place of a message over MAX_FRAME_BYTES that it dropped
+# unread after the lift: {"type": FRAME_TOO_LARGE, "bytes": <the message's size>}.
+FRAME_TOO_LARGE = "conductor.frame_limit.too_large"
 
 
 class Capability:
@@ -54,8 +58,9 @@ class CloseCode:
     REVOKED = 4403
     HELLO_TIMEOUT = 4408
     REPLACED = 4409
-    # Beyond SPEC §6: too many sockets of this server are waiting for their
-    # hello; try again later. (Applications may close only with 1000 or
+    # Beyond SPEC §6: this socket sent no hello and too many sockets of this
+    # server (or of its address) are waiting for theirs: it made room for a
+    # newer one. Try again. (Applications may close only with 1000 or
     # 3000-4999, so not 1013.)
     TOO_MANY_WAITING = 4429
 

@@ -59,7 +59,7 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
         return TerminalFailure(str(exc))
     if spec.run is None:
         return TerminalFailure(f"tool {spec.full_name} cannot run on this server")
-    if error := spec.call_error(params):
+    if error := spec.call_error(params, conversation_id=task.conversation_id):
         return TerminalFailure(error)
     client_pk = task.message.client_id if task.message_id else None
     policy = tool_policy_for(tool=spec.name, client_pk=client_pk, conversation_pk=task.conversation_id)

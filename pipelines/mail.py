@@ -20,14 +20,26 @@ outbound tasks holds for it by construction:
   slot of its client on every attempt, retries included.
 
 The delivered text says who it is from and how to answer.
+
+Two conversations answering each other's mail at once would loop as fast as
+their chats reply. So a conversation cannot mail itself, and mail from one
+conversation to another goes at most at the pace of the hourly instruction
+budget (``CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR``): ``MAIL_BURST`` mails in
+any window of ``MAIL_BURST`` budget intervals (with the default 120, three
+in 90 s, then one every 30 s). A mail over that pace fails with an error
+that says when the next one may go.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
+from django.conf import settings
+
 from automation.kinds import kinds
+from automation.models import AutomationTask
 from automation.outcomes import ExecutionContext, Outcome, TerminalFailure
 from automation.services.tasks import task_create
 from conversations.models import (
@@ -36,6 +48,7 @@ from conversations.models import (
     Conversation,
     ConversationLink,
 )
+from core.clock import now_ms
 from pipelines.deliveries import deliver_text, outbound_kind
 from tools.catalog import object_schema
 from tools.registry import ExampleFacts, Policy, ToolCall, ToolError, ToolSpec, tools
@@ -43,6 +56,8 @@ from tools.registry import ExampleFacts, Policy, ToolCall, ToolError, ToolSpec, 
 MAIL_SEND = "mail.send"
 MAIL_DELIVER = "mail.deliver"
 MAX_MAIL_CHARS = 8000  # a mail's text; the delivered text adds a header and how to answer
+# Mails one conversation may send another back to back before the pace applies.
+MAIL_BURST = 3
 
 
 def mail_text(*, sender: Conversation, text: str) -> str:
@@ -60,10 +75,14 @@ def mail_text(*, sender: Conversation, text: str) -> str:
     )
 
 
-def mail_send_check(params: dict[str, Any]) -> str | None:
-    """An unknown recipient, named as the sender wrote it and nothing else (no other handle is listed)."""
-    if not Conversation.objects.filter(handle=params["to"]).exists():
+def mail_send_check(params: dict[str, Any], *, conversation_id: int | None = None) -> str | None:
+    """An unknown recipient, named as the sender wrote it and nothing else (no other handle is listed),
+    or the sending conversation itself."""
+    recipient_pk = Conversation.objects.filter(handle=params["to"]).values_list("pk", flat=True).first()
+    if recipient_pk is None:
         return f"params.to: no conversation receives mail as {params['to']!r}"
+    if recipient_pk == conversation_id:
+        return f"params.to: {params['to']!r} is this conversation's own handle; a conversation cannot mail itself"
     return None
 
 
@@ -72,6 +91,42 @@ def mail_send_example(facts: ExampleFacts) -> dict[str, Any] | None:
     if not facts.mail_handles:
         return None
     return {"to": facts.mail_handles[0], "text": "Hello from the other conversation."}
+
+
+def mail_pace_error(*, sender: Conversation, recipient: Conversation, instruction_id: int,
+                    now: int | None = None) -> str | None:
+    """Why a mail from ``sender`` to ``recipient`` must wait (the pair's pace, module docstring), or None.
+
+    Counts the pair's ``mail.deliver`` tasks of the window, leaving out the
+    instruction's own (a second run of it returns its first mail). The count
+    is read without a lock: two mails of one pair run at the same instant
+    may both pass, which a pace against loops need not prevent.
+    """
+    now = now_ms() if now is None else now
+    budget = settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR
+    interval_ms = 3_600_000 / budget
+    window_ms = math.ceil(MAIL_BURST * interval_ms)
+    sent = list(
+        AutomationTask.objects.filter(
+            kind=MAIL_DELIVER, conversation=recipient, message__conversation=sender, created_at__gt=now - window_ms,
+        )
+        .exclude(dedupe_key=_dedupe_key(instruction_id))
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)[:MAIL_BURST]
+    )
+    if len(sent) < MAIL_BURST:
+        return None
+    wait_s = math.ceil((sent[-1] + window_ms - now) / 1000)
+    return (
+        f"mail rate: this conversation already mailed {recipient.handle!r} {MAIL_BURST} times in the last "
+        f"{window_ms / 1000:g} s; mail between two conversations goes at the pace of the hourly budget "
+        f"(CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR = {budget}: one every {interval_ms / 1000:g} s). "
+        f"This mail was not sent; send it again in {wait_s} s or later"
+    )
+
+
+def _dedupe_key(instruction_id: int) -> str:
+    return f"mail:{instruction_id}"
 
 
 def mail_send(call: ToolCall) -> dict[str, Any]:
@@ -84,7 +139,11 @@ def mail_send(call: ToolCall) -> dict[str, Any]:
         raise ToolError(f"no conversation receives mail as {to!r}")
     if not ConversationLink.objects.filter(conversation=recipient).exists():
         raise ToolError(f"{to!r} was never seen through a plugin: its mail has nowhere to go")
+    if recipient.pk == origin.conversation_id:
+        raise ToolError(f"{to!r} is this conversation's own handle; a conversation cannot mail itself")
     sender = Conversation.objects.get(pk=origin.conversation_id)
+    if error := mail_pace_error(sender=sender, recipient=recipient, instruction_id=origin.instruction_id):
+        raise ToolError(error)
     task, _ = task_create(
         kind=MAIL_DELIVER,
         payload={
@@ -93,7 +152,7 @@ def mail_send(call: ToolCall) -> dict[str, Any]:
         },
         actor=MAIL_SEND,
         # One mail per instruction, however often the tool runs.
-        dedupe_key=f"mail:{origin.instruction_id}",
+        dedupe_key=_dedupe_key(origin.instruction_id),
         conversation_id=recipient.pk,
         message_id=origin.message_id,
     )

@@ -18,6 +18,10 @@ endpoint (gpt4free, 2025-07 onward), headers and body as of 2026 (OmniRoute
 - Response: SSE. With v1, ``delta`` events carry JSON-patch ops, the first
   ``add`` holding the whole message; without it each event carries the whole
   message. Ends with ``data: [DONE]``; errors arrive as ``{"error": ...}``.
+  Some turns (2026) answer with a ``stream_handoff`` only, the answer going
+  on in ``/f/conversation/resume`` or a websocket: the send was taken, and
+  the new message id is not in this body.
+- Delivered through the composer by default (``delivery_methods``): see below.
 
 Uncertain or left out: whether the conduit step and the sentinel prepare
 token are still required (both placeholders, dropped when empty);
@@ -36,6 +40,7 @@ from typing import Any
 
 from platforms.registry import (
     BodyReading,
+    DeliveryMethod,
     DeliveryTarget,
     PlatformAdapter,
     ProxyRequest,
@@ -59,6 +64,13 @@ MODEL = "auto"
 class ChatGPTAdapter(PlatformAdapter):
     name = "chatgpt"
     label = "ChatGPT"
+    # The composer only, unless configured otherwise (CONDUCTOR_DELIVERY_METHODS
+    # or the conversation's own order): a page-made send needs a
+    # chat-requirements token, a proof of work and a single-use Turnstile
+    # token that only the page's own scripts make (gpt4free, 2026-08); the
+    # request without them is refused and may flag the account as automated
+    # (PLATFORMS.md, "Found since").
+    delivery_methods = (DeliveryMethod.DOM,)
     page_values = (
         "access_token",
         "account_id",

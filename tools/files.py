@@ -104,10 +104,27 @@ def _entry_type(mode: int) -> str:
     return "other"
 
 
+def reported_name(name: str) -> tuple[str, bool]:
+    """A file name as a result reports it, and whether it had to be escaped.
+
+    Python reads a name that is not valid UTF-8 with each bad byte as a lone
+    surrogate (``\\udcff``), which no valid JSON text or frame may carry. Such
+    a name is reported with each bad byte written ``\\xNN`` instead
+    (``badname-\\xffx``), and flagged, since a valid name may hold those four
+    characters too.
+    """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(name).decode("utf-8", "backslashreplace"), True
+    return name, False
+
+
 def files_list(call: ToolCall) -> dict[str, Any]:
     """Entries of a folder whose path relative to it matches ``glob``; symlinks are listed, not followed.
 
-    A glob with a ``/`` or ``**`` walks sub-folders too.
+    A glob with a ``/`` or ``**`` walks sub-folders too. A name that is not
+    valid UTF-8 is escaped and its entry says ``"escaped": true`` (``reported_name``).
     """
     name = call.params.get("path", ".")
     pattern = call.params.get("glob", "*")
@@ -136,7 +153,11 @@ def files_list(call: ToolCall) -> dict[str, Any]:
         entry_type = _entry_type(info.st_mode)
         # A folder's st_size says nothing about its contents.
         size = None if stat.S_ISDIR(info.st_mode) else info.st_size
-        entries.append({"name": relative, "type": entry_type, "size": size})
+        shown, is_escaped = reported_name(relative)
+        entry = {"name": shown, "type": entry_type, "size": size}
+        if is_escaped:
+            entry["escaped"] = True
+        entries.append(entry)
     return {"path": workspace_relative(call.workspace, folder), "entries": entries, "truncated": truncated}
 
 

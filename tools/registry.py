@@ -108,9 +108,11 @@ class ToolSpec:
     run: ToolFunction | None = field(default=None, compare=False)
     target: str = DEFAULT_TARGET
     # A check of valid params against the server's state (a mail's recipient
-    # exists), at ingest and again before running: the reason they do not
-    # fit, in one line, or None. It must not reveal what the sender may not know.
-    check: Callable[[dict[str, Any]], str | None] | None = field(default=None, compare=False)
+    # exists, and is not the calling conversation), at ingest and again before
+    # running, called as ``check(params, conversation_id=...)`` with the
+    # calling conversation's id (None when there is none): the reason they do
+    # not fit, in one line, or None. It must not reveal what the sender may not know.
+    check: Callable[..., str | None] | None = field(default=None, compare=False)
     # What a call would do, resolved exactly as running it resolves it (a
     # command's folder, a file's real path), for an operator deciding whether
     # to approve it: labelled values, in order. It runs nothing; it raises
@@ -148,11 +150,11 @@ class ToolSpec:
         )
         return f"{where}: {error.message}"
 
-    def call_error(self, params: dict[str, Any]) -> str | None:
-        """Why ``params`` cannot be run: their schema first, then the tool's own check."""
+    def call_error(self, params: dict[str, Any], *, conversation_id: int | None = None) -> str | None:
+        """Why ``params`` cannot be run for ``conversation_id``: their schema first, then the tool's own check."""
         if error := self.params_error(params):
             return error
-        return self.check(params) if self.check is not None else None
+        return self.check(params, conversation_id=conversation_id) if self.check is not None else None
 
 
 class ToolRegistry(Registry[ToolSpec]):

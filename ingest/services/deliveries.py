@@ -28,6 +28,30 @@ logger = logging.getLogger(__name__)
 ANSWER_POLL_SECONDS = 0.02
 ANSWER_POLL_MAX_SECONDS = 0.1
 
+# The most of a result's ``body`` (or ``error``) a row keeps. A plugin may send up to a
+# frame's 1 MiB of it, once per attempt; the adapters need only the stream's
+# start (the new message's id) and its end (an error event), so a longer body
+# keeps both ends and the size it had.
+MAX_STORED_BODY_CHARS = 16 * 1024
+
+
+def body_capped(body: str, *, limit: int = MAX_STORED_BODY_CHARS) -> str:
+    """``body`` itself when it fits in ``limit`` characters, else its head and tail in about that many.
+
+    Each end is cut at a line break where it has one, and the two are joined
+    by a blank line, so a stream of server-sent events or JSON lines still
+    reads as whole events.
+    """
+    if len(body) <= limit:
+        return body
+    half = limit // 2
+    head, tail = body[:half], body[-half:]
+    if "\n" in head:
+        head = head[: head.rindex("\n") + 1]
+    if "\n" in tail:
+        tail = tail[tail.index("\n") + 1 :]
+    return f"{head}\n\n{tail}"
+
 
 def delivery_result_record(*, client_pk: int, result: DeliveryResult, now: int | None = None) -> bool:
     """Store the plugin's answer to a delivery request it was sent.
@@ -37,16 +61,22 @@ def delivery_result_record(*, client_pk: int, result: DeliveryResult, now: int |
     ``invalid``. ``error_code`` is
     kept beside the rest; a result that has one is never ``ok`` (the frame
     parser refuses that), so the platform adapters read it as a failure.
+    A ``body`` or ``error`` over ``MAX_STORED_BODY_CHARS`` is stored cut
+    (``body_capped``), with ``body_chars`` or ``error_chars``, its length as sent.
     """
+    stored = {
+        "ok": result.ok, "status": result.status, "body": result.body, "error": result.error,
+        "error_code": result.error_code, "evidence": result.evidence,
+    }
+    for name in ("body", "error"):
+        value = stored[name]
+        if value is not None and len(value) > MAX_STORED_BODY_CHARS:
+            stored.update({name: body_capped(value), f"{name}_chars": len(value)})
     return bool(
         DeliveryRequest.objects.filter(
             request_id=result.request_id, client_id=client_pk, method=result.method, answered_at__isnull=True
         ).update(
-            answered_at=now_ms() if now is None else now,
-            result={
-                "ok": result.ok, "status": result.status, "body": result.body, "error": result.error,
-                "error_code": result.error_code, "evidence": result.evidence,
-            },
+            answered_at=now_ms() if now is None else now, result=stored
         )
     )
 

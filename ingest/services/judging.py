@@ -87,7 +87,7 @@ class Judgement:
             spec = tools.get(block.tool, target=block.target)
         except UnknownTool as exc:
             return Verdict(None, str(exc))
-        if error := spec.call_error(block.params or {}):
+        if error := spec.call_error(block.params or {}, conversation_id=conversation_pk):
             return Verdict(None, f"invalid params for {block.tool}: {error}")
         policy = self._policies.policy_for(tool=block.tool, client_pk=client_pk, conversation_pk=conversation_pk)
         if policy == Policy.DENY:

@@ -9,6 +9,28 @@
  *   2026; gpt4free to 2026-08);
  * - earlier turns echoed, already finished, at the start of a stream: the
  *   answer is the message seen `in_progress` (OmniRoute, 2026);
+ *
+ * and from PLATFORMS.md "Found since (2026-12)", public code dated 2026:
+ * - the stream handoff: a first leg whose body is only `delta_encoding`,
+ *   `resume_conversation_token`, `stream_handoff` (`options` naming
+ *   `resume_sse_endpoint` and/or `subscribe_ws_topic` topics) and `[DONE]`;
+ *   the answer then streams from `POST /backend-api/f/conversation/resume`
+ *   (body `{conversation_id, offset}`, the same v1 SSE) or over the page's
+ *   websocket, which the plugin does not read (the page is read instead);
+ * - a short reply as one root `add` already `finished_successfully`, never
+ *   `in_progress` (OmniRoute `chatgpt-web/sse.ts`): it is the answer when it
+ *   belongs to the new turn, that is after the user message this request
+ *   sent (or its `input_message`), or with that message as its parent, or in
+ *   a continuation, which sends no user message;
+ * - `message_stream_complete` ends a stream like `[DONE]`;
+ * - a bare `{"v": …}` repeats the last top-level `p`/`o` (a `patch`
+ *   included); the operations inside a patch do not change them; a bare
+ *   `{"v": {"message": …}}` adds a message at the root, and a bare string
+ *   where the repeated op takes none (the root, a patch) is text appended
+ *   to the answer (gpt4free reads every bare string as text);
+ * - citations as private-use markers, U+E200 `cite` U+E202 `turn0search0`
+ *   U+E201, rewritten by gpt4free (`OpenaiChat.py`, 2026-08): see
+ *   `readableText`.
  * - the DOM: `[data-message-author-role="assistant"]` with
  *   `data-message-id`, `button[data-testid="stop-button"]`, the composer
  *   `#prompt-textarea` (ProseMirror) and `button[data-testid="send-button"]`
@@ -16,7 +38,11 @@
  *
  * Uncertain: that a message on another `channel` than "final" (or another
  * `recipient` than "all") is not the visible answer; the conversation's leaf
- * being `current_node` of `GET /backend-api/conversation/{id}`.
+ * being `current_node` of `GET /backend-api/conversation/{id}`; whether a
+ * `/resume` body replays echoes of earlier turns (taken as not: it continues
+ * one turn); how an entity marker's shown name is chosen (its array's second
+ * string); what the page shows for a citation (a link "pill" whose markup no
+ * dated source gives: a page capture may keep its label).
  */
 
 import {
@@ -39,6 +65,8 @@ import {
 } from "./streams.js";
 
 const ORIGIN = "https://chatgpt.com";
+/** The continuation of a handed-off answer (PLATFORMS.md "Found since", 2026). */
+const RESUME_PATH = /^\/backend-(?:api|anon)\/f\/conversation\/resume\/?$/;
 // "/c/<id>", also under a custom GPT: "/g/<gizmo>/c/<id>".
 const CONVERSATION_PATH = /^(?:\/g\/[^/]+)?\/c\/([A-Za-z0-9-]{8,64})\/?$/;
 /** Keys a JSON pointer may not walk through: assigning them would reach prototypes. */
@@ -66,9 +94,11 @@ const SELECTORS = {
  * stream built it so far, and whether it was ever seen being written.
  */
 class TrackedMessage {
-  constructor(envelope) {
+  /** @param {boolean} isOfNewTurn whether it came after the user message this request sent */
+  constructor(envelope, isOfNewTurn) {
     this.envelope = envelope;
     this.wasInProgress = false;
+    this.isOfNewTurn = isOfNewTurn;
   }
 
   get message() {
@@ -77,51 +107,89 @@ class TrackedMessage {
 }
 
 class ChatGptStreamState extends StreamState {
-  constructor({ conversationId, parentId }) {
+  constructor({ conversationId, userMessageId, isContinuation }) {
     super();
     this.conversationId = conversationId;
-    this.parentId = parentId;
+    /** The id of the user message this request sent ("" for a continuation, which sends none). */
+    this.userMessageId = userMessageId;
+    this.isContinuation = isContinuation;
+    /**
+     * Set once the stream is past the earlier turns it echoes: at the user
+     * message this request sent, or from the start of a continuation.
+     */
+    this.isInNewTurn = isContinuation;
     /** @type {TrackedMessage | null} the message v1 ops apply to: the last one added */
     this.current = null;
     /** @type {Map<string, TrackedMessage>} cumulative events' messages, by id */
     this.byId = new Map();
-    /** @type {TrackedMessage | null} the last answer seen going from in_progress to finished */
+    /** @type {TrackedMessage | null} the last answer of this turn seen finished */
     this.final = null;
+    /** The last top-level path and operation, which a bare `{"v": …}` repeats. */
     this.lastPath = "";
     this.lastOp = "append";
     this.isDone = false;
+    /** A `stream_handoff` was read: the answer goes on in another request. */
+    this.isHandedOff = false;
   }
 
-  /** Notes where `tracked` stands after an event changed it. */
+  /** A message as it first appears: whether it belongs to the new turn. */
+  track(envelope) {
+    const parent = text(at(envelope, "message", "metadata", "parent_id"));
+    const tracked = new TrackedMessage(envelope, this.isInNewTurn || (parent !== "" && parent === this.userMessageId));
+    if (this.userMessageId && text(at(envelope, "message", "id")) === this.userMessageId) this.isInNewTurn = true;
+    return tracked;
+  }
+
+  /**
+   * Notes where `tracked` stands after an event changed it: an answer is
+   * final once finished, when it was seen being written or is one of this
+   * turn's (a short reply comes as one finished `add`).
+   */
   observe(tracked) {
     const message = tracked.message;
     if (!isAnswer(message)) return;
     if (message.status === "in_progress") tracked.wasInProgress = true;
-    if (message.status === "finished_successfully" && tracked.wasInProgress) this.final = tracked;
+    if (message.status === "finished_successfully" && (tracked.wasInProgress || tracked.isOfNewTurn)) this.final = tracked;
     this.conversationId = text(at(tracked.envelope, "conversation_id")) || this.conversationId;
   }
 
-  /** A v1 op: `{p, o, v}`, where a missing `p`/`o` repeats the last one (a bare `{"v": "…"}` appends). */
-  applyOp(op, allowPatch = true) {
-    const path = typeof op.p === "string" ? op.p : this.lastPath;
-    const kind = typeof op.o === "string" ? op.o : this.lastOp;
-    if (kind === "patch") {
-      if (allowPatch && Array.isArray(op.v)) {
-        for (const inner of op.v) if (isObject(inner)) this.applyOp(inner, false);
-      }
-      return;
-    }
+  /**
+   * A top-level v1 op `{p, o, v}`; a missing `p`/`o` repeats the last
+   * top-level one. A `patch` applies its list of ops, each with its own `p`
+   * and `o`, which do not change what is repeated. A bare `{"v": …}` holding
+   * a message adds it at the root; a bare string where the repeated op takes
+   * none (at the root, a patch) is answer text, as gpt4free reads every bare
+   * string.
+   */
+  applyOp(op) {
+    const isBare = typeof op.p !== "string" && typeof op.o !== "string";
+    let path = typeof op.p === "string" ? op.p : this.lastPath;
+    let kind = typeof op.o === "string" ? op.o : this.lastOp;
+    if (isBare && isObject(op.v) && isObject(op.v.message)) [path, kind] = ["", "add"];
     this.lastPath = path;
     this.lastOp = kind;
+    if (isBare && typeof op.v === "string" && (path === "" || kind === "patch")) [path, kind] = ["/message/content/parts/0", "append"];
+    if (kind === "patch") {
+      if (Array.isArray(op.v)) for (const inner of op.v) if (isObject(inner)) this.applyInnerOp(inner);
+      return;
+    }
+    this.apply(path, kind, op.v);
+  }
+
+  applyInnerOp(op) {
+    if (typeof op.p === "string" && typeof op.o === "string") this.apply(op.p, op.o, op.v);
+  }
+
+  apply(path, kind, value) {
     if (path === "" && kind === "add") {
-      if (isObject(op.v) && isObject(op.v.message)) {
-        this.current = new TrackedMessage(op.v);
+      if (isObject(value) && isObject(value.message)) {
+        this.current = this.track(value);
         this.observe(this.current);
       }
       return;
     }
     if (!this.current || !path.startsWith("/")) return;
-    if (!applyPointerOp(this.current.envelope, path, kind, op.v)) this.hasFailed = true;
+    if (!applyPointerOp(this.current.envelope, path, kind, value)) this.hasFailed = true;
     this.observe(this.current);
   }
 
@@ -129,13 +197,37 @@ class ChatGptStreamState extends StreamState {
   applyWholeMessage(payload) {
     const id = text(payload.message.id);
     if (!id) return;
-    const tracked = this.byId.get(id) ?? new TrackedMessage(payload);
+    const tracked = this.byId.get(id) ?? this.track(payload);
     tracked.envelope = payload;
     this.byId.set(id, tracked);
     if (messageText(payload.message).length > MAX_TEXT_CHARS) this.hasFailed = true;
     this.observe(tracked);
   }
 }
+
+/**
+ * The typed events read (`{"type": …}`); others (`title_generation`,
+ * `server_ste_metadata`, `message_marker`, `resume_conversation_token`, …)
+ * only name the conversation.
+ *
+ * @type {Record<string, (state: ChatGptStreamState, payload: Record<string, any>) => void>}
+ */
+const TYPED_EVENTS = {
+  // The answer goes on in `/f/conversation/resume` or over the page's
+  // websocket; which one the page picks among the options is its choice.
+  stream_handoff(state) {
+    state.isHandedOff = true;
+    state.isRecognised = true;
+  },
+  message_stream_complete(state) {
+    state.isDone = true;
+    state.isRecognised = true;
+  },
+  // The user message this request sent, confirmed: what follows is the new turn.
+  input_message(state) {
+    state.isInNewTurn = true;
+  },
+};
 
 /** The assistant's visible answer (not a tool call, a tool's output or hidden reasoning). */
 function isAnswer(message) {
@@ -215,11 +307,13 @@ function arrayIndex(array, key, isAdding) {
 }
 
 /** @param {{requestUrl: string, requestBody?: string | null, pageUrl?: string}} request */
-function createStreamParser({ requestBody, pageUrl }) {
+function createStreamParser({ requestUrl, requestBody, pageUrl }) {
   const body = parseRequestJson(requestBody);
+  const isContinuation = pathMatch(requestUrl, ORIGIN, RESUME_PATH) !== null;
   const state = new ChatGptStreamState({
     conversationId: text(at(body, "conversation_id")) || (pageUrl ? (conversationIdFromUrl(pageUrl) ?? "") : ""),
-    parentId: text(at(body, "messages", 0, "id")),
+    userMessageId: text(at(body, "messages", 0, "id")),
+    isContinuation,
   });
   const reader = sseReader((_event, data) => {
     if (state.hasFailed) return;
@@ -238,21 +332,58 @@ function createStreamParser({ requestBody, pageUrl }) {
     } else if (Object.hasOwn(payload, "v") && typeof payload.type !== "string") {
       state.isRecognised = true;
       state.applyOp(payload);
-    } else if (typeof payload.conversation_id === "string" && !state.conversationId) {
-      state.conversationId = payload.conversation_id; // typed events (title_generation, …) name it too
+    } else {
+      if (typeof payload.type === "string" && Object.hasOwn(TYPED_EVENTS, payload.type)) TYPED_EVENTS[payload.type](state, payload);
+      // Typed events (title_generation, stream_handoff, …) name the conversation too.
+      if (typeof payload.conversation_id === "string" && !state.conversationId) state.conversationId = payload.conversation_id;
     }
   });
-  return streamParser(reader, state, () => {
-    const final = state.final;
-    if (!state.isDone || !final) return null;
-    return {
-      conversation_id: state.conversationId,
-      message_id: text(final.message.id),
-      parent_message_id: text(at(final.message, "metadata", "parent_id")) || state.parentId,
-      organization_id: "",
-      text: messageText(final.message),
-    };
-  });
+  return streamParser(
+    reader,
+    state,
+    () => {
+      const final = state.final;
+      if (!state.isDone || !final) return null;
+      return {
+        conversation_id: state.conversationId,
+        message_id: text(final.message.id),
+        parent_message_id: text(at(final.message, "metadata", "parent_id")) || state.userMessageId,
+        organization_id: "",
+        text: readableText(messageText(final.message)),
+      };
+    },
+    {
+      handoff: () => (state.isHandedOff && !state.final ? state.conversationId : null),
+      continues: () => (isContinuation ? state.conversationId : null),
+    },
+  );
+}
+
+/** A citation or entity reference: U+E200, fields separated by U+E202, U+E201. */
+const REFERENCE = /\uE200([^\uE200\uE201]*)\uE201/g;
+/** The private-use markers gpt4free strips wherever they are left (U+E200 to U+E206). */
+const MARKERS = /[\uE200-\uE206]/g;
+
+/**
+ * The answer's text as a person reads it: a citation (`cite`, `turn0search0`)
+ * is removed, as gpt4free does when it has no source list to link; an
+ * entity reference shows its name (the second string of its JSON array);
+ * markers left over are dropped. Applied to both captures.
+ *
+ * @param {string} value
+ */
+export function readableText(value) {
+  if (!/[\uE200-\uE206]/.test(value)) return value;
+  return value
+    .replace(REFERENCE, (_whole, inside) => {
+      const [kind, data] = inside.split("\uE202");
+      if (kind === "entity" || kind === "product_entity") {
+        const names = parseJson(data ?? "");
+        if (Array.isArray(names) && typeof names[1] === "string") return names[1];
+      }
+      return "";
+    })
+    .replace(MARKERS, "");
 }
 
 function conversationIdFromUrl(url) {
@@ -262,15 +393,17 @@ function conversationIdFromUrl(url) {
 /** @type {import('./types.js').Adapter} */
 export default {
   name: "chatgpt",
-  version: "2026-11-29",
+  version: "2026-12-03",
   origins: [ORIGIN],
   conversationIdFromUrl,
   conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/c/${encodeURIComponent(id)}`),
   completionRequest: {
     method: "POST",
-    pattern: /^https:\/\/chatgpt\.com\/backend-(api|anon)\/(f\/)?conversation(\?|$)/,
+    // The send, and the continuation of an answer it handed off.
+    pattern: /^https:\/\/chatgpt\.com\/backend-(api|anon)\/(f\/)?conversation(\/resume)?\/?(\?|$)/,
   },
   createStreamParser,
+  readableText,
   dom: {
     isGenerating: (document) => anyMatches(document, SELECTORS.generating),
     lastAssistantMessage(document) {

@@ -14,7 +14,21 @@
  *   2025-05; its label is localised, so it is the last fallback);
  * - the composer (a ProseMirror `contenteditable`), its send button and the
  *   `data-testid="user-message"` turns: not in PLATFORMS.md, uncertain
- *   (2025-26); see SELECTORS.
+ *   (2025-26); see SELECTORS;
+ *
+ * and from PLATFORMS.md "Found since (2026-12)":
+ * - `message_start.message.uuid` / `parent_uuid` confirmed (2026-04 capture);
+ * - `content_block_retract {from_index}` withdraws the blocks from that
+ *   index on: their text is not part of the answer (OmniRoute lists the
+ *   event with an `index` field, read when `from_index` is missing);
+ * - `message_snapshot`, `thinking_summary_delta`, `signature_delta`,
+ *   citation and tool-update deltas: none of them is answer text.
+ *
+ * The answer is its text blocks as the page shows them: a text block right
+ * after another flows on in the same paragraph (claude.ai splits cited text
+ * into blocks), one after a block of another kind (a tool call, thinking)
+ * starts a new paragraph (uncertain: no dated source says how the page
+ * joins them).
  */
 
 import {
@@ -76,10 +90,19 @@ const EVENT_HANDLERS = {
     state.messageId = text(at(payload, "message", "uuid")) || state.messageId;
     state.parentId = text(at(payload, "message", "parent_uuid")) || state.parentId;
   },
+  content_block_start(state, payload) {
+    if (Number.isInteger(payload.index)) state.startBlock(payload.index, text(at(payload, "content_block", "type")));
+  },
   content_block_delta(state, payload) {
     // Only text: thinking_delta, input_json_delta (tool input) and
     // citation deltas are not part of the answer's Markdown.
-    if (at(payload, "delta", "type") === "text_delta") state.append(at(payload, "delta", "text"));
+    // A delta without an index goes to the block started last.
+    const index = Number.isInteger(payload.index) ? payload.index : state.lastIndex;
+    if (at(payload, "delta", "type") === "text_delta") state.append(index, at(payload, "delta", "text"));
+  },
+  content_block_retract(state, payload) {
+    const from = Number.isInteger(payload.from_index) ? payload.from_index : payload.index;
+    if (Number.isInteger(from)) state.retract(from);
   },
   message_delta(state, payload) {
     state.stopReason = text(at(payload, "delta", "stop_reason")) || state.stopReason;
@@ -92,7 +115,7 @@ const EVENT_HANDLERS = {
   // Legacy/raw rendering (ClewdR, 2026): each event carries the next piece
   // of text, and the last one a stop reason; there is no message_stop.
   completion(state, payload) {
-    state.append(payload.completion);
+    state.append(0, payload.completion);
     const stopReason = text(payload.stop_reason);
     if (stopReason) {
       state.stopReason = stopReason;
@@ -101,6 +124,16 @@ const EVENT_HANDLERS = {
   },
 };
 
+/** One content block of the answer: its kind and, for text, the pieces so far. */
+class Block {
+  constructor(kind) {
+    this.kind = kind;
+    /** @type {string[]} */
+    this.pieces = [];
+    this.length = 0;
+  }
+}
+
 class ClaudeStreamState extends StreamState {
   constructor({ organizationId, conversationId, parentId }) {
     super();
@@ -108,18 +141,59 @@ class ClaudeStreamState extends StreamState {
     this.conversationId = conversationId;
     this.parentId = parentId;
     this.messageId = "";
-    /** @type {string[]} */
-    this.pieces = [];
+    /** @type {Map<number, Block>} the blocks by index, in the order they started */
+    this.blocks = new Map();
+    this.lastIndex = 0;
     this.length = 0;
     this.stopReason = "";
     this.isComplete = false;
   }
 
-  append(piece) {
+  startBlock(index, kind) {
+    this.retract(index); // a block started again at an index replaces it
+    this.blocks.set(index, new Block(kind || "text"));
+    this.lastIndex = index;
+  }
+
+  append(index, piece) {
     if (typeof piece !== "string") return;
+    if (!this.blocks.has(index)) this.blocks.set(index, new Block("text"));
+    const block = this.blocks.get(index);
+    if (block.kind !== "text") return;
     this.length += piece.length;
     if (this.length > MAX_TEXT_CHARS) this.hasFailed = true;
-    else this.pieces.push(piece);
+    else {
+      block.pieces.push(piece);
+      block.length += piece.length;
+    }
+  }
+
+  /** Withdraws the blocks from `from` on: their text is not the answer's. */
+  retract(from) {
+    for (const [index, block] of this.blocks) {
+      if (index < from) continue;
+      this.length -= block.length;
+      this.blocks.delete(index);
+    }
+  }
+
+  /** The text blocks in index order; a paragraph break where a block of another kind stood between two. */
+  text() {
+    const out = [];
+    let isAfterOtherBlock = false;
+    for (const index of [...this.blocks.keys()].sort((x, y) => x - y)) {
+      const block = this.blocks.get(index);
+      if (block.kind !== "text") {
+        isAfterOtherBlock = out.length > 0;
+        continue;
+      }
+      const blockText = block.pieces.join("");
+      if (!blockText) continue;
+      if (isAfterOtherBlock) out.push("\n\n");
+      out.push(blockText);
+      isAfterOtherBlock = false;
+    }
+    return out.join("");
   }
 }
 
@@ -154,7 +228,7 @@ function createStreamParser({ requestUrl, requestBody }) {
       message_id: state.messageId,
       parent_message_id: state.parentId,
       organization_id: state.organizationId,
-      text: state.pieces.join(""),
+      text: state.text(),
     };
   });
 }
@@ -190,7 +264,7 @@ async function organizationId(page) {
 /** @type {import('./types.js').Adapter} */
 export default {
   name: "claude",
-  version: "2026-11-29",
+  version: "2026-12-03",
   origins: [ORIGIN],
   conversationIdFromUrl,
   conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/chat/${encodeURIComponent(id)}`),

@@ -16,7 +16,22 @@
  *   `mat-icon[data-mat-icon-name="stop"]` (chrome-ai-bridge, 2026); the
  *   `message-content-id-r_…` element ids (uncertain); the composer in
  *   `rich-textarea`, `user-query` turns and the send icon (uncertain,
- *   2025-26; see SELECTORS).
+ *   2025-26; see SELECTORS);
+ *
+ * and from PLATFORMS.md "Found since (2026-12)" (HanaokaYuzu/Gemini-API
+ * `client.py` and `constants.py`, 2026-04; PRs #220, #299):
+ * - a part whose [5] is a non-empty list without an error code at
+ *   [5][2][0][1][0] says the turn is queued: not a failure, the answer
+ *   follows in later frames;
+ * - a candidate whose text is a `http://googleusercontent.com/card_content/N`
+ *   placeholder has its content at [22][0];
+ * - `http://googleusercontent.com/<kind>/<N>` placeholders (images, cards)
+ *   are stripped from the text, with the line ends after them (`readableText`);
+ * - a frame's length counts the UTF-16 units of "\n" + its JSON + "\n"
+ *   (the reader matches brackets and does not rely on it).
+ *
+ * Uncertain: which candidate the page shows when there are several (index 0
+ * is read; sources disagree).
  */
 
 import {
@@ -37,6 +52,10 @@ import {
 const ORIGIN = "https://gemini.google.com";
 const CONVERSATION_PATH = /^(?:\/u\/\d+)?\/app\/([0-9a-fA-F]{8,64})\/?$/;
 const COMPLETE_STATUS = 2;
+/** A candidate whose text is only this placeholder has its content at [22][0] (gemini_webapi `CARD_CONTENT_RE`). */
+const CARD_CONTENT = /^http:\/\/googleusercontent\.com\/card_content\/\d+/;
+/** Placeholders gemini_webapi strips from the text (`ARTIFACTS_RE`). */
+const PLACEHOLDERS = /http:\/\/googleusercontent\.com\/\w+\/\d+\n*/g;
 /** Conversations whose last chat metadata this page remembers. */
 const REMEMBERED_CHATS = 32;
 
@@ -83,6 +102,8 @@ class GeminiStreamState extends StreamState {
     this.text = "";
     this.contextToken = "";
     this.isLastCandidateComplete = false;
+    /** A queued status was read (for a report; the turn is not failed by it). */
+    this.wasQueued = false;
   }
 
   /** One `["wrb.fr", …]` part. */
@@ -91,10 +112,10 @@ class GeminiStreamState extends StreamState {
       this.hasFailed = true; // an error code (1037 usage limit, 1060 IP blocked, …)
       return;
     }
-    if (typeof part[2] !== "string") {
-      if (Array.isArray(part[5])) this.hasFailed = true; // a status without a payload
-      return;
-    }
+    // A status list without an error code: the turn is queued, and its
+    // answer comes in later frames (gemini_webapi reads it so since PR #220).
+    if (Array.isArray(part[5]) && part[5].length) this.wasQueued = true;
+    if (typeof part[2] !== "string") return;
     const inner = parseJson(part[2]);
     if (!Array.isArray(inner)) return;
     this.cid = text(at(inner, 1, 0)) || this.cid;
@@ -103,7 +124,10 @@ class GeminiStreamState extends StreamState {
     const candidate = at(inner, 4, 0); // the draft the page shows first
     if (!Array.isArray(candidate)) return;
     this.rcid = text(candidate[0]) || this.rcid;
-    const candidateText = at(candidate, 1, 0);
+    let candidateText = at(candidate, 1, 0);
+    if (typeof candidateText === "string" && CARD_CONTENT.test(candidateText)) {
+      candidateText = text(at(candidate, 22, 0)) || candidateText;
+    }
     if (typeof candidateText === "string") this.text = candidateText; // cumulative: each frame has all of it
     this.isLastCandidateComplete = at(candidate, 8, 0) === COMPLETE_STATUS;
   }
@@ -144,9 +168,20 @@ function createStreamParser({ requestBody }) {
       message_id: state.rid,
       parent_message_id: state.parentId,
       organization_id: "",
-      text: state.text,
+      text: readableText(state.text),
     };
   });
+}
+
+/**
+ * The text as a person reads it: gemini_webapi's placeholders
+ * (`http://googleusercontent.com/image_generation_content/0`, …) removed.
+ * Applied to both captures.
+ *
+ * @param {string} value
+ */
+export function readableText(value) {
+  return value.includes("googleusercontent.com/") ? value.replace(PLACEHOLDERS, "") : value;
 }
 
 function conversationIdFromUrl(url) {
@@ -162,7 +197,7 @@ function wizGlobal(page, name) {
 /** @type {import('./types.js').Adapter} */
 export default {
   name: "gemini",
-  version: "2026-11-29",
+  version: "2026-12-03",
   origins: [ORIGIN],
   conversationIdFromUrl,
   conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/app/${encodeURIComponent(id.replace(/^c_/, ""))}`),
@@ -171,6 +206,7 @@ export default {
     pattern: /^https:\/\/gemini\.google\.com\/(u\/\d+\/)?_\/BardChatUi\/data\/assistant\.lamda\.BardFrontendService\/StreamGenerate(\?|$)/,
   },
   createStreamParser,
+  readableText,
   dom: {
     isGenerating: (document) => anyMatches(document, SELECTORS.generating),
     lastAssistantMessage: (document) => queryLast(document, SELECTORS.assistantContent),

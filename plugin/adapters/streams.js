@@ -226,13 +226,17 @@ export class StreamState {
  * The StreamParser (types.js) over a reader and the state its callback
  * builds: a stream that failed or outgrew the reader's bound gives no
  * capture; otherwise `capture` says whether it ended with a final message.
+ * `handoff` and `continues` are the adapter's when its answers can move
+ * from one request to another (ChatGPT's stream handoff); by default a
+ * stream neither hands off nor continues one.
  *
  * @param {LineReader | JsonFrameReader} reader
  * @param {StreamState} state
  * @param {() => import('./types.js').Capture | null} capture
+ * @param {{handoff?: () => string | null, continues?: () => string | null}} [moves]
  * @returns {import('./types.js').StreamParser}
  */
-export function streamParser(reader, state, capture) {
+export function streamParser(reader, state, capture, { handoff = () => null, continues = () => null } = {}) {
   return {
     feed(chunk) {
       reader.feed(chunk);
@@ -244,6 +248,8 @@ export function streamParser(reader, state, capture) {
     isRecognised() {
       return state.isRecognised;
     },
+    handoff: () => (state.hasFailed || reader.overflowed ? null : handoff()),
+    continues,
   };
 }
 

@@ -5,12 +5,18 @@
  *   organization_id: string, text: string}} Capture
  *   `""` for an id the stream and the page did not give; `text` the final message as Markdown.
  *
- * @typedef {{feed(text: string): void, finish(): Capture | null, isRecognised(): boolean}} StreamParser
+ * @typedef {{feed(text: string): void, finish(): Capture | null, isRecognised(): boolean,
+ *   handoff(): string | null, continues(): string | null}} StreamParser
  *   `feed` takes each decoded chunk, split anywhere; `finish` is called once
  *   when the body ended normally. `isRecognised` says whether the stream had
- *   this adapter's shape (any event it knows, an error included): a
- *   recognised stream that gave no capture was cut or failed, an
- *   unrecognised one changed shape, and only then may the page be read.
+ *   this adapter's shape (any event it knows, an error included): only the
+ *   diagnosis of a stream without a capture depends on it (cut short or
+ *   failed, or changed shape); either way the answer is left to the page.
+ *   `handoff` (after `finish`): the conversation id when the stream handed
+ *   its answer on to another request that continues it (ChatGPT's
+ *   `stream_handoff`; "" when the id is not known), else null.
+ *   `continues`: the conversation id when this request continues an answer
+ *   handed off before (ChatGPT's `/resume`), else null.
  *
  * @typedef {{url: string,
  *   cookie(name: string): Promise<string | undefined> | string | undefined,
@@ -36,7 +42,12 @@
  *     selectors: import('../lib/composer.js').ComposerSelectors & Record<string, string[]>,
  *   },
  *   readPageValues(names: string[], page: Page): Promise<Record<string, string>>,
+ *   readableText?(text: string): string,
  * }} Adapter
+ *   `readableText`, when the adapter has it, turns the app's private
+ *   markers left in an answer's text (ChatGPT's citations, Gemini's
+ *   googleusercontent placeholders) into what a person reads; it is applied
+ *   to both captures, so the network and the page give the same text.
  */
 
 export {};

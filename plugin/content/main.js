@@ -213,6 +213,9 @@ export async function start(portReady) {
   const tracker = new CaptureTracker({
     adapter,
     conversationId,
+    // Where `browser.adapter_report` will count what the tracker noticed
+    // (a stream not understood, a page read instead); not reported yet.
+    notice() {},
     readDom() {
       const element = adapter.dom.lastAssistantMessage(document);
       if (!element) return null;
@@ -237,7 +240,7 @@ export async function start(portReady) {
       start: () => tracker.streamStarted(message.id, { url: message.url, body: message.body, pageUrl: message.page_url }),
       chunk: () => tracker.streamChunk(message.id, message.text),
       end: () => tracker.streamEnded(message.id, { status: message.status }),
-      abort: () => tracker.streamAborted(message.id),
+      abort: () => tracker.streamAborted(message.id, { reason: typeof message.reason === "string" ? message.reason : "" }),
     };
     if (!Object.hasOwn(handlers, message.phase) || (message.phase === "chunk" && typeof message.text !== "string")) return;
     handlers[message.phase]();

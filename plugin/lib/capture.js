@@ -4,17 +4,29 @@
  * the page as the fallback.
  *
  * The content script feeds a `CaptureTracker` two kinds of signals: the
- * watched streams (start, chunks, end with a status, abort) and the page's
- * own end-of-message signal (the adapter's `dom.isGenerating` going from
- * true to false). The tracker reports a capture:
+ * watched streams (start, chunks, end with a status, abort with its reason)
+ * and the page's own end-of-message signal (the adapter's `dom.isGenerating`
+ * going from true to false). The tracker reports a capture:
  *
  * - `network`, when a stream ended normally with a 2xx status and the
  *   adapter's parser found a final message in it;
  * - `dom`, when the page finished writing an answer and, a grace period
- *   later, no stream of that answer was read: none was seen (a page reloaded
- *   mid-answer, a changed endpoint, stream reading switched off), or one
- *   ended normally but its shape was not understood. Never when a stream of
- *   that answer was aborted or errored: the message is not final.
+ *   later, no stream of that answer gave it: none was seen (a page reloaded
+ *   mid-answer, a changed endpoint, stream reading switched off), one ended
+ *   without a final message (its shape not understood, cut short, handed
+ *   off to the page's websocket), or its connection broke.
+ *
+ * Only the page itself stopping a stream (its stop button: the fetch is
+ * aborted) or an HTTP error status suppresses the page fallback: the answer
+ * was not finished, or there is none.
+ *
+ * An answer can move from one request to another (ChatGPT's stream
+ * handoff): the first leg's parser says so (`handoff`), and the request that
+ * continues it (`continues`) belongs to the same answer, whenever it starts.
+ *
+ * What the tracker notices that suggests the site changed goes to `notice`
+ * (SPEC §6 `browser.adapter_report` kinds, with details that hold no chat
+ * content); the content script may count and report them.
  *
  * Pure: the clock, the timers and the DOM reading are passed in.
  */
@@ -27,11 +39,17 @@
  *   report(capture: Capture, method: "network" | "dom"): void,
  *   readDom(): {text: string, message_id: string} | null,
  *   conversationId(): string,
+ *   notice?: (kind: string, detail: Record<string, string>) => void,
  *   graceMs?: number,
  *   setTimer?: (fn: () => void, ms: number) => any,
  *   clearTimer?: (handle: any) => void,
  * }} TrackerOptions
+ *   `notice(kind, detail)`: the hook for `browser.adapter_report`
+ *   (`stream_unrecognised`, `dom_fallback_used`); by default nothing is done.
  */
+
+/** How the page stops its own request: the fetch's AbortError, or XMLHttpRequest's abort event. */
+const STOPPED_BY_PAGE = new Set(["AbortError", "abort"]);
 
 /** How long after the page's end signal a stream of the same answer may still end. */
 export const DEFAULT_GRACE_MS = 1500;
@@ -42,7 +60,14 @@ class Answer {
   constructor() {
     this.streamsSeen = 0;
     this.isCaptured = false;
-    this.isAborted = false;
+    /** The page stopped a stream of it, or one answered an HTTP error: not to be read from the page. */
+    this.isStopped = false;
+    /** The page's end signal came and its grace period passed. */
+    this.isPageDone = false;
+    /** Why the page would be read, for `notice` ("" while no stream of it ended without a capture). */
+    this.fallbackReason = "";
+    /** The page's last answer when this one's first request went out: a page still showing it has no new answer to read. */
+    this.shownBefore = null;
   }
 }
 
@@ -53,6 +78,7 @@ export class CaptureTracker {
     report,
     readDom,
     conversationId,
+    notice = () => {},
     graceMs = DEFAULT_GRACE_MS,
     // Wrapped: a browser's setTimeout throws when called as another object's method.
     setTimer = (fn, ms) => setTimeout(fn, ms),
@@ -62,13 +88,16 @@ export class CaptureTracker {
     this.report = report;
     this.readDom = readDom;
     this.conversationId = conversationId;
+    this.notice = notice;
     this.graceMs = graceMs;
     this.setTimer = setTimer;
     this.clearTimer = clearTimer;
-    /** @type {Map<number, {parser: import('../adapters/types.js').StreamParser, answer: Answer}>} */
+    /** @type {Map<number, {parser: import('../adapters/types.js').StreamParser, answer: Answer, url: string}>} */
     this.streams = new Map();
     /** The answer the page is writing now, or the next one. */
     this.answer = new Answer();
+    /** @type {Map<string, Answer>} answers handed off to a continuation not started yet, by conversation */
+    this.handedOff = new Map();
     this.isGenerating = false;
     this.graceTimers = new Set();
     /** The last text reported, so the same turn read twice is sent once. */
@@ -79,8 +108,18 @@ export class CaptureTracker {
   streamStarted(id, { url, body, pageUrl }) {
     if (this.streams.size >= MAX_STREAMS) return;
     const parser = this.adapter.createStreamParser({ requestUrl: url, requestBody: body, pageUrl });
-    this.streams.set(id, { parser, answer: this.answer });
-    this.answer.streamsSeen += 1;
+    // A continuation belongs to the answer its first leg handed off, even
+    // when the page's signal went off and on between the two requests.
+    const continued = parser.continues?.() ?? null;
+    const key = continued === null ? null : continued || this.conversationId();
+    const answer = (key !== null && this.handedOff.get(key)) || this.answer;
+    if (key !== null) this.handedOff.delete(key);
+    // The page writing again with no stream of its own is this continuation.
+    if (this.isGenerating && answer !== this.answer && this.answer.streamsSeen === 0) this.answer = answer;
+    this.streams.set(id, { parser, answer, url });
+    answer.streamsSeen += 1;
+    // What the page showed as the request went out, before this answer.
+    if (answer.streamsSeen === 1) answer.shownBefore = this.readDom();
   }
 
   streamChunk(id, text) {
@@ -92,29 +131,50 @@ export class CaptureTracker {
     const stream = this.streams.get(id);
     if (!stream) return;
     this.streams.delete(id);
+    const { answer, parser } = stream;
     if (!(status >= 200 && status < 300)) {
-      stream.answer.isAborted = true; // an error page, not an answer
+      answer.isStopped = true; // an error page, not an answer
       return;
     }
-    const capture = stream.parser.finish();
-    if (!capture || !capture.text) {
-      // A stream of the known shape without a final message was cut short or
-      // failed: the answer is not final. One of a shape not understood
-      // leaves the answer to the page.
-      if (stream.parser.isRecognised()) stream.answer.isAborted = true;
+    const capture = parser.finish();
+    if (capture && capture.text) {
+      answer.isCaptured = true;
+      if (!capture.conversation_id) capture.conversation_id = this.conversationId();
+      this.send(capture, "network");
       return;
     }
-    stream.answer.isCaptured = true;
-    if (!capture.conversation_id) capture.conversation_id = this.conversationId();
-    this.send(capture, "network");
+    const handoff = parser.handoff?.() ?? null;
+    if (handoff !== null) {
+      // The answer goes on in another request; if the page reads it from
+      // elsewhere (a websocket), the page is read once it finished.
+      this.handedOff.set(handoff || this.conversationId(), answer);
+      answer.fallbackReason ||= "stream_handed_off";
+    } else if (parser.isRecognised()) {
+      // Cut short, or a failure the stream itself reported: the page shows
+      // what became of the answer. (A report hook: the adapter's shape was
+      // read, but no final message in it.)
+      answer.fallbackReason ||= "stream_without_final_message";
+    } else {
+      answer.fallbackReason ||= "stream_unrecognised";
+      this.notice("stream_unrecognised", { path: pathOf(stream.url) });
+    }
+    if (answer.isPageDone) this.settle(answer);
   }
 
-  /** The body was cut: the page's stop button, a lost connection, an error. */
-  streamAborted(id) {
+  /**
+   * The body was cut: `reason` "AbortError" or "abort" when the page itself
+   * stopped it (its stop button), else a lost connection or an error.
+   */
+  streamAborted(id, { reason = "" } = {}) {
     const stream = this.streams.get(id);
     if (!stream) return;
     this.streams.delete(id);
-    stream.answer.isAborted = true;
+    if (STOPPED_BY_PAGE.has(reason)) {
+      stream.answer.isStopped = true;
+      return;
+    }
+    stream.answer.fallbackReason ||= "stream_broken";
+    if (stream.answer.isPageDone) this.settle(stream.answer);
   }
 
   /**
@@ -131,6 +191,7 @@ export class CaptureTracker {
     this.answer = new Answer();
     const timer = this.setTimer(() => {
       this.graceTimers.delete(timer);
+      answer.isPageDone = true;
       this.settle(answer);
     }, this.graceMs);
     this.graceTimers.add(timer);
@@ -142,24 +203,41 @@ export class CaptureTracker {
     this.graceTimers.clear();
   }
 
-  /** After the grace period: read the page when no stream of this answer was read. */
+  /**
+   * After the grace period, and after each of its streams that ends later:
+   * read the page when no stream of this answer gave it and none is still
+   * open.
+   */
   settle(answer) {
-    if (answer.isCaptured || answer.isAborted) return;
+    if (answer.isCaptured || answer.isStopped) return;
     for (const stream of this.streams.values()) if (stream.answer === answer) return; // still streaming
     const read = this.readDom();
     if (!read || !read.text.trim()) return;
+    // A stream that failed may leave the page as it was (an error banner,
+    // no new turn): the earlier answer still shown is not this one.
+    const before = answer.shownBefore;
+    if (before && before.text === read.text && before.message_id === read.message_id) return;
     const conversationId = this.conversationId();
     if (!conversationId) return;
     answer.isCaptured = true;
-    this.send(
-      { conversation_id: conversationId, message_id: read.message_id || "", parent_message_id: "", organization_id: "", text: read.text },
-      "dom",
-    );
+    for (const [key, waiting] of this.handedOff) if (waiting === answer) this.handedOff.delete(key);
+    this.notice("dom_fallback_used", { reason: answer.fallbackReason || (answer.streamsSeen ? "stream_unread" : "no_stream") });
+    const text = this.adapter.readableText ? this.adapter.readableText(read.text) : read.text;
+    this.send({ conversation_id: conversationId, message_id: read.message_id || "", parent_message_id: "", organization_id: "", text }, "dom");
   }
 
   send(capture, method) {
     if (capture.text === this.lastText && method === "dom") return;
     this.lastText = capture.text;
     this.report(capture, method);
+  }
+}
+
+/** The path of a watched request, for a report: never its query, which may carry tokens. */
+function pathOf(url) {
+  try {
+    return new URL(url).pathname;
+  } catch {
+    return "";
   }
 }

@@ -57,7 +57,9 @@ describe("completion requests", () => {
     ["chatgpt", "https://chatgpt.com/backend-api/f/conversation", true],
     ["chatgpt", "https://chatgpt.com/backend-api/conversation", true],
     ["chatgpt", "https://chatgpt.com/backend-anon/f/conversation", true],
+    ["chatgpt", "https://chatgpt.com/backend-api/f/conversation/resume", true],
     ["chatgpt", "https://chatgpt.com/backend-api/f/conversation/prepare", false],
+    ["chatgpt", "https://chatgpt.com/backend-api/conversation/6750a3b2-9c4d-8000-a1b2-c3d4e5f60718/stream_status", false],
     ["chatgpt", "https://chatgpt.com/backend-api/conversation/6750a3b2-9c4d-8000-a1b2-c3d4e5f60718", false],
     ["gemini", "https://gemini.google.com/_/BardChatUi/data/assistant.lamda.BardFrontendService/StreamGenerate?bl=x&rt=c", true],
     ["gemini", "https://gemini.google.com/u/1/_/BardChatUi/data/assistant.lamda.BardFrontendService/StreamGenerate?bl=x", true],
@@ -278,5 +280,66 @@ describe("claude stream ids", () => {
     parser.feed('data: {"type":"message_start","message":{}}\n\ndata: {"type":"content_block_delta","delta":{"type":"text_delta","text":"ok"}}\n\n');
     parser.feed('data: {"type":"message_delta","delta":{"stop_reason":"end_turn"}}\n\ndata: {"type":"message_stop"}\n\n');
     assert.deepEqual(parser.finish(), { conversation_id: "conv-1", message_id: "assistant-1", parent_message_id: "human-1", organization_id: "org-1", text: "ok" });
+  });
+});
+
+describe("readable text", () => {
+  // [platform, the text as streamed or shown, what Conductor gets]
+  const table = [
+    ["chatgpt", "plain text, ```baa\necho\n{}\n```", "plain text, ```baa\necho\n{}\n```"],
+    ["chatgpt", "Paris\uE200cite\uE202turn0search0\uE201 is big.", "Paris is big."],
+    ["chatgpt", "A\uE200cite\uE202turn0search0\uE202turn1news2\uE201B\uE200cite\uE202turn2view0\uE201C", "ABC"],
+    ["chatgpt", "Ask \uE200entity\uE202[\"people\",\"Ada Lovelace\"]\uE201.", "Ask Ada Lovelace."],
+    ["chatgpt", "Ask \uE200entity\uE202not json\uE201.", "Ask ."],
+    ["chatgpt", "cut \uE200cite\uE202turn0", "cut citeturn0"],
+    ["chatgpt", "stray\uE203\uE204\uE206 markers", "stray markers"],
+    ["gemini", "Look:\nhttp://googleusercontent.com/image_generation_content/0\n\nDone.", "Look:\nDone."],
+    ["gemini", "http://googleusercontent.com/youtube_content/12 text", " text"],
+    ["gemini", "https://example.org/googleusercontent.com/x stays", "https://example.org/googleusercontent.com/x stays"],
+  ];
+  for (const [platform, input, output] of table) {
+    it(`${platform}: ${JSON.stringify(input)}`, () => {
+      assert.equal(adapterByName(platform).readableText(input), output);
+    });
+  }
+
+  it("is not needed for claude, whose text has no markers", () => {
+    assert.equal(adapterByName("claude").readableText, undefined);
+  });
+});
+
+describe("chatgpt v1 operations", () => {
+  const request = {
+    requestUrl: "https://chatgpt.com/backend-api/f/conversation",
+    requestBody: JSON.stringify({ messages: [{ id: "u-1" }], conversation_id: "c-1" }),
+  };
+  const add = (status) => ({ p: "", o: "add", v: { message: { id: "a-1", author: { role: "assistant" }, content: { content_type: "text", parts: [""] }, status, metadata: { parent_id: "u-1" }, channel: "final" }, conversation_id: "c-1" } });
+  const finish = { p: "", o: "patch", v: [{ p: "/message/status", o: "replace", v: "finished_successfully" }] };
+  // [what it shows, the ops after the answer's add, the text read]
+  const table = [
+    ["a bare string repeats the last top-level path", [{ p: "/message/content/parts/0", o: "append", v: "a" }, { v: "b" }], "ab"],
+    ["a patch's inner ops do not change what a bare string repeats",
+      [{ p: "/message/content/parts/0", o: "append", v: "a" }, { p: "", o: "patch", v: [{ p: "/message/metadata/x", o: "replace", v: 1 }] }, { v: "b" }], "ab"],
+    ["a bare list after a patch is a patch", [{ p: "", o: "patch", v: [{ p: "/message/content/parts/0", o: "append", v: "a" }] }, { v: [{ p: "/message/content/parts/0", o: "append", v: "b" }] }], "ab"],
+    ["a bare string right after the add is text", [{ v: "a" }, { v: "b" }], "ab"],
+  ];
+  for (const [name, ops, expected] of table) {
+    it(name, () => {
+      const parser = adapterByName("chatgpt").createStreamParser(request);
+      for (const op of [add("in_progress"), ...ops, finish]) parser.feed(`data: ${JSON.stringify(op)}\n\n`);
+      parser.feed("data: [DONE]\n\n");
+      assert.equal(parser.finish()?.text, expected);
+    });
+  }
+
+  it("takes a message added already finished as the answer only when it belongs to the new turn", () => {
+    const echoed = adapterByName("chatgpt").createStreamParser(request);
+    const earlier = add("finished_successfully");
+    earlier.v.message.metadata.parent_id = "older";
+    echoed.feed(`data: ${JSON.stringify(earlier)}\n\ndata: [DONE]\n\n`);
+    assert.equal(echoed.finish(), null);
+    const short = adapterByName("chatgpt").createStreamParser(request);
+    short.feed(`data: ${JSON.stringify(add("finished_successfully"))}\n\ndata: {"type": "message_stream_complete"}\n\n`);
+    assert.equal(short.finish()?.message_id, "a-1");
   });
 });

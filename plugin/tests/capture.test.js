@@ -10,6 +10,7 @@ import { adapterByName } from "../adapters/index.js";
 import { CaptureTracker } from "../lib/capture.js";
 
 const claude = adapterByName("claude");
+const chatgpt = adapterByName("chatgpt");
 const COMPLETION_URL = "https://claude.ai/api/organizations/org-1/chat_conversations/11111111-2222-4333-8444-555555555555/completion";
 
 function fixture(platform, name) {
@@ -17,13 +18,17 @@ function fixture(platform, name) {
 }
 
 /** A tracker on a fake clock; `dom` is what the page shows as the last answer. */
-function tracked({ dom = { text: "from the page", message_id: "" }, conversation = "11111111-2222-4333-8444-555555555555" } = {}) {
+function tracked({ dom = { text: "from the page", message_id: "" }, conversation = "11111111-2222-4333-8444-555555555555", adapter = claude } = {}) {
   const reports = [];
+  const notices = [];
   const timers = [];
+  // The page shows an earlier answer until it starts writing this one.
+  let shown = { text: "an earlier answer", message_id: "m-earlier" };
   const tracker = new CaptureTracker({
-    adapter: claude,
+    adapter,
     report: (capture, method) => reports.push({ capture, method }),
-    readDom: () => dom,
+    notice: (kind, detail) => notices.push({ kind, detail }),
+    readDom: () => shown,
     conversationId: () => conversation,
     graceMs: 1000,
     setTimer: (fn, ms) => {
@@ -38,7 +43,19 @@ function tracked({ dom = { text: "from the page", message_id: "" }, conversation
   const elapse = () => {
     for (const timer of timers.splice(0)) if (!timer.done) timer.fn();
   };
-  return { tracker, reports, elapse };
+  // The fake page: it shows the new answer once it stopped writing, unless
+  // `write({showsAnswer: false})` said it fails to (a failed stream).
+  let willShow = dom;
+  const signal = tracker.generatingChanged.bind(tracker);
+  tracker.generatingChanged = (isGenerating) => {
+    if (!isGenerating) shown = willShow;
+    signal(isGenerating);
+  };
+  const write = ({ showsAnswer = true } = {}) => {
+    willShow = showsAnswer ? dom : shown;
+    tracker.generatingChanged(true);
+  };
+  return { tracker, reports, notices, elapse, write };
 }
 
 /** Feeds `text` as one stream in chunks of `size` characters. */
@@ -48,11 +65,14 @@ function stream(tracker, id, text, size = 5) {
 }
 
 // Steps of a case: what the page and the stream of id 1 do, in order.
-const writing = ({ tracker }) => tracker.generatingChanged(true);
+const writing = ({ write }) => write();
+const writingNothingNew = ({ write }) => write({ showsAnswer: false });
 const written = ({ tracker }) => tracker.generatingChanged(false);
 const streamed = (text) => ({ tracker }) => stream(tracker, 1, text);
 const ended = (status) => ({ tracker }) => tracker.streamEnded(1, { status });
-const aborted = ({ tracker }) => tracker.streamAborted(1);
+const stopped = ({ tracker }) => tracker.streamAborted(1, { reason: "AbortError" });
+const stoppedXhr = ({ tracker }) => tracker.streamAborted(1, { reason: "abort" });
+const broken = ({ tracker }) => tracker.streamAborted(1, { reason: "TypeError" });
 const graceOver = ({ elapse }) => elapse();
 const nothingYet = ({ reports }) => assert.deepEqual(reports, [], "nothing reported yet");
 
@@ -64,10 +84,20 @@ const SEQUENCES = [
     [writing, streamed(ANSWER), ended(200), written, graceOver], ["network"]],
   ["waits for a stream that ends after the page's signal, within the grace period",
     [writing, streamed(ANSWER), written, ended(200), graceOver], ["network"]],
-  ["sends nothing for a stream aborted midway, from the stream or from the page",
-    [writing, streamed(ANSWER.slice(0, ANSWER.length / 2)), aborted, written, graceOver], []],
-  ["sends nothing for a stream of the known shape cut before its end signal",
-    [writing, streamed(fixture("claude", "aborted_before_message_stop")), ended(200), written, graceOver], []],
+  ["sends nothing for a stream the page itself stopped midway, from the stream or from the page",
+    [writing, streamed(ANSWER.slice(0, ANSWER.length / 2)), stopped, written, graceOver], []],
+  ["sends nothing for an XMLHttpRequest the page aborted",
+    [writing, streamed(ANSWER.slice(0, ANSWER.length / 2)), stoppedXhr, written, graceOver], []],
+  ["reads the page for a stream whose connection broke midway",
+    [writing, streamed(ANSWER.slice(0, ANSWER.length / 2)), broken, written, graceOver], ["dom"]],
+  ["reads the page for a stream of the known shape that ended without a final message",
+    [writing, streamed(fixture("claude", "aborted_before_message_stop")), ended(200), written, graceOver], ["dom"]],
+  ["reads the page when such a stream ends after the grace period",
+    [writing, streamed(fixture("claude", "aborted_before_message_stop")), written, graceOver, nothingYet, ended(200)], ["dom"]],
+  ["reads the page for a stream that reported an error of its own",
+    [writing, streamed(fixture("claude", "error_event")), ended(200), written, graceOver], ["dom"]],
+  ["does not read the page again when a stream failed and the page shows no new answer",
+    [writingNothingNew, streamed(fixture("claude", "error_event")), ended(200), written, graceOver], []],
   ["sends nothing for an error status",
     [writing, streamed("<html>oops</html>"), ended(500), written, graceOver], []],
   ["reads the page when the stream's shape was not understood",
@@ -98,8 +128,8 @@ describe("CaptureTracker", () => {
   });
 
   it("reads the page when no stream was seen for the answer", () => {
-    const { tracker, reports, elapse } = tracked({ dom: { text: "```baa\necho\n{}\n```", message_id: "m-7" } });
-    tracker.generatingChanged(true);
+    const { tracker, reports, elapse, write } = tracked({ dom: { text: "```baa\necho\n{}\n```", message_id: "m-7" } });
+    write();
     tracker.generatingChanged(false);
     assert.deepEqual(reports, [], "nothing reported before the grace period");
     elapse();
@@ -113,24 +143,113 @@ describe("CaptureTracker", () => {
 
   it("does not send the same page text twice, nor anything for an empty page or a page without a conversation", () => {
     for (const options of [{ dom: { text: "  ", message_id: "" } }, { dom: null }, { conversation: "" }]) {
-      const { tracker, reports, elapse } = tracked(options);
-      tracker.generatingChanged(true);
+      const { tracker, reports, elapse, write } = tracked(options);
+      write();
       tracker.generatingChanged(false);
       elapse();
       assert.deepEqual(reports, [], JSON.stringify(options));
     }
-    const { tracker, reports, elapse } = tracked();
+    const { tracker, reports, elapse, write } = tracked();
     for (let i = 0; i < 2; i++) {
-      tracker.generatingChanged(true);
+      write();
       tracker.generatingChanged(false);
       elapse();
     }
     assert.equal(reports.length, 1);
   });
 
+  it("says why it read the page, without any of the chat's text", () => {
+    const { tracker, notices, elapse, write } = tracked();
+    stream(tracker, 1, 'data: {"kind": "a shape from next year"}\n\n');
+    tracker.streamEnded(1, { status: 200 });
+    write();
+    tracker.generatingChanged(false);
+    elapse();
+    assert.deepEqual(notices, [
+      { kind: "stream_unrecognised", detail: { path: new URL(COMPLETION_URL).pathname } },
+      { kind: "dom_fallback_used", detail: { reason: "stream_unrecognised" } },
+    ]);
+  });
+
   it("follows a bounded number of streams at once", () => {
     const { tracker } = tracked();
     for (let id = 0; id < 100; id++) tracker.streamStarted(id, { url: COMPLETION_URL, body: null });
     assert.ok(tracker.streams.size <= 16);
+  });
+});
+
+describe("CaptureTracker with ChatGPT's stream handoff", () => {
+  const CONVERSATION = "6750a3b2-9c4d-8000-a1b2-c3d4e5f60718";
+  const expected = (name) => JSON.parse(readFileSync(new URL(`./fixtures/chatgpt/${name}.expected.json`, import.meta.url), "utf8"));
+
+  /** Starts fixture `name` as stream `id` (with the request it was recorded for) and feeds it whole. */
+  function leg(tracker, id, name) {
+    const { request } = expected(name);
+    tracker.streamStarted(id, { url: request.requestUrl, body: request.requestBody, pageUrl: request.pageUrl });
+    tracker.streamChunk(id, fixture("chatgpt", name));
+  }
+
+  function harness() {
+    return tracked({ adapter: chatgpt, conversation: CONVERSATION, dom: { text: "from the page", message_id: "m-page" } });
+  }
+
+  it("reads the answer from the /resume stream that continues the first leg, with its ids, once", () => {
+    const { tracker, reports, elapse, write } = harness();
+    write();
+    leg(tracker, 1, "v1_handoff_first_leg");
+    tracker.streamEnded(1, { status: 200 });
+    leg(tracker, 2, "v1_resume_answer_with_baa");
+    tracker.generatingChanged(false);
+    elapse();
+    assert.deepEqual(reports, [], "the continuation is still streaming");
+    tracker.streamEnded(2, { status: 200 });
+    elapse();
+    assert.deepEqual(reports, [{ capture: expected("v1_resume_answer_with_baa").capture, method: "network" }]);
+  });
+
+  it("attaches the continuation to the handed-off answer even when the page's signal went off in between", () => {
+    const { tracker, reports, elapse, write } = harness();
+    write();
+    leg(tracker, 1, "v1_handoff_first_leg");
+    tracker.streamEnded(1, { status: 200 });
+    tracker.generatingChanged(false);
+    tracker.generatingChanged(true);
+    leg(tracker, 2, "v1_resume_answer_with_baa");
+    tracker.streamEnded(2, { status: 200 });
+    tracker.generatingChanged(false);
+    elapse();
+    assert.deepEqual(reports.map((report) => report.method), ["network"]);
+  });
+
+  it("leaves an answer handed off to the websocket to the page, with the page's message id", () => {
+    const { tracker, reports, notices, elapse, write } = harness();
+    write();
+    leg(tracker, 1, "v1_handoff_websocket_only");
+    tracker.streamEnded(1, { status: 200 });
+    tracker.generatingChanged(false);
+    elapse();
+    assert.deepEqual(reports.map((report) => [report.method, report.capture.message_id]), [["dom", "m-page"]]);
+    assert.deepEqual(notices.at(-1), { kind: "dom_fallback_used", detail: { reason: "stream_handed_off" } });
+  });
+
+  it("reads the page when the continuation ends before its answer finished", () => {
+    const { tracker, reports, elapse, write } = harness();
+    write();
+    leg(tracker, 1, "v1_handoff_first_leg");
+    tracker.streamEnded(1, { status: 200 });
+    leg(tracker, 2, "v1_resume_cut_before_complete");
+    tracker.streamEnded(2, { status: 200 });
+    tracker.generatingChanged(false);
+    elapse();
+    assert.deepEqual(reports.map((report) => report.method), ["dom"]);
+  });
+
+  it("makes citation markers readable in a page capture as in a network one", () => {
+    const page = "Paris \uE200cite\uE202turn0search0\uE201is the capital.";
+    const { tracker, reports, elapse, write } = tracked({ adapter: chatgpt, conversation: CONVERSATION, dom: { text: page, message_id: "" } });
+    write();
+    tracker.generatingChanged(false);
+    elapse();
+    assert.equal(reports[0].capture.text, "Paris is the capital.");
   });
 });

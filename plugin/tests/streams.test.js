@@ -53,12 +53,12 @@ describe("recorded-shape streams", () => {
 });
 
 describe("gemini fixtures", () => {
-  it("prefix each frame with its length in UTF-16 code units", () => {
+  it("prefix each frame with its length: UTF-16 code units of \"\\n\" + JSON + \"\\n\"", () => {
     for (const { platform, name, bytes } of all.filter((fixture) => fixture.platform === "gemini")) {
       const lines = new TextDecoder().decode(bytes).split("\n");
       assert.equal(lines[0], ")]}'", name);
       for (let i = 2; i < lines.length - 1; i += 2) {
-        assert.equal(Number(lines[i]), lines[i + 1].length, `${platform}/${name} line ${i}`);
+        assert.equal(Number(lines[i]), `\n${lines[i + 1]}\n`.length, `${platform}/${name} line ${i}`);
       }
     }
   });

@@ -23,6 +23,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 
 from automation.models import ToolPolicy
 from conductor_site.asgi import application
+from core.logfmt import OneLineRefusals
 from ingest.models import PluginClient
 from tests.factories import (
     TEST_TOKEN,
@@ -152,6 +153,29 @@ def test_staff_with_every_model_permission_reach_no_superuser_only_page(client, 
     assert client_row.enabled and client_row.token_hash == rows["ingest/pluginclient"].token_hash
     assert list(ToolPolicy.objects.values_list("tool", "policy")) == [("echo", "allow")]
     assert not client.get("/admin/").content.decode().count("/admin/ingest/pluginclient/")
+
+
+def test_a_permission_refusal_is_logged_as_one_structured_line(client, caplog):
+    client.force_login(make_staff("viewer", password=None))
+    caplog.set_level(logging.INFO)
+    assert client.get("/admin/ingest/pluginclient/add/").status_code == 403
+    (record,) = [record for record in caplog.records if record.name == "django.request"]
+    # Formatted as the console handler formats it: one line, no traceback.
+    (line,) = logging.Formatter("%(levelname)s %(name)s %(message)s").format(record).splitlines()
+    assert line == (
+        "WARNING django.request action=permission_denied status=403 method=GET "
+        "path=/admin/ingest/pluginclient/add/ user=viewer reason=PermissionDenied"
+    )
+    assert record.fields["user"] == "viewer"
+
+
+def test_a_server_error_keeps_its_traceback(caplog):
+    record = logging.LogRecord("django.request", logging.ERROR, __file__, 1, "Internal Server Error: %s",
+                               ("/x",), (ValueError, ValueError("bug"), None))
+    record.status_code = 500
+    assert OneLineRefusals().filter(record) and record.exc_info and record.getMessage() == (
+        "Internal Server Error: /x"
+    )
 
 
 def test_every_admin_post_without_a_csrf_token_is_refused(admin_user, rows):

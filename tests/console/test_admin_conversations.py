@@ -433,9 +433,12 @@ def _save_delivery_methods(admin_client, conversation, methods):
 
 
 def test_an_operator_sets_a_conversations_delivery_methods_and_sees_the_order_in_use(admin_client, caplog):
-    conversation = ConversationFactory(platform="chatgpt")
+    conversation = ConversationFactory(platform="claude")
     page = admin_client.get(f"{CONVERSATIONS}{conversation.pk}/change/").content.decode()
     assert "http → dom (from the platform&#x27;s setting)" in page
+    chatgpt = ConversationFactory(platform="chatgpt")
+    page = admin_client.get(f"{CONVERSATIONS}{chatgpt.pk}/change/").content.decode()
+    assert "dom (from the platform&#x27;s setting)" in page
 
     with caplog.at_level(logging.INFO, logger="conversations.services"):
         response = _save_delivery_methods(admin_client, conversation, "dom")

@@ -11,11 +11,14 @@ from django.db import OperationalError
 from automation.models import AutomationTask, DeliveryRequest
 from conductor_site.asgi import application
 from conversations.models import Message
+from ingest.frames import parse_plugin_info
 from ingest.models import Instruction, PluginClient
-from ingest.protocol import CloseCode
+from ingest.prehello import PreHelloRoom
+from ingest.protocol import FRAME_TOO_LARGE, CloseCode
 from ingest.services.clients import plugin_client_revoke
+from ingest.services.deliveries import MAX_STORED_BODY_CHARS, body_capped
 from platforms import platforms
-from platforms.registry import ProxyAnswer
+from platforms.registry import BodyReading, ProxyAnswer
 from tests.factories import TEST_TOKEN, PluginClientFactory, make_task
 
 # Consumers run their database work in another thread, so tests commit their
@@ -110,11 +113,17 @@ async def test_a_hello_without_capabilities_means_proxy_delivery_only(client):
 async def test_unknown_capabilities_and_platforms_are_dropped_not_refused(client):
     communicator, _ = await hello(
         "laptop-chrome", capabilities=["teleport", "dom_delivery", "dom_delivery"],
-        adapters={"bard": "1", "claude": "2026-11-29"},
+        adapters={"bard": "1", "claude": "2026-11-29"}, platforms=["bard", "gemini", "claude"],
     )
     await communicator.disconnect()
     stored = await PluginClient.objects.aget(pk=client.pk)
     assert (stored.capabilities, stored.adapters) == (["dom_delivery"], {"claude": "2026-11-29"})
+
+
+def test_a_hellos_platforms_keep_the_known_ones_in_the_registrys_order():
+    info = parse_plugin_info({**HELLO, "platforms": ["bard", "gemini", "claude", "claude"]})
+    assert info.platforms == tuple(name for name in platforms.names() if name in ("claude", "gemini"))
+    assert parse_plugin_info({**HELLO, "platforms": None}).platforms == ()
 
 
 @pytest.mark.parametrize(
@@ -128,6 +137,10 @@ async def test_unknown_capabilities_and_platforms_are_dropped_not_refused(client
         ({"adapters": {"claude": 20261129}}, "'adapters' must be an object"),
         ({"adapters": {f"p{n}": "1" for n in range(17)}}, "'adapters' has more than 16 entries"),
         ({"adapters": {"claude": "1" * 65}}, "'adapters' has a name or version longer than 64"),
+        ({"platforms": "claude"}, "'platforms' must be a list of strings"),
+        ({"platforms": ["claude", None]}, "'platforms' must be a list of strings"),
+        ({"platforms": ["x"] * 17}, "'platforms' has more than 16 entries"),
+        ({"platforms": ["x" * 65]}, "'platforms' has a name longer than 64"),
         ({"plugin_version": 1}, "'plugin_version' must be str"),
         ({"plugin_version": "1" * 65}, "'plugin_version' is longer than 64"),
     ],
@@ -471,6 +484,16 @@ async def test_rate_limiting_one_client_leaves_others_alone(client, settings):
     await quiet.disconnect()
 
 
+async def test_a_frame_the_server_dropped_as_too_large_is_answered_too_large(client):
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_input({"type": FRAME_TOO_LARGE, "bytes": 15 * 1024 * 1024})
+    error = await communicator.receive_json_from()
+    assert (error["code"], error["detail"]) == ("too_large", "frame is over 1048576 bytes (15728640 bytes); not read")
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}
+    await communicator.disconnect()
+
+
 DELIVERY_RESULT = {"type": "browser.proxy_delivery.result", "request_id": "req-1", "ok": True, "status": 200, "body": "{}", "error": None}
 
 
@@ -521,6 +544,38 @@ async def test_a_result_with_an_error_code_is_recorded_and_read_as_a_failure(cli
     verdict = platforms.get("claude").read_answer(ProxyAnswer.from_result(request.result))
     assert not verdict.is_delivered and "no csrf" in verdict.error
     await communicator.disconnect()
+
+
+async def test_a_long_result_body_is_stored_capped_with_its_size_and_both_ends_still_read(client):
+    await sync_to_async(_delivery_request)(client, "req-1")
+    start = 'event: message_start\ndata: {"type": "message_start", "message": {"uuid": "m-1"}}\n\n'
+    filler = 'event: completion\ndata: {"completion": "words"}\n\n' * 10_000
+    end = 'event: error\ndata: {"type": "error", "error": {"message": "overloaded"}}\n\n'
+    body = start + filler + end
+    communicator, _ = await hello("laptop-chrome")
+    await communicator.send_json_to({**DELIVERY_RESULT, "body": body, "error": "e" * 300_000})
+    await communicator.send_json_to({"type": "ping"})
+    assert await communicator.receive_json_from() == {"type": "pong"}
+    stored = (await DeliveryRequest.objects.aget(pk="req-1")).result
+    assert len(stored["body"]) <= MAX_STORED_BODY_CHARS + 2 and stored["body_chars"] == len(body)
+    assert len(stored["error"]) <= MAX_STORED_BODY_CHARS + 2 and stored["error_chars"] == 300_000
+    # The adapter still finds the new message's id at the start and the error event at the end.
+    assert platforms.get("claude").read_body(stored["body"]) == BodyReading(error="overloaded")
+    assert platforms.get("claude").read_body(body_capped(start + filler)).remote_message_id == "m-1"
+    await communicator.disconnect()
+
+
+@pytest.mark.parametrize(
+    "body,expected",
+    [
+        ("short", "short"),
+        ("x" * 20, "x" * 20),  # at the limit: kept whole
+        ("x" * 21, "x" * 10 + "\n\n" + "x" * 10),  # no line breaks: cut mid-line
+        ("aaaa\nbbbbbbbbbbbbbbbb\ncccc\n", "aaaa\n\n\ncccc\n"),  # each end cut at a line break
+    ],
+)
+def test_body_capped_keeps_both_ends_cut_at_line_breaks(body, expected):
+    assert body_capped(body, limit=20) == expected
 
 
 @pytest.mark.parametrize(
@@ -734,22 +789,80 @@ async def test_a_first_frame_over_64_kib_closes_the_socket_with_1009(client):
     assert await closed_with(communicator) == CloseCode.MESSAGE_TOO_BIG
 
 
-async def test_sockets_without_hello_are_capped_per_process(client, monkeypatch):
+async def open_socket_from(address):
+    communicator = WebsocketCommunicator(application, "/ws/plugin/")
+    communicator.scope["client"] = [address, 50000]  # read by the application once the test awaits
+    connected, _ = await communicator.connect()
+    assert connected
+    return communicator
+
+
+def small_room(monkeypatch, *, grace_seconds=0.0):
     from ingest.consumers import PluginConsumer
 
-    monkeypatch.setattr(PluginConsumer, "max_sockets_without_hello", 2)
-    waiting = [(await open_socket())[0] for _ in range(2)]
-    refused, _, _ = await open_socket()
-    assert await closed_with(refused) == CloseCode.TOO_MANY_WAITING
+    room = PreHelloRoom(per_address=2, total=3, grace_seconds=grace_seconds)
+    monkeypatch.setattr(PluginConsumer, "pre_hello_room", room)
+    return room
 
-    await waiting[0].send_json_to({**HELLO, "client_id": "laptop-chrome"})
-    assert (await waiting[0].receive_json_from())["type"] == "hello.ok"  # no longer waiting
-    admitted, _, _ = await open_socket()
-    await admitted.send_json_to({"type": "ping"})
-    assert (await admitted.receive_json_from())["code"] == "unauthorized"  # served, not refused
-    for communicator in [*waiting, refused, admitted]:
+
+async def test_a_newcomer_from_an_address_at_its_share_closes_that_addresss_oldest_idle_socket(client, monkeypatch):
+    room = small_room(monkeypatch)
+    first, second = [await open_socket_from("10.0.0.1") for _ in range(2)]
+    other = await open_socket_from("10.0.0.2")
+    third = await open_socket_from("10.0.0.1")
+    assert await closed_with(first) == CloseCode.TOO_MANY_WAITING
+    for communicator in (second, third, other):
+        assert await communicator.receive_nothing(timeout=0.2)
+    await third.send_json_to({**HELLO, "client_id": "laptop-chrome"})
+    assert (await third.receive_json_from())["type"] == "hello.ok"
+    for communicator in (first, second, third, other):
         await communicator.disconnect()
-    assert PluginConsumer.waiting_for_hello == 0
+    assert len(room) == 0
+
+
+async def test_a_full_room_makes_room_from_the_address_holding_the_most(client, monkeypatch):
+    room = small_room(monkeypatch)
+    crowd = [await open_socket_from("10.0.0.1") for _ in range(2)]
+    lone = await open_socket_from("10.0.0.2")
+    newcomer = await open_socket_from("10.0.0.3")
+    assert await closed_with(crowd[0]) == CloseCode.TOO_MANY_WAITING
+    assert await lone.receive_nothing(timeout=0.2) and await crowd[1].receive_nothing(timeout=0.2)
+    assert (room.count("10.0.0.1"), room.count("10.0.0.2"), room.count("10.0.0.3")) == (1, 1, 1)
+    for communicator in (*crowd, lone, newcomer):
+        await communicator.disconnect()
+
+
+async def test_sockets_in_their_grace_or_sending_their_hello_are_never_made_to_go(client, monkeypatch):
+    from ingest import selectors
+
+    room = small_room(monkeypatch, grace_seconds=60)
+    hello_under_way = asyncio.Event()
+    release = threading.Event()
+    authenticate = selectors.plugin_client_authenticate
+
+    def slow_authenticate(**kwargs):
+        hello_under_way.set()
+        release.wait(10)
+        return authenticate(**kwargs)
+
+    with mock.patch.object(selectors, "plugin_client_authenticate", slow_authenticate):
+        plugin = await open_socket_from("10.0.0.1")
+        await plugin.send_json_to({**HELLO, "client_id": "laptop-chrome"})
+        await asyncio.wait_for(hello_under_way.wait(), 5)
+        room.grace_seconds = 0  # from now on every idle socket may go, but not the one saying hello
+        idle = await open_socket_from("10.0.0.1")
+        newcomer = await open_socket_from("10.0.0.1")
+        assert await closed_with(idle) == CloseCode.TOO_MANY_WAITING
+        room.grace_seconds = 60
+        young = [await open_socket_from("10.0.0.1") for _ in range(3)]  # beyond the share, in their grace
+        assert room.count("10.0.0.1") == 5
+        release.set()
+        assert (await plugin.receive_json_from(timeout=5))["type"] == "hello.ok"
+        for communicator in (newcomer, *young):
+            assert await communicator.receive_nothing(timeout=0.1)
+    for communicator in (plugin, idle, newcomer, *young):
+        await communicator.disconnect()
+    assert len(room) == 0
 
 
 async def test_a_socket_to_an_unknown_path_is_refused_quietly(client, caplog):

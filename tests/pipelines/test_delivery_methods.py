@@ -39,7 +39,7 @@ def quick_timeout(settings):
     settings.CONDUCTOR_DELIVERY_METHODS = {}
 
 
-def link(capabilities=BOTH, platform="chatgpt", methods=""):
+def link(capabilities=BOTH, platform="claude", methods=""):
     return ConversationLinkFactory(
         client=PluginClientFactory(capabilities=capabilities),
         conversation=ConversationFactory(platform=platform, delivery_methods=methods),
@@ -138,7 +138,7 @@ def test_a_composer_that_failed_after_typing_is_retryable():
     task = running_task(link(methods="dom"))
     outcome = deliver(task, ("dom", {"ok": False, "error": "no user turn appeared within 30 s"}))
     assert outcome == RetryableFailure(
-        "chatgpt composer delivery failed in the page: no user turn appeared within 30 s",
+        "claude composer delivery failed in the page: no user turn appeared within 30 s",
         result={"request_id": DeliveryRequest.objects.get().pk, "method": "dom", "status": None},
     )
 
@@ -196,10 +196,20 @@ def test_the_conversation_beats_the_setting_which_beats_the_platform(settings):
 
 
 def test_the_setting_decides_what_a_delivery_sends(settings):
-    settings.CONDUCTOR_DELIVERY_METHODS = {"chatgpt": ("dom",)}
+    settings.CONDUCTOR_DELIVERY_METHODS = {"claude": ("dom",)}
     task = running_task(link())
     assert isinstance(deliver(task, ("dom", DELIVERED["dom"])), Success)
     assert steps(task) == [("deliver", "dom", None)]
+
+
+def test_chatgpt_is_delivered_through_the_composer_unless_configured_otherwise(settings):
+    # Its page-made send needs sentinel, proof-of-work and Turnstile tokens the plugin cannot make.
+    chatgpt = platforms.get("chatgpt")
+    assert method_names_for(adapter=chatgpt, conversation_methods="") == ("dom",)
+    settings.CONDUCTOR_DELIVERY_METHODS = {"chatgpt": ("http", "dom")}
+    assert method_names_for(adapter=chatgpt, conversation_methods="") == ("http", "dom")
+    settings.CONDUCTOR_DELIVERY_METHODS = {}
+    assert method_names_for(adapter=chatgpt, conversation_methods="http,dom") == ("http", "dom")
 
 
 def test_every_method_name_has_a_registered_method():

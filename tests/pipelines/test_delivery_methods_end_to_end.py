@@ -49,7 +49,7 @@ def plugin(server, capabilities=BOTH) -> SimulatedPlugin:
     return SimulatedPlugin(url=server.ws_url, client_id="laptop", token=TEST_TOKEN, capabilities=capabilities)
 
 
-def final_message(platform="chatgpt", conversation_id="conv-1"):
+def final_message(platform="claude", conversation_id="conv-1"):
     return {
         "type": "browser.final_message", "id": "f1", "platform": platform, "conversation_id": conversation_id,
         "message_id": "m1", "text": "```baa\necho\n{\"n\": 1}\n```",
@@ -86,7 +86,7 @@ def test_a_request_the_app_refuses_goes_out_through_the_composer_in_the_same_att
         dom = browser.next_delivery(timeout=WAIT)
         assert dom["type"] == DOM
         assert (dom["delivery_key"], dom["text"], dom["platform"], dom["conversation_id"], dom["page_url"]) == (
-            http["delivery_key"], http["text"], "chatgpt", "conv-1", "https://chatgpt.com/c/conv-1",
+            http["delivery_key"], http["text"], "claude", "conv-1", "https://claude.ai/chat/conv-1",
         )
         assert "request" not in dom
         browser.answer(dom)
@@ -120,7 +120,7 @@ def test_a_server_error_is_not_a_reason_to_fall_back_and_is_retried_from_http(se
 
     task = delivery_task()
     assert task.attempt_count == 2
-    assert "chatgpt answered HTTP 500" in task.events.get(action="retry_later").error
+    assert "claude answered HTTP 500" in task.events.get(action="retry_later").error
     assert [s for s in steps(task) if s[0] in ("deliver", "fallback")] == [
         ("deliver", "http", None), ("deliver", "http", None),
     ]

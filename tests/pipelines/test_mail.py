@@ -6,6 +6,7 @@ dispatcher; a thread plays the recipient's plugin where a mail is delivered.
 
 import datetime as dt
 import json
+import re
 import random
 import threading
 import time
@@ -27,7 +28,8 @@ from ingest.services.deliveries import delivery_result_record
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from pipelines.instructions import instruction_execute
-from pipelines.mail import MAIL_DELIVER
+from pipelines.mail import MAIL_BURST, MAIL_DELIVER, mail_pace_error
+from pipelines.results import message_results_text
 from tests.factories import PluginClientFactory, retry_policy
 from tools.registry import Policy
 
@@ -341,7 +343,69 @@ def test_seed_bug_4_a_retrying_mail_takes_its_recipients_per_target_slot(pair, r
     assert [t.pk for t in tasks_claim(lease_owner="d1", now=later, limit=20, lease_ms=LEASE)] == [mail.pk]
 
 
+def test_a_mail_to_the_senders_own_handle_is_a_rejected_block_saying_so(pair):
+    writer_chat, _ = pair
+    say(writer_chat_client(writer_chat), "conv-w", mail_block("writer", "Note to self."), message_id="w1")
+    instruction = Instruction.objects.get(message__remote_message_id="w1")
+    assert (instruction.status, instruction.error) == (
+        Instruction.Status.REJECTED,
+        "invalid params for mail.send: params.to: 'writer' is this conversation's own handle; "
+        "a conversation cannot mail itself",
+    )
+    assert not mails()
+
+
 # --- loops -------------------------------------------------------------------------------------
+
+
+def test_two_chats_mailing_each_other_go_at_the_hourly_budgets_pace_and_are_told_so(pair, settings):
+    """The loop the budget alone let run to 139 mails in seconds: three each way, then one each 30 s."""
+    settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR = 120
+    writer_chat, reviewer_chat = pair
+    chats = {writer_chat.pk: ("conv-w", "reviewer"), reviewer_chat.pk: ("conv-r", "writer")}
+    say(writer_chat_client(writer_chat), "conv-w", mail_block("reviewer", "ping 0"), message_id="m0")
+    run_instructions()
+    answered = set()
+    for round_ in range(1, 20):
+        new = [mail for mail in mails() if mail.pk not in answered]
+        if not new:
+            break
+        for mail in new:
+            answered.add(mail.pk)
+            remote_id, to = chats[mail.conversation_id]
+            say(mail.conversation.links.get().client, remote_id, mail_block(to, f"ping {round_}"),
+                message_id=f"m{round_}-{mail.pk}")
+        run_instructions()
+    else:
+        pytest.fail("the loop did not stop")
+    assert len(mails()) == 2 * MAIL_BURST
+    # The first mail over the pace failed, and its sender's chat is told why and when to try again.
+    [failed] = Instruction.objects.filter(status=Instruction.Status.FAILED)
+    text = message_results_text(message_id=failed.message_id)
+    assert "mail rate: this conversation already mailed 'reviewer' 3 times in the last 90 s" in text
+    assert "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR = 120: one every 30 s" in text
+    assert re.search(r"send it again in \d+ s or later", text)
+
+
+def test_the_pace_lets_the_next_mail_go_once_the_oldest_leaves_the_window(pair, settings):
+    settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR = 120
+    writer_chat, reviewer_chat = pair
+    say(writer_chat_client(writer_chat), "conv-w",
+        "\n".join(mail_block("reviewer", f"note {n}") for n in range(MAIL_BURST + 1)), message_id="w1")
+    run_instructions()
+    assert len(mails()) == MAIL_BURST
+    oldest = min(mail.created_at for mail in mails())
+    window_ms = MAIL_BURST * 30_000
+
+    def pace_error(now):
+        return mail_pace_error(sender=writer_chat, recipient=reviewer_chat, instruction_id=0, now=now)
+
+    assert "send it again in 1 s or later" in pace_error(oldest + window_ms - 1)
+    assert pace_error(oldest + window_ms) is None
+    # The other direction, and another pair, have paces of their own.
+    assert mail_pace_error(sender=reviewer_chat, recipient=writer_chat, instruction_id=0, now=oldest) is None
+
+
 
 
 def test_two_chats_mailing_each_other_forever_stop_at_the_instruction_budget(pair, settings):

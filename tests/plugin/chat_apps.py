@@ -45,8 +45,14 @@ function newTurn() {
   return thread.lastElementChild;
 }
 
-function send(prompt, signal) {
-  const request = CONFIG.request(prompt, leaf);
+/** Asks, and follows the app's continuation of the answer when its first response hands it off. */
+async function send(prompt, signal) {
+  const body = await post(CONFIG.request(prompt, leaf), signal);
+  const next = CONFIG.continuation(body);
+  return next ? post(next, signal) : body;
+}
+
+function post(request, signal) {
   if (CONFIG.transport === "xhr") {
     return new Promise((resolve, reject) => {
       const xhr = new XMLHttpRequest();
@@ -226,6 +232,10 @@ class Answer:
     text: str
     is_cut: bool = False  # the stream ends before the app's end signal
     status: int = 200  # another status answers with ``text`` as an HTML page (a challenge, a login)
+    # The 2026 shapes (PLATFORMS.md "Found since"), each where its app has it:
+    handoff: bool = False  # ChatGPT: the first response hands off, /resume streams the answer
+    retracted: str = ""  # Claude: a block with this text is streamed, then withdrawn
+    queued: bool = False  # Gemini: the turn is queued before its answer streams
 
 
 @dataclass
@@ -239,11 +249,16 @@ class ChatApp:
     instead_of_composer: str = ""
     posted: list[Posted] = field(default_factory=list)
     answers: deque[Answer] = field(default_factory=deque)
+    # Answers a first response handed off, waiting for the request that continues them, and those requests.
+    handed_off: deque[tuple[Answer, Posted]] = field(default_factory=deque)
+    continued: list[Posted] = field(default_factory=list)
+    message_ids: list[str] = field(default_factory=list)  # the assistant messages streamed, where the app names them
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     name = ""
     origin = ""
     endpoint_path = ""
+    continuation_path = ""  # where the page continues an answer its first response handed off
     transport = "fetch"
 
     # -- what a test uses ----------------------------------------------------
@@ -251,9 +266,9 @@ class ChatApp:
     def install(self, context) -> None:
         context.route(f"{self.origin}/**", self.handle)
 
-    def answer_next(self, text: str, *, is_cut: bool = False, status: int = 200) -> None:
+    def answer_next(self, text: str, *, is_cut: bool = False, status: int = 200, **shape: Any) -> None:
         with self.lock:
-            self.answers.append(Answer(text, is_cut, status))
+            self.answers.append(Answer(text, is_cut, status, **shape))
 
     def deliveries(self) -> list[Posted]:
         """The POSTs that carried Conductor's results (its text has ``baa-result`` blocks)."""
@@ -267,6 +282,14 @@ class ChatApp:
         path = urlsplit(request.url).path
         if request.method == "GET" and path == urlsplit(self.page_url).path:
             route.fulfill(status=200, content_type="text/html; charset=utf-8", body=self.page())
+        elif request.method == "POST" and self.continuation_path and path.endswith(self.continuation_path):
+            with self.lock:
+                self.continued.append(Posted(url=request.url, headers=dict(request.headers), body=request.post_data or ""))
+                handed_off = self.handed_off.popleft() if self.handed_off else None
+            if handed_off is None:
+                route.fulfill(status=404, content_type="text/plain", body="no answer was handed off")
+            else:
+                route.fulfill(status=200, content_type=self.stream_type, body=self.continuation(*handed_off))
         elif request.method == "POST" and path.endswith(self.endpoint_path):
             posted = Posted(url=request.url, headers=dict(request.headers), body=request.post_data or "")
             with self.lock:
@@ -284,13 +307,17 @@ class ChatApp:
     def page(self) -> str:
         config = json.dumps(self.page_config())
         # The request and leaf functions are JavaScript, spliced in after the JSON.
-        config = config[:-1] + ", " + self.page_functions() + "}"
+        config = config[:-1] + ", " + self.page_functions() + ', "continuation": ' + self.page_continuation() + "}"
         script = PAGE_SCRIPT.replace("__CONFIG__", config)
         composer = self.composer_html if self.has_composer else self.instead_of_composer
         return PAGE.format(title=escape(self.title), head=self.page_head(), composer=composer, script=script)
 
     def page_head(self) -> str:
         return ""
+
+    def page_continuation(self) -> str:
+        """JavaScript: the request that continues an answer, given the first response's body, or null."""
+        return "(body) => null"
 
     def page_value(self, method: str, url: str) -> Any:
         """JSON for the app's own look-ups the plugin makes for page values, or None."""
@@ -317,6 +344,10 @@ class ChatApp:
         raise NotImplementedError
 
     def stream(self, answer: Answer, posted: Posted) -> str:
+        raise NotImplementedError
+
+    def continuation(self, answer: Answer, posted: Posted) -> str:
+        """The body that continues ``answer``, handed off by the response to ``posted``."""
         raise NotImplementedError
 
     def delivered_text(self, posted: Posted) -> str:
@@ -387,9 +418,18 @@ class Claude(ChatApp):
             events[0][1]["message"]["uuid"] = preset["assistant_message_uuid"]
         if preset.get("human_message_uuid"):
             events[0][1]["message"]["parent_uuid"] = preset["human_message_uuid"]
-        events.append(("content_block_start", {"type": "content_block_start", "index": 0,
+        index = 0
+        if answer.retracted:
+            # A block streamed, then withdrawn from its index on; the answer takes that index again.
+            events.append(("content_block_start", {"type": "content_block_start", "index": index,
+                                                   "content_block": {"type": "text", "text": ""}}))
+            events += [("content_block_delta", {"type": "content_block_delta", "index": index,
+                                                 "delta": {"type": "text_delta", "text": piece}})
+                       for piece in pieces(answer.retracted)]
+            events.append(("content_block_retract", {"type": "content_block_retract", "from_index": index}))
+        events.append(("content_block_start", {"type": "content_block_start", "index": index,
                                                "content_block": {"type": "text", "text": ""}}))
-        events += [("content_block_delta", {"type": "content_block_delta", "index": 0,
+        events += [("content_block_delta", {"type": "content_block_delta", "index": index,
                                              "delta": {"type": "text_delta", "text": piece}})
                    for piece in pieces(answer.text)]
         if not answer.is_cut:
@@ -454,10 +494,43 @@ class ChatGPT(ChatApp):
             ' "leafFrom": (body) => (body.match(/"message":\\{"id":"([0-9a-f-]{36})","author":\\{"role":"assistant"/) || [])[1]'
         )
 
+    continuation_path = "/backend-api/f/conversation/resume"
+
+    def page_continuation(self):
+        # The page picks the SSE option of a handoff and posts {conversation_id, offset} to /resume.
+        return (
+            '(body) => body.includes(\'"type":"stream_handoff"\') && body.includes("resume_sse_endpoint") ? {url:'
+            ' "/backend-api/f/conversation/resume", headers: {"Content-Type": "application/json", "Accept": "text/event-stream",'
+            ' "Authorization": "Bearer ' + self.access_token + '"}, body: JSON.stringify({conversation_id: CONFIG.conversation,'
+            ' offset: 0})} : null'
+        )
+
     def stream(self, answer, posted):
+        if answer.handoff:
+            with self.lock:
+                self.handed_off.append((answer, posted))
+            turn = str(uuid.uuid4())
+            return sse([
+                ("delta_encoding", '"v1"'),
+                (None, {"type": "resume_conversation_token", "kind": "topic", "token": "mock.resume.token",
+                        "conversation_id": self.conversation}),
+                (None, {"type": "stream_handoff", "conversation_id": self.conversation, "turn_exchange_id": turn,
+                        "options": [{"type": "resume_sse_endpoint", "topic_id": f"conversation-turn-{turn}"},
+                                    {"type": "subscribe_ws_topic", "topic_id": f"conversation-turn-{turn}"}]}),
+                (None, "[DONE]"),
+            ])
+        return self.answer_stream(answer, posted, ends_with_done=True)
+
+    def continuation(self, answer, posted):
+        # A resumed body ends with message_stream_complete and no [DONE].
+        return self.answer_stream(answer, posted, ends_with_done=False)
+
+    def answer_stream(self, answer, posted, *, ends_with_done):
         body = json.loads(posted.body)
         user = body["messages"][0]
         assistant = str(uuid.uuid4())
+        with self.lock:
+            self.message_ids.append(assistant)
         message = {"id": assistant, "author": {"role": "assistant"}, "content": {"content_type": "text", "parts": [""]},
                    "status": "in_progress", "metadata": {"parent_id": user["id"]}, "recipient": "all", "channel": "final"}
         events = [("delta_encoding", '"v1"'),
@@ -468,7 +541,9 @@ class ChatGPT(ChatApp):
                 {"p": "/message/status", "o": "replace", "v": "finished_successfully"},
                 {"p": "/message/metadata", "o": "append", "v": {"finish_details": {"type": "stop"}}},
             ]}))
-            events.append((None, "[DONE]"))
+            events.append((None, {"type": "message_stream_complete", "conversation_id": self.conversation}))
+            if ends_with_done:
+                events.append((None, "[DONE]"))
         return sse(events)
 
     def page_value(self, method, url):
@@ -541,19 +616,24 @@ class Gemini(ChatApp):
         rid, rcid = f"r_{uuid.uuid4().hex[:16]}", f"rc_{uuid.uuid4().hex[:16]}"
         frames = []
         shown = ""
+        if answer.queued:
+            # A status list without an error code: queued (gemini_webapi, 2026).
+            frames += [[["wrb.fr", None, None, None, None, [7]]]] * 2
         for piece in pieces(answer.text, 40):
             shown += piece
             candidate = [rcid, [shown], None, None, None, None, None, None, [1]]
-            frames.append([None, [self.conversation, rid], None, None, [candidate]])
+            frames.append([["wrb.fr", None, json.dumps([None, [self.conversation, rid], None, None, [candidate]])]])
         if not answer.is_cut:
             final = [None, [self.conversation, rid], None, None, [[rcid, [answer.text], None, None, None, None, None, None, [2]]]]
             final += [None] * 20 + ["!MockContextToken_" + rid]
-            frames.append(final)
+            frames.append([["wrb.fr", None, json.dumps(final)]])
         out = [")]}'\n"]
-        for inner in frames:
-            frame = json.dumps([["wrb.fr", None, json.dumps(inner)]])
-            out.append(f"\n{len(frame)}\n{frame}\n")
-        return "".join(out)
+        for envelope in frames:
+            frame = json.dumps(envelope)
+            # The length counts the UTF-16 units of "\n" + JSON + "\n" (gemini_webapi, 2026).
+            units = len(("\n" + frame + "\n").encode("utf-16-le")) // 2
+            out.append(f"\n{units}\n{frame}")
+        return "".join(out) + "\n"
 
     def form(self, posted):
         return parse_qs(posted.body)

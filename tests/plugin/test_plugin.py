@@ -50,20 +50,69 @@ def test_a_finished_answer_is_sent_from_the_stream_with_its_ids(browser, server,
     browser.wait_until(lambda: browser.storage()["outbox"]["frames"] == [], "the ack to empty the outbox")
 
 
-def test_a_stream_cut_before_its_end_sends_nothing(browser, server):
+def test_a_stream_cut_before_its_end_leaves_the_answer_to_the_page_and_one_the_page_stopped_sends_nothing(browser, server):
     paired(browser, server)
     app = chat_app("claude")
     app.install(browser.context)
     page = browser.open_chat(app)
     app.answer_next("Half an answer with ```baa\necho\n", is_cut=True)
     page.evaluate("mockChat.ask('first', {html: '<p>Half an answer</p>'})")
-    page.evaluate("mockChat.ask('first', {html: '<p>Aborted</p>', abort: true})")
+    [cut] = server.wait_for_frames("browser.final_message")  # read from the page once it stopped writing
+    page.evaluate("mockChat.ask('first', {html: '<p>Stopped</p>', abort: true})")
     app.answer_next("The whole second answer.")
     page.evaluate("mockChat.ask('second', {html: '<p>The whole second answer.</p>'})")
 
-    server.wait_for_frames("browser.final_message")
-    browser.pause(2)  # past the page-reading grace period of the first answers
-    assert [frame["text"] for frame in server.frames("browser.final_message")] == ["The whole second answer."]
+    server.wait_for_frames("browser.final_message", 2)
+    browser.pause(2)  # past the page-reading grace period of the stopped answer
+    assert [(frame["text"], frame["capture"]) for frame in server.frames("browser.final_message")] == [
+        ("Half an answer", "dom"), ("The whole second answer.", "network"),
+    ]
+
+
+def test_a_chatgpt_answer_handed_off_to_resume_is_read_from_the_resumed_stream_with_its_ids_once(browser, server):
+    paired(browser, server)
+    app = chat_app("chatgpt")
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    app.answer_next(BAA, handoff=True)
+    page.evaluate("mockChat.ask('What next?', {html: %s})" % json.dumps(BAA_HTML))
+
+    [frame] = server.wait_for_frames("browser.final_message")
+    browser.pause(2)  # past the page-reading grace period: the page is not read as well
+    assert server.frames("browser.final_message") == [frame]
+    assert (frame["capture"], frame["text"], frame["conversation_id"]) == ("network", BAA, app.conversation)
+    [first_leg] = app.posted
+    [resumed] = app.continued
+    assert json.loads(resumed.body) == {"conversation_id": app.conversation, "offset": 0}
+    assert frame["parent_message_id"] == json.loads(first_leg.body)["messages"][0]["id"]
+    assert [frame["message_id"]] == app.message_ids
+
+
+def test_a_block_claude_retracts_is_never_sent(browser, server):
+    paired(browser, server)
+    app = chat_app("claude")
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    app.answer_next("I'll only read it.", retracted="Let me clean up.\n\n```baa\nfiles.delete\n{\"path\": \"notes\"}\n```\n")
+    page.evaluate("mockChat.ask('Tidy up?', {html: '<p>I\\'ll only read it.</p>'})")
+
+    [frame] = server.wait_for_frames("browser.final_message")
+    browser.pause(2)
+    assert server.frames("browser.final_message") == [frame]
+    assert (frame["capture"], frame["text"]) == ("network", "I'll only read it.")
+
+
+def test_a_gemini_turn_queued_first_is_read_from_its_stream(browser, server):
+    paired(browser, server)
+    app = chat_app("gemini")
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    app.answer_next(BAA, queued=True)
+    page.evaluate("mockChat.ask('What next?', {html: %s})" % json.dumps(BAA_HTML))
+
+    [frame] = server.wait_for_frames("browser.final_message")
+    assert (frame["capture"], frame["text"], frame["conversation_id"]) == ("network", BAA, app.conversation)
+    assert frame["message_id"].startswith("r_")
 
 
 @pytest.mark.parametrize("platform", ["claude", "chatgpt", "gemini"])

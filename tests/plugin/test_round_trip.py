@@ -19,7 +19,7 @@ from automation.models import AutomationTask, TaskStatus
 from conversations.models import Message
 from ingest.models import PluginClient
 from ingest.services.clients import plugin_client_revoke
-from ingest.services.instructions import INSTRUCTION_DELIVER
+from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from tests.browser import require_chromium
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.plugin.chat_apps import chat_app
@@ -48,6 +48,8 @@ def server_env(tmp_path):
     return {
         "CONDUCTOR_WORKSPACE": str(workspace), "CONDUCTOR_TICK_SECONDS": "0.5",
         "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": "0", "CONDUCTOR_RETRY_JITTER_MAX_MS": "0",
+        # ChatGPT's own order is the composer only; the mock accepts the page-made request.
+        "CONDUCTOR_DELIVERY_METHODS": "http,dom",
     }
 
 
@@ -63,13 +65,17 @@ def assistant_messages(app):
     return Message.objects.filter(conversation__platform=app.name, role=Message.Role.ASSISTANT).order_by("pk")
 
 
-def ask(browser, page, app, step):
-    app.answer_next(ASK % step)
+def ask(browser, page, app, step, **shape):
+    app.answer_next(ASK % step, **shape)
     page.evaluate("([html]) => mockChat.ask('Go on', {html})", [ASK_HTML % step])
 
 
-@pytest.mark.parametrize("platform", ["claude", "chatgpt", "gemini"])
-def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path, server_env, platform):
+@pytest.mark.parametrize("platform,shape", [
+    pytest.param("claude", {}, id="claude"), pytest.param("chatgpt", {}, id="chatgpt"), pytest.param("gemini", {}, id="gemini"),
+    # The answer handed off by the first response and streamed from /resume (PLATFORMS.md "Found since").
+    pytest.param("chatgpt", {"handoff": True}, id="chatgpt-handoff"),
+])
+def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path, server_env, platform, shape):
     PluginClientFactory(client_id="laptop")
     app = chat_app(platform)
     with (
@@ -80,7 +86,7 @@ def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path
         browser.pair(server.base_url, "laptop", TEST_TOKEN)
         browser.wait_for_state("connected")
         page = browser.open_chat(app)
-        ask(browser, page, app, 1)
+        ask(browser, page, app, 1, **shape)
 
         message = browser.wait_until(lambda: assistant_messages(app).first(), "the assistant message in Conductor", WAIT)
         assert message.capture == Message.Capture.NETWORK
@@ -102,6 +108,9 @@ def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path
         assert deliver.attempt_count == 1
         # The app's reply to the delivery is itself a final message, read from its stream.
         browser.wait_until(lambda: assistant_messages(app).count() == 2, "the reply to the results", WAIT)
+        # The block ran once: the page was not read as well.
+        assert AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).count() == 1
+        assert assistant_messages(app).filter(capture=Message.Capture.DOM).count() == 0
         client = PluginClient.objects.get(client_id="laptop")
         assert client.capabilities == ["proxy_delivery", "dom_delivery"]
         assert set(client.adapters) == {"claude", "chatgpt", "gemini"}

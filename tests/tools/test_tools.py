@@ -302,6 +302,22 @@ def test_list_matches_a_glob_and_walks_with_double_star(workspace, outside):
     ]
 
 
+def test_list_reports_a_name_that_is_not_utf8_escaped_and_flagged(workspace):
+    root = os.fsencode(workspace)
+    os.mkdir(root + b"/dir-\xe9")
+    with open(root + b"/dir-\xe9/bad-\xffx", "wb") as handle:
+        handle.write(b"1")
+    (workspace / "caf\u00e9-\\xff").write_text("")  # a valid name that merely looks escaped
+    result = run(workspace, "files.list", {"glob": "**"})
+    assert result["entries"] == [
+        {"name": "caf\u00e9-\\xff", "type": "file", "size": 0},
+        {"name": "dir-\\xe9", "type": "dir", "size": None, "escaped": True},
+        {"name": "dir-\\xe9/bad-\\xffx", "type": "file", "size": 1, "escaped": True},
+    ]
+    # The result is valid UTF-8 JSON: no lone surrogate reached it.
+    json.dumps(result, ensure_ascii=False).encode("utf-8")
+
+
 def test_list_is_capped(workspace, monkeypatch):
     monkeypatch.setattr(files_module, "MAX_LIST_ENTRIES", 3)
     for n in range(5):
