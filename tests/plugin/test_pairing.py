@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -28,6 +29,14 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 PASSWORD = "first-operator-password-1"
 
 
+@pytest.fixture
+def screenshots():
+    """Where the pages are pictured, as the admin's browser tests do (``CONDUCTOR_SCREENSHOT_DIR``)."""
+    folder = Path(os.environ.get("CONDUCTOR_SCREENSHOT_DIR", ROOT / "data" / "screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
 def manage(data_dir, *args, **env):
     """``manage.py`` on the server's databases, as the Makefile's targets run it."""
     return subprocess.run(
@@ -37,7 +46,7 @@ def manage(data_dir, *args, **env):
 
 
 def test_an_empty_data_folder_to_a_connected_extension_with_the_admin_and_one_paste(
-    chromium, tmp_path, server_env,  # noqa: F811
+    chromium, tmp_path, server_env, screenshots,  # noqa: F811
 ):
     assert not PluginClient.objects.exists()
     manage(tmp_path, "collectstatic", "--noinput", "--verbosity", "0")  # as `make run` does first
@@ -69,6 +78,7 @@ def test_an_empty_data_folder_to_a_connected_extension_with_the_admin_and_one_pa
         assert admin.locator("#pairing-qr svg").count() == 1
         admin.click("#copy-pairing-code")
         assert admin.inner_text("#pairing-code-status") == "Copied."
+        admin.screenshot(path=str(screenshots / "pair-a-browser.png"), full_page=True)
 
         # One paste into the extension's options.
         options = browser.open_options()
@@ -81,6 +91,7 @@ def test_an_empty_data_folder_to_a_connected_extension_with_the_admin_and_one_pa
         assert options.input_value("#pairing-code") == ""  # the code (and its token) left the page
         assert options.is_visible("#next-step") and "Insert tool guide" in options.inner_text("#next-step")
         assert browser.storage()["settings"]["clientId"] == "browser-1"
+        options.screenshot(path=str(screenshots / "options-paired.png"), full_page=True)
 
         # The admin shows the client connected; the page does not show the code again.
         admin.goto(f"{server.base_url}/admin/ingest/pluginclient/")
