@@ -24,15 +24,16 @@ export HOST PORT
 FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 	tests/automation/test_transitions.py tests/automation/test_retry.py tests/automation/test_claim.py \
 	tests/automation/test_operator.py tests/automation/test_kinds.py \
-	tests/ingest/test_blocks.py tests/ingest/test_messages.py tests/pipelines/test_rendering.py \
+	tests/ingest/test_blocks.py tests/ingest/test_messages.py tests/ingest/test_pairing.py tests/pipelines/test_rendering.py \
 	tests/tools/test_tools_registry.py tests/tools/test_tool_policies.py tests/tools/test_checks.py \
 	tests/console/test_story.py tests/console/test_admin_tasks.py tests/console/test_admin_overview.py \
+	tests/console/test_admin_pairing.py tests/console/test_first_run.py \
 	tests/conductor_site/test_health.py
 
 # The plugin's unit tests, a dot each (failures in full at the end).
 NODE_TESTS = $(NODE) --test --test-reporter=dot plugin/tests/*.test.js
 
-.PHONY: install test test-fast migrate run check doctor bench soak deploy-check
+.PHONY: install test test-fast migrate run user check doctor bench soak deploy-check
 
 install:
 	$(UV) sync --frozen
@@ -61,9 +62,15 @@ test-fast: install
 migrate: install
 	$(UV) run --frozen python manage.py migrate_all
 
+# On a first run (no admin user yet) it first prints one line saying how to make one.
 run: migrate
 	$(UV) run --frozen python manage.py collectstatic --noinput --verbosity 0
+	$(UV) run --frozen python manage.py first_run_hint --host $(HOST) --port $(PORT)
 	$(UV) run --frozen python manage.py serve --host $(HOST) --port $(PORT)
+
+# The first admin user (Django's createsuperuser, asking for a name and a password).
+user: migrate
+	$(UV) run --frozen python manage.py createsuperuser
 
 check: install
 	$(UV) run --frozen python manage.py check

@@ -12,6 +12,7 @@ from typing import Any
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from ingest.protocol import version_key
 from platforms import parse_delivery_methods, platforms
 from platforms.registry import EVERY_PLATFORM
 
@@ -28,6 +29,13 @@ def _positive_float(env: environ.Env, name: str, default: float) -> float:
     if value <= 0:
         raise ImproperlyConfigured(f"{name} must be greater than 0, got {value}")
     return value
+
+
+def _plugin_version(env: environ.Env, name: str, default: str) -> str:
+    raw = env.str(name, default=default).strip()
+    if raw and version_key(raw) is None:
+        raise ImproperlyConfigured(f"{name} must be a version such as 1.0.0 (or empty), got {raw!r}")
+    return raw
 
 
 def _backoff_seconds(env: environ.Env) -> tuple[int, ...]:
@@ -110,6 +118,9 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
             env, "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS", 300
         ),
         "CONDUCTOR_RETENTION_DAYS": _positive_int(env, "CONDUCTOR_RETENTION_DAYS", 30),
+        # The oldest plugin version this server supports (SPEC §9): an older
+        # hello gets `"plugin_outdated": true`. Empty: every version is supported.
+        "CONDUCTOR_OLDEST_PLUGIN_VERSION": _plugin_version(env, "CONDUCTOR_OLDEST_PLUGIN_VERSION", "1.0.0"),
         # Beyond SPEC §8: how often a live socket refreshes its client's
         # presence (a client counts as gone after twice this, at most 60 s),
         # how long a new socket may wait before its hello, and the largest

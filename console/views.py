@@ -36,6 +36,7 @@ from automation.selectors import (
     tasks_recently_failed,
 )
 from automation.services.dispatcher_state import dispatcher_pause_set
+from console.first_run import has_staff_user
 from console.helpers import datetime_from_ms, log_change
 from core.clock import now_ms
 from ingest.selectors import plugin_clients_connected
@@ -190,3 +191,8 @@ def dispatcher_pause(request):
     else:
         messages.info(request, f"The dispatcher was already {'paused' if is_paused else 'running'}.")
     return redirect("admin-overview")
+
+
+def admin_login(request):
+    """The admin's login page, which on a first run (no staff user yet) says how to create one."""
+    return admin.site.login(request, extra_context={"is_first_run": not has_staff_user()})

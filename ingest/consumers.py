@@ -49,6 +49,7 @@ from ingest.protocol import (
     CloseCode,
     ErrorCode,
     FrameError,
+    plugin_is_outdated,
 )
 from ingest.ratelimit import SlidingWindowLimiter
 from ingest.services import clients
@@ -342,6 +343,9 @@ class PluginConsumer(AsyncWebsocketConsumer):
                 "client_id": client.client_id,
                 "server_time": time.time_ns() // 1_000_000,
                 "ping_interval_ms": int(settings.CONDUCTOR_PING_INTERVAL_SECONDS * 1000),
+                "plugin_outdated": plugin_is_outdated(
+                    info.plugin_version, oldest=settings.CONDUCTOR_OLDEST_PLUGIN_VERSION
+                ),
             }
         )
 

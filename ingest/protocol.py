@@ -73,3 +73,23 @@ class FrameError(Exception):
         self.code = code
         self.detail = detail
         self.frame_id = frame_id
+
+
+def version_key(version: str) -> tuple[int, ...] | None:
+    """``"1.2.10"`` as ``(1, 2, 10)`` for comparing; None for anything but dot-separated numbers."""
+    parts = version.strip().split(".")
+    if not all(part.isascii() and part.isdigit() for part in parts):
+        return None
+    return tuple(int(part) for part in parts)
+
+
+def plugin_is_outdated(plugin_version: str, *, oldest: str) -> bool:
+    """Whether a hello's ``plugin_version`` is older than ``oldest`` (SPEC §9, ``plugin_outdated``).
+
+    No ``oldest``: never. A version that is not dot-separated numbers (or none)
+    counts as outdated when there is one: the server cannot tell it is recent.
+    """
+    if not oldest:
+        return False
+    key = version_key(plugin_version)
+    return key is None or key < version_key(oldest)

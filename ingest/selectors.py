@@ -67,6 +67,15 @@ def plugin_client_exists(*, client_id: str) -> bool:
     return PluginClient.objects.filter(client_id=client_id).exists()
 
 
+def plugin_client_name_suggest() -> str:
+    """A name for a new client that is not taken yet: "browser 1", "browser 2", ..."""
+    taken = set(PluginClient.objects.filter(client_id__startswith="browser-").values_list("client_id", flat=True))
+    number = 1
+    while f"browser-{number}" in taken:
+        number += 1
+    return f"browser {number}"
+
+
 def plugin_client_authenticate(*, client_id: str, token: str) -> PluginClient | None:
     """The enabled client with this id and token, or None. Unknown ids cost the same hash."""
     client = PluginClient.objects.filter(client_id=client_id, enabled=True).first()

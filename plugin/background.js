@@ -114,9 +114,16 @@ const answers = new PendingAnswers();
 
 // ---- state shown on the badge and in the popup ----------------------------
 
-async function setStatus(state, detail = "") {
+/**
+ * `reason` says why, for the options page's pairing line: "unreachable" (no
+ * socket to the server), "outdated" (hello.ok's `plugin_outdated`), "" otherwise;
+ * `at` when it was last set (a status older than the settings is not theirs yet).
+ */
+async function setStatus(state, detail = "", reason = "") {
   const previous = (await session.get("status")) ?? {};
-  const status = { ...previous, state, detail, since: previous.state === state ? previous.since : Date.now() };
+  const status = {
+    ...previous, state, detail, reason, since: previous.state === state ? previous.since : Date.now(), at: Date.now(),
+  };
   await session.set("status", status);
   const badge = BADGES[state];
   await chrome.action.setBadgeText({ text: badge.text });
@@ -205,6 +212,8 @@ function open(settings) {
 }
 
 async function onClosed(code) {
+  // Closed before any hello.ok: the server was never reached (or answered no hello).
+  const wasReached = isHelloAcknowledged;
   socket = null;
   isHelloAcknowledged = false;
   clearInterval(pingTimer);
@@ -222,7 +231,9 @@ async function onClosed(code) {
     return setStatus(holdOff.state, holdOff.detail);
   }
   const delay = reconnectDelay(attempt++);
-  await setStatus("connecting", `reconnecting in ${Math.ceil(delay / 1000)} s`);
+  const retry = `reconnecting in ${Math.ceil(delay / 1000)} s`;
+  if (wasReached) await setStatus("connecting", retry);
+  else await setStatus("connecting", `server unreachable (close code ${code}); ${retry}`, "unreachable");
   retryTimer = setTimeout(() => {
     retryTimer = null;
     ensureConnected();
@@ -271,10 +282,15 @@ async function flush() {
 }
 
 const FRAME_HANDLERS = {
-  async "hello.ok"() {
+  async "hello.ok"(frame) {
     isHelloAcknowledged = true;
     attempt = 0;
-    await setStatus("connected");
+    // SPEC §9: still connected, but the person should update the plugin.
+    if (frame.plugin_outdated === true) {
+      await setStatus("connected", "this plugin is older than the server supports: update it", "outdated");
+    } else {
+      await setStatus("connected");
+    }
     await flush();
   },
   async ack(frame) {

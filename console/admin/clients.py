@@ -3,6 +3,8 @@
 A plugin client's token is shown once, on the page that answers the create or
 rotate request, and never again: only its hash is stored, and it never goes
 through the messages framework (whose storage is a cookie or the session).
+"Pair a browser" does the same with a pairing code (``ingest/pairing.py``):
+the token, the client id and this server's URL in one string, and its QR image.
 """
 
 from __future__ import annotations
@@ -12,8 +14,10 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Case, Q, When
 from django.template.response import TemplateResponse
+from django.urls import path
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.text import Truncator
 
 from automation.models import AutomationTask
@@ -33,11 +37,13 @@ from ingest.models import Instruction, PluginClient
 from ingest.selectors import (
     LastDelivery,
     plugin_client_activity,
+    plugin_client_name_suggest,
     plugin_clients_connected,
 )
 from ingest.services.clients import (
     PluginClientRevoked,
     plugin_client_create,
+    plugin_client_pair,
     plugin_client_revoke,
     plugin_client_rotate,
 )
@@ -45,6 +51,7 @@ from ingest.tokens import MIN_TOKEN_LENGTH, WeakTokenError
 from platforms import platforms
 
 TOKEN_TEMPLATE = "admin/ingest/pluginclient/token.html"
+PAIR_TEMPLATE = "admin/ingest/pluginclient/pair.html"
 # A plugin's error text can be as long as a frame; the client page shows its start.
 ERROR_PREVIEW_CHARS = 300
 
@@ -97,6 +104,26 @@ class PluginClientCreateForm(forms.Form):
         widget=forms.PasswordInput(render_value=False),
         help_text=f"Leave empty to generate one. At least {MIN_TOKEN_LENGTH} characters.",
     )
+
+
+class PluginClientPairForm(forms.Form):
+    name = forms.CharField(
+        max_length=200,
+        help_text="A name for this browser, e.g. 'laptop chrome'. Its client id is the name as a slug.",
+    )
+
+
+def server_url_of(request) -> str:
+    """This server's URL as the browser reached it: what the plugin's options take."""
+    return f"{'https' if request.is_secure() else 'http'}://{request.get_host()}"
+
+
+def qr_svg(text: str) -> str:
+    """``text`` as an inline SVG QR image (segno: pure Python, no image files)."""
+    import segno  # imported here: only the pairing page draws one
+
+    # Safe to mark: segno writes the SVG's markup and the text becomes its modules, not markup.
+    return mark_safe(segno.make(text, error="m").svg_inline(scale=4, title="pairing code"))
 
 
 @admin.register(PluginClient)
@@ -168,6 +195,44 @@ class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
             "<th>last delivery</th></tr></thead><tbody>{}</tbody></table>",
             rows,
         )
+
+    # --- pair a browser: the pairing code is shown once -------------------------------------
+
+    def get_urls(self):
+        return [
+            path(
+                "pair/",
+                # admin_view marks the answer never_cache (Cache-Control: no-store, ...).
+                self.admin_site.admin_view(self.pair_view),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_pair",
+            ),
+            *super().get_urls(),
+        ]
+
+    def pair_view(self, request):
+        """GET: the form (a name). POST: create the client and show its pairing code, once."""
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = PluginClientPairForm(request.POST or None, initial={"name": plugin_client_name_suggest()})
+        code = client = None
+        if request.method == "POST" and form.is_valid():
+            try:
+                client, code = plugin_client_pair(name=form.cleaned_data["name"], server_url=server_url_of(request))
+            except ValidationError as exc:
+                form.add_error(None, exc.messages)
+            else:
+                self.log_addition(request, client, "Paired a browser; its pairing code was shown once")
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Pair a browser",
+            "opts": self.opts,
+            "form": form,
+            "client": client,
+            "code": code,
+            "qr": qr_svg(code) if code else "",
+            "media": self.media + form.media,
+        }
+        return TemplateResponse(request, PAIR_TEMPLATE, context)
 
     # --- create: the token is shown once -------------------------------------------------------
 

@@ -15,6 +15,7 @@ from django.utils.text import slugify
 from core.logfmt import log_event
 from ingest.frames import PluginInfo
 from ingest.models import PluginClient
+from ingest.pairing import pairing_code_encode
 from ingest.tokens import token_generate, token_hash
 
 logger = logging.getLogger(__name__)
@@ -42,6 +43,16 @@ def plugin_client_create(*, name: str, token: str | None = None) -> tuple[Plugin
         client.save()
     log_event(logger, "plugin_client_create", client_id=client.client_id)
     return client, token
+
+
+def plugin_client_pair(*, name: str, server_url: str) -> tuple[PluginClient, str]:
+    """Register a plugin client named ``name``; return it and its pairing code for ``server_url``.
+
+    The code holds the generated token, so it is the one chance to show it and
+    is never logged. Raises as ``plugin_client_create``.
+    """
+    client, token = plugin_client_create(name=name)
+    return client, pairing_code_encode(server_url=server_url, client_id=client.client_id, token=token)
 
 
 def plugin_client_connect(

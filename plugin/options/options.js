@@ -1,7 +1,15 @@
 /**
- * The options page: where a person pastes the server URL, client id and
- * token. The token is kept in chrome.storage.local and never shown again;
- * an empty token field keeps the saved one.
+ * The options page: where a person pastes the pairing code the server's
+ * admin shows once ("Pair a browser"), or, under "Advanced", the server URL,
+ * client id and token one by one. The token is kept in
+ * chrome.storage.local and never shown again; an empty token field keeps the
+ * saved one.
+ *
+ * A pasted code is read at once (lib/pairing.js): a code it cannot read
+ * changes nothing and says why; a good one fills the fields, saves them (the
+ * service worker then connects) and is cleared from the page. The pairing line
+ * then says, in words, where the plugin is connected or why it is not; once
+ * connected, the next step shows.
  *
  * The page shows one live status, the connection's (popup/status.js);
  * the line under the button says only what the form did, and clears as
@@ -9,10 +17,12 @@
  */
 
 import { isLoopback, socketUrl } from "../lib/frames.js";
+import { connectionOutcome, parsePairingCode } from "../lib/pairing.js";
 import { showStatus } from "../popup/status.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("settings"));
 const fields = {
+  pairingCode: /** @type {HTMLInputElement} */ (document.getElementById("pairing-code")),
   serverUrl: /** @type {HTMLInputElement} */ (document.getElementById("server-url")),
   clientId: /** @type {HTMLInputElement} */ (document.getElementById("client-id")),
   token: /** @type {HTMLInputElement} */ (document.getElementById("token")),
@@ -21,10 +31,19 @@ const fields = {
   reloadAfterDelivery: /** @type {HTMLInputElement} */ (document.getElementById("reload-after-delivery")),
 };
 const saved = document.getElementById("saved");
+const outcome = document.getElementById("pairing-outcome");
+const warning = document.getElementById("pairing-warning");
+const nextStep = document.getElementById("next-step");
+/** Set from a pasted code's reading until the connection says more. */
+let pairingError = "";
 
 async function load() {
   const { settings } = await chrome.storage.local.get("settings");
-  if (!settings) return;
+  if (!settings) {
+    // Nothing to see under "Advanced" yet: the pairing code is the way in.
+    fields.pairingCode.focus();
+    return;
+  }
   fields.serverUrl.value = settings.serverUrl ?? "";
   fields.clientId.value = settings.clientId ?? "";
   fields.readStreams.checked = settings.readStreams !== false;
@@ -33,31 +52,29 @@ async function load() {
   if (settings.token) fields.token.placeholder = "saved (paste a new token to replace it)";
 }
 
-form.addEventListener("submit", async (event) => {
-  event.preventDefault();
-  const serverUrl = fields.serverUrl.value.trim();
-  if (!socketUrl(serverUrl)) {
-    saved.textContent = "The server URL must start with http:// or https://.";
-    return;
-  }
-  // Asked here, inside the click: Chrome grants permissions only on a user
-  // gesture. The socket opens without it today; host access keeps a server
-  // on another machine reachable where Chrome's Local Network Access rules
-  // would otherwise ask. A refusal is not an error.
+/**
+ * Saves the settings (the service worker reconnects on the change). Returns
+ * what is wrong, or "" when saved.
+ *
+ * @param {{serverUrl: string, clientId: string, token: string}} pairing
+ */
+async function save({ serverUrl, clientId, token }) {
+  if (!socketUrl(serverUrl)) return "The server URL must start with http:// or https://.";
+  // Asked here, inside the click or paste: Chrome grants permissions only on
+  // a user gesture. The socket opens without it today; host access keeps a
+  // server on another machine reachable where Chrome's Local Network Access
+  // rules would otherwise ask. A refusal is not an error.
   if (!isLoopback(serverUrl)) {
     const origin = new URL(serverUrl).origin;
     await chrome.permissions.request({ origins: [`${origin}/*`] }).catch(() => false);
   }
   const { settings: previous } = await chrome.storage.local.get("settings");
-  const token = fields.token.value.trim() || previous?.token || "";
-  if (!token) {
-    saved.textContent = "Paste the token printed by create_plugin_client.";
-    return;
-  }
+  token = token || previous?.token || "";
+  if (!token) return "Paste the pairing code, or the token printed by create_plugin_client.";
   await chrome.storage.local.set({
     settings: {
       serverUrl,
-      clientId: fields.clientId.value.trim(),
+      clientId,
       token,
       readStreams: fields.readStreams.checked,
       insertGuide: fields.insertGuide.checked,
@@ -65,13 +82,78 @@ form.addEventListener("submit", async (event) => {
       savedAt: Date.now(),
     },
   });
+  fields.serverUrl.value = serverUrl;
+  fields.clientId.value = clientId;
   fields.token.value = "";
   fields.token.placeholder = "saved (paste a new token to replace it)";
-  saved.textContent = "Saved.";
-});
-form.addEventListener("input", () => {
-  saved.textContent = "";
+  return "";
+}
+
+/** Reads the pairing field; pairs with a good code, says why a bad one is refused (nothing changes). */
+async function pairFromCode() {
+  const text = fields.pairingCode.value;
+  warning.textContent = "";
+  if (!text.trim()) {
+    pairingError = "";
+    return renderOutcome();
+  }
+  const result = parsePairingCode(text);
+  if (!result.ok) {
+    pairingError = result.error;
+    return renderOutcome();
+  }
+  // The code holds the token: it leaves the page as soon as it is read.
+  fields.pairingCode.value = "";
+  // Shown before saving, which may wait on Chrome's permission prompt.
+  warning.textContent = result.warnings.join(" ");
+  pairingError = await save(result.pairing);
+  saved.textContent = pairingError ? "" : "Saved.";
+  return renderOutcome();
+}
+
+async function renderOutcome() {
+  if (pairingError) {
+    outcome.textContent = pairingError;
+    outcome.dataset.ok = "false";
+    nextStep.hidden = true;
+    return;
+  }
+  const { status = {} } = await chrome.storage.session.get("status");
+  const { settings } = await chrome.storage.local.get("settings");
+  const { text, isConnected } = connectionOutcome(status, settings);
+  outcome.textContent = text;
+  outcome.dataset.ok = String(isConnected);
+  nextStep.hidden = !isConnected;
+}
+
+fields.pairingCode.addEventListener("input", () => {
+  pairFromCode().catch((error) => {
+    outcome.textContent = `The pairing code could not be saved: ${error}`;
+  });
 });
 
-load();
+form.addEventListener("submit", async (event) => {
+  event.preventDefault();
+  if (fields.pairingCode.value.trim()) {
+    await pairFromCode();
+    return;
+  }
+  pairingError = "";
+  const problem = await save({
+    serverUrl: fields.serverUrl.value.trim(),
+    clientId: fields.clientId.value.trim(),
+    token: fields.token.value.trim(),
+  });
+  saved.textContent = problem || "Saved.";
+  if (problem && !socketUrl(fields.serverUrl.value)) document.getElementById("advanced").open = true;
+});
+form.addEventListener("input", (event) => {
+  saved.textContent = "";
+  if (event.target !== fields.pairingCode) warning.textContent = "";
+});
+
+chrome.storage.onChanged.addListener(() => {
+  renderOutcome();
+});
+load().then(renderOutcome);
 showStatus(document);

@@ -44,6 +44,7 @@ def test_defaults_match_the_spec():
         "CONDUCTOR_Q_WORKERS": 4,
         "CONDUCTOR_Q_TIMEOUT_SECONDS": 300,
         "CONDUCTOR_METRICS_TOKEN": "",
+        "CONDUCTOR_OLDEST_PLUGIN_VERSION": "1.0.0",
     }
 
 
@@ -98,6 +99,7 @@ def test_values_come_from_the_environment(tmp_path):
         ("CONDUCTOR_RETRY_JITTER_MAX_MS", "-1", "CONDUCTOR_RETRY_JITTER_MAX_MS must be at least 0"),
         # The dispatcher loop and its standby take two workers; renewal needs a third.
         ("CONDUCTOR_Q_WORKERS", "2", "CONDUCTOR_Q_WORKERS must be at least 3"),
+        ("CONDUCTOR_OLDEST_PLUGIN_VERSION", "1.x", "CONDUCTOR_OLDEST_PLUGIN_VERSION must be a version"),
     ],
 )
 def test_bad_values_fail_naming_the_setting(name, value, message):

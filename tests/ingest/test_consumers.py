@@ -65,6 +65,20 @@ async def test_hello_with_a_valid_token_is_accepted_and_marks_the_client_connect
     assert not refreshed.connected
 
 
+@pytest.mark.parametrize(
+    ("oldest", "version", "outdated"),
+    [("1.0.0", "1.0.0", False), ("1.0.0", "1.2", False), ("1.2.0", "1.1.9", True), ("1.10", "1.9.9", True),
+     ("1.0.0", "dev", True), ("", "0.0.1", False), ("", "dev", False)],
+)
+async def test_hello_ok_says_whether_the_plugin_is_older_than_the_server_supports(
+    client, settings, oldest, version, outdated
+):
+    settings.CONDUCTOR_OLDEST_PLUGIN_VERSION = oldest
+    communicator, reply = await hello("laptop-chrome", plugin_version=version)
+    assert reply["plugin_outdated"] is outdated
+    await communicator.disconnect()
+
+
 async def test_hello_stores_what_the_plugin_says_about_itself_and_the_next_hello_replaces_it(client):
     communicator, _ = await hello("laptop-chrome", capabilities=["proxy_delivery", "dom_delivery"],
                                   adapters={"claude": "2026-11-29", "gemini": "2026-11-01"})

@@ -67,3 +67,20 @@ def test_refuses_a_name_already_taken():
 def test_refuses_a_name_without_letters_or_digits():
     with pytest.raises(CommandError, match="empty client id"):
         _run("!!!")
+
+
+@pytest.mark.django_db
+def test_prints_a_pairing_code_for_the_server_url(monkeypatch, caplog):
+    from ingest.pairing import pairing_code_decode
+
+    caplog.set_level(logging.DEBUG)
+    lines, _ = _run("Laptop Chrome", "--server-url", "https://conductor.example")
+    assert pairing_code_decode(lines["pairing code"]) == {
+        "server": "https://conductor.example", "client_id": "laptop-chrome", "token": lines["token"],
+    }
+    assert lines["pairing code"] not in caplog.text
+
+    monkeypatch.setenv("HOST", "0.0.0.0")
+    monkeypatch.setenv("PORT", "9000")
+    lines, _ = _run("desktop")
+    assert pairing_code_decode(lines["pairing code"])["server"] == "http://0.0.0.0:9000"

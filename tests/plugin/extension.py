@@ -46,9 +46,10 @@ class PluginBrowser:
 
     def pair(self, server_url: str, client_id: str, token: str, *, read_streams: bool = True,
              insert_guide: bool = False) -> None:
-        """Fill in and save the options page, as a person does."""
+        """Fill in and save the options page's three fields (under "Advanced"), as a person does."""
         page = self.context.new_page()
         page.goto(self.extension_url("options/options.html"))
+        page.click("#advanced summary")
         page.fill("#server-url", server_url)
         page.fill("#client-id", client_id)
         page.fill("#token", token)
@@ -59,6 +60,20 @@ class PluginBrowser:
         page.click("#save")
         self.wait_in_extension_page(page, "document.getElementById('saved').textContent.startsWith('Saved')", "the options to save")
         page.close()
+
+    def open_options(self) -> Any:
+        page = self.context.new_page()
+        page.goto(self.extension_url("options/options.html"))
+        return page
+
+    def paste_pairing_code(self, page) -> None:
+        """Paste the clipboard into the options page's pairing field (Ctrl+V), as a person does."""
+        page.bring_to_front()
+        page.focus("#pairing-code")
+        page.keyboard.press("Control+V")
+
+    def pairing_outcome(self, page) -> str:
+        return page.evaluate("document.getElementById('pairing-outcome').textContent")
 
     def storage(self, area: str = "local") -> dict[str, Any]:
         return self.worker.evaluate(f"chrome.storage.{area}.get(null)")
@@ -175,6 +190,8 @@ class ScriptedServer:
     answer_guides: bool = True
     # Error codes to answer the next final messages with, one per frame, before acks resume.
     refusals: list[str] = field(default_factory=list)
+    # hello.ok's `plugin_outdated` (SPEC §9).
+    plugin_outdated: bool = False
     # How to wait: a test with a browser passes PluginBrowser.pause, so that routes are served meanwhile.
     sleep: Callable[[float], None] = time.sleep
     connections: int = 0
@@ -207,7 +224,8 @@ class ScriptedServer:
             connection.send(json.dumps({"type": "error", "code": "unauthorized", "detail": "scripted"}))
             connection.close(code, "scripted")
             return
-        connection.send(json.dumps({"type": "hello.ok", "client_id": hello.get("client_id"), "server_time": 0}))
+        connection.send(json.dumps({"type": "hello.ok", "client_id": hello.get("client_id"), "server_time": 0,
+                                    "plugin_outdated": self.plugin_outdated}))
         self._current = connection
         with contextlib.suppress(Exception):
             for raw in connection:

@@ -24,6 +24,7 @@ def pair(browser, server, *, reload_after_delivery=False):
     page = browser.context.new_page()
     page.set_default_timeout(WAIT_MS)
     page.goto(browser.extension_url("options/options.html"))
+    page.click("#advanced summary")  # the three fields, one by one
     page.fill("#server-url", server.url)
     page.fill("#client-id", "laptop")
     page.fill("#token", TOKEN)
