@@ -19,8 +19,14 @@ export HOST PORT
 
 .PHONY: install test migrate run check bench soak
 
-install:
+install: tests/mcp_servers/node_modules/.installed
 	$(UV) sync --frozen
+
+# The MCP servers the tests call (tests/mcp_servers/package.json), from its
+# lock, again only when the lock changed.
+tests/mcp_servers/node_modules/.installed: tests/mcp_servers/package-lock.json
+	npm ci --prefix tests/mcp_servers --no-audit --no-fund --loglevel=error
+	touch $@
 
 # The layers contract first (pyproject.toml, ARCHITECTURE.md), then the
 # plugin's pure modules (Node 20+). The shell expands the glob:

@@ -110,6 +110,10 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
             env, "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS", 300
         ),
         "CONDUCTOR_RETENTION_DAYS": _positive_int(env, "CONDUCTOR_RETENTION_DAYS", 30),
+        # MCP servers (SPEC §5.4): the longest call timeout a server may set,
+        # and a JSON file of servers in the shared ``mcpServers`` shape.
+        "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS", 300),
+        "CONDUCTOR_MCP_SERVERS": env.str("CONDUCTOR_MCP_SERVERS", default="").strip(),
         # Beyond SPEC §8: how often a live socket refreshes its client's
         # presence (a client counts as gone after twice this, at most 60 s),
         # how long a new socket may wait before its hello, and the largest
