@@ -114,6 +114,8 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         # and a JSON file of servers in the shared ``mcpServers`` shape.
         "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS", 300),
         "CONDUCTOR_MCP_SERVERS": env.str("CONDUCTOR_MCP_SERVERS", default="").strip(),
+        # Keep a stdio server running between calls, one per worker process (off: a fresh one per call).
+        "CONDUCTOR_MCP_KEEP_ALIVE": env.bool("CONDUCTOR_MCP_KEEP_ALIVE", default=True),
         # Beyond SPEC §8: how often a live socket refreshes its client's
         # presence (a client counts as gone after twice this, at most 60 s),
         # how long a new socket may wait before its hello, and the largest

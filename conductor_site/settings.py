@@ -62,6 +62,7 @@ INSTALLED_APPS = [
     "conductor_site",
     # Lowest layer first: see ARCHITECTURE.md.
     "conversations",
+    "mcp_servers",
     "automation",
     "tools",
     "ingest",

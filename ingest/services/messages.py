@@ -37,7 +37,7 @@ from ingest.services.instructions import (
     message_delivery_ensure,
     message_delivery_task,
 )
-from tools.registry import Policy, UnknownTool, tools
+from tools.registry import DEFAULT_TARGET, Policy, UnknownTool, tools
 
 logger = logging.getLogger(__name__)
 
@@ -218,10 +218,11 @@ def _judge(
     if error := spec.call_error(block.params or {}):
         return rejected, f"invalid params for {block.tool}: {error}"
     policy = (policy_for or tool_policy_for)(
-        tool=block.tool, client_pk=client.pk if client else None, conversation_pk=conversation.pk
+        tool=block.tool, target=block.target, client_pk=client.pk if client else None,
+        conversation_pk=conversation.pk,
     )
     if policy == Policy.DENY:
-        return rejected, f"{block.tool} is denied by policy"
+        return rejected, f"{spec.full_name if spec.target != DEFAULT_TARGET else block.tool} is denied by policy"
     if budget_left <= 0:
         limit = settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR
         return rejected, (
@@ -412,6 +413,7 @@ def _queue_blocks_together(
     budgets = _hourly_budgets(conversation_pks, now)
     policies = ToolPolicies.load(
         tools={block.tool for _, blocks in messages.values() for block in blocks if block.tool},
+        targets={block.target for _, blocks in messages.values() for block in blocks if block.target},
         client_pks={stored.client_id for stored, _ in messages.values()},
         conversation_pks=conversation_pks,
     )
