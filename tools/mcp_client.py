@@ -279,7 +279,8 @@ async def _connect(endpoint: McpEndpoint, workspace: Path) -> _Connection:
     connection.task = asyncio.get_running_loop().create_task(connection.run())
     await connection.ready.wait()
     if connection.session is None:
-        raise McpUnavailable(f"MCP server {endpoint.name!r} did not start: {connection.why_gone()}")
+        failed = "did not start" if endpoint.is_stdio else "did not answer initialize"
+        raise McpUnavailable(f"MCP server {endpoint.name!r} {failed}: {connection.why_gone()}")
     return connection
 
 
