@@ -37,6 +37,11 @@ def count(key: str, sleep_ms: int = 0) -> str:
     return f"counted {key}"
 
 
+@server.tool(description="Fails: the call's result says isError.")
+def fail(city: str) -> str:
+    raise ValueError(f"no weather for {city}")
+
+
 @server.tool(description="Exits the server in the middle of the call.")
 def crash() -> str:
     _ran("crash")
