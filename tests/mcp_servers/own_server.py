@@ -13,6 +13,7 @@ import sys
 import time
 
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
 server = MCPServer("own")
@@ -39,7 +40,8 @@ def count(key: str, sleep_ms: int = 0) -> str:
 
 @server.tool(description="Fails: the call's result says isError.")
 def fail(city: str) -> str:
-    raise ValueError(f"no weather for {city}")
+    # The SDK's ToolError: its message reaches the client (any other exception reads "Error executing tool").
+    raise ToolError(f"no weather for {city}")
 
 
 @server.tool(description="Exits the server in the middle of the call.")
