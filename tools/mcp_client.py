@@ -132,8 +132,11 @@ class _StderrTail:
                 self._tail = (self._tail + chunk)[-STDERR_TAIL_BYTES:]
 
     def close(self) -> None:
+        """Close our end; the tail is complete once the server's end is closed too (it exited)."""
         with contextlib.suppress(OSError):
             self.writer.close()
+        # A server that failed at start wrote its reason just before exiting: wait for it, briefly.
+        self._thread.join(0.5)
 
     def text(self) -> str:
         lines = bytes(self._tail).decode("utf-8", errors="replace").strip().splitlines()
