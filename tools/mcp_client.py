@@ -40,21 +40,21 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
-from mcp.client.session import ClientSession
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types import PaginatedRequestParams
-from mcp_types.jsonrpc import CONNECTION_CLOSED
 
 from core.logfmt import log_event
 from tools.registry import ToolError, ToolRetryableError
 from tools.shell import SAFE_PATH
 from tools.workspace import workspace_root
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
+
+# The SDK (and httpx, pydantic, anyio below it) is imported when a session
+# starts, not with this module: every Django process loads this module at
+# start-up (the admin, the registry), and the SDK takes seconds to import on
+# a busy machine, which every django-q2 worker and command would pay.
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +170,9 @@ class _Connection:
         return self.session is not None and not self.gone.is_set() and not self.closing.is_set()
 
     def _transport(self):
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
         endpoint = self.endpoint
         if endpoint.is_stdio:
             self.stderr = _StderrTail()
@@ -185,6 +188,9 @@ class _Connection:
         return _http_transport(endpoint.url, client)
 
     async def run(self) -> None:
+        import anyio
+        from mcp.client.session import ClientSession
+
         try:
             async with contextlib.AsyncExitStack() as stack:
                 streams = await stack.enter_async_context(self._transport())
@@ -245,6 +251,8 @@ def _child_with_marker(marker: str) -> int | None:
 
 @contextlib.asynccontextmanager
 async def _http_transport(url: str, client):
+    from mcp.client.streamable_http import streamable_http_client
+
     async with client, streamable_http_client(url, http_client=client) as streams:
         yield streams
 
@@ -324,6 +332,9 @@ async def _with_session(
 
 async def _until_gone(connection: _Connection, request: Awaitable[T]) -> T:
     """``request``'s answer, or ``McpInterrupted`` as soon as the session dies under it."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.jsonrpc import CONNECTION_CLOSED
+
     request_task = asyncio.ensure_future(request)
     gone_task = asyncio.ensure_future(connection.gone.wait())
     try:
@@ -405,6 +416,8 @@ def mcp_tools_list(endpoint: McpEndpoint, *, workspace: Path, keep_alive: bool =
     """
 
     async def work(session: ClientSession) -> list[dict[str, Any]]:
+        from mcp_types import PaginatedRequestParams
+
         listed: list[dict[str, Any]] = []
         cursor = None
         for _ in range(MAX_PAGES):
