@@ -35,8 +35,14 @@ NODE_TESTS = $(NODE) --test --test-reporter=dot plugin/tests/*.test.js
 
 .PHONY: install test test-fast migrate run user check doctor bench soak deploy-check
 
-install:
+install: tests/mcp_servers/node_modules/.installed
 	$(UV) sync --frozen
+
+# The MCP servers the tests call (tests/mcp_servers/package.json), from its
+# lock, again only when the lock changed.
+tests/mcp_servers/node_modules/.installed: tests/mcp_servers/package-lock.json
+	npm ci --prefix tests/mcp_servers --no-audit --no-fund --loglevel=error
+	touch $@
 
 # The layers contract first (pyproject.toml, ARCHITECTURE.md), then the
 # plugin's pure modules (Node 20+), then the Python suite; at the end, how

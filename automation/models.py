@@ -5,7 +5,8 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
-from tools.registry import Policy, tools
+from mcp_servers.models import McpServer
+from tools.registry import DEFAULT_TARGET, Policy, tools
 
 
 def new_task_id() -> str:
@@ -212,13 +213,22 @@ class TaskEvent(models.Model):
 
 
 class ToolPolicy(models.Model):
-    """Permission for a tool, globally or for one plugin client and/or conversation.
+    """Permission for a tool of a target, globally or for one plugin client and/or conversation.
 
     The most specific row wins (client and conversation, then conversation,
-    then client, then global); without a row, the tool's default applies.
+    then client, then global; at the same scope, a row naming the tool
+    before one for its whole target); without a row, the tool's default.
+    A blank ``tool`` covers every tool of ``target`` (an MCP server, SPEC §5.4).
     """
 
-    tool = models.CharField(max_length=100, help_text="A registered tool name, e.g. shell.run.")
+    target = models.CharField(
+        max_length=64, default=DEFAULT_TARGET,
+        help_text="conductor, or the name of an MCP server.",
+    )
+    tool = models.CharField(
+        max_length=128, blank=True,
+        help_text="A tool of the target, e.g. shell.run; blank: every tool of an MCP server.",
+    )
     client = models.ForeignKey(
         "ingest.PluginClient", on_delete=models.CASCADE, null=True, blank=True,
         related_name="tool_policies",
@@ -235,24 +245,31 @@ class ToolPolicy(models.Model):
         verbose_name_plural = "tool policies"
         constraints = [
             models.UniqueConstraint(
-                fields=["tool"], condition=Q(client__isnull=True, conversation__isnull=True),
+                fields=["target", "tool"], condition=Q(client__isnull=True, conversation__isnull=True),
                 name="tool_policy_global_uniq",
             ),
             models.UniqueConstraint(
-                fields=["tool", "client"], condition=Q(client__isnull=False, conversation__isnull=True),
+                fields=["target", "tool", "client"], condition=Q(client__isnull=False, conversation__isnull=True),
                 name="tool_policy_client_uniq",
             ),
             models.UniqueConstraint(
-                fields=["tool", "conversation"],
+                fields=["target", "tool", "conversation"],
                 condition=Q(client__isnull=True, conversation__isnull=False),
                 name="tool_policy_conversation_uniq",
             ),
             models.UniqueConstraint(
-                fields=["tool", "client", "conversation"],
+                fields=["target", "tool", "client", "conversation"],
                 condition=Q(client__isnull=False, conversation__isnull=False),
                 name="tool_policy_client_conversation_uniq",
             ),
         ]
+
+    @property
+    def full_name(self) -> str:
+        """``tool``, ``server::tool`` or ``server::*``."""
+        if self.target == DEFAULT_TARGET:
+            return self.tool
+        return f"{self.target}::{self.tool or '*'}"
 
     def __str__(self) -> str:
         scope = " ".join(
@@ -261,13 +278,16 @@ class ToolPolicy(models.Model):
                 f"conversation {self.conversation}" if self.conversation_id else "",
             ) if part
         ) or "everywhere"
-        return f"{self.tool}: {self.policy} ({scope})"
+        return f"{self.full_name}: {self.policy} ({scope})"
 
     def clean(self) -> None:
         from django.core.exceptions import ValidationError
 
-        if self.tool not in tools:
-            raise ValidationError({"tool": f"unknown tool {self.tool!r}"})
+        if self.target == DEFAULT_TARGET:
+            if self.tool not in tools:
+                raise ValidationError({"tool": f"unknown tool {self.tool!r}"})
+        elif not McpServer.objects.filter(name=self.target).exists():
+            raise ValidationError({"target": f"unknown target {self.target!r}: no MCP server has this name"})
 
 
 class DeliveryRequest(models.Model):

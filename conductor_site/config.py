@@ -121,6 +121,12 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         # The oldest plugin version this server supports (SPEC §9): an older
         # hello gets `"plugin_outdated": true`. Empty: every version is supported.
         "CONDUCTOR_OLDEST_PLUGIN_VERSION": _plugin_version(env, "CONDUCTOR_OLDEST_PLUGIN_VERSION", "1.0.0"),
+        # MCP servers (SPEC §5.4): the longest call timeout a server may set,
+        # and a JSON file of servers in the shared ``mcpServers`` shape.
+        "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS", 300),
+        "CONDUCTOR_MCP_SERVERS": env.str("CONDUCTOR_MCP_SERVERS", default="").strip(),
+        # Keep a stdio server running between calls, one per worker process (off: a fresh one per call).
+        "CONDUCTOR_MCP_KEEP_ALIVE": env.bool("CONDUCTOR_MCP_KEEP_ALIVE", default=True),
         # Beyond SPEC §8: how often a live socket refreshes its client's
         # presence (a client counts as gone after twice this, at most 60 s),
         # how long a new socket may wait before its hello, and the largest

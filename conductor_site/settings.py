@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "conductor_site",
     # Lowest layer first: see ARCHITECTURE.md.
     "conversations",
+    "mcp_servers",
     "automation",
     "tools",
     "ingest",

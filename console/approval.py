@@ -70,6 +70,10 @@ def held_call(payload: dict[str, Any]) -> HeldCall:
             [],
             displayable_text(f"the run would refuse it: {error}"),
         )
+    if spec.target != DEFAULT_TARGET:
+        # An MCP tool: what the operator must see is which server and tool, and what it says it does.
+        about = [("MCP server", spec.target), ("tool", spec.name), ("description", spec.description or "—")]
+        return HeldCall(displayable_text(label), shown, [(key, _shown(value)) for key, value in about], "")
     if spec.plan is None:
         return HeldCall(displayable_text(label), shown, [], "")
     call = ToolCall(

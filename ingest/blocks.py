@@ -57,7 +57,10 @@ MAX_BLOCK_BYTES = 64 * 1024
 MAX_NESTING = 20  # markdown-it's own default for its commonmark preset
 
 NAME = r"[a-z][a-z0-9_.-]*"
-HEADER_RE = re.compile(rf"^(?:(?P<target>{NAME})::)?(?P<tool>{NAME})$")
+TARGET_NAME = r"[a-z][a-z0-9_-]*"
+# A tool of an MCP target is written exactly as its server lists it (SPEC §5).
+MCP_TOOL_NAME = r"[A-Za-z0-9_.-]{1,128}"
+HEADER_RE = re.compile(rf"^(?:(?P<target>{TARGET_NAME})::(?P<mcp_tool>{MCP_TOOL_NAME})|(?P<tool>{NAME}))$")
 # Every line that opens a ``baa`` fence ends like this, whatever its container.
 # Fixed width before the info string, so it never backtracks over a long run.
 MAY_OPEN_BAA_RE = re.compile(rf"[`~]{{3}}[ \t]*{INFO_STRING}[ \t]*$", re.MULTILINE)
@@ -203,10 +206,12 @@ def _parse_block(fence: _Fence, index: int) -> Block:
     if not match:
         return rejected(
             f"bad header {header[:80]!r}: expected TOOL or TARGET::TOOL, "
-            f"each name matching {NAME}"
+            f"TOOL matching {NAME}, TARGET matching {TARGET_NAME}"
         )
 
-    target, tool = match["target"] or DEFAULT_TARGET, match["tool"]
+    target, tool = match["target"] or DEFAULT_TARGET, match["tool"] or match["mcp_tool"]
+    if target == DEFAULT_TARGET and not re.fullmatch(NAME, tool):
+        return rejected(f"bad header {header[:80]!r}: the tools of {DEFAULT_TARGET} match {NAME}")
     params_text = "\n".join(fence.body[header_at + 1 :])
     params: Any = {}
     if params_text.strip():

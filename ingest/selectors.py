@@ -20,7 +20,8 @@ from ingest.guide import MAX_HANDLES_SHOWN, GuideFacts, GuideTool, ToolGuide, to
 from ingest.models import Instruction, PluginClient
 from ingest.tokens import HASH_PREFIX, token_matches
 from platforms import platforms
-from tools.registry import Policy, tools
+from mcp_servers.selectors import mcp_tool_specs
+from tools.registry import DEFAULT_TARGET, Policy, tools
 
 # A socket that died without a close (its server killed) stops counting after
 # this long at most, whatever the ping interval (SPEC §4).
@@ -189,73 +190,90 @@ def instruction_counts_by_status() -> dict[str, int]:
     return dict(rows)
 
 
-def tool_policy_for(*, tool: str, client_pk: int | None, conversation_pk: int | None) -> str:
-    """The policy that applies to ``tool`` for this client and conversation.
+def tool_policy_for(
+    *, tool: str, client_pk: int | None, conversation_pk: int | None, target: str = DEFAULT_TARGET
+) -> str:
+    """The policy that applies to ``target::tool`` for this client and conversation.
 
     The most specific ``ToolPolicy`` row wins; without one, the tool's default.
     Raises ``UnknownTool`` for a tool that is not registered.
     """
     return ToolPolicies.load(
-        tools=[tool], client_pks=[client_pk], conversation_pks=[conversation_pk]
-    ).policy_for(tool=tool, client_pk=client_pk, conversation_pk=conversation_pk)
+        tools=[tool] if target == DEFAULT_TARGET else [], targets=[target] if target != DEFAULT_TARGET else [],
+        client_pks=[client_pk], conversation_pks=[conversation_pk],
+    ).policy_for(tool=tool, target=target, client_pk=client_pk, conversation_pk=conversation_pk)
 
 
 class ToolPolicies:
     """The ``ToolPolicy`` rows that can apply to some tools, clients and conversations, read at once.
 
-    ``policy_for`` answers as ``tool_policy_for`` would, for any of them, without a query.
+    ``tools`` are names of ``conductor`` tools; ``targets`` MCP servers, all
+    of whose rows are read. ``policy_for`` answers as ``tool_policy_for``
+    would, for any of them, without a query.
     """
 
-    def __init__(self, rows: list[tuple[str, str, int | None, int | None]]) -> None:
-        self._rows: dict[str, list[tuple[str, int | None, int | None]]] = {}
-        for tool, policy, client_pk, conversation_pk in rows:
-            self._rows.setdefault(tool, []).append((policy, client_pk, conversation_pk))
+    def __init__(self, rows: list[tuple[str, str, str, int | None, int | None]]) -> None:
+        self._rows: dict[tuple[str, str], list[tuple[str, int | None, int | None]]] = {}
+        for target, tool, policy, client_pk, conversation_pk in rows:
+            self._rows.setdefault((target, tool), []).append((policy, client_pk, conversation_pk))
 
     @classmethod
     def load(
-        cls, *, tools: Iterable[str], client_pks: Iterable[int | None], conversation_pks: Iterable[int | None]
+        cls, *, tools: Iterable[str], client_pks: Iterable[int | None], conversation_pks: Iterable[int | None],
+        targets: Iterable[str] = (),
     ) -> ToolPolicies:
         client_pks = [pk for pk in client_pks if pk is not None]
         conversation_pks = [pk for pk in conversation_pks if pk is not None]
         rows = ToolPolicy.objects.filter(
             Q(client__isnull=True) | Q(client_id__in=client_pks),
             Q(conversation__isnull=True) | Q(conversation_id__in=conversation_pks),
-            tool__in=set(tools),
-        ).values_list("tool", "policy", "client_id", "conversation_id")
+            Q(target=DEFAULT_TARGET, tool__in=set(tools)) | Q(target__in=set(targets) - {DEFAULT_TARGET}),
+        ).values_list("target", "tool", "policy", "client_id", "conversation_id")
         return cls(list(rows))
 
-    def policy_for(self, *, tool: str, client_pk: int | None, conversation_pk: int | None) -> str:
-        """Raises ``UnknownTool`` for a tool that is not registered."""
-        default = tools.get(tool).default_policy
+    def policy_for(
+        self, *, tool: str, client_pk: int | None, conversation_pk: int | None, target: str = DEFAULT_TARGET,
+        default: str | None = None,
+    ) -> str:
+        """Raises ``UnknownTool`` for a tool that is not registered (unless ``default`` is given)."""
+        if default is None:
+            default = tools.get(tool, target=target).default_policy
         rows = [
-            (policy, row_client, row_conversation)
-            for policy, row_client, row_conversation in self._rows.get(tool, ())
+            (policy, row_client, row_conversation, is_tool_row)
+            for is_tool_row, key in ((True, (target, tool)), (False, (target, "")))
+            if target != DEFAULT_TARGET or is_tool_row
+            for policy, row_client, row_conversation in self._rows.get(key, ())
             if row_client in (None, client_pk) and row_conversation in (None, conversation_pk)
         ]
-        ranked = sorted(rows, key=lambda row: (row[2] is not None, row[1] is not None), reverse=True)
+        ranked = sorted(rows, key=lambda row: (row[2] is not None, row[1] is not None, row[3]), reverse=True)
         return ranked[0][0] if ranked else default
-
-
 
 
 def tool_guide_facts(
     *, platform: str, conversation: Conversation | None = None, client_pk: int | None = None
 ) -> GuideFacts:
-    """What the tool guide of a conversation (or of a new one on ``platform``) says. Three queries.
+    """What the tool guide of a conversation (or of a new one on ``platform``) says. Four queries.
+
+    Its tools are Conductor's and those of every enabled MCP server (SPEC §5.5).
 
     The policies are those ingest would apply to a block of this conversation
     from this client (``ToolPolicies``); denied tools are left out. The mail
     handles are the other conversations that receive mail and were seen
     through a plugin (mail to one never seen has nowhere to go).
     """
-    specs = list(tools)
+    mcp_specs = mcp_tool_specs()
+    specs = [*tools, *mcp_specs]
     conversation_pk = conversation.pk if conversation is not None else None
     policies = ToolPolicies.load(
-        tools=[spec.name for spec in specs], client_pks=[client_pk], conversation_pks=[conversation_pk]
+        tools=[spec.name for spec in tools], targets={spec.target for spec in mcp_specs},
+        client_pks=[client_pk], conversation_pks=[conversation_pk],
     )
     callable_tools = []
     for spec in specs:
-        policy = policies.policy_for(tool=spec.name, client_pk=client_pk, conversation_pk=conversation_pk)
+        policy = policies.policy_for(
+            tool=spec.name, target=spec.target, client_pk=client_pk, conversation_pk=conversation_pk,
+            default=spec.default_policy,
+        )
         if policy != Policy.DENY:
             callable_tools.append(GuideTool(spec=spec, policy=policy))
     recipients = (

@@ -62,9 +62,12 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
     if error := spec.call_error(params, conversation_id=task.conversation_id):
         return TerminalFailure(error)
     client_pk = task.message.client_id if task.message_id else None
-    policy = tool_policy_for(tool=spec.name, client_pk=client_pk, conversation_pk=task.conversation_id)
+    policy = tool_policy_for(
+        tool=spec.name, target=spec.target, client_pk=client_pk, conversation_pk=task.conversation_id
+    )
     if policy == Policy.DENY:
-        return TerminalFailure(f"permission denied: tool {spec.name} is denied by policy")
+        name = spec.name if spec.target == DEFAULT_TARGET else spec.full_name
+        return TerminalFailure(f"permission denied: tool {name} is denied by policy")
 
     call = ToolCall(
         params=params,

@@ -16,6 +16,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
 
 from core.registry import Registry
 
@@ -122,8 +123,11 @@ class ToolSpec:
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        Draft202012Validator.check_schema(self.params_schema)
-        object.__setattr__(self, "_validator", Draft202012Validator(self.params_schema))
+        # The schema's own "$schema" picks the draft (MCP servers often write
+        # draft-07); without one, 2020-12.
+        validator = validator_for(self.params_schema, default=Draft202012Validator)
+        validator.check_schema(self.params_schema)
+        object.__setattr__(self, "_validator", validator(self.params_schema))
 
     @property
     def family(self) -> str:
@@ -157,10 +161,23 @@ class ToolSpec:
         return self.check(params, conversation_id=conversation_id) if self.check is not None else None
 
 
+# The tools of targets other than ``conductor`` (MCP servers, SPEC §5.4): a
+# function of ``(target, name)`` giving the spec, or raising ``UnknownTool``
+# with the reason (unknown or disabled server, unknown tool).
+ExternalTools = Callable[[str, str], ToolSpec]
+
+
 class ToolRegistry(Registry[ToolSpec]):
-    """Tools by ``(target, name)``."""
+    """Tools by ``(target, name)``.
+
+    Its own entries are Conductor's tools; another target's tools come from
+    the ``external`` source a higher layer installs (``mcp_servers``), looked
+    up when asked for, since an operator adds and changes servers at run time.
+    Iterating gives only the registered tools.
+    """
 
     what = "tool"
+    external: ExternalTools | None = None
     duplicate_error = DuplicateTool
     unknown_error = UnknownTool
 
@@ -178,7 +195,13 @@ class ToolRegistry(Registry[ToolSpec]):
         return f"unknown tool {name!r} for target {target!r}; known: {known}"
 
     def get(self, name: str, *, target: str = DEFAULT_TARGET) -> ToolSpec:
+        if target != DEFAULT_TARGET and self.external is not None:
+            return self.external(target, name)
         return super().get((target, name))
+
+    def set_external(self, source: ExternalTools | None) -> None:
+        """Install the source of other targets' tools (one; None removes it)."""
+        self.external = source
 
     def __contains__(self, name: object) -> bool:
         return (DEFAULT_TARGET, name) in self._entries

@@ -38,6 +38,7 @@ from conversations.models import Conversation
 from ingest.services.instructions import INSTRUCTION_EXECUTE
 from pipelines.mail import MAIL_DELIVER
 from platforms import DELIVERY_METHODS
+from mcp_servers.models import McpServer
 from tools.registry import DEFAULT_TARGET, UnknownTool, tools
 
 
@@ -58,6 +59,8 @@ def id_list(ids: list[str], *, limit: int = 20) -> str:
 
 
 class ToolPolicyForm(forms.ModelForm):
+    """A policy's target and tool chosen as one: ``tool``, ``server::tool``, or ``server::*`` for a whole server."""
+
     tool = forms.ChoiceField(choices=[])
 
     class Meta:
@@ -66,16 +69,28 @@ class ToolPolicyForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["tool"].choices = [
-            (spec.name, f"{spec.name} (default: {spec.default_policy})") for spec in tools
-        ]
+        choices = [(spec.name, f"{spec.name} (default: {spec.default_policy})") for spec in tools]
+        for server in McpServer.objects.prefetch_related("tools"):
+            choices.append((f"{server.name}::*", f"{server.name}::* (every tool of this MCP server)"))
+            choices += [(f"{server.name}::{tool.name}", f"{server.name}::{tool.name} (default: approve)")
+                        for tool in server.tools.all()]
+        if self.instance.pk and self.instance.full_name not in dict(choices):
+            choices.append((self.instance.full_name, self.instance.full_name))
+        self.fields["tool"].choices = choices
+        if self.instance.pk:
+            self.initial["tool"] = self.instance.full_name
+
+    def clean_tool(self):
+        target, found, tool = self.cleaned_data["tool"].rpartition("::")
+        self.instance.target = target if found else DEFAULT_TARGET
+        return "" if tool == "*" else tool
 
 
 @admin.register(ToolPolicy)
 class ToolPolicyAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     form = ToolPolicyForm
-    list_display = ["tool", "policy", "client", "conversation", "note", "updated_at"]
-    list_filter = ["policy", "tool"]
+    list_display = ["__str__", "target", "tool", "policy", "client", "conversation", "note", "updated_at"]
+    list_filter = ["policy", "target", "tool"]
     raw_id_fields = ["client", "conversation"]
 
 

@@ -23,7 +23,7 @@ from automation.models import TaskStatus
 from ingest.blocks import Block
 from ingest.models import Instruction
 from ingest.selectors import ToolPolicies
-from tools.registry import Policy, UnknownTool, tools
+from tools.registry import DEFAULT_TARGET, Policy, UnknownTool, tools
 
 
 @dataclass(frozen=True)
@@ -69,13 +69,14 @@ class Judgement:
     ) -> Judgement:
         conversation_pks = set(conversation_pks)
         # Only a block that parsed can use budget or have a policy: without one, nothing to read.
-        tool_names = {block.tool for block in blocks if block.is_valid}
-        if not tool_names:
+        valid = [block for block in blocks if block.is_valid]
+        if not valid:
             return cls(budgets={}, policies=ToolPolicies([]))
         return cls(
             budgets=hourly_budgets(conversation_pks, now),
             policies=ToolPolicies.load(
-                tools=tool_names, client_pks=set(client_pks), conversation_pks=conversation_pks,
+                tools={block.tool for block in valid}, targets={block.target for block in valid},
+                client_pks=set(client_pks), conversation_pks=conversation_pks,
             ),
         )
 
@@ -89,9 +90,12 @@ class Judgement:
             return Verdict(None, str(exc))
         if error := spec.call_error(block.params or {}, conversation_id=conversation_pk):
             return Verdict(None, f"invalid params for {block.tool}: {error}")
-        policy = self._policies.policy_for(tool=block.tool, client_pk=client_pk, conversation_pk=conversation_pk)
+        policy = self._policies.policy_for(
+            tool=block.tool, target=block.target, client_pk=client_pk, conversation_pk=conversation_pk,
+        )
         if policy == Policy.DENY:
-            return Verdict(None, f"{block.tool} is denied by policy")
+            name = block.tool if spec.target == DEFAULT_TARGET else spec.full_name
+            return Verdict(None, f"{name} is denied by policy")
         if self._budgets[conversation_pk] <= 0:
             limit = settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR
             return Verdict(None, (

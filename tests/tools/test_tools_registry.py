@@ -58,6 +58,7 @@ def test_params_are_checked_against_each_tools_schema(tool, params, error):
         assert found is not None and found.startswith(error), found
 
 
+@pytest.mark.django_db  # other targets are MCP servers, read from the database
 def test_unknown_tool_and_target_raise_clear_errors():
     with pytest.raises(UnknownTool, match="unknown tool 'files.delete' for target 'conductor'; known: echo"):
         tools.get("files.delete")

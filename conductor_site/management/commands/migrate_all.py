@@ -10,3 +10,6 @@ class Command(BaseCommand):
         for alias in settings.DATABASES:
             self.stdout.write(f"Migrating database '{alias}'")
             call_command("migrate", database=alias, interactive=False, verbosity=options["verbosity"])
+        if settings.CONDUCTOR_MCP_SERVERS:
+            # make run: the servers of the file are there, their tools listed, before serving.
+            call_command("mcp_servers", stdout=self.stdout)

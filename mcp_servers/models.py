@@ -1,0 +1,84 @@
+"""MCP servers an operator configured, and the tools each one listed (SPEC §5.4)."""
+
+from __future__ import annotations
+
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+TARGET_NAME = r"^[a-z][a-z0-9_-]*\Z"
+RESERVED_TARGETS = ("conductor",)
+
+
+class McpServer(models.Model):
+    """One server, reached by a stdio command or a Streamable HTTP URL; its name is the block's target.
+
+    ``secret_env`` and ``secret_headers`` hold the variables and headers as
+    one encrypted JSON object each (``mcp_servers.secrets``); only their
+    names are kept in the clear (``env_names``, ``header_names``), to show.
+    """
+
+    class Transport(models.TextChoices):
+        STDIO = "stdio", "stdio command"
+        HTTP = "http", "Streamable HTTP"
+
+    class Source(models.TextChoices):
+        ADMIN = "admin", "admin"
+        FILE = "file", "CONDUCTOR_MCP_SERVERS"  # rewritten from the file on each sync
+
+    name = models.CharField(
+        max_length=64, unique=True,
+        validators=[RegexValidator(TARGET_NAME, "a target name: [a-z][a-z0-9_-]*")],
+        help_text="The target blocks name: NAME::tool.",
+    )
+    transport = models.CharField(max_length=8, choices=Transport.choices, default=Transport.STDIO)
+    command = models.CharField(max_length=1000, blank=True, help_text="stdio: the program to start.")
+    args = models.JSONField(default=list, blank=True, help_text="stdio: its arguments, a JSON list of strings.")
+    cwd = models.CharField(
+        max_length=1000, blank=True,
+        help_text="stdio: the folder it runs in; relative to the workspace; empty: the workspace.",
+    )
+    url = models.URLField(max_length=1000, blank=True, help_text="Streamable HTTP: the endpoint URL.")
+    secret_env = models.TextField(blank=True, default="")
+    env_names = models.JSONField(default=list, blank=True)
+    secret_headers = models.TextField(blank=True, default="")
+    header_names = models.JSONField(default=list, blank=True)
+    enabled = models.BooleanField(default=True)
+    timeout_seconds = models.PositiveIntegerField(
+        default=60, validators=[MinValueValidator(1)],
+        help_text="A call's timeout, at most CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS.",
+    )
+    source = models.CharField(max_length=8, choices=Source.choices, default=Source.ADMIN)
+    tools_listed_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True, default="", help_text="Why the last listing failed; empty when it worked.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "MCP server"
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class McpTool(models.Model):
+    """A tool as its server listed it at ``server.tools_listed_at``."""
+
+    server = models.ForeignKey(McpServer, on_delete=models.CASCADE, related_name="tools")
+    name = models.CharField(max_length=128)
+    description = models.TextField(blank=True, default="")
+    input_schema = models.JSONField(default=dict)
+    annotations = models.JSONField(default=dict, blank=True)
+    position = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "MCP tool"
+        ordering = ["server", "position"]
+        constraints = [models.UniqueConstraint(fields=["server", "name"], name="mcp_tool_server_name_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.server.name}::{self.name}"
+
+    @property
+    def is_idempotent(self) -> bool:
+        """Only a tool that says ``idempotentHint: true`` is run again after an interruption."""
+        return self.annotations.get("idempotentHint") is True

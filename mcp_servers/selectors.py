@@ -1,0 +1,110 @@
+"""Reads of the MCP servers app: the tools of MCP targets as the tool registry gives them."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from django.conf import settings
+from jsonschema.exceptions import SchemaError
+
+from mcp_servers.models import McpServer, McpTool
+from mcp_servers.secrets import secrets_open, secrets_resolve
+from tools.mcp_client import McpEndpoint
+from tools.registry import Policy, ToolCall, ToolSpec, UnknownTool
+
+# What a tool without an input schema accepts.
+ANY_OBJECT = {"type": "object"}
+
+
+def mcp_endpoint(*, server: McpServer) -> McpEndpoint:
+    """How to reach ``server``, its secrets opened and ``${NAME}`` references resolved.
+
+    Raises ``SecretError`` when they cannot be.
+    """
+    timeout = min(server.timeout_seconds, settings.CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS)
+    if server.transport == McpServer.Transport.HTTP:
+        headers = secrets_resolve(secrets_open(server.secret_headers))
+        return McpEndpoint(name=server.name, url=server.url, headers=tuple(sorted(headers.items())),
+                           timeout_seconds=timeout)
+    env = secrets_resolve(secrets_open(server.secret_env))
+    return McpEndpoint(
+        name=server.name, command=server.command, args=tuple(str(arg) for arg in server.args),
+        cwd=server.cwd, env=tuple(sorted(env.items())), timeout_seconds=timeout,
+    )
+
+
+def _run(server_name: str, tool_name: str, call: ToolCall) -> Any:
+    from mcp_servers.services import mcp_tool_run  # services read this module
+
+    return mcp_tool_run(call, server_name=server_name, tool_name=tool_name)
+
+
+def mcp_tool_as_spec(*, server: McpServer, tool: McpTool) -> ToolSpec:
+    """A listed tool as a ``ToolSpec`` of target ``server.name``: default ``approve``, no example.
+
+    No example: nothing says which arguments are safe to suggest for a tool
+    Conductor did not write. Raises ``UnknownTool`` when its input schema is
+    not a valid JSON Schema.
+    """
+    try:
+        return ToolSpec(
+            name=tool.name, target=server.name,
+            description=" ".join((tool.description or "").split()),
+            params_schema=tool.input_schema or ANY_OBJECT,
+            is_idempotent=tool.is_idempotent,
+            default_policy=Policy.APPROVE,
+            run=partial(_run, server.name, tool.name),
+        )
+    except SchemaError as exc:
+        raise UnknownTool(
+            f"tool {tool.name!r} of MCP server {server.name!r} has an input schema that is not valid JSON Schema: "
+            f"{exc.message}"
+        ) from None
+
+
+def mcp_tool_spec(target: str, name: str) -> ToolSpec:
+    """The tool registry's source for targets other than ``conductor``. Two queries.
+
+    Raises ``UnknownTool`` saying what is wrong: no such server, a disabled
+    one, or a tool it did not list.
+    """
+    server = McpServer.objects.filter(name=target).first()
+    if server is None:
+        return _unknown_target(target)
+    if not server.enabled:
+        raise UnknownTool(f"MCP server {target!r} is disabled")
+    tool = McpTool.objects.filter(server=server, name=name).first()
+    if tool is None:
+        known = list(server.tools.values_list("name", flat=True)[:40])
+        listed = ", ".join(known) if known else "none (its tools have not been listed)"
+        raise UnknownTool(f"unknown tool {name!r} for MCP server {target!r}; known: {listed}")
+    return mcp_tool_as_spec(server=server, tool=tool)
+
+
+def _unknown_target(target: str) -> ToolSpec:
+    names = list(McpServer.objects.filter(enabled=True).values_list("name", flat=True)[:40])
+    known = ", ".join(["conductor", *names])
+    raise UnknownTool(f"unknown target {target!r}; known: {known}")
+
+
+def mcp_tool_specs() -> list[ToolSpec]:
+    """Every tool of every enabled server, as ``ToolSpec``, by server and listing order. One query.
+
+    Tools whose schema is not valid are left out (a block naming one is
+    rejected with the reason).
+    """
+    specs = []
+    for tool in McpTool.objects.filter(server__enabled=True).select_related("server").order_by(
+        "server__name", "position"
+    ):
+        try:
+            specs.append(mcp_tool_as_spec(server=tool.server, tool=tool))
+        except UnknownTool:
+            continue
+    return specs
+
+
+def mcp_server_targets() -> list[str]:
+    """The names of the configured servers, enabled or not."""
+    return list(McpServer.objects.values_list("name", flat=True))

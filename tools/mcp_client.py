@@ -1,0 +1,475 @@
+"""Calling an MCP server's tools through the official ``mcp`` SDK (SPEC §5.4).
+
+No models here: an ``McpEndpoint`` says how to reach one server (the
+``mcp_servers`` app builds it from its row, secrets resolved), and the two
+verbs are ``mcp_tools_list`` (``tools/list``, every page) and
+``mcp_tool_call`` (``tools/call``). Both are synchronous, for the
+dispatcher's threads; the SDK's sessions live on one event loop thread per
+process (``_Runner``), where a kept-alive session per server waits for the
+next call.
+
+Processes. A stdio server starts with ``shell.run``'s minimal environment
+(``PATH``, ``LANG``, ``HOME`` = the workspace) plus its configured variables,
+never the server's own environment. (The SDK adds the handful of variables
+it always passes on, ``USER``, ``LOGNAME``, ``SHELL``, ``TERM``, which hold
+no secret.) The SDK starts it in a process group of its own
+(``start_new_session``) and, on close, signals the whole group: TERM, then
+KILL. Unlike ``shell.run`` it is not in a Landlock domain: the SDK starts the
+process itself and leaves no place for the launcher (see ``tools/shell.py``);
+operators configure these commands, chat blocks never choose them. Its
+stderr is drained and only its last lines kept, so a flooding server neither
+blocks on a full pipe nor fills memory or the logs; they explain a server
+that fails to start.
+
+A session that dies during a call (the process exited, the connection
+dropped) fails that call as interrupted (``McpInterrupted``); one whose call
+passes the timeout is closed, its process group killed, and the next call
+starts a new one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import signal
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+
+from core.logfmt import log_event
+from tools.registry import ToolError, ToolRetryableError
+from tools.shell import SAFE_PATH
+from tools.workspace import workspace_root
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
+
+# The SDK (and httpx, pydantic, anyio below it) is imported when a session
+# starts, not with this module: every Django process loads this module at
+# start-up (the admin, the registry), and the SDK takes seconds to import on
+# a busy machine, which every django-q2 worker and command would pay.
+
+logger = logging.getLogger(__name__)
+
+# How long a server may take to start and answer ``initialize``.
+CONNECT_TIMEOUT_SECONDS = 30.0
+# The most pages of ``tools/list`` read, and tools kept, from one server.
+MAX_PAGES = 50
+# How much of a server's stderr is kept to explain a failure.
+STDERR_TAIL_BYTES = 2048
+POLL_SECONDS = 0.1
+# Set in each stdio server's environment to find its process (not a secret).
+MARKER_VARIABLE = "CONDUCTOR_MCP_SESSION"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class McpEndpoint:
+    """How to reach one MCP server: a stdio command, or a Streamable HTTP URL.
+
+    ``env`` and ``headers`` hold resolved values, secrets included: they are
+    left out of ``repr`` so that no log line can carry them.
+    """
+
+    name: str
+    command: str = ""
+    args: tuple[str, ...] = ()
+    cwd: str = ""
+    url: str = ""
+    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    timeout_seconds: float = 60.0
+
+    @property
+    def is_stdio(self) -> bool:
+        return not self.url
+
+
+class McpUnavailable(ToolError):
+    """The server could not be started or reached; nothing was called."""
+
+
+class McpInterrupted(ToolError):
+    """The session died while a call was in flight: whether the tool ran is unknown."""
+
+
+class McpProtocolError(ToolError):
+    """The server answered the request with an MCP error (an unknown tool, bad arguments)."""
+
+
+def server_environment(endpoint: McpEndpoint, workspace: Path) -> dict[str, str]:
+    """A stdio server's environment: ``shell.run``'s minimal one, then its configured variables."""
+    return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": str(workspace_root(workspace)), **dict(endpoint.env)}
+
+
+def server_folder(endpoint: McpEndpoint, workspace: Path) -> Path:
+    """Where a stdio server runs: its configured folder (relative ones in the workspace), else the workspace."""
+    root = workspace_root(workspace)
+    return root / endpoint.cwd if endpoint.cwd else root
+
+
+class _StderrTail:
+    """A pipe for a server's stderr, drained by a thread that keeps the last ``STDERR_TAIL_BYTES``."""
+
+    def __init__(self) -> None:
+        read_fd, write_fd = os.pipe()
+        self.writer = os.fdopen(write_fd, "w")
+        self._tail = bytearray()
+        self._thread = threading.Thread(target=self._drain, args=(read_fd,), daemon=True, name="mcp-stderr")
+        self._thread.start()
+
+    def _drain(self, read_fd: int) -> None:
+        with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+            while chunk := pipe.read(65536):
+                self._tail = (self._tail + chunk)[-STDERR_TAIL_BYTES:]
+
+    def close(self) -> None:
+        """Close our end; the tail is complete once the server's end is closed too (it exited)."""
+        with contextlib.suppress(OSError):
+            self.writer.close()
+        # A server that failed at start wrote its reason just before exiting: wait for it, briefly.
+        self._thread.join(0.5)
+
+    def text(self) -> str:
+        lines = bytes(self._tail).decode("utf-8", errors="replace").strip().splitlines()
+        return " | ".join(lines[-5:])[-500:]
+
+
+class _Connection:
+    """One live session with one server, owned by one task on the runner's loop.
+
+    The SDK's context managers must be entered and left in the same task, so
+    ``run`` holds them open until ``close`` and calls come from other tasks.
+    """
+
+    def __init__(self, endpoint: McpEndpoint, workspace: Path) -> None:
+        self.endpoint = endpoint
+        self.workspace = workspace
+        self.session: ClientSession | None = None
+        self.ready = asyncio.Event()
+        self.closing = asyncio.Event()
+        self.gone = asyncio.Event()
+        self.error: BaseException | None = None
+        self.stderr: _StderrTail | None = None
+        self.task: asyncio.Task | None = None
+        # A stdio server's process group (its pid: the SDK starts it with
+        # start_new_session), found by the marker in its environment.
+        self.marker = secrets.token_hex(8)
+        self.process_group: int | None = None
+
+    @property
+    def is_alive(self) -> bool:
+        return self.session is not None and not self.gone.is_set() and not self.closing.is_set()
+
+    def _transport(self):
+        from mcp.client.stdio import StdioServerParameters, stdio_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        endpoint = self.endpoint
+        if endpoint.is_stdio:
+            self.stderr = _StderrTail()
+            folder = server_folder(endpoint, self.workspace)
+            return stdio_client(
+                StdioServerParameters(
+                    command=endpoint.command, args=list(endpoint.args), cwd=folder,
+                    env={**server_environment(endpoint, self.workspace), MARKER_VARIABLE: self.marker},
+                ),
+                errlog=self.stderr.writer,
+            )
+        client = create_mcp_http_client(headers=dict(endpoint.headers))
+        return _http_transport(endpoint.url, client)
+
+    async def run(self) -> None:
+        import anyio
+        from mcp.client.session import ClientSession
+
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                streams = await stack.enter_async_context(self._transport())
+                session = await stack.enter_async_context(ClientSession(*streams[:2]))
+                with anyio.fail_after(CONNECT_TIMEOUT_SECONDS):
+                    await session.initialize()
+                if self.endpoint.is_stdio:
+                    self.process_group = _child_with_marker(self.marker)
+                self.session = session
+                self.ready.set()
+                await self.closing.wait()
+        except BaseException as exc:  # noqa: BLE001 - kept for the caller, whatever it was
+            self.error = exc
+        finally:
+            # The SDK kills the group only when the server outlives its closed
+            # stdin; a server that exits leaves its children running. They go now.
+            if self.process_group is not None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.process_group, signal.SIGKILL)
+            self.gone.set()
+            self.ready.set()
+            if self.stderr is not None:
+                self.stderr.close()
+
+    def why_gone(self) -> str:
+        """What ended the session, in one line, with the last words of the server's stderr."""
+        error = self.error
+        while isinstance(error, BaseExceptionGroup) and error.exceptions:
+            error = error.exceptions[0]
+        if error is None:
+            reason = "the session ended"
+        elif isinstance(error, TimeoutError):
+            reason = f"no answer to initialize within {CONNECT_TIMEOUT_SECONDS:g} s"
+        else:
+            reason = f"{type(error).__name__}: {error}".strip().rstrip(":")
+        tail = self.stderr.text() if self.stderr is not None else ""
+        return f"{reason}; stderr: {tail}" if tail else reason
+
+
+def _child_with_marker(marker: str) -> int | None:
+    """The pid of this process's child whose environment holds ``marker``, or None."""
+    me, needle = os.getpid(), f"{MARKER_VARIABLE}={marker}".encode()
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as stat:
+                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
+            if parent != me:
+                continue
+            with open(f"/proc/{entry.name}/environ", "rb") as environ:
+                if needle in environ.read().split(b"\0"):
+                    return int(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+@contextlib.asynccontextmanager
+async def _http_transport(url: str, client):
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with client, streamable_http_client(url, http_client=client) as streams:
+        yield streams
+
+
+class _Runner:
+    """The process's event loop thread and its kept-alive connections, by endpoint."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        self.connections: dict[tuple[McpEndpoint, Path], _Connection] = {}
+        self.lock = threading.Lock()
+        thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="mcp-runner")
+        thread.start()
+
+    def submit(self, coroutine: Awaitable[T]) -> asyncio.Future:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+
+
+_runner: _Runner | None = None
+_runner_lock = threading.Lock()
+
+
+def _the_runner() -> _Runner:
+    """This process's runner; a forked child (a django-q2 worker) starts its own."""
+    global _runner
+    with _runner_lock:
+        if _runner is None or _runner.pid != os.getpid():
+            _runner = _Runner()
+        return _runner
+
+
+async def _connect(endpoint: McpEndpoint, workspace: Path) -> _Connection:
+    connection = _Connection(endpoint, workspace)
+    connection.task = asyncio.get_running_loop().create_task(connection.run())
+    await connection.ready.wait()
+    if connection.session is None:
+        failed = "did not start" if endpoint.is_stdio else "did not answer initialize"
+        raise McpUnavailable(f"MCP server {endpoint.name!r} {failed}: {connection.why_gone()}")
+    return connection
+
+
+async def _close(connection: _Connection) -> None:
+    connection.closing.set()
+    await connection.gone.wait()
+
+
+async def _connection_for(runner: _Runner, endpoint: McpEndpoint, workspace: Path) -> _Connection:
+    key = (endpoint, workspace)
+    connection = runner.connections.get(key)
+    if connection is not None and connection.is_alive:
+        return connection
+    if connection is not None:
+        log_event(logger, "mcp_session_restart", level=logging.WARNING, server=endpoint.name,
+                  reason=connection.why_gone())
+    connection = await _connect(endpoint, workspace)
+    runner.connections[key] = connection
+    return connection
+
+
+async def _with_session(
+    endpoint: McpEndpoint, workspace: Path, keep_alive: bool,
+    work: Callable[[ClientSession], Awaitable[T]], holder: list[_Connection],
+) -> T:
+    runner = _the_runner()
+    if keep_alive:
+        connection = await _connection_for(runner, endpoint, workspace)
+    else:
+        connection = await _connect(endpoint, workspace)
+    holder.append(connection)
+    try:
+        return await _until_gone(connection, work(connection.session))
+    finally:
+        if not keep_alive:
+            await _close(connection)
+
+
+async def _until_gone(connection: _Connection, request: Awaitable[T]) -> T:
+    """``request``'s answer, or ``McpInterrupted`` as soon as the session dies under it."""
+    from mcp.shared.exceptions import MCPError
+    from mcp_types.jsonrpc import CONNECTION_CLOSED
+
+    request_task = asyncio.ensure_future(request)
+    gone_task = asyncio.ensure_future(connection.gone.wait())
+    try:
+        await asyncio.wait({request_task, gone_task}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        gone_task.cancel()
+    if request_task.done():
+        try:
+            return request_task.result()
+        except MCPError as exc:
+            if exc.error.code != CONNECTION_CLOSED:
+                raise
+            # The SDK's answer to every request in flight when the stream ended.
+            connection.closing.set()
+    else:
+        request_task.cancel()
+        # Its own "Connection closed" may land before the cancel; it is read here.
+        request_task.add_done_callback(lambda task: task.cancelled() or task.exception())
+    raise McpInterrupted(
+        f"interrupted: the MCP server {connection.endpoint.name!r} went away during the call "
+        f"({connection.why_gone()})"
+    )
+
+
+def _run_sync(
+    endpoint: McpEndpoint, *, workspace: Path, keep_alive: bool, timeout: float,
+    work: Callable[[ClientSession], Awaitable[T]], cancelled: threading.Event | None, what: str,
+) -> T:
+    """Run ``work`` with a session of ``endpoint`` from a synchronous caller, within ``timeout`` seconds.
+
+    At the timeout or on a cancel, the session is closed (its process group
+    killed) so the next call starts afresh, and a ``ToolError`` says why.
+    """
+    runner = _the_runner()
+    holder: list[_Connection] = []
+    future = runner.submit(_with_session(endpoint, workspace, keep_alive, work, holder))
+    # The timeout counts from when the session is ready: starting a server
+    # (an npm package, an interpreter) has its own limit, CONNECT_TIMEOUT_SECONDS.
+    deadline = time.monotonic() + CONNECT_TIMEOUT_SECONDS + POLL_SECONDS * 10
+    is_ready = False
+    while True:
+        if not is_ready and holder:
+            is_ready = True
+            deadline = time.monotonic() + timeout
+        try:
+            return future.result(POLL_SECONDS)
+        except TimeoutError:
+            pass
+        except ToolError:
+            raise
+        except Exception as exc:
+            raise _protocol_error(exc, endpoint) from exc
+        stopping = cancelled is not None and cancelled.is_set()
+        if stopping or time.monotonic() >= deadline:
+            future.cancel()
+            for connection in holder:
+                runner.submit(_close(connection))
+            log_event(logger, "mcp_call_stopped", level=logging.WARNING, server=endpoint.name, what=what,
+                      reason="cancelled" if stopping else "timeout")
+            if stopping:
+                raise ToolError(f"cancelled; the MCP server {endpoint.name!r} was stopped")
+            raise ToolError(
+                f"timed out after {timeout:g} s; the MCP server {endpoint.name!r} was stopped "
+                "(its process group killed) and restarts on the next call"
+            )
+
+
+def _protocol_error(exc: Exception, endpoint: McpEndpoint) -> ToolError:
+    message = str(exc).strip() or type(exc).__name__
+    return McpProtocolError(f"MCP server {endpoint.name!r} refused the request: {message}")
+
+
+def mcp_tools_list(endpoint: McpEndpoint, *, workspace: Path, keep_alive: bool = True) -> list[dict[str, Any]]:
+    """Every tool the server lists (``tools/list``, following ``nextCursor``), as wire JSON.
+
+    Each entry has ``name``, and when the server gives them ``description``,
+    ``inputSchema`` and ``annotations``. Raises ``ToolError`` when the
+    server cannot be reached or answers with an error.
+    """
+
+    async def work(session: ClientSession) -> list[dict[str, Any]]:
+        from mcp_types import PaginatedRequestParams
+
+        listed: list[dict[str, Any]] = []
+        cursor = None
+        for _ in range(MAX_PAGES):
+            params = PaginatedRequestParams(cursor=cursor) if cursor else None
+            page = await session.list_tools(params=params)
+            listed += [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return listed
+
+    return _run_sync(endpoint, workspace=workspace, keep_alive=keep_alive, timeout=endpoint.timeout_seconds,
+                     work=work, cancelled=None, what="tools/list")
+
+
+def mcp_tool_call(
+    endpoint: McpEndpoint, *, tool: str, arguments: dict[str, Any], workspace: Path,
+    cancelled: threading.Event | None = None, keep_alive: bool = True, is_idempotent: bool = False,
+) -> dict[str, Any]:
+    """Call ``tool`` with ``arguments``; the ``CallToolResult`` as wire JSON (``content``, ``isError``...).
+
+    Raises ``McpUnavailable`` (not started: nothing ran, worth a retry),
+    ``McpInterrupted`` (the session died mid-call: retryable only for an
+    idempotent tool), ``McpProtocolError``, or ``ToolError`` on a timeout or cancel.
+    """
+
+    async def work(session: ClientSession) -> dict[str, Any]:
+        result = await session.call_tool(tool, arguments)
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+    started = time.monotonic()
+    try:
+        result = _run_sync(endpoint, workspace=workspace, keep_alive=keep_alive, timeout=endpoint.timeout_seconds,
+                           work=work, cancelled=cancelled, what="tools/call")
+    except McpUnavailable as exc:
+        raise ToolRetryableError(str(exc)) from exc
+    except McpInterrupted as exc:
+        if is_idempotent:
+            raise ToolRetryableError(f"{exc}; the tool is idempotent, so it runs again") from exc
+        raise ToolError(f"{exc}; not re-run") from exc
+    log_event(logger, "mcp_call", server=endpoint.name, tool=tool,
+              duration_ms=round((time.monotonic() - started) * 1000), is_error=bool(result.get("isError")))
+    return result
+
+
+def mcp_sessions_close() -> None:
+    """Close this process's kept-alive sessions (their servers stop). For tests and shutdown."""
+    runner = _runner
+    if runner is None or runner.pid != os.getpid():
+        return
+    connections = list(runner.connections.values())
+    runner.connections.clear()
+    for connection in connections:
+        with contextlib.suppress(Exception):
+            runner.submit(_close(connection)).result(10)
