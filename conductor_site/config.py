@@ -6,6 +6,7 @@ and validation can be tested without re-importing Django's settings module.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,14 @@ def _positive_float(env: environ.Env, name: str, default: float) -> float:
     if value <= 0:
         raise ImproperlyConfigured(f"{name} must be greater than 0, got {value}")
     return value
+
+
+def _plugin_version(env: environ.Env) -> str:
+    name = "CONDUCTOR_MIN_PLUGIN_VERSION"
+    raw = env.str(name, default="1.0.0").strip()
+    if raw and not re.fullmatch(r"\d+(\.\d+){0,3}", raw):
+        raise ImproperlyConfigured(f"{name} must be a version like 1.2.0 (up to four numbers), got {raw!r}")
+    return raw
 
 
 def _backoff_seconds(env: environ.Env) -> tuple[int, ...]:
@@ -130,5 +139,11 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         "CONDUCTOR_Q_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_Q_TIMEOUT_SECONDS", 300),
         # The bearer token a scraper sends for /metrics; empty: only a staff
         # session (with the overview's permission) may read it.
+        # The oldest plugin version this server supports: an older one is told
+        # so in hello.ok (``plugin_outdated``); empty: every version.
+        "CONDUCTOR_MIN_PLUGIN_VERSION": _plugin_version(env),
+        # How long a platform that had captures may have none before the
+        # overview warns that its chats went quiet.
+        "CONDUCTOR_CAPTURE_SILENCE_HOURS": _positive_float(env, "CONDUCTOR_CAPTURE_SILENCE_HOURS", 24.0),
         "CONDUCTOR_METRICS_TOKEN": env.str("CONDUCTOR_METRICS_TOKEN", default="").strip(),
     }
