@@ -29,10 +29,14 @@ class DeliveryErrorCode:
     PAGE_VALUE_MISSING = "page_value_missing"  # a {{page:NAME}} it could not fill
     NO_TAB = "no_tab"  # no page of the conversation could be opened
     BLOCKED = "blocked"  # the app refused the request as automated
+    # A DOM delivery found no composer: none of the adapter's selectors
+    # matched (the page changed). Retried as any other failure.
+    SELECTOR_MISSING = "selector_missing"
 
 
 KNOWN_DELIVERY_ERROR_CODES = (
     DeliveryErrorCode.PAGE_VALUE_MISSING, DeliveryErrorCode.NO_TAB, DeliveryErrorCode.BLOCKED,
+    DeliveryErrorCode.SELECTOR_MISSING,
 )
 
 
