@@ -84,40 +84,52 @@ def _answers(n: int) -> str:
 
 
 def platform_health(*, client_pk: int | None = None) -> list[PlatformHealth]:
-    """Every platform's capture health, of one client or of all. A few queries per platform."""
+    """Every platform's capture health, of one client or of all. Three queries, whatever the rows."""
     messages = Message.objects.filter(source=Message.Source.PLUGIN, role=Message.Role.ASSISTANT)
     reports = AdapterReport.objects.all()
     if client_pk is not None:
         messages = messages.filter(client_id=client_pk)
         reports = reports.filter(client_id=client_pk)
-    result = []
-    for adapter in platforms:
-        mine = messages.filter(conversation__platform=adapter.name)
-        last = mine.aggregate(
-            any_at=Max("received_at"),
-            network_at=Max("received_at", filter=Q(capture=Message.Capture.NETWORK)),
+    latest = {
+        platform: (any_at, network_at)
+        for platform, any_at, network_at in messages.values("conversation__platform").annotate(
+            any_at=Max("received_at"), network_at=Max("received_at", filter=Q(capture=Message.Capture.NETWORK)),
+        ).values_list("conversation__platform", "any_at", "network_at").order_by()
+    }
+    network_of = {platform: network_at for platform, (_, network_at) in latest.items()}
+    # DOM captures after each platform's last network capture, in one statement.
+    after_network = Q()
+    for platform in platforms.names():
+        since = network_of.get(platform)
+        after_network |= Q(conversation__platform=platform, **({"received_at__gt": since} if since else {}))
+    fallback = {
+        platform: (since, n)
+        for platform, since, n in messages.filter(after_network, capture=Message.Capture.DOM)
+        .values("conversation__platform").annotate(since=Min("received_at"), n=Count("pk"))
+        .values_list("conversation__platform", "since", "n").order_by()
+    }
+    # A client keeps few rows (ingest.services.reports): read them and add up here.
+    current: dict[str, dict[str, CurrentReport]] = {}
+    for row in reports.order_by("last_at").only("platform", "kind", "count", "first_at", "last_at", "detail"):
+        since = network_of.get(row.platform)
+        if since is not None and row.last_at <= since:
+            continue
+        kinds = current.setdefault(row.platform, {})
+        earlier = kinds.get(row.kind)
+        kinds[row.kind] = CurrentReport(
+            kind=row.kind, count=row.count + (earlier.count if earlier else 0),
+            first_at=min(row.first_at, earlier.first_at) if earlier else row.first_at,
+            last_at=row.last_at, detail=row.detail or {},
         )
-        dom = mine.filter(capture=Message.Capture.DOM)
-        if last["network_at"] is not None:
-            dom = dom.filter(received_at__gt=last["network_at"])
-        fallback = dom.aggregate(since=Min("received_at"), n=Count("pk"))
-        current = reports.filter(platform=adapter.name)
-        if last["network_at"] is not None:
-            current = current.filter(last_at__gt=last["network_at"])
-        by_kind = {}
-        for kind, count, first_at, last_at in (
-            current.values("kind").annotate(n=Sum("count"), first=Min("first_at"), last=Max("last_at"))
-            .values_list("kind", "n", "first", "last").order_by("kind")
-        ):
-            latest = current.filter(kind=kind).order_by("-last_at").values_list("detail", flat=True).first()
-            by_kind[kind] = CurrentReport(kind=kind, count=count, first_at=first_at, last_at=last_at,
-                                          detail=latest or {})
-        result.append(PlatformHealth(
-            platform=adapter.name, label=adapter.label or adapter.name, last_capture_at=last["any_at"],
-            last_network_at=last["network_at"], dom_since=fallback["since"], dom_answers=fallback["n"],
-            reports=by_kind,
-        ))
-    return result
+    return [
+        PlatformHealth(
+            platform=adapter.name, label=adapter.label or adapter.name,
+            last_capture_at=latest.get(adapter.name, (None, None))[0], last_network_at=network_of.get(adapter.name),
+            dom_since=fallback.get(adapter.name, (None, 0))[0], dom_answers=fallback.get(adapter.name, (None, 0))[1],
+            reports=dict(sorted(current.get(adapter.name, {}).items())),
+        )
+        for adapter in platforms
+    ]
 
 
 def capture_warnings(*, now: dt.datetime | None = None) -> list[str]:
