@@ -32,7 +32,7 @@ FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 # The plugin's unit tests, a dot each (failures in full at the end).
 NODE_TESTS = $(NODE) --test --test-reporter=dot plugin/tests/*.test.js
 
-.PHONY: install test test-fast migrate run check doctor bench soak deploy-check
+.PHONY: install test test-fast migrate run check doctor bench soak deploy-check plugin
 
 install:
 	$(UV) sync --frozen
@@ -64,6 +64,11 @@ migrate: install
 run: migrate
 	$(UV) run --frozen python manage.py collectstatic --noinput --verbosity 0
 	$(UV) run --frozen python manage.py serve --host $(HOST) --port $(PORT)
+
+# The plugin as a person or a store installs it: dist/conductor-plugin-<version>.zip,
+# the version from plugin/manifest.json, without the plugin's tests.
+plugin:
+	bin/build-plugin
 
 check: install
 	$(UV) run --frozen python manage.py check
