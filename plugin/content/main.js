@@ -190,13 +190,21 @@ function newChatGuide(adapter, isEnabled, inComposer) {
  */
 function watchPage(adapter, tracker, onChecked) {
   let timer = null;
+  let checkedAt = 0;
   const check = () => {
     timer = null;
+    checkedAt = performance.now();
     tracker.generatingChanged(adapter.dom.isGenerating(document));
     onChecked();
   };
+  // The first change after a quiet spell is looked at at once, the next
+  // ones at most every DOM_CHECK_MS: a fast answer whose stop button shows
+  // for less than that is still seen writing, and then done.
   new MutationObserver(() => {
-    timer ??= setTimeout(check, DOM_CHECK_MS);
+    if (timer !== null) return;
+    const wait = DOM_CHECK_MS - (performance.now() - checkedAt);
+    if (wait <= 0) check();
+    else timer = setTimeout(check, wait);
   }).observe(document.documentElement, { subtree: true, childList: true, attributes: true, characterData: true });
   check();
 }

@@ -138,13 +138,14 @@ class PluginBrowser:
 
 
 @contextlib.contextmanager
-def plugin_browser(chromium: str, profile: Path) -> Iterator[PluginBrowser]:
+def plugin_browser(chromium: str, profile: Path, extension: Path = PLUGIN) -> Iterator[PluginBrowser]:
+    """Chromium with the plugin loaded unpacked from ``extension`` (by default the sources in ``plugin/``)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(profile), executable_path=chromium, headless=True,
-            args=[*CHROMIUM_ARGS, f"--disable-extensions-except={PLUGIN}", f"--load-extension={PLUGIN}"],
+            args=[*CHROMIUM_ARGS, f"--disable-extensions-except={extension}", f"--load-extension={extension}"],
         )
         try:
             workers = context.service_workers
