@@ -193,3 +193,45 @@ describe("no report can carry message text", () => {
 function pick(rand, items) {
   return items[Math.floor(rand() * items.length)];
 }
+
+describe("streams that mix known and unknown events", () => {
+  const unknown = 'event: x_future_event\ndata: {"type":"x_future_event","payload":"not the answer"}\n\n';
+
+  for (const [platform, name] of [["claude", "answer_with_baa"], ["chatgpt", "v1_answer_with_baa"], ["chatgpt", "v1_every_patch_operation"]]) {
+    it(`still yield the answer's text: ${platform}/${name} with unknown events between the known ones`, () => {
+      const folder = new URL(`./fixtures/${platform}/`, import.meta.url);
+      const stream = readFileSync(new URL(`${name}.stream`, folder), "utf8");
+      const { request, capture } = JSON.parse(readFileSync(new URL(`${name}.expected.json`, folder), "utf8"));
+      const mixed = stream.split("\n\n").join(`\n\n${unknown}`);
+      const parser = ADAPTERS.find((adapter) => adapter.name === platform).createStreamParser(request);
+      parser.feed(mixed);
+      assert.deepEqual(parser.finish(), capture);
+    });
+  }
+
+  it("an unknown shape gives a stream_unrecognised report and the page's text, never a wrong text", () => {
+    const adapter = ADAPTERS.find((candidate) => candidate.name === "chatgpt");
+    const notices = [];
+    const reports = [];
+    const timers = [];
+    let shown = "An earlier answer.";
+    const tracker = new CaptureTracker({
+      adapter,
+      report: (capture, method) => reports.push({ text: capture.text, method }),
+      notice: (kind) => notices.push(kind),
+      readDom: () => ({ text: shown, message_id: "" }),
+      conversationId: () => "6750a3b2-9c4d-8000-a1b2-c3d4e5f60718",
+      setTimer: (fn) => timers.push(fn),
+      clearTimer: () => {},
+    });
+    tracker.generatingChanged(true);
+    tracker.streamStarted(1, { url: REQUEST_URLS.chatgpt, body: null });
+    tracker.streamChunk(1, 'event: x-turn-chunk\ndata: {"kind":"chunk","payload":"What the stream says"}\n\n'.repeat(3));
+    tracker.streamEnded(1, { status: 200, contentType: "text/event-stream" });
+    shown = "What the page shows.";
+    tracker.generatingChanged(false);
+    for (const fn of timers.splice(0)) fn();
+    assert.deepEqual(notices, ["stream_unrecognised", "dom_fallback_used"]);
+    assert.deepEqual(reports, [{ text: "What the page shows.", method: "dom" }]);
+  });
+});
