@@ -174,6 +174,8 @@ class ScriptedServer:
     guide_text: str = "# Conductor tools\n\nWrite a block:\n\n```baa\nfiles.list\n{\"path\": \".\"}\n```"
     guide_error: str | None = None
     answer_guides: bool = True
+    # Said in hello.ok: the plugin is older than the server supports.
+    plugin_outdated: bool = False
     # Error codes to answer the next final messages with, one per frame, before acks resume.
     refusals: list[str] = field(default_factory=list)
     # How to wait: a test with a browser passes PluginBrowser.pause, so that routes are served meanwhile.
@@ -208,7 +210,8 @@ class ScriptedServer:
             connection.send(json.dumps({"type": "error", "code": "unauthorized", "detail": "scripted"}))
             connection.close(code, "scripted")
             return
-        connection.send(json.dumps({"type": "hello.ok", "client_id": hello.get("client_id"), "server_time": 0}))
+        connection.send(json.dumps({"type": "hello.ok", "client_id": hello.get("client_id"), "server_time": 0,
+                                    "plugin_outdated": self.plugin_outdated}))
         self._current = connection
         with contextlib.suppress(Exception):
             for raw in connection:

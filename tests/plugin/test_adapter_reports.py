@@ -101,6 +101,15 @@ def test_the_zip_make_plugin_builds_loads_unpacked_and_reads_an_answer(tmp_path)
         assert server.hellos[0]["plugin_version"] == version
 
 
+@pytest.mark.database_free
+def test_a_plugin_older_than_the_server_supports_says_update_the_extension(browser, server):
+    server.plugin_outdated = True
+    browser.pair(server.url, "laptop", TOKEN)
+    browser.wait_for_state("connected")
+    browser.wait_until(lambda: browser.badge() == "upd", "the badge to say upd")
+    assert "update the extension" in browser.popup_text()
+
+
 @pytest.fixture
 def chromium(monkeypatch):
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
