@@ -33,7 +33,7 @@ FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 # The plugin's unit tests, a dot each (failures in full at the end).
 NODE_TESTS = $(NODE) --test --test-reporter=dot plugin/tests/*.test.js
 
-.PHONY: install test test-fast migrate run user check doctor bench soak deploy-check
+.PHONY: install test test-fast migrate run user check doctor bench soak deploy-check plugin
 
 install: tests/mcp_servers/node_modules/.installed
 	$(UV) sync --frozen
@@ -77,6 +77,11 @@ run: migrate
 # The first admin user (Django's createsuperuser, asking for a name and a password).
 user: migrate
 	$(UV) run --frozen python manage.py createsuperuser
+
+# The plugin as a person or a store installs it: dist/conductor-plugin-<version>.zip,
+# the version from plugin/manifest.json, without the plugin's tests.
+plugin:
+	bin/build-plugin
 
 check: install
 	$(UV) run --frozen python manage.py check

@@ -145,6 +145,9 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         # and the longest any other task may run before the cluster kills it.
         "CONDUCTOR_Q_WORKERS": _positive_int(env, "CONDUCTOR_Q_WORKERS", 4, minimum=3),
         "CONDUCTOR_Q_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_Q_TIMEOUT_SECONDS", 300),
+        # How long a platform that had captures may have none before the
+        # overview warns that its chats went quiet.
+        "CONDUCTOR_CAPTURE_SILENCE_HOURS": _positive_float(env, "CONDUCTOR_CAPTURE_SILENCE_HOURS", 24.0),
         # The bearer token a scraper sends for /metrics; empty: only a staff
         # session (with the overview's permission) may read it.
         "CONDUCTOR_METRICS_TOKEN": env.str("CONDUCTOR_METRICS_TOKEN", default="").strip(),

@@ -6,7 +6,7 @@ django-q2 clusters), so a counter kept in one process's memory would see
 only that process's share. The collector is registered on a registry of
 our own, not prometheus_client's global one, so the client's process and
 platform collectors (this process only) stay out. A scrape costs one
-aggregated query per family (seven), whatever the number of rows.
+aggregated query per family (nine), whatever the number of rows.
 
 Every family is a gauge, counts of rows included: ``prune`` deletes
 finished tasks with their events and delivery requests, and old messages
@@ -38,9 +38,11 @@ from automation.services.transitions import (
     RECLAIM_TO_RETRY,
     RECLAIM_UNSTARTED,
 )
+from conversations.models import Message
 from conversations.selectors import message_counts_by_source_and_role
 from core.clock import now_ms
-from ingest.models import Instruction
+from ingest.health import adapter_report_counts, capture_counts_by_platform
+from ingest.models import AdapterReport, Instruction
 from ingest.selectors import (
     DeliveryState,
     delivery_request_counts,
@@ -48,6 +50,7 @@ from ingest.selectors import (
     plugin_clients_connected,
 )
 from pipelines.delivery_methods import delivery_methods
+from platforms import platforms
 
 # The statuses a reclaim puts a task in whose lease expired.
 RECLAIMED_STATUSES = tuple(
@@ -97,6 +100,8 @@ class ConductorCollector(Collector):
         yield self._instructions()
         yield self._clients()
         yield self._dispatcher()
+        yield self._captures()
+        yield self._adapter_reports()
 
     def _tasks(self) -> Metric:
         family = GaugeMetricFamily(
@@ -202,6 +207,33 @@ class ConductorCollector(Collector):
         age = dispatcher_last_tick_age_seconds(now_ms=now_ms())
         if age is not None:
             family.add_metric([], age)
+        return family
+
+    def _captures(self) -> Metric:
+        family = GaugeMetricFamily(
+            "conductor_captures",
+            "Messages the plugin captured, by platform and how it read them (network: the app's own "
+            "stream; dom: the page; unknown: it did not say). " + PRUNED,
+            labels=["platform", "capture"],
+        )
+        counts = capture_counts_by_platform()
+        for platform in sorted(set(platforms.names()) | {platform for platform, _ in counts}):
+            for capture in (*Message.Capture.values, "unknown"):
+                family.add_metric([platform, capture], counts.get((platform, capture), 0))
+        return family
+
+    def _adapter_reports(self) -> Metric:
+        family = GaugeMetricFamily(
+            "conductor_adapter_reports",
+            "What the plugins' adapters noticed that suggests a chat site changed (browser.adapter_report), "
+            "counted, by platform and kind. Rows are kept per client, platform, adapter version and kind, "
+            "the oldest evicted beyond a bound, so it may fall.",
+            labels=["platform", "kind"],
+        )
+        counts = adapter_report_counts()
+        for platform in sorted(set(platforms.names()) | {platform for platform, _ in counts}):
+            for kind in AdapterReport.Kind.values:
+                family.add_metric([platform, kind], counts.get((platform, kind), 0))
         return family
 
 

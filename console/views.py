@@ -39,6 +39,7 @@ from automation.services.dispatcher_state import dispatcher_pause_set
 from console.first_run import has_staff_user
 from console.helpers import datetime_from_ms, log_change
 from core.clock import now_ms
+from ingest.health import capture_warnings
 from ingest.selectors import plugin_clients_connected
 
 # Who may open the overview; templates/admin/index.html shows its link only to them.
@@ -166,6 +167,7 @@ def overview(request):
         "is_lagging": tick_age is None or tick_age > lag_limit,
         "standby": state.live_standby(now=now),
         "connected_clients": plugin_clients_connected().order_by("client_id"),
+        "capture_warnings": capture_warnings(),
         "can_pause": request.user.is_superuser,
     }
     return TemplateResponse(request, "admin/conductor/overview.html", context)

@@ -32,6 +32,7 @@ from ingest.frames import (
     decode_frame,
     echo,
     frame_id,
+    parse_adapter_report,
     parse_delivery_result,
     parse_dom_delivery_result,
     parse_final_message,
@@ -58,6 +59,7 @@ from ingest.services.deliveries import (
     delivery_result_record,
 )
 from ingest.services.guides import tool_guide_serve
+from ingest.services.reports import adapter_report_record
 from ingest.services.messages import ClientMessage
 
 logger = logging.getLogger(__name__)
@@ -471,6 +473,13 @@ async def handle_guide_get(consumer: PluginConsumer, frame: dict[str, Any]) -> N
         client_pk=consumer.client_pk, platform=request.platform, conversation_id=request.conversation_id
     )
     await consumer.send_frame({"type": "guide", "id": request.frame_id, "version": guide.version, "text": guide.text})
+
+
+@PluginConsumer.frame_handler("browser.adapter_report")
+async def handle_adapter_report(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
+    report = parse_adapter_report(frame)
+    await database_sync_to_async(adapter_report_record)(client_pk=consumer.client_pk, report=report)
+    await consumer.send_frame({"type": "ack", "id": report.frame_id})
 
 
 @PluginConsumer.frame_handler("ping")

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from conversations.models import Message
+from ingest.models import AdapterReport
 from ingest.jsoncheck import JsonRefused, loads_checked
 from ingest.protocol import (
     DEFAULT_CAPABILITIES,
@@ -358,4 +359,99 @@ def parse_dom_delivery_result(frame: dict[str, Any]) -> DeliveryResult:
         error_code=_error_code(frame, ok),
         method=DeliveryMethod.DOM,
         evidence=evidence,
+    )
+
+
+# Bounds of an adapter report's detail (SPEC §6): a few flat entries, short.
+MAX_REPORT_DETAIL_ENTRIES = 16
+MAX_REPORT_DETAIL_CHARS = 200
+MAX_REPORT_COUNT = 1_000_000
+ADAPTER_REPORT_KINDS = tuple(AdapterReport.Kind.values)
+
+
+@dataclass(frozen=True)
+class AdapterReportFrame:
+    """A checked ``browser.adapter_report`` frame."""
+
+    frame_id: str | None
+    platform: str
+    adapter: str
+    kind: str
+    detail: dict[str, Any]
+    count: int
+    first_at: dt.datetime | None
+    last_at: dt.datetime | None
+
+
+def _report_time(frame: dict[str, Any], name: str) -> dt.datetime | None:
+    raw = _field(frame, name, str, max_length=64)
+    if not raw:
+        return None
+    try:
+        value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise FrameError(ErrorCode.INVALID, f"'{name}' is not an ISO-8601 time: {echo(raw)}", frame_id(frame)) from None
+    return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
+
+
+def _report_detail(frame: dict[str, Any]) -> dict[str, Any]:
+    """The report's ``detail``: at most 16 entries, each a scalar or a list of strings, at most 200 characters."""
+    detail = frame.get("detail")
+    if detail is None:
+        return {}
+    if not isinstance(detail, dict):
+        raise FrameError(ErrorCode.INVALID, "'detail' must be an object", frame_id(frame))
+    if len(detail) > MAX_REPORT_DETAIL_ENTRIES:
+        raise FrameError(
+            ErrorCode.INVALID, f"'detail' has more than {MAX_REPORT_DETAIL_ENTRIES} entries", frame_id(frame)
+        )
+    for key, value in detail.items():
+        if len(key) > MAX_NAME_CHARS:
+            raise FrameError(
+                ErrorCode.INVALID, f"'detail' has a key longer than {MAX_NAME_CHARS} characters", frame_id(frame)
+            )
+        if isinstance(value, list) and all(isinstance(item, str) for item in value):
+            text = ",".join(value)
+        elif value is None or isinstance(value, bool | int | float):
+            text = str(value)
+        elif isinstance(value, str):
+            text = value
+        else:
+            raise FrameError(
+                ErrorCode.INVALID,
+                f"'detail.{key[:MAX_NAME_CHARS]}' must be a string, a number, a boolean, null or a list of strings",
+                frame_id(frame),
+            )
+        if len(text) > MAX_REPORT_DETAIL_CHARS:
+            raise FrameError(
+                ErrorCode.INVALID,
+                f"'detail.{key[:MAX_NAME_CHARS]}' is longer than {MAX_REPORT_DETAIL_CHARS} characters",
+                frame_id(frame),
+            )
+    return detail
+
+
+def parse_adapter_report(frame: dict[str, Any]) -> AdapterReportFrame:
+    platform = _platform(frame)
+    _field(frame, "id", str, max_length=MAX_FRAME_ID_CHARS)
+    kind = _field(frame, "kind", str, required=True)
+    if kind not in ADAPTER_REPORT_KINDS:
+        raise FrameError(
+            ErrorCode.INVALID, f"unknown kind {echo(kind)}; expected one of {', '.join(ADAPTER_REPORT_KINDS)}",
+            frame_id(frame),
+        )
+    count = _field(frame, "count", int)
+    if count is None:
+        count = 1
+    if not 1 <= count <= MAX_REPORT_COUNT:
+        raise FrameError(ErrorCode.INVALID, f"'count' must be from 1 to {MAX_REPORT_COUNT}", frame_id(frame))
+    return AdapterReportFrame(
+        frame_id=frame_id(frame),
+        platform=platform,
+        adapter=_field(frame, "adapter", str, max_length=MAX_NAME_CHARS) or "",
+        kind=kind,
+        detail=_report_detail(frame),
+        count=count,
+        first_at=_report_time(frame, "first_at"),
+        last_at=_report_time(frame, "last_at"),
     )

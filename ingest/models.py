@@ -148,3 +148,44 @@ class ToolGuideServed(models.Model):
 
     def __str__(self) -> str:
         return f"tool guide {self.version} for {self.platform}"
+
+
+class AdapterReport(models.Model):
+    """What a plugin's adapter noticed that suggests a chat site changed (SPEC §6 ``browser.adapter_report``).
+
+    One row per client, platform, adapter version and kind, counted: the
+    plugin sends a kind at most once a minute, and each report adds its count
+    here and keeps its latest detail. A client has at most
+    ``ingest.services.reports.MAX_REPORTS_PER_CLIENT`` rows; the one seen
+    longest ago gives way to a new one.
+    """
+
+    class Kind(models.TextChoices):
+        # A watched request's response did not parse.
+        STREAM_UNRECOGNISED = "stream_unrecognised", "Stream unrecognised"
+        # An answer was read from the page because no stream of it was read.
+        DOM_FALLBACK_USED = "dom_fallback_used", "DOM fallback used"
+        # A selector list found nothing where it must.
+        SELECTOR_MISSING = "selector_missing", "Selector missing"
+        PAGE_VALUE_MISSING = "page_value_missing", "Page value missing"
+        DELIVERY_BLOCKED = "delivery_blocked", "Delivery blocked"
+
+    client = models.ForeignKey(PluginClient, on_delete=models.CASCADE, related_name="adapter_reports")
+    platform = models.CharField(max_length=16)
+    adapter = models.CharField(max_length=64, blank=True, help_text="The adapter's version, as the plugin said.")
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    count = models.PositiveIntegerField(default=0)
+    first_at = models.DateTimeField()
+    last_at = models.DateTimeField()
+    detail = models.JSONField(default=dict, blank=True, help_text="The latest report's detail: no chat content.")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["client", "platform", "adapter", "kind"], name="adapter_report_uniq"
+            ),
+        ]
+        indexes = [models.Index(fields=["platform", "kind", "last_at"], name="adapter_report_recent_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.platform} {self.kind} ×{self.count}"

@@ -33,10 +33,14 @@ class DeliveryErrorCode:
     PAGE_VALUE_MISSING = "page_value_missing"  # a {{page:NAME}} it could not fill
     NO_TAB = "no_tab"  # no page of the conversation could be opened
     BLOCKED = "blocked"  # the app refused the request as automated
+    # A DOM delivery found no composer: none of the adapter's selectors
+    # matched (the page changed). Retried as any other failure.
+    SELECTOR_MISSING = "selector_missing"
 
 
 KNOWN_DELIVERY_ERROR_CODES = (
     DeliveryErrorCode.PAGE_VALUE_MISSING, DeliveryErrorCode.NO_TAB, DeliveryErrorCode.BLOCKED,
+    DeliveryErrorCode.SELECTOR_MISSING,
 )
 
 
@@ -76,11 +80,15 @@ class FrameError(Exception):
 
 
 def version_key(version: str) -> tuple[int, ...] | None:
-    """``"1.2.10"`` as ``(1, 2, 10)`` for comparing; None for anything but dot-separated numbers."""
+    """``"1.2.10"`` as ``(1, 2, 10, 0)`` for comparing; None for anything but one to four dot-separated numbers.
+
+    Chrome's extension versions have at most four parts, and missing parts
+    count as 0, so ``1.0`` is ``1.0.0``.
+    """
     parts = version.strip().split(".")
-    if not all(part.isascii() and part.isdigit() for part in parts):
+    if not 1 <= len(parts) <= 4 or not all(part.isascii() and part.isdigit() for part in parts):
         return None
-    return tuple(int(part) for part in parts)
+    return tuple(int(part) for part in parts) + (0,) * (4 - len(parts))
 
 
 def plugin_is_outdated(plugin_version: str, *, oldest: str) -> bool:

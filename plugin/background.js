@@ -21,12 +21,15 @@ import { domResultFrame, finalMessageFrame, helloFrame, isPosted, isSentToCompos
 import { guideFromAnswer, guideGetFrame, NotConnected, PendingAnswers } from "./lib/guide.js";
 import { Outbox } from "./lib/outbox.js";
 import { afterProxyDelivery } from "./lib/reply-note.js";
+import { ReportBatcher } from "./lib/reports.js";
 
 const VERSION = chrome.runtime.getManifest().version;
 const PING_MS = 20_000;
 /** Nothing heard for this long (two pings unanswered, or a hello) means the socket is dead. */
 const SILENCE_MS = 2 * PING_MS + 5_000;
 const RECONNECT_ALARM = "conductor-reconnect";
+/** Sends the adapter reports that came due while nothing else happened. */
+const REPORTS_ALARM = "conductor-reports";
 /** How long a tab opened for a delivery may take to load its content script. */
 const OPEN_TAB_MS = 30_000;
 /** How long after a tab finished loading its content script may take to say it is ready. */
@@ -67,6 +70,7 @@ const BADGES = {
   refused: { text: "key", color: "#cf222e" },
   paused: { text: "off", color: "#bf8700" },
   unconfigured: { text: "set", color: "#6e7781" },
+  outdated: { text: "upd", color: "#bf8700" },
 };
 
 /** chrome.storage as the `{get, set}` store the pure modules take. */
@@ -125,10 +129,13 @@ async function setStatus(state, detail = "", reason = "") {
     ...previous, state, detail, reason, since: previous.state === state ? previous.since : Date.now(), at: Date.now(),
   };
   await session.set("status", status);
-  const badge = BADGES[state];
+  // The server supports only newer plugins (hello.ok `plugin_outdated`): it works, but says so.
+  const isOutdated = state === "connected" && (await session.get("pluginOutdated")) === true;
+  const badge = BADGES[isOutdated ? "outdated" : state];
   await chrome.action.setBadgeText({ text: badge.text });
   await chrome.action.setBadgeBackgroundColor({ color: badge.color });
-  await chrome.action.setTitle({ title: `Conductor: ${state}${detail ? ` (${detail})` : ""}` });
+  const note = isOutdated ? " (update the extension)" : "";
+  await chrome.action.setTitle({ title: `Conductor: ${state}${detail ? ` (${detail})` : ""}${note}` });
 }
 
 async function countAttempt() {
@@ -281,17 +288,67 @@ async function flush() {
   }
 }
 
+// ---- adapter reports (SPEC §6 browser.adapter_report) ----------------------
+
+/**
+ * Counts kept in chrome.storage.local ("reports", lib/reports.js), so a
+ * worker restart loses none; one change at a time, so no count is lost to
+ * two read-modify-writes at once.
+ */
+let reportsTurn = Promise.resolve();
+
+function withReports(change) {
+  const next = reportsTurn.then(async () => {
+    const batcher = ReportBatcher.fromJSON(await local.get("reports"));
+    await change(batcher);
+    await local.set("reports", batcher.toJSON());
+  });
+  reportsTurn = next.catch((error) => console.warn("Conductor: adapter reports were not kept:", error));
+  return reportsTurn;
+}
+
+/** Counts one report, and sends what is due. */
+function countReport(report) {
+  return withReports(async (batcher) => {
+    batcher.add(report, Date.now());
+    sendDueReports(batcher);
+  });
+}
+
+/** Sends the reports due now, each at most once a minute per platform and kind; unsent ones wait. */
+function sendDueReports(batcher) {
+  const now = Date.now();
+  for (const { key, frame } of batcher.due(now)) {
+    if (!send(frame)) return;
+    batcher.sent(key, now);
+  }
+}
+
+/** What a delivery's failure says about the site: a report of its kind. */
+const DELIVERY_REPORTS = { page_value_missing: "page_value_missing", blocked: "delivery_blocked" };
+
+function reportDeliveryFailure(frame, result, method) {
+  const kind = DELIVERY_REPORTS[result?.error_code];
+  const platform = typeof frame.platform === "string" ? frame.platform : "";
+  if (!kind || !ADAPTERS.some((adapter) => adapter.name === platform)) return;
+  const detail = { method, ...(Number.isInteger(result.status) ? { status: result.status } : {}) };
+  countReport({ platform, adapter: adapterByName(platform).version, kind, detail });
+}
+
 const FRAME_HANDLERS = {
   async "hello.ok"(frame) {
     isHelloAcknowledged = true;
     attempt = 0;
-    // SPEC §9: still connected, but the person should update the plugin.
-    if (frame.plugin_outdated === true) {
+    // SPEC §9: still connected, but the person should update the plugin (badge, popup, options page).
+    const isOutdated = frame.plugin_outdated === true;
+    await session.set("pluginOutdated", isOutdated);
+    if (isOutdated) {
       await setStatus("connected", "this plugin is older than the server supports: update it", "outdated");
     } else {
       await setStatus("connected");
     }
     await flush();
+    await withReports(sendDueReports);
   },
   async ack(frame) {
     if (typeof frame.id !== "string") return;
@@ -323,10 +380,12 @@ const FRAME_HANDLERS = {
   async "browser.proxy_delivery"(frame) {
     const result = await deliver(frame, DELIVERY_KINDS.proxy);
     send(proxyResultFrame(String(frame.request_id), result));
+    reportDeliveryFailure(frame, result, "http");
   },
   async "browser.dom_delivery"(frame) {
     const result = await deliver(frame, DELIVERY_KINDS.dom);
     send(domResultFrame(String(frame.request_id), result));
+    reportDeliveryFailure(frame, result, "dom");
   },
 };
 
@@ -678,6 +737,11 @@ const MESSAGE_HANDLERS = {
     if (isFromPlatform(sender, message.platform)) await queueFinalMessage(message);
     return null;
   },
+  async "content.adapter_report"(message, sender) {
+    if (!isFromPlatform(sender, message.platform)) return null;
+    await countReport({ platform: message.platform, adapter: adapterByName(message.platform).version, kind: message.kind, detail: message.detail });
+    return null;
+  },
   async "content.ready"(_message, sender) {
     if (sender.tab?.id !== undefined) tabWaiters.get(sender.tab.id)?.();
     return null;
@@ -716,6 +780,10 @@ chrome.runtime.onStartup.addListener(() => ensureConnected());
 chrome.runtime.onInstalled.addListener(() => ensureConnected());
 chrome.alarms.onAlarm.addListener((alarm) => {
   if (alarm.name === RECONNECT_ALARM) ensureConnected();
+  if (alarm.name === REPORTS_ALARM) withReports(sendDueReports);
+});
+chrome.alarms.get(REPORTS_ALARM).then((alarm) => {
+  if (!alarm) chrome.alarms.create(REPORTS_ALARM, { periodInMinutes: 1 });
 });
 chrome.alarms.get(RECONNECT_ALARM).then((alarm) => {
   if (!alarm) chrome.alarms.create(RECONNECT_ALARM, { periodInMinutes: 1 });

@@ -34,6 +34,7 @@ from console.helpers import (
 )
 from console.lists import ListColumnsMixin
 from ingest.models import Instruction, PluginClient
+from ingest.health import platform_health
 from ingest.selectors import (
     LastDelivery,
     plugin_client_activity,
@@ -182,17 +183,21 @@ class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description="per platform")
     def activity(self, client):
+        health_of = {health.platform: health for health in platform_health(client_pk=client.pk)}
         rows = format_html_join(
             "",
-            "<tr><th>{}</th><td>{}</td><td>{}</td></tr>",
+            "<tr><th>{}</th><td>{}</td><td>{}</td><td class=\"capture-health\" data-platform=\"{}\">{}</td></tr>",
             (
-                (platforms.get(row.platform).label, _capture_cell(row.last_capture), _delivery_cell(row.last_delivery))
+                (
+                    platforms.get(row.platform).label, _capture_cell(row.last_capture),
+                    _delivery_cell(row.last_delivery), row.platform, health_of[row.platform].summary(),
+                )
                 for row in plugin_client_activity(client_pk=client.pk)
             ),
         )
         return format_html(
             '<table class="plugin-activity"><thead><tr><th>platform</th><th>last capture</th>'
-            "<th>last delivery</th></tr></thead><tbody>{}</tbody></table>",
+            "<th>last delivery</th><th>health</th></tr></thead><tbody>{}</tbody></table>",
             rows,
         )
 

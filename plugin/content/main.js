@@ -190,15 +190,34 @@ function newChatGuide(adapter, isEnabled, inComposer) {
  */
 function watchPage(adapter, tracker, onChecked) {
   let timer = null;
+  let checkedAt = 0;
   const check = () => {
     timer = null;
+    checkedAt = performance.now();
     tracker.generatingChanged(adapter.dom.isGenerating(document));
     onChecked();
   };
+  // The first change after a quiet spell is looked at at once, the next
+  // ones at most every DOM_CHECK_MS: a fast answer whose stop button shows
+  // for less than that is still seen writing, and then done.
   new MutationObserver(() => {
-    timer ??= setTimeout(check, DOM_CHECK_MS);
+    if (timer !== null) return;
+    const wait = DOM_CHECK_MS - (performance.now() - checkedAt);
+    if (wait <= 0) check();
+    else timer = setTimeout(check, wait);
   }).observe(document.documentElement, { subtree: true, childList: true, attributes: true, characterData: true });
   check();
+}
+
+/**
+ * Hands an adapter report's kind and detail to the worker, which counts
+ * them and sends `browser.adapter_report` at most once a minute per
+ * platform and kind (lib/reports.js keeps only entries that hold no text).
+ */
+function noticed(adapter, kind, detail) {
+  chrome.runtime
+    .sendMessage({ type: "content.adapter_report", platform: adapter.name, adapter: adapter.version, kind, detail })
+    .catch(() => {}); // the worker is restarting: the next one is counted
 }
 
 /** @param {Promise<MessagePort>} portReady the hook's port (content/relay.js) */
@@ -213,9 +232,9 @@ export async function start(portReady) {
   const tracker = new CaptureTracker({
     adapter,
     conversationId,
-    // Where `browser.adapter_report` will count what the tracker noticed
-    // (a stream not understood, a page read instead); not reported yet.
-    notice() {},
+    // What the tracker noticed (a stream not understood, a page read
+    // instead) goes to the worker, which counts and reports it.
+    notice: (kind, detail) => noticed(adapter, kind, detail),
     readDom() {
       const element = adapter.dom.lastAssistantMessage(document);
       if (!element) return null;
@@ -239,7 +258,7 @@ export async function start(portReady) {
     const handlers = {
       start: () => tracker.streamStarted(message.id, { url: message.url, body: message.body, pageUrl: message.page_url }),
       chunk: () => tracker.streamChunk(message.id, message.text),
-      end: () => tracker.streamEnded(message.id, { status: message.status }),
+      end: () => tracker.streamEnded(message.id, { status: message.status, contentType: typeof message.content_type === "string" ? message.content_type : "" }),
       abort: () => tracker.streamAborted(message.id, { reason: typeof message.reason === "string" ? message.reason : "" }),
     };
     if (!Object.hasOwn(handlers, message.phase) || (message.phase === "chunk" && typeof message.text !== "string")) return;
@@ -253,7 +272,11 @@ export async function start(portReady) {
   watchPage(adapter, tracker, newChatGuide(adapter, settings?.insertGuide === true, inComposer));
 
   const table = adapter.dom.selectors;
-  const domDelivery = ({ text, timeout_ms }) => inComposer(() => deliverThroughComposer({ document, table, text: String(text), timeoutMs: timeout_ms }));
+  const domDelivery = ({ text, timeout_ms }) =>
+    inComposer(() => deliverThroughComposer({ document, table, text: String(text), timeoutMs: timeout_ms })).then((result) => {
+      if (result.error_code === "selector_missing") noticed(adapter, "selector_missing", { selectors: "composer" });
+      return result;
+    });
   const deliveries = {
     proxy_delivery: (message) =>
       proxyDelivery(adapter, hook, page, message).catch((error) => ({

@@ -62,7 +62,7 @@
   /** Reads a watched response's copy to its end, passing decoded chunks on. */
   async function follow(streamId, response) {
     if (!response.body) {
-      post({ kind: "stream", phase: "end", id: streamId, status: response.status });
+      post({ kind: "stream", phase: "end", id: streamId, status: response.status, content_type: response.headers.get("content-type") ?? "" });
       return;
     }
     const reader = response.body.getReader();
@@ -76,7 +76,7 @@
       }
       const rest = decoder.decode();
       if (rest) post({ kind: "stream", phase: "chunk", id: streamId, text: rest });
-      post({ kind: "stream", phase: "end", id: streamId, status: response.status });
+      post({ kind: "stream", phase: "end", id: streamId, status: response.status, content_type: response.headers.get("content-type") ?? "" });
     } catch (error) {
       // The page aborted (its stop button), or the connection broke: not final.
       post({ kind: "stream", phase: "abort", id: streamId, reason: String(error?.name || error) });
@@ -146,7 +146,7 @@
       isOver = true;
       if (phase === "end") {
         readMore();
-        post({ kind: "stream", phase: "end", id: streamId, status: xhr.status });
+        post({ kind: "stream", phase: "end", id: streamId, status: xhr.status, content_type: xhr.getResponseHeader("content-type") ?? "" });
       } else {
         post({ kind: "stream", phase: "abort", id: streamId, reason: phase });
       }

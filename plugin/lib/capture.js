@@ -31,6 +31,8 @@
  * Pure: the clock, the timers and the DOM reading are passed in.
  */
 
+import { StreamSignature, reportPath } from "./reports.js";
+
 /** @typedef {import('../adapters/types.js').Capture} Capture */
 
 /**
@@ -116,18 +118,21 @@ export class CaptureTracker {
     if (key !== null) this.handedOff.delete(key);
     // The page writing again with no stream of its own is this continuation.
     if (this.isGenerating && answer !== this.answer && this.answer.streamsSeen === 0) this.answer = answer;
-    this.streams.set(id, { parser, answer, url });
+    this.streams.set(id, { parser, answer, url, signature: new StreamSignature() });
     answer.streamsSeen += 1;
     // What the page showed as the request went out, before this answer.
     if (answer.streamsSeen === 1) answer.shownBefore = this.readDom();
   }
 
   streamChunk(id, text) {
-    this.streams.get(id)?.parser.feed(text);
+    const stream = this.streams.get(id);
+    if (!stream) return;
+    stream.parser.feed(text);
+    stream.signature.feed(text);
   }
 
-  /** The response body ended normally (`status` is the HTTP status). */
-  streamEnded(id, { status }) {
+  /** The response body ended normally (`status` is the HTTP status, `contentType` its media type). */
+  streamEnded(id, { status, contentType = "" }) {
     const stream = this.streams.get(id);
     if (!stream) return;
     this.streams.delete(id);
@@ -156,7 +161,11 @@ export class CaptureTracker {
       answer.fallbackReason ||= "stream_without_final_message";
     } else {
       answer.fallbackReason ||= "stream_unrecognised";
-      this.notice("stream_unrecognised", { path: pathOf(stream.url) });
+      this.notice("stream_unrecognised", {
+        path: reportPath(stream.url),
+        content_type: String(contentType).split(";")[0].trim().toLowerCase(),
+        signature: stream.signature.signature(),
+      });
     }
     if (answer.isPageDone) this.settle(answer);
   }
@@ -230,14 +239,5 @@ export class CaptureTracker {
     if (capture.text === this.lastText && method === "dom") return;
     this.lastText = capture.text;
     this.report(capture, method);
-  }
-}
-
-/** The path of a watched request, for a report: never its query, which may carry tokens. */
-function pathOf(url) {
-  try {
-    return new URL(url).pathname;
-  } catch {
-    return "";
   }
 }

@@ -44,7 +44,7 @@
  *   none matches). `signedOut`: what the page shows instead of a chat when
  *   the session is gone.
  *
- * @typedef {{ok: boolean, error: string | null, error_code: "blocked" | null,
+ * @typedef {{ok: boolean, error: string | null, error_code: "blocked" | "selector_missing" | null,
  *   evidence: Record<string, boolean | string>}} DomResult
  */
 
@@ -216,11 +216,11 @@ async function waitForComposer(see, waiter, deadline, now) {
 function missingComposer(seen, table) {
   return seen.isBlocked
     ? { error: "the page shows a sign-in or challenge page instead of the chat", error_code: /** @type {"blocked"} */ ("blocked") }
-    : { error: `no composer on the page (looked for ${table.composer.join(", ")})`, error_code: null };
+    : { error: `no composer on the page (looked for ${table.composer.join(", ")})`, error_code: /** @type {"selector_missing"} */ ("selector_missing") };
 }
 
 /**
- * @typedef {{ok: boolean, error: string | null, error_code: "blocked" | null,
+ * @typedef {{ok: boolean, error: string | null, error_code: "blocked" | "selector_missing" | null,
  *   already_filled: boolean}} FillResult
  *   `ok`: the composer shows the text, which was not sent;
  *   `already_filled`: it showed it before (nothing typed).

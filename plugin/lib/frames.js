@@ -79,7 +79,7 @@ export function proxyResultFrame(requestId, result) {
 }
 
 /** The `error_code`s a delivery result may carry (SPEC §6). */
-const DELIVERY_ERROR_CODES = new Set(["page_value_missing", "no_tab", "blocked"]);
+const DELIVERY_ERROR_CODES = new Set(["page_value_missing", "no_tab", "blocked", "selector_missing"]);
 
 /**
  * A `browser.dom_delivery.result` for `requestId`. `ok` only with

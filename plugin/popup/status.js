@@ -12,16 +12,17 @@ const LABELS = {
   unconfigured: "not set up",
 };
 
-/** Fills `#state`, `#detail` and, where the page has them, `#pending`, `#dropped` and `#last-ack`. */
+/** Fills `#state`, `#detail` and, where the page has them, `#outdated` (the server asks for a newer plugin), `#pending`, `#dropped` and `#last-ack`. */
 export function showStatus(document) {
   const byId = (id) => document.getElementById(id);
   const render = async () => {
-    const { status = {}, acks = [] } = await chrome.storage.session.get(["status", "acks"]);
+    const { status = {}, acks = [], pluginOutdated = false } = await chrome.storage.session.get(["status", "acks", "pluginOutdated"]);
     const { outbox } = await chrome.storage.local.get("outbox");
     const state = byId("state");
     state.textContent = LABELS[status.state] ?? "starting";
     state.dataset.state = status.state ?? "";
     byId("detail").textContent = status.detail ?? "";
+    if (byId("outdated")) byId("outdated").hidden = !(pluginOutdated && status.state === "connected");
     if (byId("pending")) byId("pending").textContent = String(outbox?.frames?.length ?? 0);
     if (byId("dropped")) byId("dropped").textContent = String(outbox?.dropped ?? 0);
     if (byId("last-ack")) {

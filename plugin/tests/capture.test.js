@@ -161,12 +161,15 @@ describe("CaptureTracker", () => {
   it("says why it read the page, without any of the chat's text", () => {
     const { tracker, notices, elapse, write } = tracked();
     stream(tracker, 1, 'data: {"kind": "a shape from next year"}\n\n');
-    tracker.streamEnded(1, { status: 200 });
+    tracker.streamEnded(1, { status: 200, contentType: "text/event-stream; charset=utf-8" });
     write();
     tracker.generatingChanged(false);
     elapse();
     assert.deepEqual(notices, [
-      { kind: "stream_unrecognised", detail: { path: new URL(COMPLETION_URL).pathname } },
+      {
+        kind: "stream_unrecognised",
+        detail: { path: "/api/organizations/*/chat_conversations/*/completion", content_type: "text/event-stream", signature: ["keys:kind"] },
+      },
       { kind: "dom_fallback_used", detail: { reason: "stream_unrecognised" } },
     ]);
   });

@@ -33,7 +33,7 @@ TOKEN = "scrape-" + "s" * 40
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
 # One aggregated query per family that reads the database (see conductor_site.metrics).
-QUERIES_PER_SCRAPE = 7
+QUERIES_PER_SCRAPE = 9
 
 
 @pytest.fixture

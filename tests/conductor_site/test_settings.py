@@ -48,6 +48,7 @@ def test_defaults_match_the_spec():
         "CONDUCTOR_Q_TIMEOUT_SECONDS": 300,
         "CONDUCTOR_METRICS_TOKEN": "",
         "CONDUCTOR_OLDEST_PLUGIN_VERSION": "1.0.0",
+        "CONDUCTOR_CAPTURE_SILENCE_HOURS": 24.0,
     }
 
 

@@ -236,6 +236,8 @@ class Answer:
     handoff: bool = False  # ChatGPT: the first response hands off, /resume streams the answer
     retracted: str = ""  # Claude: a block with this text is streamed, then withdrawn
     queued: bool = False  # Gemini: the turn is queued before its answer streams
+    # A shape no adapter knows (the app changed its stream): the plugin must read the page instead.
+    unknown_format: bool = False
 
 
 @dataclass
@@ -297,6 +299,8 @@ class ChatApp:
                 answer = self.answers.popleft() if self.answers else Answer("Noted.")
             if answer.status != 200:
                 route.fulfill(status=answer.status, content_type="text/html; charset=utf-8", body=answer.text)
+            elif answer.unknown_format:
+                route.fulfill(status=200, content_type=self.stream_type, body=unknown_stream(answer.text))
             else:
                 route.fulfill(status=200, content_type=self.stream_type, body=self.stream(answer, posted))
         elif (reply := self.page_value(request.method, request.url)) is not None:
@@ -362,6 +366,13 @@ def sse(events: list[tuple[str | None, Any]]) -> str:
         lines.append("data: " + (data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))))
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def unknown_stream(text: str) -> str:
+    """The answer in a shape from next year: events and keys no adapter knows, the text in them."""
+    return sse([("x-turn-begin", {"kind": "turn", "seq": 0})]
+               + [("x-turn-chunk", {"kind": "chunk", "payload": piece}) for piece in pieces(text)]
+               + [("x-turn-end", {"kind": "end", "seq": 1})])
 
 
 def pieces(text: str, size: int = 7) -> list[str]:

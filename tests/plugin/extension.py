@@ -153,13 +153,14 @@ class PluginBrowser:
 
 
 @contextlib.contextmanager
-def plugin_browser(chromium: str, profile: Path) -> Iterator[PluginBrowser]:
+def plugin_browser(chromium: str, profile: Path, extension: Path = PLUGIN) -> Iterator[PluginBrowser]:
+    """Chromium with the plugin loaded unpacked from ``extension`` (by default the sources in ``plugin/``)."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
             str(profile), executable_path=chromium, headless=True,
-            args=[*CHROMIUM_ARGS, f"--disable-extensions-except={PLUGIN}", f"--load-extension={PLUGIN}"],
+            args=[*CHROMIUM_ARGS, f"--disable-extensions-except={extension}", f"--load-extension={extension}"],
         )
         try:
             workers = context.service_workers
@@ -188,6 +189,8 @@ class ScriptedServer:
     guide_text: str = "# Conductor tools\n\nWrite a block:\n\n```baa\nfiles.list\n{\"path\": \".\"}\n```"
     guide_error: str | None = None
     answer_guides: bool = True
+    # Said in hello.ok: the plugin is older than the server supports.
+    plugin_outdated: bool = False
     # Error codes to answer the next final messages with, one per frame, before acks resume.
     refusals: list[str] = field(default_factory=list)
     # hello.ok's `plugin_outdated` (SPEC §9).

@@ -168,7 +168,7 @@ def test_a_page_without_a_composer_answers_an_error_in_time(connected, platform)
 
     assert result["ok"] is False
     assert result["error"].startswith("no composer on the page")
-    assert result["error_code"] is None
+    assert result["error_code"] == "selector_missing"
     assert result["evidence"] == {"user_turn_seen": False}
     # Nothing was remembered: once the page shows its composer, the retry sends.
     app.has_composer = True
