@@ -8,7 +8,16 @@ from typing import NamedTuple
 
 from django.db.models import Count, F, QuerySet, Value
 
-from automation.models import AutomationTask, DispatcherState, TaskEvent, TaskStatus
+from automation.models import (
+    AutomationTask,
+    DispatcherState,
+    FinishReason,
+    KindPause,
+    Outcome,
+    TaskEvent,
+    TaskStatus,
+    task_outcome,
+)
 
 
 def dispatcher_state() -> DispatcherState:
@@ -60,6 +69,21 @@ def task_counts_by_kind_and_status() -> dict[str, dict[str, int]]:
     return counts
 
 
+def task_counts_by_kind_status_and_outcome() -> dict[tuple[str, str, str], int]:
+    """How many tasks there are of each kind, status and ``Outcome`` ("" while open): one aggregated query."""
+    counts: dict[tuple[str, str, str], int] = {}
+    rows = AutomationTask.objects.values_list("kind", "status", "finish_reason").annotate(n=Count("pk")).order_by()
+    for kind, status, reason, n in rows:
+        key = (kind, status, task_outcome(status, reason))
+        counts[key] = counts.get(key, 0) + n
+    return counts
+
+
+def paused_kinds() -> set[str]:
+    """The kinds the dispatcher does not claim (paused from the overview)."""
+    return set(KindPause.objects.values_list("kind", flat=True))
+
+
 def task_event_counts(*, actions: Collection[str]) -> dict[tuple[str, str, str], int]:
     """How many events of ``actions`` the tasks' timelines hold: ``{(action, kind, status_to): count}``.
 
@@ -86,11 +110,12 @@ class HourlyFinishes(NamedTuple):
 
     start_ms: int
     succeeded: int
-    failed: int
+    failed: int  # faults only
+    rejected: int = 0
 
 
 def task_finishes_by_hour(*, now_ms: int, hours: int = 24) -> list[HourlyFinishes]:
-    """Successes and failures per clock hour over the last ``hours`` hours, oldest first.
+    """Successes, faults and rejections per clock hour over the last ``hours`` hours, oldest first.
 
     The last bucket is the current, unfinished hour. Counted from the event
     log (events into ``succeeded`` and ``failed``), not from the tasks' current
@@ -105,16 +130,21 @@ def task_finishes_by_hour(*, now_ms: int, hours: int = 24) -> list[HourlyFinishe
         )
         # Integer division on both databases: `at` and the constants are integers.
         .annotate(bucket=(F("at") - Value(start)) / Value(HOUR_MS))
-        .values_list("bucket", "status_to")
+        .values_list("bucket", "status_to", "action")
         .annotate(n=Count("pk"))
         .order_by()
     )
-    counts = {(int(bucket), status): n for bucket, status, n in rows}
+    counts: dict[tuple[int, str], int] = {}
+    for bucket, status, action, n in rows:
+        # A reject moves blocked -> failed: an operator's decision, not a fault.
+        key = (int(bucket), Outcome.REJECTED if action == "reject" else status)
+        counts[key] = counts.get(key, 0) + n
     return [
         HourlyFinishes(
             start_ms=start + bucket * HOUR_MS,
             succeeded=counts.get((bucket, TaskStatus.SUCCEEDED), 0),
             failed=counts.get((bucket, TaskStatus.FAILED), 0),
+            rejected=counts.get((bucket, Outcome.REJECTED), 0),
         )
         for bucket in range(hours)
     ]
@@ -130,14 +160,56 @@ def tasks_awaiting_approval(*, limit: int = 10) -> QuerySet[AutomationTask]:
 
 
 def tasks_recently_failed(*, limit: int = 10) -> QuerySet[AutomationTask]:
-    """The most recently finished failed tasks, newest first."""
+    """The most recently finished failed tasks that were faults (not rejections), newest first."""
     return (
-        AutomationTask.objects.filter(status=TaskStatus.FAILED)
+        faults()
         .select_related("conversation")
         .order_by("-finished_at", "-pk")[:limit]
     )
 
 
+def faults() -> QuerySet[AutomationTask]:
+    """Failed tasks whose failure was a fault, not a decision (``Outcome.FAULT``)."""
+    return AutomationTask.objects.filter(status=TaskStatus.FAILED).exclude(finish_reason=FinishReason.REJECTED)
+
+
 def task_events(*, task_id: str) -> QuerySet[TaskEvent]:
     """A task's timeline, oldest first."""
     return TaskEvent.objects.filter(task_id=task_id).order_by("at", "pk")
+
+
+# --- durations for /metrics ------------------------------------------------------
+
+# How far back /metrics looks for finished tasks to build its duration histograms,
+# and the most tasks it reads for them (newest first), so a scrape stays cheap.
+DURATION_WINDOW_MS = HOUR_MS
+DURATION_ROW_LIMIT = 20_000
+
+
+class TaskTimes(NamedTuple):
+    """One finished task's times, epoch milliseconds (``message_at``: its source message's arrival)."""
+
+    kind: str
+    status: str
+    due: int
+    started: int | None
+    finished: int
+    message_at: int | None
+
+
+def task_times_finished_since(*, since_ms: int, limit: int = DURATION_ROW_LIMIT) -> list[TaskTimes]:
+    """The times of tasks finished at or after ``since_ms``, newest first, at most ``limit`` of them.
+
+    One query. ``started`` is the last run's start and ``due`` when it became due,
+    so ``started - due`` is that run's wait in the queue.
+    """
+    rows = (
+        AutomationTask.objects.filter(finished_at__gte=since_ms)
+        .order_by("-finished_at")
+        .values_list("kind", "status", "execute_after", "started_at", "finished_at", "message__received_at")[:limit]
+    )
+    return [
+        TaskTimes(kind, status, due, started, finished,
+                  None if received is None else int(received.timestamp() * 1000))
+        for kind, status, due, started, finished, received in rows
+    ]
