@@ -8,6 +8,7 @@ from typing import NamedTuple
 
 from django.db.models import Count, F, QuerySet, Value
 
+from automation.errors import error_first_line, error_signature, failure_group_key
 from automation.models import (
     AutomationTask,
     DispatcherState,
@@ -212,4 +213,64 @@ def task_times_finished_since(*, since_ms: int, limit: int = DURATION_ROW_LIMIT)
         TaskTimes(kind, status, due, started, finished,
                   None if received is None else int(received.timestamp() * 1000))
         for kind, status, due, started, finished, received in rows
+    ]
+
+
+# --- failures grouped by cause -----------------------------------------------------
+
+FAILURE_WINDOW_MS = 24 * HOUR_MS
+# The most failures read to group them (newest first), so the page stays cheap.
+FAILURE_ROW_LIMIT = 10_000
+
+
+@dataclass
+class FailureGroup:
+    """Faults of one kind and tool with the same error once ids and numbers are stripped."""
+
+    key: str
+    kind: str
+    tool: str
+    signature: str
+    count: int
+    first_ms: int
+    last_ms: int
+    sample_task_id: str
+    sample_error: str
+
+
+def failure_groups(*, now_ms: int, window_ms: int = FAILURE_WINDOW_MS) -> list[FailureGroup]:
+    """Faults finished within ``window_ms`` grouped by kind, tool and ``error_signature``, largest first.
+
+    Rejections are decisions, not faults, and are left out. The sample is each group's newest task.
+    """
+    rows = (
+        faults().filter(finished_at__gte=now_ms - window_ms)
+        .order_by("-finished_at", "-pk")
+        .values_list("pk", "kind", "instruction__tool", "last_error", "finished_at")[:FAILURE_ROW_LIMIT]
+    )
+    groups: dict[str, FailureGroup] = {}
+    for task_id, kind, tool, error, finished in rows:
+        signature = error_signature(error)
+        key = failure_group_key(kind=kind, tool=tool or "", signature=signature)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = FailureGroup(
+                key, kind, tool or "", signature, 1, finished, finished, task_id, error_first_line(error)
+            )
+        else:
+            group.count += 1
+            group.first_ms = min(group.first_ms, finished)
+    return sorted(groups.values(), key=lambda group: (-group.count, -group.last_ms))
+
+
+def failure_group_task_ids(*, key: str, now_ms: int, window_ms: int = FAILURE_WINDOW_MS) -> list[str]:
+    """The ids of the faults in the group named ``key`` (``failure_groups``' ``key``)."""
+    rows = (
+        faults().filter(finished_at__gte=now_ms - window_ms)
+        .order_by("-finished_at", "-pk")
+        .values_list("pk", "kind", "instruction__tool", "last_error")[:FAILURE_ROW_LIMIT]
+    )
+    return [
+        task_id for task_id, kind, tool, error in rows
+        if failure_group_key(kind=kind, tool=tool or "", signature=error_signature(error)) == key
     ]

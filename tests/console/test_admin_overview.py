@@ -45,16 +45,19 @@ def test_the_admin_index_links_to_the_overview(admin_client):
 
 
 def test_the_overview_counts_tasks_by_status_and_kind(admin_client):
-    for state in (S.PENDING, S.PENDING, S.BLOCKED, S.FAILED):
+    for state in (S.PENDING, S.PENDING, S.BLOCKED, S.FAILED, S.BLOCKED):
         make_task(state)
     make_task(S.SUCCEEDED, kind="test.local")
+    # A rejection leaves the task failed, but it is counted apart from the faults.
+    tr.task_reject(make_task(S.BLOCKED).pk, actor="alice", reason="no")
     page = admin_client.get(OVERVIEW).content.decode()
     totals = section(page, "overview-tasks")
     cells = dict(re.findall(r'data-status="(\w+)">(?:<a [^>]*>)?(\d+)', totals))
     assert cells == {
         "pending": "2", "leased": "0", "running": "0", "retry_wait": "0",
-        "succeeded": "1", "failed": "1", "blocked": "1", "cancelled": "0",
+        "succeeded": "1", "fault": "1", "rejected": "1", "blocked": "2", "cancelled": "0",
     }
+    assert "status__exact=failed&amp;outcome=rejected" in totals
     assert "test.instruction" in totals and "test.local" in totals
     assert "?kind=test.local&amp;status__exact=succeeded" in totals
 
@@ -229,14 +232,15 @@ def test_finishes_are_bucketed_by_clock_hour_from_the_event_log():
 
 def test_chart_layout_scales_bars_to_the_tallest():
     hour = 1_700_000_000_000 // HOUR_MS * HOUR_MS
-    chart = chart_layout([HourlyFinishes(hour, 4, 0), HourlyFinishes(hour + HOUR_MS, 2, 1)])
+    chart = chart_layout([HourlyFinishes(hour, 4, 0, 0), HourlyFinishes(hour + HOUR_MS, 2, 1, 3)])
     heights = {(bar.hour.hour, bar.series): bar.height for bar in chart.bars}
     full = chart.plot_bottom - chart.plot_top
     assert heights == {
-        (22, "succeeded"): full, (22, "failed"): 0, (23, "succeeded"): full / 2, (23, "failed"): full / 4,
+        (22, "succeeded"): full, (22, "failed"): 0, (22, "rejected"): 0,
+        (23, "succeeded"): full / 2, (23, "failed"): full / 4, (23, "rejected"): full * 3 / 4,
     }
     assert all(bar.y + bar.height == chart.plot_bottom for bar in chart.bars)
-    assert (chart.total_succeeded, chart.total_failed, chart.max_count) == (6, 1, 4)
+    assert (chart.total_succeeded, chart.total_failed, chart.total_rejected, chart.max_count) == (6, 1, 3, 4)
 
 
 def test_an_empty_chart_has_no_division_by_zero():
@@ -245,9 +249,13 @@ def test_an_empty_chart_has_no_division_by_zero():
 
 
 def test_status_table_sums_each_status_across_kinds():
-    table = status_table({"a": {"pending": 2, "failed": 1}, "b": {"pending": 3}})
-    assert dict(table["totals"])[S.PENDING] == 5 and table["total"] == 6
-    assert [(kind, total) for kind, _, total in table["rows"]] == [("a", 3), ("b", 3)]
+    table = status_table({
+        ("a", "pending", ""): 2, ("a", "failed", "fault"): 1, ("b", "pending", ""): 3,
+        ("b", "failed", "rejected"): 2,
+    })
+    totals = {column.value: n for column, n in table["totals"]}
+    assert (totals[S.PENDING], totals["fault"], totals["rejected"], table["total"]) == (5, 1, 2, 8)
+    assert [(kind, total) for kind, _, total in table["rows"]] == [("a", 3), ("b", 5)]
 
 
 # --- the front door: / ---------------------------------------------------------------------------
