@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from django.db.models import Count, F, QuerySet, Value
+from django.db.models.functions import Substr
 
 from automation.errors import error_first_line, error_signature, failure_group_key
 from automation.models import (
@@ -238,18 +240,34 @@ class FailureGroup:
     sample_error: str
 
 
+_PAYLOAD_TOOL = re.compile(r'"tool":\s*"([^"]*)"')
+
+
+def _failure_rows(now_ms: int, window_ms: int):
+    """(task id, kind, tool, error, finished) of the faults in the window, newest first.
+
+    The tool is the instruction's, or the payload's for a task made without one
+    (the payload's head only is read).
+    """
+    rows = (
+        faults().filter(finished_at__gte=now_ms - window_ms)
+        .order_by("-finished_at", "-pk")
+        .annotate(payload_head=Substr("payload_json", 1, 300))
+        .values_list("pk", "kind", "instruction__tool", "payload_head", "last_error", "finished_at")
+    )[:FAILURE_ROW_LIMIT]
+    for task_id, kind, tool, head, error, finished in rows:
+        if not tool and (found := _PAYLOAD_TOOL.search(head or "")):
+            tool = found.group(1)
+        yield task_id, kind, tool or "", error, finished
+
+
 def failure_groups(*, now_ms: int, window_ms: int = FAILURE_WINDOW_MS) -> list[FailureGroup]:
     """Faults finished within ``window_ms`` grouped by kind, tool and ``error_signature``, largest first.
 
     Rejections are decisions, not faults, and are left out. The sample is each group's newest task.
     """
-    rows = (
-        faults().filter(finished_at__gte=now_ms - window_ms)
-        .order_by("-finished_at", "-pk")
-        .values_list("pk", "kind", "instruction__tool", "last_error", "finished_at")[:FAILURE_ROW_LIMIT]
-    )
     groups: dict[str, FailureGroup] = {}
-    for task_id, kind, tool, error, finished in rows:
+    for task_id, kind, tool, error, finished in _failure_rows(now_ms, window_ms):
         signature = error_signature(error)
         key = failure_group_key(kind=kind, tool=tool or "", signature=signature)
         group = groups.get(key)
@@ -265,12 +283,7 @@ def failure_groups(*, now_ms: int, window_ms: int = FAILURE_WINDOW_MS) -> list[F
 
 def failure_group_task_ids(*, key: str, now_ms: int, window_ms: int = FAILURE_WINDOW_MS) -> list[str]:
     """The ids of the faults in the group named ``key`` (``failure_groups``' ``key``)."""
-    rows = (
-        faults().filter(finished_at__gte=now_ms - window_ms)
-        .order_by("-finished_at", "-pk")
-        .values_list("pk", "kind", "instruction__tool", "last_error")[:FAILURE_ROW_LIMIT]
-    )
     return [
-        task_id for task_id, kind, tool, error in rows
-        if failure_group_key(kind=kind, tool=tool or "", signature=error_signature(error)) == key
+        task_id for task_id, kind, tool, error, _ in _failure_rows(now_ms, window_ms)
+        if failure_group_key(kind=kind, tool=tool, signature=error_signature(error)) == key
     ]
