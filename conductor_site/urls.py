@@ -3,6 +3,7 @@ from django.urls import path
 
 from conductor_site.views import healthz, metrics
 from console.failures import failure_groups
+from console.purge import purge
 from console.views import dispatcher_pause, front_door, kind_pause, overview
 
 urlpatterns = [
@@ -13,6 +14,7 @@ urlpatterns = [
     path("admin/overview/pause/", admin.site.admin_view(dispatcher_pause), name="admin-overview-pause"),
     path("admin/overview/pause-kind/", admin.site.admin_view(kind_pause), name="admin-overview-kind-pause"),
     path("admin/failures/", admin.site.admin_view(failure_groups), name="admin-failure-groups"),
+    path("admin/overview/purge/", admin.site.admin_view(purge), name="admin-purge"),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),

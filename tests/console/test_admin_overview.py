@@ -6,8 +6,8 @@ from django.contrib.admin.models import LogEntry
 from django.test import Client
 from django.utils import timezone
 
-from automation.models import DispatcherState, TaskStatus
-from automation.selectors import HOUR_MS, HourlyFinishes, task_finishes_by_hour
+from automation.models import AutomationTask, DispatcherState, TaskStatus
+from automation.selectors import HOUR_MS, HourlyFinishes, paused_kinds, task_finishes_by_hour
 from automation.services import transitions as tr
 from automation.services.dispatcher_state import (
     dispatcher_pause_set,
@@ -285,3 +285,27 @@ def test_the_admins_view_site_link_leads_to_the_front_door(admin_client):
     page = admin_client.get("/admin/").content.decode()
     assert re.search(r'<a href="/">View site</a>', page), page[:2000]
     assert admin_client.get("/").status_code == 302
+
+
+def test_purge_counts_first_then_deletes_what_prune_would(admin_client):
+    old = make_task(S.SUCCEEDED, now=1_000)
+    kept = make_task(S.PENDING, now=1_000)
+    page = admin_client.get("/admin/overview/purge/").content.decode()
+    assert "<strong>1</strong> tasks" in page
+    assert AutomationTask.objects.filter(pk=old.pk).exists()
+    admin_client.post("/admin/overview/purge/", {"days": "30", "confirm": "yes"})
+    assert not AutomationTask.objects.filter(pk=old.pk).exists()
+    assert AutomationTask.objects.filter(pk=kept.pk).exists()
+
+
+def test_purge_is_for_superusers(client):
+    client.force_login(make_staff("viewer", "automation.view_automationtask"))
+    assert client.get("/admin/overview/purge/").status_code == 403
+
+
+def test_a_kind_is_paused_and_resumed_from_the_overview(admin_client):
+    admin_client.post("/admin/overview/pause-kind/", {"kind": "renewal.deliver", "is_paused": "1"})
+    assert "renewal.deliver" in paused_kinds()
+    assert LogEntry.objects.filter(change_message="Paused claiming renewal.deliver").exists()
+    admin_client.post("/admin/overview/pause-kind/", {"kind": "renewal.deliver", "is_paused": "0"})
+    assert paused_kinds() == set()
