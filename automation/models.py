@@ -32,6 +32,35 @@ class TaskStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+class FinishReason(models.TextChoices):
+    """Why a task ended, kept apart from its SPEC status (§2.2), which it refines.
+
+    Only a decision is stored: a ``failed`` task with no reason is a fault.
+    """
+
+    # An operator (or a policy) said no to a held instruction: blocked -> failed.
+    REJECTED = "rejected", "Rejected"
+
+
+class Outcome(models.TextChoices):
+    """How a finished task ended, as the console and /metrics tell them apart."""
+
+    SUCCEEDED = "succeeded", "Succeeded"
+    # A fault: a tool error, an interrupted run, a refused delivery, attempts used up.
+    FAULT = "fault", "Failed (fault)"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+def task_outcome(status: str, finish_reason: str | None) -> str:
+    """The ``Outcome`` of a task in ``status`` with ``finish_reason``; "" while it is open."""
+    if status == TaskStatus.FAILED:
+        return Outcome.REJECTED if finish_reason == FinishReason.REJECTED else Outcome.FAULT
+    if status in (TaskStatus.SUCCEEDED, TaskStatus.CANCELLED):
+        return status
+    return ""
+
+
 TERMINAL_STATUSES = frozenset({TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.CANCELLED})
 LEASE_HOLDING_STATUSES = frozenset({TaskStatus.LEASED, TaskStatus.RUNNING})
 OPEN_STATUSES = frozenset(set(TaskStatus.values) - TERMINAL_STATUSES)
@@ -70,6 +99,14 @@ class AutomationTask(models.Model):
     lease_owner = models.CharField(max_length=128, null=True, blank=True)
     lease_until = models.BigIntegerField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
+    # Why a failed task ended when it was a decision, not a fault (FinishReason);
+    # set by the reject transition, cleared by an operator's retry.
+    finish_reason = models.CharField(max_length=16, null=True, blank=True, choices=FinishReason.choices)
+
+    # Operator retries so far: each starts a new series of attempts
+    # (attempt_count counts again from 0), so the console reads
+    # "run 1 of 3, series 2".
+    retry_count = models.PositiveIntegerField(default=0)
 
     # Ordering within a conversation (SPEC §3, §4): tasks of one lane run one
     # at a time in `sequence` order; see automation.kinds.
@@ -152,6 +189,10 @@ class AutomationTask(models.Model):
         return self.status in TERMINAL_STATUSES
 
     @property
+    def outcome(self) -> str:
+        return task_outcome(self.status, self.finish_reason)
+
+    @property
     def has_route(self) -> bool:
         return bool(self.target_client_id and self.target_platform)
 
@@ -184,6 +225,17 @@ class DispatcherState(models.Model):
     def live_standby(self, *, now: int) -> str:
         """The owner of the loop standing by to take over, or "" when none is (any longer)."""
         return self.standby_owner if (self.standby_until or 0) >= now else ""
+
+
+class KindPause(models.Model):
+    """A task kind the dispatcher does not claim while this row exists (the overview's pause per kind)."""
+
+    kind = models.CharField(max_length=64, unique=True)
+    paused_by = models.CharField(max_length=150)
+    paused_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.kind} (paused by {self.paused_by})"
 
 
 class TaskEvent(models.Model):

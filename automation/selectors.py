@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from django.db.models import Count, F, QuerySet, Value
+from django.db.models.functions import Substr
 
-from automation.models import AutomationTask, DispatcherState, TaskEvent, TaskStatus
+from automation.errors import error_first_line, error_signature, failure_group_key
+from automation.models import (
+    AutomationTask,
+    DispatcherState,
+    FinishReason,
+    KindPause,
+    Outcome,
+    TaskEvent,
+    TaskStatus,
+    task_outcome,
+)
 
 
 def dispatcher_state() -> DispatcherState:
@@ -60,6 +72,21 @@ def task_counts_by_kind_and_status() -> dict[str, dict[str, int]]:
     return counts
 
 
+def task_counts_by_kind_status_and_outcome() -> dict[tuple[str, str, str], int]:
+    """How many tasks there are of each kind, status and ``Outcome`` ("" while open): one aggregated query."""
+    counts: dict[tuple[str, str, str], int] = {}
+    rows = AutomationTask.objects.values_list("kind", "status", "finish_reason").annotate(n=Count("pk")).order_by()
+    for kind, status, reason, n in rows:
+        key = (kind, status, task_outcome(status, reason))
+        counts[key] = counts.get(key, 0) + n
+    return counts
+
+
+def paused_kinds() -> set[str]:
+    """The kinds the dispatcher does not claim (paused from the overview)."""
+    return set(KindPause.objects.values_list("kind", flat=True))
+
+
 def task_event_counts(*, actions: Collection[str]) -> dict[tuple[str, str, str], int]:
     """How many events of ``actions`` the tasks' timelines hold: ``{(action, kind, status_to): count}``.
 
@@ -86,11 +113,12 @@ class HourlyFinishes(NamedTuple):
 
     start_ms: int
     succeeded: int
-    failed: int
+    failed: int  # faults only
+    rejected: int = 0
 
 
 def task_finishes_by_hour(*, now_ms: int, hours: int = 24) -> list[HourlyFinishes]:
-    """Successes and failures per clock hour over the last ``hours`` hours, oldest first.
+    """Successes, faults and rejections per clock hour over the last ``hours`` hours, oldest first.
 
     The last bucket is the current, unfinished hour. Counted from the event
     log (events into ``succeeded`` and ``failed``), not from the tasks' current
@@ -105,16 +133,21 @@ def task_finishes_by_hour(*, now_ms: int, hours: int = 24) -> list[HourlyFinishe
         )
         # Integer division on both databases: `at` and the constants are integers.
         .annotate(bucket=(F("at") - Value(start)) / Value(HOUR_MS))
-        .values_list("bucket", "status_to")
+        .values_list("bucket", "status_to", "action")
         .annotate(n=Count("pk"))
         .order_by()
     )
-    counts = {(int(bucket), status): n for bucket, status, n in rows}
+    counts: dict[tuple[int, str], int] = {}
+    for bucket, status, action, n in rows:
+        # A reject moves blocked -> failed: an operator's decision, not a fault.
+        key = (int(bucket), Outcome.REJECTED if action == "reject" else status)
+        counts[key] = counts.get(key, 0) + n
     return [
         HourlyFinishes(
             start_ms=start + bucket * HOUR_MS,
             succeeded=counts.get((bucket, TaskStatus.SUCCEEDED), 0),
             failed=counts.get((bucket, TaskStatus.FAILED), 0),
+            rejected=counts.get((bucket, Outcome.REJECTED), 0),
         )
         for bucket in range(hours)
     ]
@@ -130,14 +163,127 @@ def tasks_awaiting_approval(*, limit: int = 10) -> QuerySet[AutomationTask]:
 
 
 def tasks_recently_failed(*, limit: int = 10) -> QuerySet[AutomationTask]:
-    """The most recently finished failed tasks, newest first."""
+    """The most recently finished failed tasks that were faults (not rejections), newest first."""
     return (
-        AutomationTask.objects.filter(status=TaskStatus.FAILED)
+        faults()
         .select_related("conversation")
         .order_by("-finished_at", "-pk")[:limit]
     )
 
 
+def faults() -> QuerySet[AutomationTask]:
+    """Failed tasks whose failure was a fault, not a decision (``Outcome.FAULT``)."""
+    return AutomationTask.objects.filter(status=TaskStatus.FAILED).exclude(finish_reason=FinishReason.REJECTED)
+
+
 def task_events(*, task_id: str) -> QuerySet[TaskEvent]:
     """A task's timeline, oldest first."""
     return TaskEvent.objects.filter(task_id=task_id).order_by("at", "pk")
+
+
+# --- durations for /metrics ------------------------------------------------------
+
+# How far back /metrics looks for finished tasks to build its duration histograms,
+# and the most tasks it reads for them (newest first), so a scrape stays cheap.
+DURATION_WINDOW_MS = HOUR_MS
+DURATION_ROW_LIMIT = 20_000
+
+
+class TaskTimes(NamedTuple):
+    """One finished task's times, epoch milliseconds (``message_at``: its source message's arrival)."""
+
+    kind: str
+    status: str
+    due: int
+    started: int | None
+    finished: int
+    message_at: int | None
+
+
+def task_times_finished_since(*, since_ms: int, limit: int = DURATION_ROW_LIMIT) -> list[TaskTimes]:
+    """The times of tasks finished at or after ``since_ms``, newest first, at most ``limit`` of them.
+
+    One query. ``started`` is the last run's start and ``due`` when it became due,
+    so ``started - due`` is that run's wait in the queue.
+    """
+    rows = (
+        AutomationTask.objects.filter(finished_at__gte=since_ms)
+        .order_by("-finished_at")
+        .values_list("kind", "status", "execute_after", "started_at", "finished_at", "message__received_at")[:limit]
+    )
+    return [
+        TaskTimes(kind, status, due, started, finished,
+                  None if received is None else int(received.timestamp() * 1000))
+        for kind, status, due, started, finished, received in rows
+    ]
+
+
+# --- failures grouped by cause -----------------------------------------------------
+
+FAILURE_WINDOW_MS = 24 * HOUR_MS
+# The most failures read to group them (newest first), so the page stays cheap.
+FAILURE_ROW_LIMIT = 10_000
+
+
+@dataclass
+class FailureGroup:
+    """Faults of one kind and tool with the same error once ids and numbers are stripped."""
+
+    key: str
+    kind: str
+    tool: str
+    signature: str
+    count: int
+    first_ms: int
+    last_ms: int
+    sample_task_id: str
+    sample_error: str
+
+
+_PAYLOAD_TOOL = re.compile(r'"tool":\s*"([^"]*)"')
+
+
+def _failure_rows(now_ms: int, window_ms: int):
+    """(task id, kind, tool, error, finished) of the faults in the window, newest first.
+
+    The tool is the instruction's, or the payload's for a task made without one
+    (the payload's head only is read).
+    """
+    rows = (
+        faults().filter(finished_at__gte=now_ms - window_ms)
+        .order_by("-finished_at", "-pk")
+        .annotate(payload_head=Substr("payload_json", 1, 300))
+        .values_list("pk", "kind", "instruction__tool", "payload_head", "last_error", "finished_at")
+    )[:FAILURE_ROW_LIMIT]
+    for task_id, kind, tool, head, error, finished in rows:
+        if not tool and (found := _PAYLOAD_TOOL.search(head or "")):
+            tool = found.group(1)
+        yield task_id, kind, tool or "", error, finished
+
+
+def failure_groups(*, now_ms: int, window_ms: int = FAILURE_WINDOW_MS) -> list[FailureGroup]:
+    """Faults finished within ``window_ms`` grouped by kind, tool and ``error_signature``, largest first.
+
+    Rejections are decisions, not faults, and are left out. The sample is each group's newest task.
+    """
+    groups: dict[str, FailureGroup] = {}
+    for task_id, kind, tool, error, finished in _failure_rows(now_ms, window_ms):
+        signature = error_signature(error)
+        key = failure_group_key(kind=kind, tool=tool or "", signature=signature)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = FailureGroup(
+                key, kind, tool or "", signature, 1, finished, finished, task_id, error_first_line(error)
+            )
+        else:
+            group.count += 1
+            group.first_ms = min(group.first_ms, finished)
+    return sorted(groups.values(), key=lambda group: (-group.count, -group.last_ms))
+
+
+def failure_group_task_ids(*, key: str, now_ms: int, window_ms: int = FAILURE_WINDOW_MS) -> list[str]:
+    """The ids of the faults in the group named ``key`` (``failure_groups``' ``key``)."""
+    return [
+        task_id for task_id, kind, tool, error, _ in _failure_rows(now_ms, window_ms)
+        if failure_group_key(kind=kind, tool=tool, signature=error_signature(error)) == key
+    ]

@@ -6,9 +6,14 @@ django-q2 clusters), so a counter kept in one process's memory would see
 only that process's share. The collector is registered on a registry of
 our own, not prometheus_client's global one, so the client's process and
 platform collectors (this process only) stay out. A scrape costs one
-aggregated query per family (nine), whatever the number of rows.
+aggregated query per family (nine), whatever the number of rows, and one
+bounded read of the tasks finished in the last hour for the three duration
+histograms. Those histograms describe that window, recomputed at each scrape
+from the tasks' times, so every server reports the same figures: an
+in-process histogram would only see the runs of its own process (the
+dispatcher runs in django-q2 clusters, not in the servers Prometheus scrapes).
 
-Every family is a gauge, counts of rows included: ``prune`` deletes
+Every count is a gauge, counts of rows included: ``prune`` deletes
 finished tasks with their events and delivery requests, and old messages
 with their instructions, once a day, so a count of rows falls then.
 Exposed as a counter, that fall would read as a counter reset, and
@@ -22,15 +27,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 from enum import StrEnum
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from automation.kinds import kinds
-from automation.models import TaskStatus
+from automation.models import Outcome, TaskStatus, task_outcome
 from automation.selectors import (
+    DURATION_WINDOW_MS,
+    TaskTimes,
     dispatcher_last_tick_age_seconds,
-    task_counts_by_kind_and_status,
+    task_counts_by_kind_status_and_outcome,
     task_event_counts,
+    task_times_finished_since,
 )
 from automation.services.transitions import (
     LEASE,
@@ -89,11 +97,62 @@ def delivery_outcome(*, method: str, state: str, error_code: str | None) -> str:
     return DeliveryOutcome.FAILED
 
 
+# Histogram buckets in seconds: the goals run from tens of milliseconds (a claim)
+# to a minute (a delivery through a slow page).
+DURATION_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+WINDOWED = (
+    "Over the tasks that finished in the last hour, read from the database at each scrape "
+    "(the same on every server), so it is not a counter: use histogram_quantile() on the buckets "
+    "without rate()."
+)
+
+
+def histogram_buckets(seconds: list[float]) -> tuple[list[tuple[str, float]], float]:
+    """Cumulative ``(le, count)`` buckets of ``seconds`` over DURATION_BUCKETS and +Inf, and their sum. Pure."""
+    buckets = [(str(bound), float(sum(1 for value in seconds if value <= bound))) for bound in DURATION_BUCKETS]
+    return [*buckets, ("+Inf", float(len(seconds)))], sum(seconds)
+
+
+def task_durations(times: list[TaskTimes]) -> dict[str, dict[str, list[float]]]:
+    """Seconds per measure and kind from finished tasks' times. Pure.
+
+    ``queue_wait``: due -> started, of the last run; ``run``: started ->
+    finished; ``message_to_done``: the source message's arrival -> success
+    (for ``instruction.deliver``, final_message -> delivery).
+    """
+    measures: dict[str, dict[str, list[float]]] = {"queue_wait": {}, "run": {}, "message_to_done": {}}
+    for task in times:
+        if task.started is not None:
+            measures["queue_wait"].setdefault(task.kind, []).append(max(0, task.started - task.due) / 1000)
+            measures["run"].setdefault(task.kind, []).append(max(0, task.finished - task.started) / 1000)
+        if task.status == TaskStatus.SUCCEEDED and task.message_at is not None:
+            measures["message_to_done"].setdefault(task.kind, []).append(
+                max(0, task.finished - task.message_at) / 1000
+            )
+    return measures
+
+
+DURATION_FAMILIES = {
+    "queue_wait": (
+        "conductor_task_queue_wait_seconds",
+        "Seconds from a task being due to its last run starting, by kind. ",
+    ),
+    "run": ("conductor_task_run_seconds", "Seconds a task's last run took, by kind. "),
+    "message_to_done": (
+        "conductor_task_message_to_done_seconds",
+        "Seconds from the source message's arrival to the task's success, by kind "
+        "(instruction.deliver: final_message to delivery). ",
+    ),
+}
+
+
 class ConductorCollector(Collector):
     """Conductor's figures, read from the database at each scrape."""
 
     def collect(self) -> Iterator[Metric]:
         yield self._tasks()
+        yield from self._durations()
         yield from self._lease_events()
         yield self._deliveries()
         yield self._messages()
@@ -106,16 +165,29 @@ class ConductorCollector(Collector):
     def _tasks(self) -> Metric:
         family = GaugeMetricFamily(
             "conductor_tasks",
-            "Tasks by kind and status. " + PRUNED,
-            labels=["kind", "status"],
+            "Tasks by kind, status and reason: how a finished one ended (succeeded; fault or rejected "
+            "for failed: an operator's or a policy's no is not a fault; cancelled), \"\" while open. "
+            + PRUNED,
+            labels=["kind", "status", "reason"],
         )
-        counts = task_counts_by_kind_and_status()
-        # Every status of every known kind, zeros included, so that a series
-        # does not vanish when its last task moves on.
-        for kind in sorted(set(kinds.names()) | counts.keys()):
-            for status in TaskStatus.values:
-                family.add_metric([kind, status], counts.get(kind, {}).get(status, 0))
+        counts = task_counts_by_kind_status_and_outcome()
+        # Every status and reason of every known kind, zeros included, so that a
+        # series does not vanish when its last task moves on.
+        cells = [(status, task_outcome(status, None)) for status in TaskStatus.values]
+        cells.append((TaskStatus.FAILED, Outcome.REJECTED))
+        for kind in sorted(set(kinds.names()) | {kind for kind, _, _ in counts}):
+            for status, reason in cells:
+                family.add_metric([kind, status, reason], counts.get((kind, status, reason), 0))
         return family
+
+    def _durations(self) -> Iterator[Metric]:
+        measures = task_durations(task_times_finished_since(since_ms=now_ms() - DURATION_WINDOW_MS))
+        for measure, (name, text) in DURATION_FAMILIES.items():
+            family = HistogramMetricFamily(name, text + WINDOWED, labels=["kind"])
+            for kind in sorted(set(kinds.names()) | measures[measure].keys()):
+                buckets, total = histogram_buckets(measures[measure].get(kind, []))
+                family.add_metric([kind], buckets, total)
+            yield family
 
     def _lease_events(self) -> Iterator[Metric]:
         counts = task_event_counts(actions=[LEASE.action, RECLAIM_ACTION])

@@ -2,7 +2,9 @@ from django.contrib import admin
 from django.urls import path
 
 from conductor_site.views import healthz, metrics
-from console.views import admin_login, dispatcher_pause, front_door, overview
+from console.failures import failure_groups
+from console.purge import purge
+from console.views import admin_login, dispatcher_pause, front_door, kind_pause, overview
 
 urlpatterns = [
     # Also the admin's "View site" link (AdminSite.site_url).
@@ -10,6 +12,9 @@ urlpatterns = [
     # Before the admin's own URLs, which would otherwise answer /admin/overview/ with a 404.
     path("admin/overview/", admin.site.admin_view(overview), name="admin-overview"),
     path("admin/overview/pause/", admin.site.admin_view(dispatcher_pause), name="admin-overview-pause"),
+    path("admin/overview/pause-kind/", admin.site.admin_view(kind_pause), name="admin-overview-kind-pause"),
+    path("admin/failures/", admin.site.admin_view(failure_groups), name="admin-failure-groups"),
+    path("admin/overview/purge/", admin.site.admin_view(purge), name="admin-purge"),
     # The login page with a first-run hint (templates/admin/login.html).
     path("admin/login/", admin_login, name="admin-login"),
     path("admin/", admin.site.urls),

@@ -114,6 +114,17 @@ def format_ms(ms: int | None) -> str:
     return "-" if moment is None else f"{moment:%Y-%m-%d %H:%M:%S}.{moment.microsecond // 1000:03d} {moment:%Z}"
 
 
+def relative_age(ms: int | None, *, now: int | None = None) -> str:
+    """How long ago epoch milliseconds ``ms`` was, in its largest unit: ``12 s ago``, ``3 min ago``, ``2 h ago``."""
+    if ms is None:
+        return "-"
+    seconds = max(0, ((clock.now_ms() if now is None else now) - ms) // 1000)
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit} ago"
+    return f"{seconds} s ago"
+
+
 def delivery_answer(row: dict) -> str:
     """How the plugin answered one delivery request, in a few words.
 

@@ -41,6 +41,7 @@ from automation.models import (
     OPEN_STATUSES,
     AutomationTask,
     DeliveryRequest,
+    Outcome,
     TaskEvent,
     TaskStatus,
 )
@@ -456,6 +457,9 @@ def _block(instruction: Instruction) -> Block:
     words, state = OUTCOMES.get(instruction.status, ("queued", "open"))
     if instruction.status == Instruction.Status.PENDING and task is not None:
         words = PENDING_OUTCOMES.get(task.status, task.status)
+    if task is not None and task.outcome == Outcome.REJECTED:
+        # Failed by SPEC §2.2's states, but a decision, not a fault.
+        words, state = "rejected by an operator: it never ran", "rejected"
     is_held = task is not None and task.status == TaskStatus.BLOCKED
     error = instruction.error or (
         task.last_error if task is not None and task.status == TaskStatus.FAILED else ""

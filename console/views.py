@@ -25,17 +25,19 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from automation.models import TaskStatus
+from automation.kinds import kinds
+from automation.models import TERMINAL_STATUSES, Outcome, TaskStatus
 from automation.selectors import (
     HourlyFinishes,
     dispatcher_last_tick_age_seconds,
     dispatcher_state,
-    task_counts_by_kind_and_status,
+    paused_kinds,
+    task_counts_by_kind_status_and_outcome,
     task_finishes_by_hour,
     tasks_awaiting_approval,
     tasks_recently_failed,
 )
-from automation.services.dispatcher_state import dispatcher_pause_set
+from automation.services.dispatcher_state import dispatcher_pause_set, kind_pause_set
 from console.first_run import has_staff_user
 from console.helpers import datetime_from_ms, log_change
 from core.clock import now_ms
@@ -73,7 +75,8 @@ class Chart:
     labels: list[tuple[float, str]]  # (x, text) under the axis
     max_count: int
     total_succeeded: int
-    total_failed: int
+    total_failed: int  # faults
+    total_rejected: int
 
 
 CHART_WIDTH, CHART_HEIGHT = 720, 200
@@ -82,30 +85,34 @@ LABEL_EVERY_HOURS = 3
 
 
 def chart_layout(buckets: Sequence[HourlyFinishes]) -> Chart:
-    """Geometry of a grouped bar chart: per hour, a succeeded bar and a failed bar.
+    """Geometry of a grouped bar chart: per hour, a succeeded, a failed (fault) and a rejected bar.
 
     Pure: the template draws the rectangles as they are given here.
     """
-    max_count = max([1, *(b.succeeded for b in buckets), *(b.failed for b in buckets)])
+    max_count = max([1, *(max(b.succeeded, b.failed, b.rejected) for b in buckets)])
     plot_height = CHART_BOTTOM - CHART_TOP
     slot = (CHART_WIDTH - 2 * CHART_LEFT) / max(1, len(buckets))
-    bar_width = slot * 0.4
+    bar_width = slot * 0.8 / 3
     bars, labels = [], []
     for i, bucket in enumerate(buckets):
         hour = datetime_from_ms(bucket.start_ms)
         left = CHART_LEFT + i * slot + slot * 0.1
-        for offset, series, count in ((0, "succeeded", bucket.succeeded), (bar_width, "failed", bucket.failed)):
+        series_counts = (
+            (0, "succeeded", bucket.succeeded), (bar_width, "failed", bucket.failed),
+            (2 * bar_width, "rejected", bucket.rejected),
+        )
+        for offset, series, count in series_counts:
             height = plot_height * count / max_count
             bars.append(
                 Bar(x=round(left + offset, 1), y=round(CHART_BOTTOM - height, 1), height=round(height, 1),
                     count=count, series=series, hour=hour)
             )
         if hour.hour % LABEL_EVERY_HOURS == 0:
-            labels.append((round(left + bar_width, 1), f"{hour:%H}:00"))
+            labels.append((round(left + 1.5 * bar_width, 1), f"{hour:%H}:00"))
     return Chart(
         width=CHART_WIDTH, height=CHART_HEIGHT, plot_top=CHART_TOP, plot_bottom=CHART_BOTTOM,
         bar_width=round(bar_width, 1), bars=bars, labels=labels, max_count=max_count,
-        total_succeeded=sum(b.succeeded for b in buckets), total_failed=sum(b.failed for b in buckets),
+        total_succeeded=sum(b.succeeded for b in buckets), total_failed=sum(b.failed for b in buckets), total_rejected=sum(b.rejected for b in buckets),
     )
 
 
@@ -129,15 +136,42 @@ def front_door(request):
 # --- the page ------------------------------------------------------------------------
 
 
-def status_table(counts: dict[str, dict[str, int]]) -> dict:
-    """Per kind, a (status, count) cell for every status; and the totals per status."""
-    statuses = list(TaskStatus)
+@dataclass(frozen=True)
+class Column:
+    """One column of the overview's table: a status, or how a finished task ended."""
+
+    value: str
+    label: str
+    query: str  # the task list's filter for it
+
+
+# Open statuses, then how tasks ended: a fault and a rejection both leave a task
+# failed (SPEC §2.2), and the table keeps them apart.
+COLUMNS = [
+    *(Column(s.value, s.label, f"status__exact={s.value}") for s in TaskStatus if s not in TERMINAL_STATUSES),
+    Column(Outcome.SUCCEEDED, "Succeeded", "status__exact=succeeded"),
+    Column(Outcome.FAULT, "Failed", "status__exact=failed&outcome=fault"),
+    Column(Outcome.REJECTED, "Rejected", "status__exact=failed&outcome=rejected"),
+    Column(Outcome.CANCELLED, "Cancelled", "status__exact=cancelled"),
+]
+
+
+def status_table(counts: dict[tuple[str, str, str], int]) -> dict:
+    """Per kind, a (column, count) cell for every column; and the totals per column.
+
+    ``counts``: ``{(kind, status, outcome): n}``; a finished task counts in its
+    outcome's column, an open one in its status's.
+    """
+    by_kind: dict[str, dict[str, int]] = {}
+    for (kind, status, outcome), n in counts.items():
+        cells = by_kind.setdefault(kind, {})
+        cells[outcome or status] = cells.get(outcome or status, 0) + n
     rows = [
-        (kind, [(status, by_status.get(status, 0)) for status in statuses], sum(by_status.values()))
-        for kind, by_status in sorted(counts.items())
+        (kind, [(column, cells.get(column.value, 0)) for column in COLUMNS], sum(cells.values()))
+        for kind, cells in sorted(by_kind.items())
     ]
-    totals = [(status, sum(by_status.get(status, 0) for by_status in counts.values())) for status in statuses]
-    return {"statuses": statuses, "rows": rows, "totals": totals, "total": sum(n for _, n in totals)}
+    totals = [(column, sum(cells.get(column.value, 0) for cells in by_kind.values())) for column in COLUMNS]
+    return {"statuses": COLUMNS, "rows": rows, "totals": totals, "total": sum(n for _, n in totals)}
 
 
 @permission_required(OVERVIEW_PERMISSION, raise_exception=True)
@@ -147,12 +181,13 @@ def overview(request):
     state = dispatcher_state()
     tick_age = dispatcher_last_tick_age_seconds(now_ms=now)
     lag_limit = LAG_TICKS * settings.CONDUCTOR_TICK_SECONDS
-    table = status_table(task_counts_by_kind_and_status())
+    table = status_table(task_counts_by_kind_status_and_outcome())
+    totals = {column.value: n for column, n in table["totals"]}
     context = {
         **admin.site.each_context(request),
         "title": "Overview",
         "table": table,
-        "blocked_count": dict(table["totals"])[TaskStatus.BLOCKED],
+        "blocked_count": totals[TaskStatus.BLOCKED],
         "awaiting_approval": [
             (datetime_from_ms(task.created_at), task) for task in tasks_awaiting_approval(limit=10)
         ],
@@ -169,6 +204,7 @@ def overview(request):
         "connected_clients": plugin_clients_connected().order_by("client_id"),
         "capture_warnings": capture_warnings(),
         "can_pause": request.user.is_superuser,
+        "paused_kinds": paused_kinds(),
     }
     return TemplateResponse(request, "admin/conductor/overview.html", context)
 
@@ -198,3 +234,24 @@ def dispatcher_pause(request):
 def admin_login(request):
     """The admin's login page, which on a first run (no staff user yet) says how to create one."""
     return admin.site.login(request, extra_context={"is_first_run": not has_staff_user()})
+
+
+@require_POST
+def kind_pause(request):
+    """Pause or resume claiming one task kind: superusers only. ``is_paused=1`` pauses, ``0`` resumes."""
+    if not request.user.is_superuser:
+        raise PermissionDenied
+    kind, choice = request.POST.get("kind", ""), request.POST.get("is_paused")
+    if kind not in kinds.names() or choice not in ("0", "1"):
+        messages.error(request, "Choose a known kind, to pause or to resume.")
+        return redirect("admin-overview")
+    is_paused = choice == "1"
+    if kind_pause_set(kind=kind, is_paused=is_paused, actor=request.user.username):
+        log_change(request, [dispatcher_state()], f"{'Paused' if is_paused else 'Resumed'} claiming {kind}")
+        messages.success(
+            request,
+            f"{kind} is paused: its tasks wait until it is resumed." if is_paused else f"{kind} is claimed again.",
+        )
+    else:
+        messages.info(request, f"{kind} was already {'paused' if is_paused else 'running'}.")
+    return redirect("admin-overview")

@@ -18,7 +18,7 @@ from automation.models import (
     TaskStatus,
 )
 from automation.retry import RetryPolicy
-from automation.selectors import dispatcher_is_paused
+from automation.selectors import dispatcher_is_paused, paused_kinds
 from automation.services.transitions import (
     TransitionError,
     task_reclaim_interrupted,
@@ -89,7 +89,9 @@ def tasks_claim(*, lease_owner: str, now: int, limit: int, lease_ms: int) -> lis
     """
     if limit <= 0 or dispatcher_is_paused():
         return []
-    claimable = _claimable(now, kinds.runnable())
+    # A kind paused from the overview is not claimed; its tasks wait, due.
+    paused = paused_kinds()
+    claimable = _claimable(now, [kind for kind in kinds.runnable() if kind not in paused])
     candidates = (
         AutomationTask.objects.filter(claimable)
         .order_by("-priority", "execute_after", "sequence")

@@ -7,7 +7,7 @@ import logging
 from django.db.models import Q
 from django.utils import timezone
 
-from automation.models import DispatcherState
+from automation.models import DispatcherState, KindPause
 from automation.wake import dispatcher_wake_on_commit
 from core.logfmt import log_event
 
@@ -35,6 +35,23 @@ def dispatcher_pause_set(*, is_paused: bool, actor: str) -> bool:
     )
     if changed:
         log_event(logger, "dispatcher_pause" if is_paused else "dispatcher_resume", actor=actor)
+        if not is_paused:
+            dispatcher_wake_on_commit()
+    return changed
+
+
+def kind_pause_set(*, kind: str, is_paused: bool, actor: str) -> bool:
+    """Pause or resume claiming one task kind; returns whether it changed.
+
+    A paused kind's tasks stay due and are not claimed; running ones finish.
+    Resuming wakes the dispatcher on commit.
+    """
+    if is_paused:
+        _, changed = KindPause.objects.get_or_create(kind=kind, defaults={"paused_by": actor})
+    else:
+        changed = bool(KindPause.objects.filter(kind=kind).delete()[0])
+    if changed:
+        log_event(logger, "kind_pause" if is_paused else "kind_resume", kind=kind, actor=actor)
         if not is_paused:
             dispatcher_wake_on_commit()
     return changed

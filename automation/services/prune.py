@@ -32,7 +32,9 @@ class PruneReport:
         return f"tasks: {self.tasks}, events: {self.events}, messages: {self.messages}"
 
 
-def prune(*, older_than_days: int, dry_run: bool = False, now: dt.datetime | None = None) -> PruneReport:
+def prune(
+    *, older_than_days: int, dry_run: bool = False, now: dt.datetime | None = None, actor: str = "prune"
+) -> PruneReport:
     """Delete finished tasks (with their events) and messages older than the cut-off.
 
     A message is kept while any task of it is unfinished. With ``dry_run``,
@@ -54,6 +56,6 @@ def prune(*, older_than_days: int, dry_run: bool = False, now: dt.datetime | Non
         with transaction.atomic():
             tasks.delete()
             Message.objects.filter(pk__in=list(messages.values_list("pk", flat=True))).delete()
-        log_event(logger, "prune", older_than_days=older_than_days, tasks=report.tasks,
+        log_event(logger, "prune", actor=actor, older_than_days=older_than_days, tasks=report.tasks,
                   events=report.events, messages=report.messages)
     return report

@@ -40,6 +40,7 @@ from automation.models import (
     LEASE_HOLDING_STATUSES,
     ROUTING_FIELDS,
     AutomationTask,
+    FinishReason,
     TaskEvent,
     TaskStatus,
 )
@@ -507,7 +508,7 @@ def task_reject(task_id: str, *, actor: str, reason: str, now: int | None = None
     now = now_ms() if now is None else now
     return _transition(
         task_id, REJECT, actor=actor, now=now,
-        changes={"finished_at": now},
+        changes={"finished_at": now, "finish_reason": FinishReason.REJECTED},
         error=f"rejected by {actor}: {reason}" if reason else f"rejected by {actor}",
     )
 
@@ -530,5 +531,6 @@ def task_retry(task_id: str, *, actor: str, now: int | None = None) -> Automatio
     now = now_ms() if now is None else now
     return _transition(
         task_id, RETRY, actor=actor, now=now,
-        changes={"attempt_count": 0, "execute_after": now, "finished_at": None},
+        changes={"attempt_count": 0, "execute_after": now, "finished_at": None, "finish_reason": None,
+                 "retry_count": F("retry_count") + 1},
     )

@@ -8,6 +8,8 @@ they skipped, and why.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -15,11 +17,21 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import ActionLocation
 from django.contrib.admin.utils import flatten_fieldsets, unquote
+from django.db.models.functions import Substr
 from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
-from automation.models import AutomationTask, DeliveryRequest, TaskEvent, TaskStatus, ToolPolicy
-from automation.selectors import task_events
+from automation.errors import error_first_line
+from automation.models import (
+    AutomationTask,
+    DeliveryRequest,
+    FinishReason,
+    Outcome,
+    TaskEvent,
+    TaskStatus,
+    ToolPolicy,
+)
+from automation.selectors import failure_group_task_ids, task_events
 from automation.services import operator
 from console.admin import bulk
 from console.admin.story import story_link
@@ -31,9 +43,11 @@ from console.helpers import (
     delivery_answer,
     format_ms,
     json_text_block,
+    relative_age,
     text_block,
 )
 from console.lists import JSONTextContains, ListColumnsMixin
+from core.clock import now_ms
 from conversations.models import Conversation
 from ingest.services.instructions import INSTRUCTION_EXECUTE
 from pipelines.mail import MAIL_DELIVER
@@ -169,6 +183,88 @@ class ToolFilter(admin.SimpleListFilter):
         return queryset.filter(instruction__target=spec.target, instruction__tool=spec.name)
 
 
+class OutcomeFilter(admin.SimpleListFilter):
+    """Finished tasks by how they ended: a fault and a rejection both leave a task failed (SPEC §2.2)."""
+
+    title = "ended as"
+    parameter_name = "outcome"
+
+    def lookups(self, request, model_admin):
+        return Outcome.choices
+
+    def queryset(self, request, queryset):
+        match self.value():
+            case Outcome.FAULT:
+                return queryset.filter(status=TaskStatus.FAILED).exclude(finish_reason=FinishReason.REJECTED)
+            case Outcome.REJECTED:
+                return queryset.filter(status=TaskStatus.FAILED, finish_reason=FinishReason.REJECTED)
+            case Outcome.SUCCEEDED | Outcome.CANCELLED:
+                return queryset.filter(status=self.value())
+        return queryset
+
+
+class FailureGroupFilter(admin.SimpleListFilter):
+    """The faults of one group of the failures page (``automation.selectors.failure_groups``).
+
+    Offered only while it is in use: the failures page links here, and its
+    "retry all" posts the retry action through this filter.
+    """
+
+    title = "failure group"
+    parameter_name = "failure_group"
+
+    def lookups(self, request, model_admin):
+        return [(self.value(), "this group")] if self.value() else []
+
+    def queryset(self, request, queryset):
+        if not self.value():
+            return queryset
+        return queryset.filter(pk__in=failure_group_task_ids(key=self.value(), now_ms=now_ms()))
+
+
+# How much of a payload the list reads for its row.
+PAYLOAD_HEAD = 600
+# The widths the list's columns keep to, so that a row fits 1280 px.
+ARGS_PREVIEW = 48
+ERROR_PREVIEW = 72
+
+
+_TOOL = re.compile(r'"tool":\s*"([^"]*)"')
+_PARAMS = re.compile(r'"params":\s*(.*)', re.DOTALL)
+
+
+def call_summary(kind: str, payload_json: str) -> tuple[str, str]:
+    """What a task runs, for its row: the tool (or the kind) and a short preview of its arguments. Pure.
+
+    ``payload_json`` may be the payload's head only (``PAYLOAD_HEAD``): cut JSON
+    is read for its tool and the start of its params.
+    """
+    try:
+        payload = json.loads(payload_json)
+    except ValueError:
+        if kind != INSTRUCTION_EXECUTE:
+            return kind, payload_json
+        tool, params = _TOOL.search(payload_json), _PARAMS.search(payload_json)
+        return (tool.group(1) if tool else kind), (params.group(1) if params else "")
+    if not isinstance(payload, dict):
+        return kind, ""
+    if kind == INSTRUCTION_EXECUTE:
+        target = payload.get("target") or DEFAULT_TARGET
+        tool = str(payload.get("tool", ""))
+        what = tool if target == DEFAULT_TARGET else f"{target}::{tool}"
+        args = payload.get("params")
+    else:
+        what, args = kind, {key: value for key, value in payload.items() if not key.endswith(("_id", "_ids"))}
+    shown = json.dumps(args, ensure_ascii=False, separators=(",", ":"), sort_keys=True) if args else ""
+    return what, shown
+
+
+def attempts_text(attempt_count: int, max_attempts: int, retry_count: int) -> str:
+    """``run 2 of 3``, and the series when an operator retried: ``run 1 of 3, series 2``. Pure."""
+    text = f"run {attempt_count} of {max_attempts}"
+    return text + (f", series {retry_count + 1}" if retry_count else "")
+
+
 # Each task action's operator service, whose starting states say where the action applies.
 ACTION_SERVICES = {
     "retry": operator.tasks_retry,
@@ -186,10 +282,13 @@ AutomationTask._meta.get_field("payload_json").register_lookup(JSONTextContains,
 class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     change_form_template = "admin/automation/automationtask/change_form.html"
     list_display = [
-        "task_id", "kind", "status", "conversation_link", "target", "attempts",
-        "due", "updated",
+        "short_id", "what", "args", "state", "error", "attempts", "conversation_link", "updated_ago",
     ]
-    list_filter = ["kind", "status", ToolFilter, "target_platform", "target_client_id", DeliveredByFilter]
+    list_display_links = ["short_id"]
+    list_filter = [
+        "kind", "status", OutcomeFilter, ToolFilter, "target_platform", "target_client_id", DeliveredByFilter,
+        FailureGroupFilter,
+    ]
     search_fields = [
         "task_id", "dedupe_key", "target_conversation_id", "conversation__remote_id", "conversation__title",
         "payload_json__json_icontains",
@@ -198,7 +297,8 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     show_full_result_count = False
     actions = ["retry", "cancel", "approve", "reject"]
     fieldsets = [
-        (None, {"fields": ["task_id", "kind", "status", "attempts", "last_error", "dedupe_key", "priority"]}),
+        (None, {"fields": ["task_id", "kind", "status", "ended_as", "attempts", "last_error", "dedupe_key",
+                           "priority"]}),
         ("Source and route", {"fields": [
             "conversation_link", "message_link", "instruction_link",
             "target_client_id", "target_platform", "target_conversation_id",
@@ -243,9 +343,13 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     def get_list_queryset(self, queryset):
         # A row names only its conversation: no join to messages and instructions.
-        return queryset.select_related(None).select_related("conversation").only(
-            "kind", "status", "target_client_id", "target_platform", "attempt_count", "max_attempts",
-            "execute_after", "updated_at", "conversation__platform", "conversation__remote_id",
+        # The payload's head only: enough for the tool and an args preview, while
+        # a payload may be as long as a whole message.
+        return queryset.select_related(None).select_related("conversation").annotate(
+            payload_head=Substr("payload_json", 1, PAYLOAD_HEAD)
+        ).only(
+            "kind", "status", "finish_reason", "last_error", "attempt_count", "max_attempts",
+            "retry_count", "updated_at", "conversation__platform", "conversation__remote_id",
             "conversation__title",
         )
 
@@ -297,7 +401,49 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
 
     @admin.display(description="attempts", ordering="attempt_count")
     def attempts(self, task):
-        return f"{task.attempt_count}/{task.max_attempts}"
+        return attempts_text(task.attempt_count, task.max_attempts, task.retry_count)
+
+    @admin.display(description="ended as")
+    def ended_as(self, task):
+        return Outcome(task.outcome).label if task.outcome else "- (not finished)"
+
+    @admin.display(description="id", ordering="task_id")
+    def short_id(self, task):
+        return format_html('<span title="{}">{}</span>', task.task_id, task.task_id[:8])
+
+    @admin.display(description="tool or kind")
+    def what(self, task):
+        return format_html('<span title="{}">{}</span>', task.kind, call_summary(task.kind, self._payload_text(task))[0])
+
+    @staticmethod
+    def _payload_text(task) -> str:
+        return getattr(task, "payload_head", None) or task.payload_json
+
+    @admin.display(description="args")
+    def args(self, task):
+        shown = call_summary(task.kind, self._payload_text(task))[1]
+        if not shown:
+            return "-"
+        short = shown if len(shown) <= ARGS_PREVIEW else shown[: ARGS_PREVIEW - 1] + "…"
+        return format_html('<code class="args-preview" title="{}">{}</code>', shown, short)
+
+    @admin.display(description="status", ordering="status")
+    def state(self, task):
+        if task.outcome == Outcome.REJECTED:
+            return "Rejected"
+        return task.get_status_display()
+
+    @admin.display(description="error")
+    def error(self, task):
+        line = error_first_line(task.last_error) if task.status != TaskStatus.SUCCEEDED else ""
+        if not line:
+            return "-"
+        short = line if len(line) <= ERROR_PREVIEW else line[: ERROR_PREVIEW - 1] + "…"
+        return format_html('<span class="error-preview" title="{}">{}</span>', line, short)
+
+    @admin.display(description="updated", ordering="updated_at")
+    def updated_ago(self, task):
+        return format_html('<span title="{}">{}</span>', format_ms(task.updated_at), relative_age(task.updated_at))
 
     @admin.display(description="previous error")
     def previous_error(self, task):

@@ -9,7 +9,7 @@ from django.utils import timezone
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
 from automation.services.claim import tasks_claim, tasks_reclaim_expired
-from automation.services.dispatcher_state import dispatcher_pause_set
+from automation.services.dispatcher_state import dispatcher_pause_set, kind_pause_set
 from automation.services.tasks import task_create
 from core.clock import now_ms
 from tests.factories import ConversationFactory, PluginClientFactory, retry_policy
@@ -295,3 +295,23 @@ def test_a_batch_the_unique_index_refuses_is_leased_one_task_at_a_time(now, monk
     assert sorted(claimed) == sorted([other_target.pk, local.pk])
     assert AutomationTask.objects.get(pk=contested.pk).status == S.PENDING
     assert AutomationTask.objects.filter(status=S.LEASED, lease_owner="d1").count() == 2
+
+
+@pytest.mark.parametrize("paused", [True, False])
+def test_a_paused_kind_is_not_claimed_and_others_are(now, paused):
+    local = create("test.local", now=now)
+    other = create("test.instruction", now=now)
+    if paused:
+        assert kind_pause_set(kind="test.local", is_paused=True, actor="alice")
+    claimed = claim(now)
+    assert other.pk in claimed
+    assert (local.pk in claimed) is not paused
+
+
+def test_resuming_a_kind_lets_its_waiting_tasks_be_claimed(now):
+    kind_pause_set(kind="test.local", is_paused=True, actor="alice")
+    task = create("test.local", now=now)
+    assert claim(now) == []
+    assert kind_pause_set(kind="test.local", is_paused=False, actor="alice")
+    assert not kind_pause_set(kind="test.local", is_paused=False, actor="alice")
+    assert claim(now) == [task.pk]

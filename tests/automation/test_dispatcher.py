@@ -12,6 +12,7 @@ from django.utils import timezone
 from automation.dispatcher import Dispatcher, DispatcherConfig
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
+from automation.services.dispatcher_state import kind_pause_set
 from automation.services.tasks import task_create
 from core.clock import now_ms
 from tests.factories import ConversationFactory, MessageFactory, PluginClientFactory
@@ -362,3 +363,12 @@ def test_a_lost_database_connection_under_the_executor_is_an_interruption(monkey
     after = reload(task)
     assert (after.status, after.attempt_count) == (status, 1)
     assert after.last_error.startswith("interrupted: the database connection failed while it ran")
+
+
+@pytest.mark.parametrize("paused", [True, False])
+def test_the_dispatcher_runs_no_task_of_a_paused_kind(paused):
+    if paused:
+        kind_pause_set(kind="test.local", is_paused=True, actor="alice")
+    task = create("test.local")
+    run_tick(make_dispatcher())
+    assert reload(task).status == (S.PENDING if paused else S.SUCCEEDED)

@@ -33,7 +33,7 @@ TOKEN = "scrape-" + "s" * 40
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
 # One aggregated query per family that reads the database (see conductor_site.metrics).
-QUERIES_PER_SCRAPE = 9
+QUERIES_PER_SCRAPE = 10  # one a family, and one read of the last hour's finished tasks
 
 
 @pytest.fixture
@@ -162,9 +162,8 @@ def test_an_empty_database_gives_zeros_and_no_tick_age(client, token):
     figures = samples(scrape(client))
 
     assert set(figures["conductor_tasks"].values()) == {0}
-    assert len(figures["conductor_tasks"]) == len(kinds.names()) * len(
-        TaskStatus.values
-    )
+    # Every status of every kind, and failed twice: as a fault and as a rejection.
+    assert len(figures["conductor_tasks"]) == len(kinds.names()) * (len(TaskStatus.values) + 1)
     assert set(figures["conductor_task_claims"].values()) == {0}
     assert set(figures["conductor_task_lease_expiries"].values()) == {0}
     assert figures["conductor_delivery_requests"] == {
@@ -206,12 +205,12 @@ def test_tasks_by_kind_and_status_claims_and_lease_expiries(client, token):
 
     tasks = {labels: n for labels, n in figures["conductor_tasks"].items() if n}
     assert tasks == {
-        (("kind", "test.local"), ("status", "pending")): 1,
-        (("kind", "test.local"), ("status", "succeeded")): 2,
-        (("kind", "test.local"), ("status", "failed")): 1,
-        (("kind", "test.instruction"), ("status", "blocked")): 1,
-        (("kind", "test.instruction"), ("status", "failed")): 1,
-        (("kind", "test.instruction"), ("status", "leased")): 1,
+        (("kind", "test.local"), ("reason", ""), ("status", "pending")): 1,
+        (("kind", "test.local"), ("reason", "succeeded"), ("status", "succeeded")): 2,
+        (("kind", "test.local"), ("reason", "fault"), ("status", "failed")): 1,
+        (("kind", "test.instruction"), ("reason", ""), ("status", "blocked")): 1,
+        (("kind", "test.instruction"), ("reason", "fault"), ("status", "failed")): 1,
+        (("kind", "test.instruction"), ("reason", ""), ("status", "leased")): 1,
     }
     claims = {labels: n for labels, n in figures["conductor_task_claims"].items() if n}
     assert claims == {(("kind", "test.local"),): 3, (("kind", "test.instruction"),): 3}
@@ -362,3 +361,44 @@ def test_a_scrape_takes_the_same_few_queries_however_many_rows_there_are(client,
     assert len(full) == QUERIES_PER_SCRAPE
     assert sum(figures["conductor_tasks"].values()) == 12
     assert sum(figures["conductor_delivery_requests"].values()) == 12
+
+
+@pytest.mark.django_db
+def test_a_rejection_is_counted_apart_from_faults(client, token):
+    make_task(TaskStatus.FAILED, kind="test.instruction")
+    held = [make_task(TaskStatus.BLOCKED, kind="test.instruction") for _ in range(3)]
+
+    def failed(reason):
+        figures = samples(scrape(client))["conductor_tasks"]
+        return figures[(("kind", "test.instruction"), ("reason", reason), ("status", "failed"))]
+
+    assert (failed("fault"), failed("rejected")) == (1, 0)
+    for task in held:
+        tr.task_reject(task.pk, actor="alice", reason="no")
+    assert (failed("fault"), failed("rejected")) == (1, 3)
+
+
+@pytest.mark.django_db
+def test_duration_histograms_cover_the_last_hour_of_finished_tasks(client, token):
+    now = T0 + 10_000
+    fresh = make_task(TaskStatus.SUCCEEDED, kind="test.local")
+    type(fresh).objects.filter(pk=fresh.pk).update(execute_after=now - 3000, started_at=now - 2950, finished_at=now - 2000)
+    old = make_task(TaskStatus.SUCCEEDED, kind="test.local")
+    type(old).objects.filter(pk=old.pk).update(execute_after=0, started_at=1, finished_at=now - 2 * 3_600_000)
+
+    with mock.patch("conductor_site.metrics.now_ms", return_value=now):
+        body = scrape(client).content.decode()
+    families = {family.name: family for family in text_string_to_metric_families(body)}
+
+    def bucket(name, le):
+        return next(
+            s.value for s in families[name].samples
+            if s.name.endswith("_bucket") and s.labels == {"kind": "test.local", "le": le}
+        )
+
+    # Waited 50 ms, ran 950 ms; the task finished two hours ago is outside the window.
+    assert bucket("conductor_task_queue_wait_seconds", "0.025") == 0
+    assert bucket("conductor_task_queue_wait_seconds", "0.05") == 1
+    assert bucket("conductor_task_run_seconds", "0.5") == 0
+    assert bucket("conductor_task_run_seconds", "1.0") == 1
+    assert bucket("conductor_task_run_seconds", "+Inf") == 1

@@ -6,8 +6,8 @@ from django.contrib.admin.models import LogEntry
 from django.test import Client
 from django.utils import timezone
 
-from automation.models import DispatcherState, TaskStatus
-from automation.selectors import HOUR_MS, HourlyFinishes, task_finishes_by_hour
+from automation.models import AutomationTask, DispatcherState, TaskStatus
+from automation.selectors import HOUR_MS, HourlyFinishes, paused_kinds, task_finishes_by_hour
 from automation.services import transitions as tr
 from automation.services.dispatcher_state import (
     dispatcher_pause_set,
@@ -45,16 +45,19 @@ def test_the_admin_index_links_to_the_overview(admin_client):
 
 
 def test_the_overview_counts_tasks_by_status_and_kind(admin_client):
-    for state in (S.PENDING, S.PENDING, S.BLOCKED, S.FAILED):
+    for state in (S.PENDING, S.PENDING, S.BLOCKED, S.FAILED, S.BLOCKED):
         make_task(state)
     make_task(S.SUCCEEDED, kind="test.local")
+    # A rejection leaves the task failed, but it is counted apart from the faults.
+    tr.task_reject(make_task(S.BLOCKED).pk, actor="alice", reason="no")
     page = admin_client.get(OVERVIEW).content.decode()
     totals = section(page, "overview-tasks")
     cells = dict(re.findall(r'data-status="(\w+)">(?:<a [^>]*>)?(\d+)', totals))
     assert cells == {
         "pending": "2", "leased": "0", "running": "0", "retry_wait": "0",
-        "succeeded": "1", "failed": "1", "blocked": "1", "cancelled": "0",
+        "succeeded": "1", "fault": "1", "rejected": "1", "blocked": "2", "cancelled": "0",
     }
+    assert "status__exact=failed&amp;outcome=rejected" in totals
     assert "test.instruction" in totals and "test.local" in totals
     assert "?kind=test.local&amp;status__exact=succeeded" in totals
 
@@ -229,14 +232,15 @@ def test_finishes_are_bucketed_by_clock_hour_from_the_event_log():
 
 def test_chart_layout_scales_bars_to_the_tallest():
     hour = 1_700_000_000_000 // HOUR_MS * HOUR_MS
-    chart = chart_layout([HourlyFinishes(hour, 4, 0), HourlyFinishes(hour + HOUR_MS, 2, 1)])
+    chart = chart_layout([HourlyFinishes(hour, 4, 0, 0), HourlyFinishes(hour + HOUR_MS, 2, 1, 3)])
     heights = {(bar.hour.hour, bar.series): bar.height for bar in chart.bars}
     full = chart.plot_bottom - chart.plot_top
     assert heights == {
-        (22, "succeeded"): full, (22, "failed"): 0, (23, "succeeded"): full / 2, (23, "failed"): full / 4,
+        (22, "succeeded"): full, (22, "failed"): 0, (22, "rejected"): 0,
+        (23, "succeeded"): full / 2, (23, "failed"): full / 4, (23, "rejected"): full * 3 / 4,
     }
     assert all(bar.y + bar.height == chart.plot_bottom for bar in chart.bars)
-    assert (chart.total_succeeded, chart.total_failed, chart.max_count) == (6, 1, 4)
+    assert (chart.total_succeeded, chart.total_failed, chart.total_rejected, chart.max_count) == (6, 1, 3, 4)
 
 
 def test_an_empty_chart_has_no_division_by_zero():
@@ -245,9 +249,13 @@ def test_an_empty_chart_has_no_division_by_zero():
 
 
 def test_status_table_sums_each_status_across_kinds():
-    table = status_table({"a": {"pending": 2, "failed": 1}, "b": {"pending": 3}})
-    assert dict(table["totals"])[S.PENDING] == 5 and table["total"] == 6
-    assert [(kind, total) for kind, _, total in table["rows"]] == [("a", 3), ("b", 3)]
+    table = status_table({
+        ("a", "pending", ""): 2, ("a", "failed", "fault"): 1, ("b", "pending", ""): 3,
+        ("b", "failed", "rejected"): 2,
+    })
+    totals = {column.value: n for column, n in table["totals"]}
+    assert (totals[S.PENDING], totals["fault"], totals["rejected"], table["total"]) == (5, 1, 2, 8)
+    assert [(kind, total) for kind, _, total in table["rows"]] == [("a", 3), ("b", 5)]
 
 
 # --- the front door: / ---------------------------------------------------------------------------
@@ -277,3 +285,27 @@ def test_the_admins_view_site_link_leads_to_the_front_door(admin_client):
     page = admin_client.get("/admin/").content.decode()
     assert re.search(r'<a href="/">View site</a>', page), page[:2000]
     assert admin_client.get("/").status_code == 302
+
+
+def test_purge_counts_first_then_deletes_what_prune_would(admin_client):
+    old = make_task(S.SUCCEEDED, now=1_000)
+    kept = make_task(S.PENDING, now=1_000)
+    page = admin_client.get("/admin/overview/purge/").content.decode()
+    assert "<strong>1</strong> tasks" in page
+    assert AutomationTask.objects.filter(pk=old.pk).exists()
+    admin_client.post("/admin/overview/purge/", {"days": "30", "confirm": "yes"})
+    assert not AutomationTask.objects.filter(pk=old.pk).exists()
+    assert AutomationTask.objects.filter(pk=kept.pk).exists()
+
+
+def test_purge_is_for_superusers(client):
+    client.force_login(make_staff("viewer", "automation.view_automationtask"))
+    assert client.get("/admin/overview/purge/").status_code == 403
+
+
+def test_a_kind_is_paused_and_resumed_from_the_overview(admin_client):
+    admin_client.post("/admin/overview/pause-kind/", {"kind": "renewal.deliver", "is_paused": "1"})
+    assert "renewal.deliver" in paused_kinds()
+    assert LogEntry.objects.filter(change_message="Paused claiming renewal.deliver").exists()
+    admin_client.post("/admin/overview/pause-kind/", {"kind": "renewal.deliver", "is_paused": "0"})
+    assert paused_kinds() == set()

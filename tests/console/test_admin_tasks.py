@@ -6,7 +6,7 @@ from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
 from automation.models import AutomationTask, DeliveryRequest, TaskEvent, TaskStatus
 from automation.services import transitions as tr
-from console.admin.tasks import ErrorAttempt, error_attempt
+from console.admin.tasks import ErrorAttempt, attempts_text, call_summary, error_attempt
 from tests.factories import (
     LEASE_MS,
     OWNER,
@@ -53,18 +53,18 @@ def last_event(task):
 # --- the list ------------------------------------------------------------------------------------
 
 
-def test_the_list_shows_ids_kinds_states_routes_attempts_and_times(admin_client):
+def test_the_list_shows_ids_kinds_states_errors_attempts_and_times(admin_client):
     conversation = ConversationFactory(title="Quarterly report")
     task = make_task(S.FAILED, conversation_id=conversation.pk, target_client_id="laptop", target_platform="claude")
     page = admin_client.get(LIST).content.decode()
-    assert task.task_id in page
+    assert f'title="{task.task_id}">{task.task_id[:8]}<' in page  # short id, the full one on hover
     assert "test.instruction" in page
     assert "Failed" in page
+    assert 'class="error-preview" title="boom">boom<' in page
     assert "Quarterly report" in page and f"/admin/conversations/conversation/{conversation.pk}/change/" in page
-    assert "laptop/claude" in page
-    assert "1/3" in page  # attempts used of max
-    assert "2023-11-14 22:13:20.000 UTC" in page  # execute_after (T0) as a time, not as milliseconds
-    assert str(task.execute_after) not in page
+    assert "run 1 of 3" in page  # attempts used of max
+    assert "2023-11-14 22:13:20.000 UTC" in page  # updated (T0) as a time on hover, its age shown
+    assert str(task.updated_at) not in page
 
 
 def test_the_list_needs_a_fixed_number_of_queries(admin_client, django_assert_max_num_queries):
@@ -90,7 +90,8 @@ def test_the_list_joins_only_conversations_and_fetches_no_payload(admin_client, 
     assert str(message.conversation) in response.content.decode()
     sql = "\n".join(query["sql"] for query in queries.captured_queries)
     assert "conversations_message" not in sql and "ingest_instruction" not in sql
-    assert '"payload_json"' not in sql and '"result_json"' not in sql
+    # The payload's head only (for the args preview), inside SUBSTR / SUBSTRING.
+    assert not re.search(r'(?<!\()"automation_tasks"\."payload_json"', sql) and '"result_json"' not in sql
 
 
 @pytest.mark.parametrize(
@@ -427,3 +428,41 @@ def test_a_failed_tasks_page_shows_its_last_error(admin_client):
     page = admin_client.get(change_url(make_task(S.FAILED))).content.decode()
     assert re.search(r"Last error:</label>\s*<div class=\"readonly\">boom</div>", page)
     assert "Previous error" not in page
+
+
+@pytest.mark.parametrize(
+    "counts,shown",
+    [((0, 3, 0), "run 0 of 3"), ((2, 3, 0), "run 2 of 3"), ((1, 3, 1), "run 1 of 3, series 2")],
+)
+def test_attempts_count_runs_within_the_series_an_operators_retry_starts(counts, shown):
+    assert attempts_text(*counts) == shown
+
+
+def test_a_retried_task_reads_as_its_second_series(admin_client):
+    task = make_task(S.FAILED)
+    tr.task_retry(task.pk, actor="operator")
+    task.refresh_from_db()
+    assert (task.attempt_count, task.retry_count, task.finish_reason) == (0, 1, None)
+    assert "run 0 of 3, series 2" in admin_client.get(LIST).content.decode()
+
+
+def test_call_summary_reads_a_cut_payload_for_its_tool_and_params():
+    assert call_summary("instruction.execute", '{"tool": "files.read", "params": {"path": "a.md"}}') == (
+        "files.read", '{"path":"a.md"}'
+    )
+    assert call_summary("instruction.execute", '{"tool": "shell.run", "params": {"argv": ["ech') == (
+        "shell.run", '{"argv": ["ech'
+    )
+    assert call_summary("renewal.deliver", '{"conversation_id": 3, "text": "hi"}') == ("renewal.deliver", '{"text":"hi"}')
+
+
+def test_the_failures_page_groups_faults_and_leaves_rejections_out(admin_client):
+    for n in range(3):
+        task = make_task(S.RUNNING)
+        tr.task_fail(task.pk, lease_owner=task.lease_owner, error=f"HTTP 50{n} from request {n}")
+    tr.task_reject(make_task(S.BLOCKED).pk, actor="alice", reason="no")
+    page = admin_client.get("/admin/failures/").content.decode()
+    assert page.count('class="failure-group"') == 1
+    assert "HTTP &lt;n&gt; from request &lt;n&gt;" in page
+    assert "Retry all 3" in page
+    assert "rejected by" not in page

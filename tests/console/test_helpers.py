@@ -1,6 +1,7 @@
 import pytest
 
 from console.helpers import (
+    relative_age,
     displayable_text,
     json_block,
     json_text_block,
@@ -121,3 +122,11 @@ def test_a_json_text_block_shows_text_that_is_not_json_as_it_is_and_none_as_a_da
         '<pre class="conductor-json" style="white-space: pre-wrap">not json &lt;\ufffd&gt;</pre>'
     )
     assert json_text_block(None) == "-"
+
+
+@pytest.mark.parametrize(
+    "age_ms,shown", [(0, "0 s ago"), (59_999, "59 s ago"), (180_000, "3 min ago"), (7_200_000, "2 h ago"),
+                     (90_000_000, "1 d ago")],
+)
+def test_relative_age_says_the_largest_unit(age_ms, shown):
+    assert relative_age(1_000_000_000 - age_ms, now=1_000_000_000) == shown

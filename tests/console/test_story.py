@@ -650,6 +650,9 @@ def test_rejecting_from_the_story_completes_the_message(admin_client, admin_user
     assert AutomationTask.objects.filter(
         kind=INSTRUCTION_DELIVER, message=held
     ).exists()
+    # The story tells the rejection as a decision, not as a fault.
+    page = admin_client.get(story_url(held.conversation)).content.decode()
+    assert "rejected by an operator: it never ran" in page
 
 
 def test_a_decision_twice_is_reported_not_repeated(admin_client, held):

@@ -28,7 +28,8 @@ from pipelines.rendering import parse_results
 
 DEMO_CLIENT = "demo-plugin"
 ACTOR = "demo"
-# Files the fixture conversations look at, put in the workspace when missing.
+# Files the fixture conversations look at, put in the workspace when missing;
+# the fixtures' first block lists their folder, notes/.
 SEED_FILES = {
     "notes/todo.md": "# Todo\n- water the plants\n- ship the release\n",
     "notes/ideas.md": "# Ideas\n- a plugin for every chat\n",
@@ -73,7 +74,10 @@ class Command(BaseCommand):
         try:
             plugin = SimulatedPlugin(url=url, client_id=DEMO_CLIENT, token=token).connect()
         except OSError as exc:
-            raise CommandError(f"cannot reach {url} ({exc}); start the server first with `make run`") from exc
+            raise CommandError(
+                f"cannot reach {url} ({exc}); start the server first with `make run`, or, when it listens "
+                "elsewhere, give its socket: --url ws://HOST:PORT/ws/plugin/"
+            ) from exc
         with plugin:
             for frame in frames:
                 frame = {
