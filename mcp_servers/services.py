@@ -48,16 +48,19 @@ def mcp_server_refresh(*, server: McpServer) -> bool:
     ``last_error`` says why (the page shows it).
     """
     try:
-        listed = mcp_tools_list(mcp_endpoint(server=server), workspace=settings.CONDUCTOR_WORKSPACE,
-                                keep_alive=False)
+        listing = mcp_tools_list(mcp_endpoint(server=server), workspace=settings.CONDUCTOR_WORKSPACE,
+                                 keep_alive=False)
     except (ToolError, SecretError) as exc:
         McpServer.objects.filter(pk=server.pk).update(last_error=str(exc), updated_at=timezone.now())
         server.last_error = str(exc)
         log_event(logger, "mcp_server_refresh", level=logging.WARNING, server=server.name, ok=False, error=str(exc))
         return False
-    kept = [tool for tool in listed if TOOL_NAME_RE.fullmatch(tool.get("name", ""))]
-    skipped = len(listed) - len(kept)
-    note = f"{skipped} listed tool(s) skipped: their names are not [A-Za-z0-9_.-]{{1,128}}" if skipped else ""
+    kept = [tool for tool in listing.tools if TOOL_NAME_RE.fullmatch(tool.get("name", ""))]
+    skipped = len(listing.tools) - len(kept)
+    notes = [listing.cut] if listing.cut else []
+    if skipped:
+        notes.append(f"{skipped} listed tool(s) skipped: their names are not [A-Za-z0-9_.-]{{1,128}}")
+    note = "; ".join(notes)
     with transaction.atomic():
         McpTool.objects.filter(server=server).delete()
         McpTool.objects.bulk_create(
@@ -71,7 +74,8 @@ def mcp_server_refresh(*, server: McpServer) -> bool:
         now = timezone.now()
         McpServer.objects.filter(pk=server.pk).update(tools_listed_at=now, last_error=note, updated_at=now)
     server.tools_listed_at, server.last_error = now, note
-    log_event(logger, "mcp_server_refresh", server=server.name, ok=True, tools=len(kept), skipped=skipped)
+    log_event(logger, "mcp_server_refresh", server=server.name, ok=True, tools=len(kept), skipped=skipped,
+              cut=bool(listing.cut))
     return True
 
 

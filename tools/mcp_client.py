@@ -60,8 +60,10 @@ logger = logging.getLogger(__name__)
 
 # How long a server may take to start and answer ``initialize``.
 CONNECT_TIMEOUT_SECONDS = 30.0
-# The most pages of ``tools/list`` read, and tools kept, from one server.
+# The most pages of ``tools/list`` read, and tools kept, from one server: a
+# server that keeps paging, or lists more, is cut there and the listing says so.
 MAX_PAGES = 50
+MAX_TOOLS = 1000
 # How much of a server's stderr is kept to explain a failure.
 STDERR_TAIL_BYTES = 2048
 POLL_SECONDS = 0.1
@@ -407,15 +409,24 @@ def _protocol_error(exc: Exception, endpoint: McpEndpoint) -> ToolError:
     return McpProtocolError(f"MCP server {endpoint.name!r} refused the request: {message}")
 
 
-def mcp_tools_list(endpoint: McpEndpoint, *, workspace: Path, keep_alive: bool = True) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class McpToolListing:
+    """What ``tools/list`` gave: the tools as wire JSON, and why the list was cut ("" when it was not)."""
+
+    tools: list[dict[str, Any]]
+    cut: str = ""
+
+
+def mcp_tools_list(endpoint: McpEndpoint, *, workspace: Path, keep_alive: bool = True) -> McpToolListing:
     """Every tool the server lists (``tools/list``, following ``nextCursor``), as wire JSON.
 
     Each entry has ``name``, and when the server gives them ``description``,
-    ``inputSchema`` and ``annotations``. Raises ``ToolError`` when the
-    server cannot be reached or answers with an error.
+    ``inputSchema`` and ``annotations``. At most ``MAX_PAGES`` pages and
+    ``MAX_TOOLS`` tools are kept; past either, ``cut`` says so. Raises
+    ``ToolError`` when the server cannot be reached or answers with an error.
     """
 
-    async def work(session: ClientSession) -> list[dict[str, Any]]:
+    async def work(session: ClientSession) -> McpToolListing:
         from mcp_types import PaginatedRequestParams
 
         listed: list[dict[str, Any]] = []
@@ -423,11 +434,16 @@ def mcp_tools_list(endpoint: McpEndpoint, *, workspace: Path, keep_alive: bool =
         for _ in range(MAX_PAGES):
             params = PaginatedRequestParams(cursor=cursor) if cursor else None
             page = await session.list_tools(params=params)
-            listed += [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools]
+            room = MAX_TOOLS - len(listed)
+            listed += [tool.model_dump(by_alias=True, mode="json", exclude_none=True) for tool in page.tools[:room]]
+            if len(page.tools) > room:
+                return McpToolListing(listed, f"the server lists more than {MAX_TOOLS} tools; the first "
+                                              f"{MAX_TOOLS} are kept")
             cursor = page.next_cursor
             if not cursor:
-                break
-        return listed
+                return McpToolListing(listed)
+        return McpToolListing(listed, f"the server still had pages after {MAX_PAGES}; the {len(listed)} "
+                                      f"tools on them are kept")
 
     return _run_sync(endpoint, workspace=workspace, keep_alive=keep_alive, timeout=endpoint.timeout_seconds,
                      work=work, cancelled=None, what="tools/list")

@@ -1,13 +1,16 @@
 """Listing MCP servers' tools (``tools/list``) and storing them, against real servers."""
 
 import json
+import sys
 
 import pytest
 from django.core.management import call_command
 
 from mcp_servers.models import McpServer
 from mcp_servers.services import mcp_server_refresh
+from tools import mcp_client
 from tests.mcp_servers.conftest import (
+    HERE,
     everything_server,
     own_http_server,
     own_stdio_server,
@@ -88,3 +91,28 @@ def test_the_servers_file_in_the_shared_shape_is_loaded(tmp_path, settings, monk
     path.write_text(json.dumps({"mcpServers": {}}))
     call_command("mcp_servers")
     assert not McpServer.objects.get(name="time").enabled
+
+
+def paged_server(*args: str, name: str = "paged") -> McpServer:
+    return server_create(name, command=sys.executable, args=[str(HERE / "paged_server.py"), *args])
+
+
+def test_every_page_of_tools_list_is_read_in_order():
+    server = paged_server("25", "10")
+    assert list(server.tools.order_by("position").values_list("name", flat=True)) == [f"t{i:03d}" for i in range(25)]
+    assert server.last_error == ""
+
+
+def test_a_server_that_never_stops_paging_is_cut_and_says_so(monkeypatch):
+    monkeypatch.setattr(mcp_client, "MAX_PAGES", 4)
+    server = paged_server("0", "3", "endless")
+    assert server.tools.count() == 12
+    server.refresh_from_db()
+    assert "still had pages after 4" in server.last_error
+
+
+def test_a_server_listing_too_many_tools_keeps_the_first_ones_and_says_so(monkeypatch):
+    monkeypatch.setattr(mcp_client, "MAX_TOOLS", 7)
+    server = paged_server("30", "5")
+    assert list(server.tools.order_by("position").values_list("name", flat=True)) == [f"t{i:03d}" for i in range(7)]
+    assert "more than 7 tools" in McpServer.objects.get(pk=server.pk).last_error
