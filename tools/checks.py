@@ -22,7 +22,8 @@ def shell_run_sandbox_check(app_configs, **kwargs) -> list[checks.CheckMessage]:
     if (problem := launcher.sandbox_problem()) is not None:
         return [checks.Warning(
             f"shell.run cannot run commands on this machine: {problem}.",
-            hint="Every shell.run block fails with this error until it can; the other tools work. "
+            hint="Every shell.run block, and every MCP server started as a command (stdio), fails with this "
+                 "error until it can; the other tools work. "
                  "The sandbox needs Linux 5.13 or newer with Landlock enabled.",
             id="tools.W001",
         )]

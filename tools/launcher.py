@@ -20,6 +20,11 @@ its settings or its site-packages. It
    (``-N`` when killed by signal N, as ``Popen.returncode``), or
    ``{"error": KIND, "detail": "..."}`` when the command could not start.
 
+Run as ``python -I -S launcher.py exec -- ARGV...`` it only enters the same
+sandbox and replaces itself with the command (an MCP stdio server, whose
+process group the ``mcp`` SDK starts and ends); a machine without the
+sandbox gets the reason on stderr and exit code 126, a missing command 127.
+
 Linux only: it needs prctl, pidfd and Landlock (Linux 5.13 or newer).
 """
 
@@ -256,7 +261,31 @@ def run(command: list[str], status: socket.socket) -> dict[str, object]:
     return {"exit_code": child.returncode}
 
 
+def exec_in_sandbox(command: list[str]) -> int:
+    """Enter the sandbox and become ``command``; returns (an exit code) only when that fails."""
+    if (problem := sandbox_problem()) is not None:
+        print(f"the sandbox is not available: {problem}", file=sys.stderr)
+        return 126
+    ruleset = create_ruleset(landlock_abi())
+    try:
+        enter_sandbox(ruleset)
+    finally:
+        os.close(ruleset)
+    try:
+        os.execvp(command[0], command)
+    except FileNotFoundError:
+        print(f"{command[0]}: command not found", file=sys.stderr)
+        return 127
+    except OSError as exc:
+        print(f"{command[0]}: {exc.strerror or exc}", file=sys.stderr)
+        return 126
+
+
 def main(argv: list[str]) -> int:
+    if argv[1:2] == ["exec"]:
+        if argv[2:3] != ["--"] or not argv[3:]:
+            raise SystemExit(f"usage: {argv[0]} exec -- ARGV...")
+        return exec_in_sandbox(argv[3:])
     status_fd, separator, *command = argv[1:]
     if separator != "--" or not command:
         raise SystemExit(f"usage: {argv[0]} STATUS_FD -- ARGV...")

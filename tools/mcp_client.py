@@ -14,9 +14,11 @@ never the server's own environment. (The SDK adds the handful of variables
 it always passes on, ``USER``, ``LOGNAME``, ``SHELL``, ``TERM``, which hold
 no secret.) The SDK starts it in a process group of its own
 (``start_new_session``) and, on close, signals the whole group: TERM, then
-KILL. Unlike ``shell.run`` it is not in a Landlock domain: the SDK starts the
-process itself and leaves no place for the launcher (see ``tools/shell.py``);
-operators configure these commands, chat blocks never choose them. Its
+KILL. It starts as ``launcher.py exec``, which enters ``shell.run``'s sandbox
+(see ``tools/shell.py``) and becomes the configured command: the server and
+everything it starts run in a Landlock domain, so none of them can read the
+environment or memory of the Conductor process that started it. Without
+Landlock the launcher refuses, and the server's page says why. Its
 stderr is drained and only its last lines kept, so a flooding server neither
 blocks on a full pipe nor fills memory or the logs; they explain a server
 that fails to start.
@@ -35,6 +37,7 @@ import logging
 import os
 import secrets
 import signal
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -45,7 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.logfmt import log_event
 from tools.registry import ToolError, ToolRetryableError
-from tools.shell import SAFE_PATH
+from tools.shell import LAUNCHER, SAFE_PATH
 from tools.workspace import workspace_root
 
 if TYPE_CHECKING:
@@ -110,6 +113,12 @@ class McpProtocolError(ToolError):
 def server_environment(endpoint: McpEndpoint, workspace: Path) -> dict[str, str]:
     """A stdio server's environment: ``shell.run``'s minimal one, then its configured variables."""
     return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": str(workspace_root(workspace)), **dict(endpoint.env)}
+
+
+def sandboxed_argv(endpoint: McpEndpoint) -> list[str]:
+    """The interpreter's arguments that start a stdio server's command in the sandbox (``launcher.py exec``)."""
+    # -I -S: the launcher sees neither PYTHON* variables nor site-packages (as shell.run's).
+    return ["-I", "-S", str(LAUNCHER), "exec", "--", endpoint.command, *endpoint.args]
 
 
 def server_folder(endpoint: McpEndpoint, workspace: Path) -> Path:
@@ -181,7 +190,7 @@ class _Connection:
             folder = server_folder(endpoint, self.workspace)
             return stdio_client(
                 StdioServerParameters(
-                    command=endpoint.command, args=list(endpoint.args), cwd=folder,
+                    command=sys.executable, args=sandboxed_argv(endpoint), cwd=folder,
                     env={**server_environment(endpoint, self.workspace), MARKER_VARIABLE: self.marker},
                 ),
                 errlog=self.stderr.writer,

@@ -74,6 +74,19 @@ def env(name: str) -> str:
     return os.environ.get(name, "")
 
 
+@server.tool(description="The pids of processes whose environment (/proc/PID/environ) this server can read and that hold the text.")
+def peek(text: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as environ:
+                if text.encode() in environ.read():
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return sorted(found)
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["http"]:
         import uvicorn
