@@ -249,6 +249,8 @@ AXES_DISABLE_ACCESS_LOG = True
 AXES_VERBOSE = False  # no banner at every start; failures and lockouts are still logged
 
 LANGUAGE_CODE = "en-us"
+# One time format in the console, ISO-like with the zone (conductor_site/formats/en/formats.py).
+FORMAT_MODULE_PATH = ["conductor_site.formats"]
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True

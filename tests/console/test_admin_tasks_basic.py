@@ -82,3 +82,21 @@ def test_staff_without_permissions_see_no_models_and_no_overview_link_on_the_ind
     assert "/admin/overview/" not in page
     for model in ("automationtask", "toolpolicy", "conversation", "pluginclient"):
         assert f"/admin/{model}" not in page and f"/{model}/" not in page
+
+
+@pytest.mark.django_db
+def test_every_console_page_writes_times_one_way_iso_like_with_the_zone(admin_client):
+    import datetime as dt
+    import re
+
+    from tests.factories import ConversationFactory, MessageFactory
+
+    moment = dt.datetime(2026, 12, 3, 18, 48, 5, tzinfo=dt.UTC)
+    conversation = ConversationFactory(title="Times", last_activity_at=moment)
+    MessageFactory(conversation=conversation, received_at=moment)
+    for url in ["/admin/conversations/conversation/", f"/admin/conversations/conversation/{conversation.pk}/change/",
+                "/admin/conversations/message/"]:
+        page = admin_client.get(url).content.decode()
+        assert "2026-12-03 18:48:05 UTC" in page, url
+        assert not re.search(r"\b(a\.m\.|p\.m\.)", page), url
+        assert "Dec. 3, 2026" not in page, url
