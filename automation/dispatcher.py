@@ -30,12 +30,13 @@ from django.db import (
 )
 
 from automation.kinds import KindSpec, kinds
-from automation.models import AutomationTask
+from automation.models import AutomationTask, FinishReason
 from automation.outcomes import (
     ExecutionContext,
     Outcome,
     RetryableFailure,
     Success,
+    Refused,
     TerminalFailure,
 )
 from automation.retry import RetryPolicy, outbound_jitter_ms
@@ -333,4 +334,7 @@ class Dispatcher:
                 )
             case TerminalFailure(error=error, result=result):
                 return task_fail(task.pk, lease_owner=self.owner, error=error, result=result, now=now)
+            case Refused(error=error):
+                return task_fail(task.pk, lease_owner=self.owner, error=error, now=now,
+                                 reason=FinishReason.REJECTED)
         raise TypeError(f"an executor returned {outcome!r}, not an Outcome")

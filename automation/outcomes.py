@@ -33,7 +33,18 @@ class TerminalFailure:
     result: Any = None
 
 
-Outcome = Success | RetryableFailure | TerminalFailure
+@dataclass(frozen=True)
+class Refused:
+    """A decision, not a fault: a policy says no when the task is about to run (a tool denied since ingest).
+
+    The task fails with ``finish_reason`` rejected, as an operator's no does,
+    so the failure counts and alerts see only faults.
+    """
+
+    error: str
+
+
+Outcome = Success | RetryableFailure | TerminalFailure | Refused
 
 
 @dataclass

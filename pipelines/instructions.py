@@ -22,6 +22,7 @@ from automation.models import AutomationTask
 from automation.outcomes import (
     ExecutionContext,
     Outcome,
+    Refused,
     RetryableFailure,
     Success,
     TerminalFailure,
@@ -67,7 +68,7 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
     )
     if policy == Policy.DENY:
         name = spec.name if spec.target == DEFAULT_TARGET else spec.full_name
-        return TerminalFailure(f"permission denied: tool {name} is denied by policy")
+        return Refused(f"permission denied: tool {name} is denied by policy")
 
     call = ToolCall(
         params=params,

@@ -439,10 +439,14 @@ def task_fail(
     error: str,
     result: Any = None,
     now: int | None = None,
+    reason: FinishReason | None = None,
 ) -> AutomationTask:
-    """running -> failed: a terminal failure, or a retryable one with no attempts left."""
+    """running -> failed: a terminal failure, or a retryable one with no attempts left.
+
+    ``reason`` only for a decision (a policy's no at run time): a fault has none.
+    """
     now = now_ms() if now is None else now
-    changes: dict[str, Any] = {**_CLEAR_LEASE, "finished_at": now}
+    changes: dict[str, Any] = {**_CLEAR_LEASE, "finished_at": now, "finish_reason": reason}
     if result is not None:
         changes["result_json"] = json.dumps(result)
     return _transition(

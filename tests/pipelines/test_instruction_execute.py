@@ -7,6 +7,7 @@ import pytest
 
 from automation.dispatcher import Dispatcher, DispatcherConfig
 from automation.models import AutomationTask, TaskStatus, ToolPolicy
+from automation.selectors import faults
 from automation.services.tasks import task_create
 from ingest.frames import parse_final_message
 from ingest.models import Instruction
@@ -98,12 +99,14 @@ def test_a_failed_command_keeps_its_output_with_the_error(dispatcher, settings):
     assert json.loads(task.result_json)["stdout"] == "partial\n"
 
 
-def test_a_tool_denied_after_ingest_fails_with_permission_denied(dispatcher):
+def test_a_tool_denied_after_ingest_is_rejected_by_policy_not_counted_as_a_fault(dispatcher):
     result = ingest(block("time.now"))
     ToolPolicy.objects.create(tool="time.now", policy="deny")
     run_until_quiet(dispatcher)
     [task] = executed(result.message_id)
     assert (task.status, task.last_error) == ("failed", "permission denied: tool time.now is denied by policy")
+    assert (task.finish_reason, task.outcome) == ("rejected", "rejected")
+    assert not faults().filter(pk=task.pk).exists()
 
 
 @pytest.mark.parametrize("payload,error", [
