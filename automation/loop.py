@@ -137,7 +137,7 @@ class DispatcherLoop:
                     elif places.renewed_since(first_seen):
                         return False  # one live loop ticks and another stands by: nothing to do
             except Exception:
-                logger.exception("dispatcher loop %s could not read its lease; trying again", self.owner)
+                log_event(logger, "dispatcher_lease_read_failed", level=logging.ERROR, exc_info=True, lease_owner=self.owner)
                 close_old_connections()
             self.stop.wait(self.tick_seconds)
         return False
@@ -194,7 +194,7 @@ class DispatcherLoop:
             return self._hold_lease()
         except Exception:
             self.report.tick_errors += 1
-            logger.exception("dispatcher tick failed; trying again at the next tick")
+            log_event(logger, "dispatcher_tick_failed", level=logging.ERROR, exc_info=True, lease_owner=self.owner)
             close_old_connections()
             return True
 
@@ -224,7 +224,8 @@ class DispatcherLoop:
         try:
             dispatcher_run_release(owner=self.owner)
         except Exception:
-            logger.exception("dispatcher loop %s could not release its lease; it lapses by itself", self.owner)
+            log_event(logger, "dispatcher_lease_release_failed", level=logging.ERROR, exc_info=True, lease_owner=self.owner,
+                      detail="the lease lapses by itself")
         close_old_connections()
         if self.report.held_lease or self.report.stood_by:  # not the schedule's start that found both taken
             log_event(logger, "dispatcher_loop_end", lease_owner=self.owner, ticks=self.report.ticks,

@@ -18,6 +18,8 @@ from asgiref.sync import async_to_sync
 from channels.layers import channel_layers, get_channel_layer
 from django.db import transaction
 
+from core.logfmt import log_event
+
 logger = logging.getLogger(__name__)
 
 WAKE_GROUP = "conductor-dispatcher-wake"
@@ -37,7 +39,8 @@ def dispatcher_wake() -> None:
     try:
         async_to_sync(dispatcher_wake_async)()
     except Exception:
-        logger.exception("could not wake the dispatcher; the next tick will claim the tasks")
+        log_event(logger, "dispatcher_wake_failed", level=logging.ERROR, exc_info=True,
+                  detail="the next tick claims the tasks")
 
 
 # Set in a dispatcher's task threads: what they commit wakes that dispatcher.
@@ -132,8 +135,8 @@ class WakeListener:
             try:
                 await self._listen()
             except Exception:
-                logger.exception("the dispatcher's wake-up listener failed; listening again in %s s",
-                                 self.RETRY_SECONDS)
+                log_event(logger, "dispatcher_wake_listener_failed", level=logging.ERROR, exc_info=True,
+                          retry_seconds=self.RETRY_SECONDS)
                 self.ready.set()  # ticks go on as scheduled meanwhile
                 await asyncio.sleep(self.RETRY_SECONDS)
 
@@ -159,4 +162,5 @@ class WakeListener:
             try:
                 await layer.group_add(WAKE_GROUP, channel)
             except Exception:
-                logger.exception("could not renew the wake-up group membership; trying again later")
+                log_event(logger, "dispatcher_wake_rejoin_failed", level=logging.ERROR, exc_info=True,
+                          retry_seconds=self.REJOIN_SECONDS)

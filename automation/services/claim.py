@@ -26,6 +26,7 @@ from automation.services.transitions import (
     tasks_lease,
 )
 from conversations.models import Conversation
+from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
@@ -115,14 +116,15 @@ def tasks_claim(*, lease_owner: str, now: int, limit: int, lease_ms: int) -> lis
     try:
         leased = lease(chosen)
     except IntegrityError as exc:
-        logger.debug("claim lost a race for one of %s tasks: %s; leasing them one at a time", len(chosen), exc)
+        log_event(logger, "claim_race_lost", level=logging.DEBUG, tasks=len(chosen), error=str(exc),
+                  detail="leasing them one at a time")
         leased = []
         for task_id, status in chosen.items():
             try:
                 leased += lease({task_id: status})
             except IntegrityError as exc:
                 # Another dispatcher took this task's target or lane first.
-                logger.debug("claim lost a race for task %s: %s", task_id, exc)
+                log_event(logger, "claim_race_lost", level=logging.DEBUG, task_id=task_id, error=str(exc))
     order = {task_id: n for n, task_id in enumerate(chosen)}
     return sorted(leased, key=lambda task: order[task.pk])
 
@@ -161,5 +163,6 @@ def tasks_reclaim_expired(
             reclaimed.append(task)
         except TransitionError as exc:
             # Its worker renewed the lease, or another dispatcher reclaimed it.
-            logger.debug("reclaim skipped task %s: %s", task.pk, exc)
+            log_event(logger, "reclaim_skipped", level=logging.DEBUG, task_id=task.pk, kind=task.kind,
+                      error=str(exc))
     return reclaimed
