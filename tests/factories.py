@@ -12,12 +12,14 @@ import random
 import factory
 import pytest
 from django.db import DataError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
 from automation.services.tasks import task_create
 from conversations.models import Conversation, ConversationLink, Message
+from core.clock import now_ms
 from ingest.models import Instruction, PluginClient
 from ingest.tokens import token_hash
 
@@ -81,6 +83,28 @@ class InstructionFactory(factory.django.DjangoModelFactory):
     status = Instruction.Status.PENDING
 
 
+def task_lease(task_id: str, *, lease_owner: str, lease_until: int, now: int | None = None) -> AutomationTask:
+    """pending / retry_wait -> leased for one due task, through the claim's own ``tasks_lease``.
+
+    For tests only: in the product nothing but the dispatcher's claim leases
+    a task (SPEC §3). Refuses as a transition does: ``TaskNotFound``, or
+    ``InvalidTransition`` for a task in another state, not yet due, or taken meanwhile.
+    """
+    now = now_ms() if now is None else now
+    task = AutomationTask.objects.filter(pk=task_id).first()
+    if task is None:
+        raise tr.TaskNotFound(task_id)
+    if task.status not in tr.LEASE.allowed_from:
+        raise tr.InvalidTransition(task_id, tr.LEASE.action, task.status)
+    if (refusal := tr.DUE.refusal(task, now)) is not None:
+        raise tr.InvalidTransition(task_id, tr.LEASE.action, task.status, refusal)
+    leased = tr.tasks_lease({task_id: task.status}, still_claimable=Q(), lease_owner=lease_owner,
+                            lease_until=lease_until, now=now)
+    if not leased:
+        raise tr.InvalidTransition(task_id, tr.LEASE.action, task.status, "leased by another owner meanwhile")
+    return leased[0]
+
+
 def make_task(
     status: str = TaskStatus.PENDING,
     *,
@@ -99,7 +123,7 @@ def make_task(
         return task
     if status == TaskStatus.CANCELLED:
         return tr.task_cancel(task.pk, actor="operator", now=now)
-    task = tr.task_lease(task.pk, lease_owner=owner, lease_until=now + LEASE_MS, now=now)
+    task = task_lease(task.pk, lease_owner=owner, lease_until=now + LEASE_MS, now=now)
     if status == TaskStatus.LEASED:
         return task
     task = tr.task_start(task.pk, lease_owner=owner, lease_until=now + LEASE_MS, now=now)

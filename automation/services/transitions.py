@@ -284,16 +284,6 @@ LEASE_EXPIRED = Guard(lambda now: Q(lease_until__isnull=True) | Q(lease_until__l
 ATTEMPTS_LEFT = Guard(lambda now: Q(attempt_count__lt=F("max_attempts")), _attempts_left)
 
 
-def task_lease(task_id: str, *, lease_owner: str, lease_until: int, now: int | None = None) -> AutomationTask:
-    """pending / retry_wait -> leased, for a due task."""
-    return _transition(
-        task_id, LEASE, actor=lease_owner, now=now,
-        guards=(DUE,),
-        changes={"lease_owner": lease_owner, "lease_until": lease_until},
-        detail={"lease_until": lease_until},
-    )
-
-
 def tasks_lease(
     seen: Mapping[str, str], *, still_claimable: Q, lease_owner: str, lease_until: int, now: int
 ) -> list[AutomationTask]:

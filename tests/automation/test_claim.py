@@ -12,7 +12,7 @@ from automation.services.claim import tasks_claim, tasks_reclaim_expired
 from automation.services.dispatcher_state import dispatcher_pause_set, kind_pause_set
 from automation.services.tasks import task_create
 from core.clock import now_ms
-from tests.factories import ConversationFactory, PluginClientFactory, retry_policy
+from tests.factories import ConversationFactory, PluginClientFactory, retry_policy, task_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -255,7 +255,7 @@ def test_a_task_whose_target_another_dispatcher_took_meanwhile_is_left_out_of_th
 
     def lease_after_the_rival(seen, **kwargs):
         if not batches:
-            tr.task_lease(rivals_pick.pk, lease_owner="rival", lease_until=now + LEASE, now=now)
+            task_lease(rivals_pick.pk, lease_owner="rival", lease_until=now + LEASE, now=now)
         batches.append(sorted(seen))
         return real_lease(seen, **kwargs)
 
@@ -282,7 +282,7 @@ def test_a_batch_the_unique_index_refuses_is_leased_one_task_at_a_time(now, monk
     def refused_once(seen, **kwargs):
         batches.append(sorted(seen))
         if len(batches) == 1:
-            tr.task_lease(rivals_pick.pk, lease_owner="rival", lease_until=now + LEASE, now=now)
+            task_lease(rivals_pick.pk, lease_owner="rival", lease_until=now + LEASE, now=now)
             raise IntegrityError("duplicate key value violates unique constraint (as the rival's commit lands)")
         if seen.keys() == {contested.pk}:
             raise IntegrityError("duplicate key value violates unique constraint")

@@ -15,7 +15,7 @@ from automation.services import transitions as tr
 from automation.services.dispatcher_state import kind_pause_set
 from automation.services.tasks import task_create
 from core.clock import now_ms
-from tests.factories import ConversationFactory, MessageFactory, PluginClientFactory
+from tests.factories import ConversationFactory, MessageFactory, PluginClientFactory, task_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -267,7 +267,7 @@ def test_the_reclaim_of_an_interrupted_run_waits_the_injected_configs_backoff(se
     settings.CONDUCTOR_RETRY_BACKOFF_SECONDS = (999,)
     clock = Clock()
     task = create(kind="test.local", sleep=0, now=clock.now)
-    tr.task_lease(task.pk, lease_owner="gone", lease_until=clock.now + 1000, now=clock.now)
+    task_lease(task.pk, lease_owner="gone", lease_until=clock.now + 1000, now=clock.now)
     tr.task_start(task.pk, lease_owner="gone", lease_until=clock.now + 1000, now=clock.now)
     clock.now += 2000
     dispatcher = make_dispatcher(clock, retry_backoff_seconds=(7,), retry_jitter_max_ms=0)

@@ -5,7 +5,7 @@ from django.db.models import F
 
 from automation.models import AutomationTask, TaskEvent, TaskStatus
 from automation.services import transitions as tr
-from tests.factories import LEASE_MS, OWNER, T0, make_task
+from tests.factories import LEASE_MS, OWNER, T0, make_task, task_lease
 
 S = TaskStatus
 LATER = T0 + 10 * LEASE_MS  # every lease and retry time of make_task has passed
@@ -18,7 +18,7 @@ ROUTE = {
 # name -> (call, allowed starting states, resulting state)
 TRANSITIONS = {
     "lease": (
-        lambda t: tr.task_lease(t, lease_owner="dispatcher-2", lease_until=LATER + LEASE_MS, now=LATER),
+        lambda t: task_lease(t, lease_owner="dispatcher-2", lease_until=LATER + LEASE_MS, now=LATER),
         {S.PENDING, S.RETRY_WAIT},
         S.LEASED,
     ),
@@ -166,7 +166,7 @@ def test_stale_lease_owner_changes_nothing(name):
 def test_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
     task = make_task(S.LEASED, owner="dispatcher-a")
     tr.task_reclaim_unstarted(task.pk, actor="dispatcher-b", now=LATER)
-    tr.task_lease(task.pk, lease_owner="dispatcher-b", lease_until=LATER + LEASE_MS, now=LATER)
+    task_lease(task.pk, lease_owner="dispatcher-b", lease_until=LATER + LEASE_MS, now=LATER)
     tr.task_start(task.pk, lease_owner="dispatcher-b", lease_until=LATER + LEASE_MS, now=LATER)
 
     with pytest.raises(tr.LeaseLost):
@@ -190,9 +190,9 @@ def test_heartbeat_after_cancel_tells_the_worker_to_stop():
 def test_lease_writes_owner_and_until_and_refuses_a_task_not_yet_due():
     task = make_task(S.RETRY_WAIT)  # due at T0 + 5000
     with pytest.raises(tr.InvalidTransition, match="not due"):
-        tr.task_lease(task.pk, lease_owner="d", lease_until=T0 + LEASE_MS, now=T0 + 4999)
+        task_lease(task.pk, lease_owner="d", lease_until=T0 + LEASE_MS, now=T0 + 4999)
 
-    leased = tr.task_lease(task.pk, lease_owner="d", lease_until=T0 + 65000, now=T0 + 5000)
+    leased = task_lease(task.pk, lease_owner="d", lease_until=T0 + 65000, now=T0 + 5000)
     assert (leased.lease_owner, leased.lease_until) == ("d", T0 + 65000)
 
 
@@ -203,7 +203,7 @@ def test_start_counts_an_attempt_and_release_does_not():
     released = tr.task_release(task.pk, lease_owner=OWNER, reason="client offline", now=T0)
     assert (released.attempt_count, released.lease_owner, released.lease_until) == (0, None, None)
 
-    tr.task_lease(task.pk, lease_owner=OWNER, lease_until=T0 + LEASE_MS, now=T0)
+    task_lease(task.pk, lease_owner=OWNER, lease_until=T0 + LEASE_MS, now=T0)
     started = tr.task_start(task.pk, lease_owner=OWNER, lease_until=T0 + LEASE_MS, now=T0 + 10)
     assert (started.attempt_count, started.started_at) == (1, T0 + 10)
 

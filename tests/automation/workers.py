@@ -6,7 +6,8 @@ import time
 
 def lease_every_task(owner: str, task_ids: list[str], now: int, lease_until: int, seed: int) -> list[str]:
     """Try to lease each task once, in a shuffled order; return the ids this owner got."""
-    from automation.services.transitions import InvalidTransition, task_lease
+    from automation.services.transitions import InvalidTransition
+    from tests.factories import task_lease
 
     order = list(task_ids)
     random.Random(seed).shuffle(order)

@@ -26,6 +26,7 @@ from tests.factories import (
     PluginClientFactory,
     make_staff,
     make_task,
+    task_lease,
 )
 
 URL = "/metrics"
@@ -189,7 +190,7 @@ def test_tasks_by_kind_and_status_claims_and_lease_expiries(client, token):
     # Leased twice: its first lease expired before it started, and it was claimed again.
     twice = make_task(TaskStatus.LEASED, kind="test.instruction")
     tr.task_reclaim_unstarted(twice.pk, actor="reclaim", now=T0 + LEASE_MS + 1)
-    tr.task_lease(
+    task_lease(
         twice.pk,
         lease_owner=OWNER,
         lease_until=T0 + 3 * LEASE_MS,

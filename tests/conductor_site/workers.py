@@ -26,12 +26,13 @@ def write_rows(writer: int, rows: int) -> int:
     """Create and finish ``rows`` tasks through the services, as a busy process would."""
     from automation.services import transitions as tr
     from automation.services.tasks import task_create
+    from tests.factories import task_lease
 
     owner = f"writer-{writer}"
     rng = random.Random(writer)
     for n in range(rows):
         task, _ = task_create(kind="test.local", payload={"n": n}, actor=owner, now=1)
-        tr.task_lease(task.pk, lease_owner=owner, lease_until=10**13, now=2)
+        task_lease(task.pk, lease_owner=owner, lease_until=10**13, now=2)
         tr.task_start(task.pk, lease_owner=owner, lease_until=10**13, now=3)
         if rng.random() < 0.5:
             tr.task_succeed(task.pk, lease_owner=owner, result={"n": n}, now=4)

@@ -29,7 +29,7 @@ from ingest.simulator import SimulatedPlugin
 from pipelines.rendering import parse_results
 from tests import factories
 from tests.browser import CHROMIUM_ARGS, require_chromium
-from tests.factories import TEST_TOKEN, PluginClientFactory
+from tests.factories import TEST_TOKEN, PluginClientFactory, task_lease
 from tests.server import ROOT, running_server, server_env, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -348,7 +348,7 @@ def test_an_operator_reads_a_conversations_story_and_approves_from_it(
     tasks = {task.payload["tool"]: task for task in AutomationTask.objects.filter(
         kind=INSTRUCTION_EXECUTE, message_id=ingested.message_id)}
     for tool, outcome in (("echo", {"result": {"step": 1}}), ("files.read", {"error": "missing.md: no such file"})):
-        task = tr.task_lease(tasks[tool].pk, lease_owner="d1", lease_until=now_ms() + 60_000)
+        task = task_lease(tasks[tool].pk, lease_owner="d1", lease_until=now_ms() + 60_000)
         task = tr.task_start(task.pk, lease_owner="d1", lease_until=now_ms() + 60_000)
         if "error" in outcome:
             task = tr.task_fail(task.pk, lease_owner="d1", error=outcome["error"])
@@ -418,7 +418,7 @@ def test_an_operator_resumes_from_the_story_and_sees_only_the_actions_a_task_all
     blocked = factories.make_task(TaskStatus.BLOCKED, conversation_id=conversation.pk)
     recovered = factories.make_task(TaskStatus.RETRY_WAIT)  # attempt 1 failed: "flaky"
     later = now_ms()
-    tr.task_lease(recovered.pk, lease_owner="d1", lease_until=later + 60_000, now=later)
+    task_lease(recovered.pk, lease_owner="d1", lease_until=later + 60_000, now=later)
     tr.task_start(recovered.pk, lease_owner="d1", lease_until=later + 60_000, now=later)
     tr.task_succeed(recovered.pk, lease_owner="d1", result={"ok": 1}, now=later)
     with running_server(served_dir) as server, sync_playwright() as playwright:

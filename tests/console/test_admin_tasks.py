@@ -17,6 +17,7 @@ from tests.factories import (
     PluginClientFactory,
     make_staff,
     make_task,
+    task_lease,
 )
 
 pytestmark = pytest.mark.django_db
@@ -411,7 +412,7 @@ def test_error_attempt_names_the_run_the_last_error_came_from(timeline, found):
 def succeed_after_a_retryable_failure():
     task = make_task(S.RETRY_WAIT)  # attempt 1 failed: "flaky"
     later = T0 + 10_000
-    tr.task_lease(task.pk, lease_owner=OWNER, lease_until=later + LEASE_MS, now=later)
+    task_lease(task.pk, lease_owner=OWNER, lease_until=later + LEASE_MS, now=later)
     tr.task_start(task.pk, lease_owner=OWNER, lease_until=later + LEASE_MS, now=later)
     return tr.task_succeed(task.pk, lease_owner=OWNER, result={"ok": 1}, now=later)
 

@@ -33,6 +33,7 @@ from tests.factories import (
     PluginClientFactory,
     make_staff,
     make_task,
+    task_lease,
 )
 
 pytestmark = pytest.mark.django_db
@@ -91,7 +92,7 @@ def ingest(text, message_id="m1", client_id="laptop"):
 
 def run(task, *, result=None, error=None, owner="d1"):
     """Run the task as the dispatcher does: its outcome, then its kind's follow-up."""
-    tr.task_lease(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
+    task_lease(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
     tr.task_start(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
     if error is None:
         task = tr.task_succeed(task.pk, lease_owner=owner, result=result, now=NOW)
@@ -174,7 +175,7 @@ def delivered(conversation, message):
         frame={"delivery_key": delivery.pk},
         remote_message_id="",
     )
-    tr.task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
+    task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
     tr.task_start(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
     tr.task_succeed(
         delivery.pk,
@@ -893,11 +894,11 @@ def test_a_task_that_succeeded_after_a_failure_shows_that_error_as_a_previous_on
     message = ingest('```baa\necho\n{"n": 1}\n```')
     run(block_tasks(message)["echo"], result={"n": 1})
     delivery = AutomationTask.objects.get(kind=INSTRUCTION_DELIVER, message=message)
-    tr.task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
+    task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
     tr.task_start(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
     tr.task_retry_later(delivery.pk, lease_owner="d1", error="claude answered HTTP 502", retry_at=NOW,
                         backoff_ms=0, jitter_ms=0, now=NOW)
-    tr.task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW + 1)
+    task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW + 1)
     tr.task_start(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW + 1)
     tr.task_succeed(delivery.pk, lease_owner="d1", result={"method": "http", "status": 200}, now=NOW + 2)
 

@@ -12,7 +12,7 @@ from ingest.frames import parse_final_message
 from ingest.models import Instruction
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
-from tests.factories import PluginClientFactory
+from tests.factories import PluginClientFactory, task_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -42,7 +42,7 @@ def deliveries():
 
 def run(task, outcome="succeed", owner="d1"):
     """Run the task as the dispatcher does: the outcome, then the kind's follow-up."""
-    tr.task_lease(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
+    task_lease(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
     tr.task_start(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
     if outcome == "succeed":
         task = tr.task_succeed(task.pk, lease_owner=owner, result={"ok": True}, now=NOW)

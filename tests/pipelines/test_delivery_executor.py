@@ -27,6 +27,7 @@ from tests.factories import (
     InstructionFactory,
     MessageFactory,
     PluginClientFactory,
+    task_lease,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -51,7 +52,7 @@ def running(task):
     now = now_ms()
     task.refresh_from_db()
     if task.status != "running":  # else a second run within the same attempt
-        transitions.task_lease(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
+        task_lease(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
         task = transitions.task_start(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
     return ExecutionContext(task=task, lease_owner="test")
 

@@ -21,7 +21,7 @@ from ingest.services.deliveries import delivery_result_record
 from pipelines.delivery_methods import delivery_methods, method_names_for
 from pipelines.renewal import RENEWAL_DELIVER, renewal_deliver
 from platforms import DELIVERY_METHODS, platforms
-from tests.factories import ConversationFactory, ConversationLinkFactory, PluginClientFactory
+from tests.factories import ConversationFactory, ConversationLinkFactory, PluginClientFactory, task_lease
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -52,7 +52,7 @@ def running_task(conversation_link):
         conversation_id=conversation_link.conversation_id,
     )
     now = now_ms()
-    transitions.task_lease(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
+    task_lease(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
     return transitions.task_start(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
 
 

@@ -30,7 +30,7 @@ from ingest.services.messages import message_ingest
 from pipelines.instructions import instruction_execute
 from pipelines.mail import MAIL_BURST, MAIL_DELIVER, mail_pace_error
 from pipelines.results import message_results_text
-from tests.factories import PluginClientFactory, retry_policy
+from tests.factories import PluginClientFactory, retry_policy, task_lease
 from tools.registry import Policy
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -212,11 +212,11 @@ def test_seed_bug_1_a_mail_keeps_its_recipient_through_requeue_reclaim_retries_a
     policy = retry_policy(random.Random(1))
 
     # Requeued: leased, then released unstarted.
-    tr.task_lease(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
+    task_lease(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
     tr.task_release(mail.pk, lease_owner="d1", reason="client offline", now=now)
     assert _route(mail) == route
     # Reclaimed after a crash: a worker died running it.
-    tr.task_lease(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
+    task_lease(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
     tr.task_start(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
     assert tasks_reclaim_expired(now=now + LEASE + 1, retry=policy, actor="d2")
     assert _route(mail) == route
@@ -226,7 +226,7 @@ def test_seed_bug_1_a_mail_keeps_its_recipient_through_requeue_reclaim_retries_a
         if task.status == S.FAILED:
             break
         later = max(now, task.execute_after)
-        tr.task_lease(mail.pk, lease_owner="d1", lease_until=later + LEASE, now=later)
+        task_lease(mail.pk, lease_owner="d1", lease_until=later + LEASE, now=later)
         tr.task_start(mail.pk, lease_owner="d1", lease_until=later + LEASE, now=later)
         if task.attempt_count + 1 < task.max_attempts:
             tr.task_retry_later(mail.pk, lease_owner="d1", error="HTTP 500", retry_at=later, backoff_ms=0,
@@ -324,7 +324,7 @@ def test_seed_bug_4_a_retrying_mail_takes_its_recipients_per_target_slot(pair, r
     [mail] = mails()
     now = now_ms()
     # The mail's first attempt failed; it waits to retry.
-    tr.task_lease(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
+    task_lease(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
     tr.task_start(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
     tr.task_retry_later(mail.pk, lease_owner="d1", error="timeout", retry_at=now + LEASE, backoff_ms=LEASE,
                         jitter_ms=0, now=now)

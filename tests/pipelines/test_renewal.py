@@ -26,6 +26,7 @@ from tests.factories import (
     ConversationLinkFactory,
     make_renewable_conversation,
     make_task,
+    task_lease,
 )
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +54,7 @@ def earlier_renewal(conversation, status, at):
 
 def finish(task_id, at):
     now = ms(at)
-    tr.task_lease(task_id, lease_owner="d", lease_until=now + 60_000, now=now)
+    task_lease(task_id, lease_owner="d", lease_until=now + 60_000, now=now)
     tr.task_start(task_id, lease_owner="d", lease_until=now + 60_000, now=now)
     tr.task_succeed(task_id, lease_owner="d", result={"ok": True}, now=now)
 
