@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from django.contrib.admin import ActionLocation
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.db.models import Model
-from django.urls import reverse
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -98,6 +98,23 @@ def readable_json_text(text: str) -> str:
         return readable_json(json.loads(text), sort_keys=True)
     except ValueError:
         return displayable_text(text)
+
+
+# --- pages of a ModelAdmin -----------------------------------------------------------------
+
+
+def admin_pages(model_admin, pages: list[tuple[str, Any, str]]) -> list[URLPattern]:
+    """A ModelAdmin's own pages, put before its usual ones by its ``get_urls``.
+
+    ``pages``: (route, view, name suffix); each view is wrapped in the admin
+    site's ``admin_view`` (a staff login, never cached) and named
+    ``<app>_<model>_<suffix>``, so ``reverse("admin:<app>_<model>_<suffix>")`` finds it.
+    """
+    opts = model_admin.model._meta
+    return [
+        path(route, model_admin.admin_site.admin_view(view), name=f"{opts.app_label}_{opts.model_name}_{suffix}")
+        for route, view, suffix in pages
+    ]
 
 
 # --- times -------------------------------------------------------------------------------

@@ -14,7 +14,6 @@ from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Case, Q, When
 from django.template.response import TemplateResponse
-from django.urls import path
 from django.utils import formats, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
@@ -25,6 +24,7 @@ from console.helpers import (
     EVERYWHERE,
     SuperuserOnlyMixin,
     admin_change_url,
+    admin_pages,
     admin_link,
     displayable_text,
     format_ms,
@@ -204,15 +204,8 @@ class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     # --- pair a browser: the pairing code is shown once -------------------------------------
 
     def get_urls(self):
-        return [
-            path(
-                "pair/",
-                # admin_view marks the answer never_cache (Cache-Control: no-store, ...).
-                self.admin_site.admin_view(self.pair_view),
-                name=f"{self.opts.app_label}_{self.opts.model_name}_pair",
-            ),
-            *super().get_urls(),
-        ]
+        # admin_view marks the answer never_cache (Cache-Control: no-store, ...).
+        return [*admin_pages(self, [("pair/", self.pair_view, "pair")]), *super().get_urls()]
 
     def pair_view(self, request):
         """GET: the form (a name). POST: create the client and show its pairing code, once."""

@@ -11,9 +11,10 @@ from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import reverse
 from django.utils.html import format_html
 
+from console.helpers import admin_pages
 from ingest.selectors import conversation_guide_client_pk, tool_guide
 from platforms import platforms
 
@@ -30,19 +31,11 @@ class ToolGuideAdminMixin:
     """Mix into the conversation's ``ModelAdmin``: ``tool-guide/?platform=P`` and ``<pk>/tool-guide/``."""
 
     def get_urls(self):
-        opts = self.model._meta
-        name = f"{opts.app_label}_{opts.model_name}"
         return [
-            path(
-                "tool-guide/",
-                self.admin_site.admin_view(self.platform_guide_view),
-                name=f"{name}_platform_tool_guide",
-            ),
-            path(
-                "<path:object_id>/tool-guide/",
-                self.admin_site.admin_view(self.conversation_guide_view),
-                name=f"{name}_tool_guide",
-            ),
+            *admin_pages(self, [
+                ("tool-guide/", self.platform_guide_view, "platform_tool_guide"),
+                ("<path:object_id>/tool-guide/", self.conversation_guide_view, "tool_guide"),
+            ]),
             *super().get_urls(),
         ]
 

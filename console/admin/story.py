@@ -21,13 +21,13 @@ from django.contrib.admin.utils import unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from automation.models import AutomationTask
 from automation.services import operator
-from console.helpers import log_change
+from console.helpers import admin_pages, log_change
 from console.story import Bound, conversation_story, story_bound
 from conversations.models import Message
 from ingest.services.instructions import INSTRUCTION_EXECUTE
@@ -53,24 +53,12 @@ class StoryAdminMixin:
     ``<pk>/story/pause/``; the ModelAdmin has the ``pause`` and ``resume`` actions."""
 
     def get_urls(self):
-        opts = self.model._meta
-        name = f"{opts.app_label}_{opts.model_name}"
         return [
-            path(
-                "<path:object_id>/story/",
-                self.admin_site.admin_view(self.story_view),
-                name=f"{name}_story",
-            ),
-            path(
-                "<path:object_id>/story/decide/",
-                self.admin_site.admin_view(require_POST(self.story_decide_view)),
-                name=f"{name}_story_decide",
-            ),
-            path(
-                "<path:object_id>/story/pause/",
-                self.admin_site.admin_view(self.story_pause_view),
-                name=f"{name}_story_pause",
-            ),
+            *admin_pages(self, [
+                ("<path:object_id>/story/", self.story_view, "story"),
+                ("<path:object_id>/story/decide/", require_POST(self.story_decide_view), "story_decide"),
+                ("<path:object_id>/story/pause/", self.story_pause_view, "story_pause"),
+            ]),
             *super().get_urls(),
         ]
 
