@@ -1,6 +1,7 @@
 # The two set-up commands of the README, `make run` and `make test`, the quick
-# `make test-fast`, and `make bench`, `make soak` and `make deploy-check`. Each
-# installs what is missing (uv, Python 3.12 packages into .venv) first.
+# `make test-fast`, `make docs` (the documentation site), and `make bench`,
+# `make soak` and `make deploy-check`. Each installs what is missing (uv,
+# Python 3.12 packages into .venv) first.
 
 UV := $(shell bin/ensure-uv)
 ifeq ($(UV),)
