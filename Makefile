@@ -1,6 +1,7 @@
 # The two set-up commands of the README, `make run` and `make test`, the quick
-# `make test-fast`, and `make bench`, `make soak` and `make deploy-check`. Each
-# installs what is missing (uv, Python 3.12 packages into .venv) first.
+# `make test-fast`, `make docs` (the documentation site), and `make bench`,
+# `make soak` and `make deploy-check`. Each installs what is missing (uv,
+# Python 3.12 packages into .venv) first.
 
 UV := $(shell bin/ensure-uv)
 ifeq ($(UV),)
@@ -33,7 +34,7 @@ FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 # The plugin's unit tests, a dot each (failures in full at the end).
 NODE_TESTS = $(NODE) --test --test-reporter=dot plugin/tests/*.test.js
 
-.PHONY: install test test-fast migrate run user check doctor bench soak deploy-check plugin
+.PHONY: install test test-fast migrate run user check doctor bench soak deploy-check plugin docs
 
 install: tests/mcp_servers/node_modules/.installed
 	$(UV) sync --frozen
@@ -82,6 +83,14 @@ user: migrate
 # the version from plugin/manifest.json, without the plugin's tests.
 plugin:
 	bin/build-plugin
+
+# The documentation site (mkdocs.yml, docs/) into site/, failing on a broken
+# link, an anchor that is gone or a page outside the nav; first, whether
+# docs/configuration.md is still what the settings table gives (rewrite it
+# with `.venv/bin/python manage.py configuration_doc`).
+docs: install
+	$(UV) run --frozen python manage.py configuration_doc --check
+	NO_MKDOCS_2_WARNING=1 $(UV) run --frozen mkdocs build --strict --quiet
 
 check: install
 	$(UV) run --frozen python manage.py check

@@ -233,7 +233,7 @@ AUTH_PASSWORD_VALIDATORS = [
 
 # Admin login throttling (django-axes): after AXES_FAILURE_LIMIT wrong
 # passwords for one username from one address, that pair is locked out for
-# AXES_COOLOFF_MINUTES, even with the right password (README, "Admin login").
+# AXES_COOLOFF_MINUTES, even with the right password (docs/console.md, "Admin login").
 # The pair, not the address alone: every local process shares 127.0.0.1,
 # and so does every browser behind a reverse proxy.
 AUTHENTICATION_BACKENDS = [

@@ -50,7 +50,7 @@ def post_reply(server, app, key):
     return server.wait_for_frames("browser.proxy_delivery.result", before + 1)[-1]
 
 
-def test_the_options_page_shows_one_live_status_and_the_readmes_command(browser, server):
+def test_the_options_page_shows_one_live_status_and_the_documented_command(browser, server):
     from playwright.sync_api import expect
 
     page = pair(browser, server)
@@ -65,10 +65,10 @@ def test_the_options_page_shows_one_live_status_and_the_readmes_command(browser,
     assert page.inner_text("#saved") == ""  # an edit makes "Saved." untrue
 
     command = page.inner_text("#create-client")
-    readme = (ROOT / "README.md").read_text()
+    guide = (ROOT / "docs" / "getting-started.md").read_text()
     assert command == ".venv/bin/python manage.py create_plugin_client NAME"
-    assert re.search(re.escape(command.removesuffix("NAME")) + r'"laptop chrome"', readme)
-    assert "uv run python manage.py create_plugin_client" not in readme
+    assert re.search(re.escape(command.removesuffix("NAME")) + r'"laptop chrome"', guide)
+    assert "uv run python manage.py create_plugin_client" not in guide
 
 
 def test_a_reply_posted_over_http_marks_the_tab_with_a_note_and_never_reloads_it(browser, server):
