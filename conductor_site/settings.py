@@ -52,7 +52,8 @@ CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
     "daphne",
-    "django.contrib.admin",
+    # django.contrib.admin, with the console's site (its name, its index in the operator's order).
+    "console.apps.ConsoleAdminConfig",
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
