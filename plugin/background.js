@@ -16,10 +16,12 @@
 import { ADAPTERS, adapterByName, adapterForUrl } from "./adapters/index.js";
 import { reconnectDelay } from "./lib/backoff.js";
 import { DeliveryMemory } from "./lib/delivery-memory.js";
+import { frameRefusal } from "./lib/delivery-rules.js";
 import { clampTimeout } from "./lib/composer.js";
 import { domResultFrame, finalMessageFrame, helloFrame, isPosted, isSentToComposer, proxyResultFrame, socketUrl } from "./lib/frames.js";
 import { guideFromAnswer, guideGetFrame, NotConnected, PendingAnswers } from "./lib/guide.js";
 import { Outbox } from "./lib/outbox.js";
+import { serverUrlProblem } from "./lib/server-url.js";
 import { afterProxyDelivery } from "./lib/reply-note.js";
 import { ReportBatcher } from "./lib/reports.js";
 
@@ -158,6 +160,11 @@ function hasSettings(settings) {
   return Boolean(settings && socketUrl(settings.serverUrl) && settings.clientId && settings.token);
 }
 
+/** Settings saved before the plain-http rule, or edited around the options page, are not used either. */
+function serverProblem(settings) {
+  return serverUrlProblem(settings.serverUrl, { isUnencryptedAccepted: settings.isUnencryptedAccepted === true });
+}
+
 /** Connects unless connected, connecting, paused, refused or not configured. Safe to call often. */
 function ensureConnected() {
   ensuring ??= connectIfDue().finally(() => {
@@ -170,6 +177,7 @@ async function connectIfDue() {
   if (socket || retryTimer) return;
   const { settings, paused } = await chrome.storage.local.get(["settings", "paused"]);
   if (!hasSettings(settings)) return setStatus("unconfigured", "open the options to pair with a server");
+  if (serverProblem(settings)) return setStatus("unconfigured", "plain http to another machine: open the options and tick \u201cI understand this is unencrypted\u201d, or use https");
   if (paused) return setStatus("paused", "paused from the popup");
   const holdOff = await session.get("holdOff");
   if (holdOff) return setStatus(holdOff.state, holdOff.detail);
@@ -327,12 +335,41 @@ function sendDueReports(batcher) {
 /** What a delivery's failure says about the site: a report of its kind. */
 const DELIVERY_REPORTS = { page_value_missing: "page_value_missing", blocked: "delivery_blocked" };
 
+/**
+ * Counts a failed delivery's report; `refused` is the plugin's own refusal
+ * (lib/delivery-rules.js: its `reason` says which check), else the app's.
+ */
 function reportDeliveryFailure(frame, result, method) {
   const kind = DELIVERY_REPORTS[result?.error_code];
   const platform = typeof frame.platform === "string" ? frame.platform : "";
   if (!kind || !ADAPTERS.some((adapter) => adapter.name === platform)) return;
-  const detail = { method, ...(Number.isInteger(result.status) ? { status: result.status } : {}) };
+  const detail = {
+    method,
+    ...(Number.isInteger(result.status) ? { status: result.status } : {}),
+    ...(typeof result.refused === "string" ? { reason: result.refused } : {}),
+  };
   countReport({ platform, adapter: adapterByName(platform).version, kind, detail });
+}
+
+/**
+ * The delivery frame refused before anything is looked up or opened (a
+ * forged frame, or a request the adapter may not make), or null. Logged:
+ * no real server sends one, so each is worth a look.
+ *
+ * @param {any} frame
+ * @param {DeliveryKind} kind
+ */
+function refusedDelivery(frame, kind) {
+  let adapter;
+  try {
+    adapter = adapterByName(frame.platform);
+  } catch {
+    return null; // deliverInTab answers an unknown platform
+  }
+  const refusal = frameRefusal(adapter, frame);
+  if (!refusal) return null;
+  console.warn("Conductor: refused a delivery:", { type: frame.type, platform: adapter.name, reason: refusal.reason, error: refusal.error });
+  return { ...kind.failed(refusal.error, "blocked"), refused: refusal.reason };
 }
 
 const FRAME_HANDLERS = {
@@ -378,12 +415,12 @@ const FRAME_HANDLERS = {
     }
   },
   async "browser.proxy_delivery"(frame) {
-    const result = await deliver(frame, DELIVERY_KINDS.proxy);
+    const result = refusedDelivery(frame, DELIVERY_KINDS.proxy) ?? (await deliver(frame, DELIVERY_KINDS.proxy));
     send(proxyResultFrame(String(frame.request_id), result));
     reportDeliveryFailure(frame, result, "http");
   },
   async "browser.dom_delivery"(frame) {
-    const result = await deliver(frame, DELIVERY_KINDS.dom);
+    const result = refusedDelivery(frame, DELIVERY_KINDS.dom) ?? (await deliver(frame, DELIVERY_KINDS.dom));
     send(domResultFrame(String(frame.request_id), result));
     reportDeliveryFailure(frame, result, "dom");
   },
@@ -516,7 +553,7 @@ async function deliverInTab(frame, message, kind, onAnswer = () => {}) {
 
 /** @returns {Promise<import('./lib/frames.js').ProxyResult>} */
 function performProxyDelivery(frame) {
-  const message = { type: "proxy_delivery", request: frame.request, timeout_ms: frame.timeout_ms };
+  const message = { type: "proxy_delivery", conversation_id: frame.conversation_id, request: frame.request, timeout_ms: frame.timeout_ms };
   return deliverInTab(frame, message, DELIVERY_KINDS.proxy, (tabId, result) => {
     markTabAfterPost(tabId, result).catch((error) => console.warn("Conductor: could not mark the tab:", error));
   });
@@ -544,7 +581,7 @@ async function markTabAfterPost(tabId, result) {
 async function performDomDelivery(frame) {
   const timeoutMs = clampTimeout(frame.timeout_ms);
   if (typeof frame.text !== "string" || frame.text.trim() === "") return DELIVERY_KINDS.dom.failed("the delivery has no text");
-  const message = { type: "dom_delivery", text: frame.text, timeout_ms: timeoutMs };
+  const message = { type: "dom_delivery", conversation_id: frame.conversation_id, text: frame.text, timeout_ms: timeoutMs };
   let timer;
   const late = new Promise((resolve) => {
     timer = setTimeout(() => resolve(DELIVERY_KINDS.dom.failed(`the page did not answer within ${timeoutMs + DOM_ANSWER_MARGIN_MS} ms`)), timeoutMs + DOM_ANSWER_MARGIN_MS);

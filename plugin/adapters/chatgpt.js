@@ -63,12 +63,44 @@ import {
   text,
   timeZone,
 } from "./streams.js";
+import { jsonBodyField } from "../lib/delivery-rules.js";
 
 const ORIGIN = "https://chatgpt.com";
 /** The continuation of a handed-off answer (PLATFORMS.md "Found since", 2026). */
 const RESUME_PATH = /^\/backend-(?:api|anon)\/f\/conversation\/resume\/?$/;
 // "/c/<id>", also under a custom GPT: "/g/<gizmo>/c/<id>".
 const CONVERSATION_PATH = /^(?:\/g\/[^/]+)?\/c\/([A-Za-z0-9-]{8,64})\/?$/;
+/**
+ * The one request a delivery makes (platforms/chatgpt.py builds it): the
+ * send, whose JSON body names the conversation. The headers are the page's
+ * own (its bearer token, the sentinel and conduit tokens, the `oai-*` ones).
+ *
+ * @type {import('../lib/delivery-rules.js').DeliveryRule[]}
+ */
+const DELIVERY_REQUESTS = [
+  {
+    method: "POST",
+    path: /^\/backend-api\/f\/conversation$/,
+    query: [],
+    headers: [
+      "content-type",
+      "accept",
+      "authorization",
+      "openai-sentinel-chat-requirements-token",
+      "openai-sentinel-chat-requirements-prepare-token",
+      "openai-sentinel-proof-token",
+      "openai-sentinel-turnstile-token",
+      "x-conduit-token",
+      "oai-device-id",
+      "oai-language",
+      "oai-client-version",
+      "oai-client-build-number",
+      "oai-session-id",
+      "chatgpt-account-id",
+    ],
+    conversationOf: ({ body }) => jsonBodyField(body, "conversation_id"),
+  },
+];
 /** Keys a JSON pointer may not walk through: assigning them would reach prototypes. */
 const FORBIDDEN_KEYS = new Set(["__proto__", "constructor", "prototype"]);
 
@@ -402,6 +434,7 @@ export default {
     // The send, and the continuation of an answer it handed off.
     pattern: /^https:\/\/chatgpt\.com\/backend-(api|anon)\/(f\/)?conversation(\/resume)?\/?(\?|$)/,
   },
+  deliveryRequests: DELIVERY_REQUESTS,
   createStreamParser,
   readableText,
   dom: {

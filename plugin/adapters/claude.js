@@ -51,10 +51,27 @@ import {
   text,
   timeZone,
 } from "./streams.js";
+import { decodedSegment } from "../lib/delivery-rules.js";
 
 const ORIGIN = "https://claude.ai";
 const CONVERSATION_PATH = /^\/chat\/([0-9a-fA-F-]{36})\/?$/;
 const COMPLETION_PATH = /^\/api\/organizations\/([^/]+)\/chat_conversations\/([^/]+)\/(?:retry_)?completion$/;
+/**
+ * The one request a delivery makes (platforms/claude.py builds it): the
+ * next turn of the conversation its path names. The organization is any one
+ * segment (the page fills `{{page:org_uuid}}` in when the server does not know it).
+ *
+ * @type {import('../lib/delivery-rules.js').DeliveryRule[]}
+ */
+const DELIVERY_REQUESTS = [
+  {
+    method: "POST",
+    path: /^\/api\/organizations\/[^/]+\/chat_conversations\/([^/]+)\/completion$/,
+    query: [],
+    headers: ["content-type", "accept", "anthropic-client-platform", "anthropic-device-id"],
+    conversationOf: ({ path }) => decodedSegment(path[1]),
+  },
+];
 
 /** Selectors, newest first; each later one is a fallback for another version of the page. */
 const SELECTORS = {
@@ -272,6 +289,7 @@ export default {
     method: "POST",
     pattern: /^https:\/\/claude\.ai\/api\/organizations\/[^/]+\/chat_conversations\/[^/]+\/(retry_)?completion(\?|$)/,
   },
+  deliveryRequests: DELIVERY_REQUESTS,
   createStreamParser,
   dom: {
     isGenerating: (document) => anyMatches(document, SELECTORS.generating),

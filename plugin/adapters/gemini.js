@@ -51,6 +51,29 @@ import {
 
 const ORIGIN = "https://gemini.google.com";
 const CONVERSATION_PATH = /^(?:\/u\/\d+)?\/app\/([0-9a-fA-F]{8,64})\/?$/;
+/**
+ * The one request a delivery makes (platforms/gemini.py builds it): the
+ * send, under a second account's `/u/<n>` too; its conversation is the cid
+ * of the chat metadata in its form body.
+ *
+ * @type {import('../lib/delivery-rules.js').DeliveryRule[]}
+ */
+const DELIVERY_REQUESTS = [
+  {
+    method: "POST",
+    path: /^(?:\/u\/\d{1,3})?\/_\/BardChatUi\/data\/assistant\.lamda\.BardFrontendService\/StreamGenerate$/,
+    query: ["bl", "f.sid", "hl", "_reqid", "rt"],
+    headers: [
+      "content-type",
+      "x-same-domain",
+      "x-goog-authuser",
+      "x-goog-ext-525001261-jspb",
+      "x-goog-ext-73010989-jspb",
+      "x-goog-ext-525005358-jspb",
+    ],
+    conversationOf: ({ body }) => chatMetadataOf(body, 0) || null,
+  },
+];
 const COMPLETE_STATUS = 2;
 /** A candidate whose text is only this placeholder has its content at [22][0] (gemini_webapi `CARD_CONTENT_RE`). */
 const CARD_CONTENT = /^http:\/\/googleusercontent\.com\/card_content\/\d+/;
@@ -134,17 +157,22 @@ class GeminiStreamState extends StreamState {
 }
 
 /**
- * The rid the request was sent under (f.req's inner [2][1]), for the parent.
- * The form body is the page's own; anything unexpected gives "".
+ * One slot of the chat metadata a StreamGenerate form body carries (f.req's
+ * inner [2]): 0 the conversation (cid), 1 the rid it was sent under (the
+ * parent). Anything unexpected gives "".
  */
-function parentFromRequest(requestBody) {
+function chatMetadataOf(requestBody, slot) {
   if (typeof requestBody !== "string" || requestBody.length > MAX_REQUEST_BODY_CHARS) return "";
   try {
     const outer = parseJson(new URLSearchParams(requestBody).get("f.req") ?? "");
-    return text(at(parseJson(at(outer, 1)), 2, 1));
+    return text(at(parseJson(at(outer, 1)), 2, slot));
   } catch {
     return "";
   }
+}
+
+function parentFromRequest(requestBody) {
+  return chatMetadataOf(requestBody, 1);
 }
 
 /** @param {{requestUrl: string, requestBody?: string | null, pageUrl?: string}} request */
@@ -205,6 +233,7 @@ export default {
     method: "POST",
     pattern: /^https:\/\/gemini\.google\.com\/(u\/\d+\/)?_\/BardChatUi\/data\/assistant\.lamda\.BardFrontendService\/StreamGenerate(\?|$)/,
   },
+  deliveryRequests: DELIVERY_REQUESTS,
   createStreamParser,
   readableText,
   dom: {

@@ -34,6 +34,7 @@
  *   conversationIdFromUrl(url: string): string | null,
  *   conversationUrl(target: {conversation_id: string, page_url?: string}): string,
  *   completionRequest: {method: string, pattern: RegExp},
+ *   deliveryRequests: import('../lib/delivery-rules.js').DeliveryRule[],
  *   createStreamParser(request: {requestUrl: string, requestBody?: string | null, pageUrl?: string}): StreamParser,
  *   dom: {
  *     isGenerating(document: Document): boolean,

@@ -11,6 +11,7 @@
 import { adapterForUrl } from "../adapters/index.js";
 import { CaptureTracker } from "../lib/capture.js";
 import { deliverThroughComposer, fillComposer } from "../lib/composer.js";
+import { deliveryRequestRefusal, tabRefusal } from "../lib/delivery-rules.js";
 import { NewChatGuide } from "../lib/guide.js";
 import { elementToMarkdown } from "../lib/markdown.js";
 import { fillPageValues, MissingPageValue, placeholderNames } from "../lib/placeholders.js";
@@ -99,8 +100,12 @@ function pageAccess(hook) {
  *
  * @returns {Promise<import('../lib/frames.js').ProxyResult>}
  */
-async function proxyDelivery(adapter, hook, page, { request, timeout_ms }) {
+async function proxyDelivery(adapter, hook, page, { conversation_id, request, timeout_ms }) {
   const timeoutMs = Number.isFinite(timeout_ms) && timeout_ms > 0 ? timeout_ms : 30_000;
+  // The worker checked the frame; the page may have moved to another chat
+  // since, and a value the page filled in must not move the request.
+  const pageRefusal = tabRefusal(adapter, conversation_id, location.href);
+  if (pageRefusal) return refusedProxy(pageRefusal);
   let filled;
   try {
     const values = await adapter.readPageValues(placeholderNames(request), page);
@@ -111,10 +116,8 @@ async function proxyDelivery(adapter, hook, page, { request, timeout_ms }) {
     }
     throw error;
   }
-  const origin = new URL(filled.url).origin;
-  if (!adapter.origins.includes(origin)) {
-    return { ok: false, status: null, body: null, error: `refusing to post to ${origin} from a ${adapter.name} page`, error_code: null };
-  }
+  const requestRefusal = deliveryRequestRefusal(adapter, filled, conversation_id);
+  if (requestRefusal) return refusedProxy(requestRefusal);
   const answer = await hook.call(
     "fetch",
     {
@@ -137,6 +140,11 @@ async function proxyDelivery(adapter, hook, page, { request, timeout_ms }) {
     error: errorCode ? `${adapter.name} refused the request as automated (HTTP ${answer.status})` : isOk ? null : `HTTP ${answer.status}`,
     error_code: errorCode,
   };
+}
+
+/** @param {import('../lib/delivery-rules.js').Refusal} refusal */
+function refusedProxy({ reason, error }) {
+  return { ok: false, status: null, body: null, error, error_code: "blocked", refused: reason };
 }
 
 /**
@@ -272,8 +280,15 @@ export async function start(portReady) {
   watchPage(adapter, tracker, newChatGuide(adapter, settings?.insertGuide === true, inComposer));
 
   const table = adapter.dom.selectors;
-  const domDelivery = ({ text, timeout_ms }) =>
-    inComposer(() => deliverThroughComposer({ document, table, text: String(text), timeoutMs: timeout_ms })).then((result) => {
+  const domDelivery = ({ conversation_id, text, timeout_ms }) =>
+    inComposer(() => {
+      // Checked when its turn comes: the page may have moved to another chat meanwhile.
+      const refusal = tabRefusal(adapter, conversation_id, location.href);
+      if (refusal) {
+        return Promise.resolve({ ok: false, error: refusal.error, error_code: "blocked", refused: refusal.reason, evidence: { user_turn_seen: false } });
+      }
+      return deliverThroughComposer({ document, table, text: String(text), timeoutMs: timeout_ms });
+    }).then((result) => {
       if (result.error_code === "selector_missing") noticed(adapter, "selector_missing", { selectors: "composer" });
       return result;
     });

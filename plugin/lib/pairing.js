@@ -10,7 +10,8 @@
  * tests/fixtures/pairing-codes.json and refuse with the same messages.
  */
 
-import { isLoopback, socketUrl } from "./frames.js";
+import { socketUrl } from "./frames.js";
+import { isUnencrypted, serverUrlProblem } from "./server-url.js";
 
 export const PREFIX = "conductor-pair:";
 export const VERSION = "v1";
@@ -23,17 +24,24 @@ const FIELDS = ["server", "client_id", "token"];
 
 /**
  * @typedef {{serverUrl: string, clientId: string, token: string}} Pairing
- * @typedef {{ok: true, pairing: Pairing, warnings: string[]} | {ok: false, error: string}} PairingResult
+ * @typedef {{ok: true, pairing: Pairing, warnings: string[]} | {ok: false, error: string, isUnencrypted?: true}} PairingResult
  */
 
 /**
  * Reads a pasted code; whitespace anywhere is ignored (a code copied from a
  * mail or a terminal may be wrapped). Never throws.
  *
+ * A code for plain http to another machine is refused (`isUnencrypted`)
+ * unless the person ticked "I understand this is unencrypted"
+ * (lib/server-url.js, the options page's own rule); the server's reader
+ * (ingest/pairing.py) reads the format only, so the shared vectors are
+ * read here with the box ticked.
+ *
  * @param {string} text
+ * @param {{isUnencryptedAccepted?: boolean}} [consent]
  * @returns {PairingResult}
  */
-export function parsePairingCode(text) {
+export function parsePairingCode(text, { isUnencryptedAccepted = false } = {}) {
   const code = String(text ?? "").replace(/\s+/g, "");
   if (!code.startsWith(PREFIX)) return { ok: false, error: NOT_A_CODE };
   const rest = code.slice(PREFIX.length);
@@ -59,6 +67,8 @@ export function parsePairingCode(text) {
   if (!FIELDS.every((field) => typeof payload[field] === "string" && payload[field])) return { ok: false, error: DAMAGED };
   const server = payload.server;
   if (!/^https?:$/.test(safeProtocol(server)) || !socketUrl(server)) return { ok: false, error: NOT_HTTP };
+  const problem = serverUrlProblem(server, { isUnencryptedAccepted });
+  if (problem) return { ok: false, error: problem, isUnencrypted: true };
   return {
     ok: true,
     pairing: { serverUrl: server, clientId: payload.client_id, token: payload.token },
@@ -68,7 +78,7 @@ export function parsePairingCode(text) {
 
 /** What a person should know before using this server URL (nothing stops them). */
 export function pairingWarnings(serverUrl) {
-  if (safeProtocol(serverUrl) === "http:" && !isLoopback(serverUrl)) {
+  if (isUnencrypted(serverUrl)) {
     return [
       "This server is on another machine over plain http: the token crosses the network unencrypted. " +
         "Serve Conductor over https (behind a reverse proxy) for anything but a trusted local network.",

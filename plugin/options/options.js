@@ -11,13 +11,18 @@
  * then says, in words, where the plugin is connected or why it is not; once
  * connected, the next step shows.
  *
+ * Plain http to another machine is refused (lib/server-url.js) until the
+ * box "I understand this is unencrypted" is ticked; the box shows when it
+ * matters, and its tick is saved with the settings (the worker checks it too).
+ *
  * The page shows one live status, the connection's (popup/status.js);
  * the line under the button says only what the form did, and clears as
  * soon as a field changes.
  */
 
-import { isLoopback, socketUrl } from "../lib/frames.js";
+import { isLoopback } from "../lib/frames.js";
 import { connectionOutcome, parsePairingCode } from "../lib/pairing.js";
+import { isUnencrypted, NOT_HTTP, serverUrlProblem } from "../lib/server-url.js";
 import { showStatus } from "../popup/status.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("settings"));
@@ -29,7 +34,14 @@ const fields = {
   readStreams: /** @type {HTMLInputElement} */ (document.getElementById("read-streams")),
   insertGuide: /** @type {HTMLInputElement} */ (document.getElementById("insert-guide")),
   reloadAfterDelivery: /** @type {HTMLInputElement} */ (document.getElementById("reload-after-delivery")),
+  unencrypted: /** @type {HTMLInputElement} */ (document.getElementById("unencrypted")),
 };
+const consent = document.getElementById("unencrypted-consent");
+
+/** Shows the box when the URL is plain http to another machine, or it is ticked already. */
+function showConsentFor(serverUrl) {
+  if (isUnencrypted(serverUrl) || fields.unencrypted.checked) consent.hidden = false;
+}
 const saved = document.getElementById("saved");
 const outcome = document.getElementById("pairing-outcome");
 const warning = document.getElementById("pairing-warning");
@@ -49,6 +61,8 @@ async function load() {
   fields.readStreams.checked = settings.readStreams !== false;
   fields.insertGuide.checked = settings.insertGuide === true;
   fields.reloadAfterDelivery.checked = settings.reloadAfterDelivery === true;
+  fields.unencrypted.checked = settings.isUnencryptedAccepted === true;
+  showConsentFor(fields.serverUrl.value);
   if (settings.token) fields.token.placeholder = "saved (paste a new token to replace it)";
 }
 
@@ -59,7 +73,11 @@ async function load() {
  * @param {{serverUrl: string, clientId: string, token: string}} pairing
  */
 async function save({ serverUrl, clientId, token }) {
-  if (!socketUrl(serverUrl)) return "The server URL must start with http:// or https://.";
+  const problem = serverUrlProblem(serverUrl, { isUnencryptedAccepted: fields.unencrypted.checked });
+  if (problem) {
+    showConsentFor(serverUrl);
+    return problem;
+  }
   // Asked here, inside the click or paste: Chrome grants permissions only on
   // a user gesture. The socket opens without it today; host access keeps a
   // server on another machine reachable where Chrome's Local Network Access
@@ -79,6 +97,8 @@ async function save({ serverUrl, clientId, token }) {
       readStreams: fields.readStreams.checked,
       insertGuide: fields.insertGuide.checked,
       reloadAfterDelivery: fields.reloadAfterDelivery.checked,
+      // Kept only where it is needed, so a later switch to another plain-http server asks again.
+      isUnencryptedAccepted: isUnencrypted(serverUrl) && fields.unencrypted.checked,
       savedAt: Date.now(),
     },
   });
@@ -97,8 +117,10 @@ async function pairFromCode() {
     pairingError = "";
     return renderOutcome();
   }
-  const result = parsePairingCode(text);
+  const result = parsePairingCode(text, { isUnencryptedAccepted: fields.unencrypted.checked });
   if (!result.ok) {
+    // Plain http to another machine: the code stays, and is read again once the box is ticked.
+    if (result.isUnencrypted) consent.hidden = false;
     pairingError = result.error;
     return renderOutcome();
   }
@@ -145,7 +167,11 @@ form.addEventListener("submit", async (event) => {
     token: fields.token.value.trim(),
   });
   saved.textContent = problem || "Saved.";
-  if (problem && !socketUrl(fields.serverUrl.value)) document.getElementById("advanced").open = true;
+  if (problem === NOT_HTTP) document.getElementById("advanced").open = true;
+});
+fields.serverUrl.addEventListener("input", () => showConsentFor(fields.serverUrl.value.trim()));
+fields.unencrypted.addEventListener("change", () => {
+  if (fields.pairingCode.value.trim()) pairFromCode();
 });
 form.addEventListener("input", (event) => {
   saved.textContent = "";

@@ -6,6 +6,7 @@ import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 
 import { connectionOutcome, parsePairingCode, pairingWarnings } from "../lib/pairing.js";
+import { UNENCRYPTED } from "../lib/server-url.js";
 
 const VECTORS = JSON.parse(readFileSync(new URL("./fixtures/pairing-codes.json", import.meta.url), "utf8"));
 
@@ -19,7 +20,8 @@ function encode(fields) {
 describe("parsePairingCode", () => {
   for (const vector of VECTORS.valid) {
     it(`reads the server's code for ${vector.client_id}`, () => {
-      const result = parsePairingCode(vector.code);
+      // The format; whether the server URL is taken is the next test's.
+      const result = parsePairingCode(vector.code, { isUnencryptedAccepted: true });
       assert.equal(result.ok, true, result.error);
       assert.deepEqual(result.pairing, { serverUrl: vector.server, clientId: vector.client_id, token: vector.token });
       assert.equal(encode({ server: vector.server, client_id: vector.client_id, token: vector.token }), vector.code);
@@ -54,6 +56,18 @@ describe("parsePairingCode", () => {
     }
   });
 
+  it("refuses plain http to another machine unless the person ticked the box", () => {
+    const office = VECTORS.valid.find((vector) => vector.client_id === "office");
+    assert.deepEqual(parsePairingCode(office.code), { ok: false, error: UNENCRYPTED, isUnencrypted: true });
+    assert.equal(parsePairingCode(office.code, { isUnencryptedAccepted: true }).ok, true);
+    for (const server of ["http://conductor.example", "http://10.0.0.5:8000", "http://[fe80::1]:8000", "http://127.example.org"]) {
+      assert.equal(parsePairingCode(encode({ server, client_id: "c", token: "t" })).isUnencrypted, true, server);
+    }
+    for (const server of ["http://127.0.0.1:8000", "http://127.8.9.10", "http://localhost:8000", "http://[::1]:9", "https://conductor.example"]) {
+      assert.equal(parsePairingCode(encode({ server, client_id: "c", token: "t" })).ok, true, server);
+    }
+  });
+
   it("refuses what is not a string without throwing", () => {
     for (const value of [undefined, null, 42, {}]) assert.equal(parsePairingCode(value).ok, false);
   });
@@ -70,7 +84,7 @@ describe("pairingWarnings", () => {
 
   it("comes with a parsed code", () => {
     const office = VECTORS.valid.find((vector) => vector.client_id === "office");
-    assert.equal(parsePairingCode(office.code).warnings.length, 1);
+    assert.equal(parsePairingCode(office.code, { isUnencryptedAccepted: true }).warnings.length, 1);
     assert.deepEqual(parsePairingCode(VECTORS.valid[0].code).warnings, []);
   });
 });

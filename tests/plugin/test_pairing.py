@@ -148,11 +148,30 @@ def test_the_options_say_why_a_paired_browser_is_not_connected(browser, server, 
     assert "update it" in browser.popup_text()
 
 
-def test_a_code_for_plain_http_to_another_machine_warns(browser):
+def test_plain_http_to_another_machine_is_refused_until_the_box_is_ticked(browser):
     options = browser.open_options()
-    options.fill("#pairing-code", pairing_code_encode(server_url="http://192.0.2.1:8000", client_id="laptop",
-                                                      token="t" * 43))
+    code = pairing_code_encode(server_url="http://192.0.2.1:8000", client_id="laptop", token="t" * 43)
+    options.fill("#pairing-code", code)
+    refused = wait_for_outcome(browser, options, "This server is on another machine over plain http://")
+    assert "I understand this is unencrypted" in refused
+    assert options.is_visible("#unencrypted-consent")
+    assert "settings" not in browser.storage()
+
+    # The server URL typed under "Advanced" meets the same rule.
+    options.fill("#pairing-code", "")
+    options.click("#advanced summary")
+    options.fill("#server-url", "http://192.0.2.1:8000")
+    options.fill("#client-id", "laptop")
+    options.fill("#token", "t" * 43)
+    options.click("#save")
+    browser.wait_in_extension_page(options, "document.getElementById('saved').textContent !== ''", "the form's answer")
+    assert options.inner_text("#saved").startswith("This server is on another machine over plain http://")
+    assert "settings" not in browser.storage()
+
+    # Ticked, the code is read, with the warning. (Saving then waits on
+    # Chrome's prompt for host access, which no one answers here.)
+    options.fill("#pairing-code", code)
+    options.check("#unencrypted")
     browser.wait_in_extension_page(options, "document.getElementById('pairing-warning').textContent !== ''",
                                    "the warning")
-    # (Saving then waits on Chrome's prompt for host access, which no one answers here.)
     assert "unencrypted" in options.inner_text("#pairing-warning")

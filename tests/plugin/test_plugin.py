@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from platforms.wire import form_value
 from tests.plugin.chat_apps import chat_app
 from tests.plugin.extension import ScriptedServer
 
@@ -18,6 +19,7 @@ pytestmark = pytest.mark.database_free
 
 TOKEN = "plugin-token-that-no-page-may-read-7c1f"
 BAA = "I'll check.\n\n```baa\necho\n{\"step\": 1}\n```\n"
+GEMINI_SEND = "https://gemini.google.com/_/BardChatUi/data/assistant.lamda.BardFrontendService/StreamGenerate"
 BAA_HTML = '<p>I\'ll check.</p><pre><code class="language-baa">echo\n{"step": 1}\n</code></pre>'
 
 
@@ -217,7 +219,8 @@ def test_a_request_the_app_refuses_as_automated_is_answered_blocked_and_may_be_p
     app.install(browser.context)
     browser.open_chat(app)
     app.answer_next('{"detail": "Unusual activity has been detected from your device. Try again later."}', status=403)
-    body = {"action": "next", "messages": [{"id": "u-1", "content": {"parts": ["```baa-result\n{}\n```"]}}]}
+    body = {"action": "next", "conversation_id": app.conversation,
+            "messages": [{"id": "u-1", "content": {"parts": ["```baa-result\n{}\n```"]}}]}
     request = {"method": "POST", "url": "https://chatgpt.com/backend-api/f/conversation",
                "headers": {"Content-Type": "application/json"}, "body": json.dumps(body)}
     delivery = {"type": "browser.proxy_delivery", "delivery_key": "task-4", "platform": "chatgpt",
@@ -259,9 +262,10 @@ def test_a_page_value_the_page_lacks_is_answered_page_value_missing(browser, ser
     app = chat_app("gemini")
     app.install(browser.context)
     browser.open_chat(app)
-    request = {"method": "POST", "url": "https://gemini.google.com/_/x/StreamGenerate?rt=c",
+    inner = json.dumps([["results"], None, [app.conversation, "", "{{page:chat_metadata.context_token}}"]])
+    request = {"method": "POST", "url": GEMINI_SEND + "?rt=c",
                "headers": {"Content-Type": "application/x-www-form-urlencoded"},
-               "body": "at={{page:at_token}}&f.req={{page:chat_metadata.context_token}}"}
+               "body": "at={{page:at_token}}&f.req=" + form_value(json.dumps([None, inner]))}
     server.send({"type": "browser.proxy_delivery", "request_id": "r-1", "delivery_key": "task-3", "platform": "gemini",
                  "conversation_id": app.conversation, "text": "results", "request": request, "timeout_ms": 10_000})
     [result] = server.wait_for_frames("browser.proxy_delivery.result")
@@ -269,6 +273,37 @@ def test_a_page_value_the_page_lacks_is_answered_page_value_missing(browser, ser
     assert result["error_code"] == "page_value_missing"
     assert "chat_metadata.context_token" in result["error"]
     assert app.posted == []
+
+
+def test_forged_deliveries_are_refused_blocked_make_no_request_and_are_reported(browser, server):
+    # What a frame forged on the channel layer asked of a connected plugin
+    # (issue 34): a DELETE of the conversation, and a post into another one.
+    paired(browser, server)
+    app = chat_app("claude")
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    made = []
+    page.on("request", lambda request: made.append((request.method, request.url)))
+    conversations = f"https://claude.ai/api/organizations/{app.organization}/chat_conversations"
+    other = "00000000-0000-4000-8000-000000000000"
+    forged = [
+        {"method": "DELETE", "url": f"{conversations}/{app.conversation}", "headers": {}, "body": ""},
+        {"method": "POST", "url": f"{conversations}/{other}/completion", "headers": {"Content-Type": "application/json"},
+         "body": json.dumps({"prompt": "posted as you", "parent_message_uuid": "p-1"})},
+    ]
+    for number, request in enumerate(forged):
+        server.send({"type": "browser.proxy_delivery", "request_id": f"r-{number}", "delivery_key": f"forged-{number}",
+                     "platform": "claude", "conversation_id": app.conversation, "text": "x", "request": request,
+                     "timeout_ms": 10_000})
+    results = server.wait_for_frames("browser.proxy_delivery.result", 2)
+    [report] = server.wait_for_frames("browser.adapter_report")
+
+    assert [(result["ok"], result["status"], result["error_code"]) for result in results] == [(False, None, "blocked")] * 2
+    assert [result["error"].split(": ", 1)[0] for result in results] == ["the plugin refused this delivery"] * 2
+    assert (report["kind"], report["detail"]["method"]) == ("delivery_blocked", "http")
+    assert report["detail"]["reason"] in {"refused_method", "refused_conversation"}
+    assert app.posted == []
+    assert [url for method, url in made if method != "GET" or "chat_conversations" in url] == []
 
 
 @pytest.mark.parametrize("code", [4401, 4403])
