@@ -65,7 +65,7 @@ def decode_frame(text: str | None, *, max_bytes: int = MAX_FRAME_BYTES) -> dict[
     if not isinstance(frame, dict):
         raise FrameError(ErrorCode.BAD_FRAME, "a frame must be a JSON object")
     if not isinstance(frame.get("type"), str):
-        raise FrameError(ErrorCode.INVALID, "'type' must be a string", frame_id(frame))
+        raise invalid(frame, "'type' must be a string")
     return frame
 
 
@@ -93,25 +93,26 @@ def _field(frame: dict[str, Any], name: str, kind: type | tuple[type, ...], *, r
     value = frame.get(name)
     if value is None:
         if required:
-            raise FrameError(ErrorCode.INVALID, f"'{name}' is required", frame_id(frame))
+            raise invalid(frame, f"'{name}' is required")
         return None
     if not isinstance(value, kind) or (isinstance(value, bool) and bool not in _as_tuple(kind)):
         expected = " or ".join(t.__name__ for t in _as_tuple(kind))
-        raise FrameError(
-            ErrorCode.INVALID, f"'{name}' must be {expected}, got {type(value).__name__}", frame_id(frame)
-        )
+        raise invalid(frame, f"'{name}' must be {expected}, got {type(value).__name__}")
     if isinstance(value, str):
         if required and not value.strip():
-            raise FrameError(ErrorCode.INVALID, f"'{name}' must not be empty", frame_id(frame))
+            raise invalid(frame, f"'{name}' must not be empty")
         if max_length is not None and len(value) > max_length:
-            raise FrameError(
-                ErrorCode.INVALID, f"'{name}' is longer than {max_length} characters", frame_id(frame)
-            )
+            raise invalid(frame, f"'{name}' is longer than {max_length} characters")
     return value
 
 
 def _as_tuple(kind: type | tuple[type, ...]) -> tuple[type, ...]:
     return kind if isinstance(kind, tuple) else (kind,)
+
+
+def invalid(frame: dict[str, Any], message: str) -> FrameError:
+    """The error that answers a frame breaking the grammar: ``invalid_frame`` with ``message``, echoing its id."""
+    return FrameError(ErrorCode.INVALID, message, frame_id(frame))
 
 
 def frame_id(frame: dict[str, Any]) -> str | None:
@@ -136,13 +137,11 @@ def _names(frame: dict[str, Any], name: str) -> list[str] | None:
     if names is None:
         return None
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise FrameError(ErrorCode.INVALID, f"'{name}' must be a list of strings", frame_id(frame))
+        raise invalid(frame, f"'{name}' must be a list of strings")
     if len(names) > MAX_CAPABILITIES:
-        raise FrameError(ErrorCode.INVALID, f"'{name}' has more than {MAX_CAPABILITIES} entries", frame_id(frame))
+        raise invalid(frame, f"'{name}' has more than {MAX_CAPABILITIES} entries")
     if any(len(n) > MAX_NAME_CHARS for n in names):
-        raise FrameError(
-            ErrorCode.INVALID, f"'{name}' has a name longer than {MAX_NAME_CHARS} characters", frame_id(frame),
-        )
+        raise invalid(frame, f"'{name}' has a name longer than {MAX_NAME_CHARS} characters")
     return names
 
 
@@ -173,17 +172,11 @@ def parse_plugin_info(frame: dict[str, Any]) -> PluginInfo:
     if raw_adapters is None:
         raw_adapters = {}
     if not isinstance(raw_adapters, dict) or not all(isinstance(v, str) for v in raw_adapters.values()):
-        raise FrameError(
-            ErrorCode.INVALID, "'adapters' must be an object of platform names to version strings",
-            frame_id(frame),
-        )
+        raise invalid(frame, "'adapters' must be an object of platform names to version strings")
     if len(raw_adapters) > MAX_ADAPTERS:
-        raise FrameError(ErrorCode.INVALID, f"'adapters' has more than {MAX_ADAPTERS} entries", frame_id(frame))
+        raise invalid(frame, f"'adapters' has more than {MAX_ADAPTERS} entries")
     if any(len(k) > MAX_NAME_CHARS or len(v) > MAX_NAME_CHARS for k, v in raw_adapters.items()):
-        raise FrameError(
-            ErrorCode.INVALID, f"'adapters' has a name or version longer than {MAX_NAME_CHARS} characters",
-            frame_id(frame),
-        )
+        raise invalid(frame, f"'adapters' has a name or version longer than {MAX_NAME_CHARS} characters")
     adapters = {name: raw_adapters[name] for name in platforms.names() if name in raw_adapters}
     return PluginInfo(plugin_version=version, capabilities=capabilities, adapters=adapters, platforms=known_platforms)
 
@@ -210,11 +203,7 @@ def _platform(frame: dict[str, Any]) -> str:
     """The frame's required ``platform``, a registered one."""
     platform = _field(frame, "platform", str, required=True)
     if platform not in platforms:
-        raise FrameError(
-            ErrorCode.INVALID,
-            f"unknown platform {echo(platform)}; expected one of {', '.join(platforms.names())}",
-            frame_id(frame),
-        )
+        raise invalid(frame, f"unknown platform {echo(platform)}; expected one of {', '.join(platforms.names())}")
     return platform
 
 
@@ -226,25 +215,16 @@ def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
         try:
             observed_at = dt.datetime.fromisoformat(observed_raw.replace("Z", "+00:00"))
         except ValueError:
-            raise FrameError(
-                ErrorCode.INVALID, f"'observed_at' is not an ISO-8601 time: {echo(observed_raw)}",
-                frame_id(frame),
-            ) from None
+            raise invalid(frame, f"'observed_at' is not an ISO-8601 time: {echo(observed_raw)}") from None
         if observed_at.tzinfo is None:
             observed_at = observed_at.replace(tzinfo=dt.UTC)
     _field(frame, "id", str, max_length=MAX_FRAME_ID_CHARS)
     capture = _field(frame, "capture", str) or ""
     if capture and capture not in Message.Capture.values:
-        raise FrameError(
-            ErrorCode.INVALID,
-            f"unknown capture {echo(capture)}; expected one of {', '.join(Message.Capture.values)}",
-            frame_id(frame),
-        )
+        raise invalid(frame, f"unknown capture {echo(capture)}; expected one of {', '.join(Message.Capture.values)}")
     page_url = _field(frame, "page_url", str, max_length=2000) or ""
     if page_url and not is_safe_page_url(page_url):
-        raise FrameError(
-            ErrorCode.INVALID, "'page_url' must be an https URL (or http on a loopback host)", frame_id(frame)
-        )
+        raise invalid(frame, "'page_url' must be an https URL (or http on a loopback host)")
     return FinalMessage(
         frame_id=frame_id(frame),
         platform=platform,
@@ -299,16 +279,13 @@ def _error_code(frame: dict[str, Any], ok: bool) -> str | None:
     if error_code is None:
         return None
     if error_code not in KNOWN_DELIVERY_ERROR_CODES:
-        raise FrameError(
-            ErrorCode.INVALID,
-            f"unknown error_code {echo(error_code)}; expected one of {', '.join(KNOWN_DELIVERY_ERROR_CODES)}",
-            frame_id(frame),
-        )
+        raise invalid(frame, f"unknown error_code {echo(error_code)}; "
+                             f"expected one of {', '.join(KNOWN_DELIVERY_ERROR_CODES)}")
     # An error code says the delivery could not be made (SPEC §6), so the
     # result is a failure whatever the rest says; one claiming success is
     # contradictory, and refusing it keeps every stored error_code on a failure.
     if ok:
-        raise FrameError(ErrorCode.INVALID, "'ok' must be false when 'error_code' is given", frame_id(frame))
+        raise invalid(frame, "'ok' must be false when 'error_code' is given")
     return error_code
 
 
@@ -336,20 +313,15 @@ def parse_dom_delivery_result(frame: dict[str, Any]) -> DeliveryResult:
     ok = _field(frame, "ok", bool, required=True)
     evidence = _field(frame, "evidence", dict) or {}
     if len(evidence) > MAX_EVIDENCE_KEYS:
-        raise FrameError(ErrorCode.INVALID, f"'evidence' has more than {MAX_EVIDENCE_KEYS} entries", frame_id(frame))
+        raise invalid(frame, f"'evidence' has more than {MAX_EVIDENCE_KEYS} entries")
     for key, value in evidence.items():
         if len(key) > MAX_NAME_CHARS or not (
             value is None or isinstance(value, bool | int | float)
             or (isinstance(value, str) and len(value) <= MAX_EVIDENCE_VALUE_CHARS)
         ):
-            raise FrameError(
-                ErrorCode.INVALID,
-                f"'evidence' {echo(key)} must be a short string, a number, a boolean or null", frame_id(frame),
-            )
+            raise invalid(frame, f"'evidence' {echo(key)} must be a short string, a number, a boolean or null")
     if ok and evidence.get("user_turn_seen") is not True:
-        raise FrameError(
-            ErrorCode.INVALID, "'ok' may be true only with evidence.user_turn_seen true", frame_id(frame)
-        )
+        raise invalid(frame, "'ok' may be true only with evidence.user_turn_seen true")
     return DeliveryResult(
         request_id=_field(frame, "request_id", str, required=True, max_length=64),
         ok=ok,
@@ -390,7 +362,7 @@ def _report_time(frame: dict[str, Any], name: str) -> dt.datetime | None:
     try:
         value = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
-        raise FrameError(ErrorCode.INVALID, f"'{name}' is not an ISO-8601 time: {echo(raw)}", frame_id(frame)) from None
+        raise invalid(frame, f"'{name}' is not an ISO-8601 time: {echo(raw)}") from None
     return value if value.tzinfo else value.replace(tzinfo=dt.UTC)
 
 
@@ -400,16 +372,12 @@ def _report_detail(frame: dict[str, Any]) -> dict[str, Any]:
     if detail is None:
         return {}
     if not isinstance(detail, dict):
-        raise FrameError(ErrorCode.INVALID, "'detail' must be an object", frame_id(frame))
+        raise invalid(frame, "'detail' must be an object")
     if len(detail) > MAX_REPORT_DETAIL_ENTRIES:
-        raise FrameError(
-            ErrorCode.INVALID, f"'detail' has more than {MAX_REPORT_DETAIL_ENTRIES} entries", frame_id(frame)
-        )
+        raise invalid(frame, f"'detail' has more than {MAX_REPORT_DETAIL_ENTRIES} entries")
     for key, value in detail.items():
         if len(key) > MAX_NAME_CHARS:
-            raise FrameError(
-                ErrorCode.INVALID, f"'detail' has a key longer than {MAX_NAME_CHARS} characters", frame_id(frame)
-            )
+            raise invalid(frame, f"'detail' has a key longer than {MAX_NAME_CHARS} characters")
         if isinstance(value, list) and all(isinstance(item, str) for item in value):
             text = ",".join(value)
         elif value is None or isinstance(value, bool | int | float):
@@ -417,17 +385,11 @@ def _report_detail(frame: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(value, str):
             text = value
         else:
-            raise FrameError(
-                ErrorCode.INVALID,
-                f"'detail.{key[:MAX_NAME_CHARS]}' must be a string, a number, a boolean, null or a list of strings",
-                frame_id(frame),
-            )
+            raise invalid(frame, f"'detail.{key[:MAX_NAME_CHARS]}' must be a string, a number, a boolean, null "
+                                 "or a list of strings")
         if len(text) > MAX_REPORT_DETAIL_CHARS:
-            raise FrameError(
-                ErrorCode.INVALID,
-                f"'detail.{key[:MAX_NAME_CHARS]}' is longer than {MAX_REPORT_DETAIL_CHARS} characters",
-                frame_id(frame),
-            )
+            raise invalid(frame, f"'detail.{key[:MAX_NAME_CHARS]}' is longer than {MAX_REPORT_DETAIL_CHARS} "
+                                 "characters")
     return detail
 
 
@@ -436,15 +398,12 @@ def parse_adapter_report(frame: dict[str, Any]) -> AdapterReportFrame:
     _field(frame, "id", str, max_length=MAX_FRAME_ID_CHARS)
     kind = _field(frame, "kind", str, required=True)
     if kind not in ADAPTER_REPORT_KINDS:
-        raise FrameError(
-            ErrorCode.INVALID, f"unknown kind {echo(kind)}; expected one of {', '.join(ADAPTER_REPORT_KINDS)}",
-            frame_id(frame),
-        )
+        raise invalid(frame, f"unknown kind {echo(kind)}; expected one of {', '.join(ADAPTER_REPORT_KINDS)}")
     count = _field(frame, "count", int)
     if count is None:
         count = 1
     if not 1 <= count <= MAX_REPORT_COUNT:
-        raise FrameError(ErrorCode.INVALID, f"'count' must be from 1 to {MAX_REPORT_COUNT}", frame_id(frame))
+        raise invalid(frame, f"'count' must be from 1 to {MAX_REPORT_COUNT}")
     return AdapterReportFrame(
         frame_id=frame_id(frame),
         platform=platform,
