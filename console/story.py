@@ -38,14 +38,7 @@ from django.db.models.fields.json import KT
 from django.utils import timezone
 
 from automation.kinds import KindSpec, StoryHeading, kinds
-from automation.models import (
-    OPEN_STATUSES,
-    AutomationTask,
-    DeliveryRequest,
-    Outcome,
-    TaskEvent,
-    TaskStatus,
-)
+from automation.models import OPEN_STATUSES, AutomationTask, Outcome, TaskEvent, TaskStatus
 from automation.selectors import dispatcher_is_paused
 from automation.services.transitions import APPROVE, CANCEL, REJECT, RETRY
 from console.approval import HeldCall, held_call
@@ -58,7 +51,7 @@ from console.helpers import (
 from conversations.models import Conversation, Message
 from core.clock import EPOCH
 from ingest.blocks import block_spans
-from ingest.models import Instruction, ToolGuideServed
+from ingest.models import DeliveryRequest, Instruction, ToolGuideServed
 from ingest.selectors import plugin_clients_connected
 from pipelines.renewal import renewal_dedupe_key
 

@@ -23,15 +23,7 @@ from django.utils.html import format_html, format_html_join
 
 from automation.errors import error_first_line
 from automation.kinds import kinds
-from automation.models import (
-    AutomationTask,
-    DeliveryRequest,
-    FinishReason,
-    Outcome,
-    TaskEvent,
-    TaskStatus,
-    ToolPolicy,
-)
+from automation.models import AutomationTask, FinishReason, Outcome, TaskEvent, TaskStatus
 from automation.selectors import failure_group_task_ids, task_events
 from automation.services import operator
 from console.admin import bulk
@@ -50,6 +42,7 @@ from console.helpers import (
 from console.lists import JSONTextContains, ListColumnsMixin
 from core.clock import now_ms
 from conversations.models import Conversation
+from ingest.models import DeliveryRequest, ToolPolicy
 from platforms import DELIVERY_METHODS
 from mcp_servers.models import McpServer
 from tools.registry import DEFAULT_TARGET, UnknownTool, tools
