@@ -141,6 +141,8 @@ class Source:
     rows: Callable[[Conversation], QuerySet]
     # Full rows of the page's entries, with what showing them needs.
     full: Callable[[QuerySet], QuerySet]
+    # What the page's rows show beyond themselves, by pk (read for all of them at once); None: the row alone.
+    views: Callable[[list[Any], Conversation], dict[Any, Any]] | None = None
 
     @property
     def rank(self) -> int:
@@ -298,15 +300,6 @@ def _full_guides(rows: QuerySet) -> QuerySet:
 
 
 # New sources go at the end: a source's rank is part of the cursors in links already given out.
-SOURCES: list[Source] = [
-    Source("message", "received_at", False, int, _messages, _full_messages),
-    Source("task", "created_at", True, str, _tasks, _full_tasks),
-    Source("operator", "at", True, int, _operator_events, _full_events),
-    Source("log", "action_time", False, int, _admin_log, _full_log),
-    Source("guide", "first_served_at", False, int, _guides, _full_guides),
-]
-
-
 # --- what an entry shows ------------------------------------------------------------------
 
 
@@ -808,7 +801,7 @@ def conversation_story(
         held=sum(
             1
             for entry in entries
-            if entry.kind == "message"
+            if isinstance(entry.view, MessageView)
             for block in entry.view.blocks
             if block.call is not None
         ),
@@ -817,15 +810,21 @@ def conversation_story(
 
 def _add_views(entries: Iterable[Entry], conversation: Conversation) -> None:
     entries = list(entries)
-    tasks = [entry.row for entry in entries if entry.kind == "task"]
-    views = _task_views(tasks, conversation) if tasks else {}
-    for entry in entries:
-        if entry.kind == "message":
-            entry.view = _message_view(entry.row)
-        elif entry.kind == "task":
+    for source in SOURCES:
+        mine = [entry for entry in entries if entry.cursor.rank == source.rank]
+        if source.views is None or not mine:
+            continue
+        views = source.views([entry.row for entry in mine], conversation)
+        for entry in mine:
             entry.view = views[entry.row.pk]
-        elif entry.kind == "operator":
-            entry.view = OPERATOR_VERBS.get(entry.row.action, entry.row.action)
+
+
+def _message_views(messages: list[Message], conversation: Conversation) -> dict[int, MessageView]:
+    return {message.pk: _message_view(message) for message in messages}
+
+
+def _operator_views(events: list[TaskEvent], conversation: Conversation) -> dict[int, str]:
+    return {event.pk: OPERATOR_VERBS.get(event.action, event.action) for event in events}
 
 
 def story_bound(
@@ -866,4 +865,11 @@ def story_bound(
     return None
 
 
+SOURCES: list[Source] = [
+    Source("message", "received_at", False, int, _messages, _full_messages, _message_views),
+    Source("task", "created_at", True, str, _tasks, _full_tasks, _task_views),
+    Source("operator", "at", True, int, _operator_events, _full_events, _operator_views),
+    Source("log", "action_time", False, int, _admin_log, _full_log),
+    Source("guide", "first_served_at", False, int, _guides, _full_guides),
+]
 MESSAGE_SOURCE, TASK_SOURCE = SOURCES[0], SOURCES[1]
