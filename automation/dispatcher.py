@@ -26,7 +26,6 @@ from django.db import (
     InterfaceError,
     OperationalError,
     close_old_connections,
-    transaction,
 )
 
 from automation.kinds import KindSpec, kinds
@@ -42,6 +41,7 @@ from automation.outcomes import (
 from automation.retry import RetryPolicy, outbound_jitter_ms
 from automation.services.claim import tasks_claim, tasks_reclaim_expired
 from automation.services.dispatcher_state import dispatcher_tick_record
+from automation.services.steps import transition_and_follow_up
 from automation.services.transitions import (
     LeaseLost,
     TransitionError,
@@ -305,9 +305,7 @@ class Dispatcher:
         """
         for attempt in range(1, RECORD_ATTEMPTS + 1):
             try:
-                with transaction.atomic():
-                    recorded = self._record_outcome(task, outcome, self.clock())
-                    kinds.follow_up(recorded, actor=self.owner)
+                transition_and_follow_up(lambda: self._record_outcome(task, outcome, self.clock()), actor=self.owner)
                 return
             except CONNECTION_ERRORS as exc:
                 if attempt == RECORD_ATTEMPTS:

@@ -15,7 +15,10 @@ claim and the operator services do differently for a kind comes from it:
 - ``follow_up(task, actor)``: what the pipeline does once its task changed
   state (an outcome recorded, a reclaim, an operator's approve, reject,
   retry or cancel). Called explicitly by those services, in the same
-  transaction as the change; never by the state machine itself.
+  transaction as the change (``automation.services.steps``); never by the
+  state machine itself;
+- ``display``: how the console shows its tasks (``KindDisplay``), so that
+  the console asks the spec instead of naming kinds.
 """
 
 from __future__ import annotations
@@ -64,6 +67,50 @@ def always(task: AutomationTask) -> bool:
 
 
 @dataclass(frozen=True)
+class StoryHeading:
+    """How a task is named in a conversation's story, and the other conversation it links to, if any."""
+
+    text: str
+    direction: str = ""  # "in" (from the other conversation) or "out" (to it); "" when there is none
+    other_conversation_id: int | None = None
+
+
+@dataclass(frozen=True)
+class Detail:
+    """One line of a kind's own section on a task's page: a label, a text, and the conversation it names."""
+
+    label: str
+    text: str
+    conversation_id: int | None = None
+    is_long: bool = False  # shown as a block of text rather than inline
+
+
+@dataclass(frozen=True)
+class KindDisplay:
+    """How the console shows a task of a kind. Everything has a default, so a kind may set none of it.
+
+    - ``noun``: what the story calls one of its tasks ("renewal"); the kind's name when empty;
+    - ``is_block``: its tasks run a message's blocks, and their payload is the
+      block's tool call (``tool``, ``target``, ``params``): the story shows them
+      within their message rather than as entries of their own, counts them as
+      the message's instructions in what the conversation waits on, and a task's
+      page shows the call it runs;
+    - ``heading(task, conversation_id)``: its ``StoryHeading`` in the story of
+      ``conversation_id``, when it is more than ``noun``;
+    - ``is_shown_to_sender``: its tasks also appear in the story of the
+      conversation whose message created them (``task.message``), as mail sent;
+    - ``details(task)``: the lines of its own section on a task's page, titled ``details_title``.
+    """
+
+    noun: str = ""
+    is_block: bool = False
+    heading: Callable[[AutomationTask, int], StoryHeading] | None = None
+    is_shown_to_sender: bool = False
+    details_title: str = ""
+    details: Callable[[AutomationTask], list[Detail]] | None = None
+
+
+@dataclass(frozen=True)
 class KindSpec:
     name: str
     lane: str | None
@@ -72,6 +119,7 @@ class KindSpec:
     is_guarded: bool = False
     executor: Executor | None = None
     follow_up: FollowUp | None = None
+    display: KindDisplay = KindDisplay()
 
     @property
     def is_outbound(self) -> bool:
@@ -87,6 +135,19 @@ class KindRegistry(Registry[KindSpec]):
     def runnable(self) -> list[str]:
         """Kinds with an executor: the only ones the dispatcher claims."""
         return sorted(spec.name for spec in self if spec.executor is not None)
+
+    def display(self, name: str) -> KindDisplay:
+        """How the console shows a task of kind ``name``; a kind no longer registered gets the defaults."""
+        spec = self._entries.get(name)
+        return spec.display if spec is not None else KindDisplay()
+
+    def noun(self, name: str) -> str:
+        """What the story calls a task of kind ``name``."""
+        return self.display(name).noun or name
+
+    def named(self, wanted: Callable[[KindSpec], bool]) -> list[str]:
+        """The kinds whose spec is ``wanted``, for a query's ``kind__in``."""
+        return sorted(spec.name for spec in self if wanted(spec))
 
     def follow_up(self, task: AutomationTask, *, actor: str) -> None:
         """Run the follow-up of the task's kind, if it has one (see the module docstring)."""

@@ -39,7 +39,7 @@ CLIENT_ID = "bench-loop"
 
 def prepare() -> str:
     setup_django(migrate=True)
-    from automation.models import ToolPolicy
+    from ingest.models import ToolPolicy
 
     client, token = fresh_plugin_client(CLIENT_ID)
     ToolPolicy.objects.create(tool="shell.run", client=client, policy="allow", note="bench/dispatcher_loop.py")

@@ -32,8 +32,8 @@ EVERYTHING = ROOT / "tests" / "mcp_servers" / "node_modules" / ".bin" / "mcp-ser
 
 def prepare():
     setup_django(migrate=True)
-    from automation.models import AutomationTask, ToolPolicy
-    from ingest.models import PluginClient
+    from automation.models import AutomationTask
+    from ingest.models import PluginClient, ToolPolicy
     from mcp_servers.models import McpServer
     from mcp_servers.services import mcp_server_refresh
 

@@ -1,10 +1,20 @@
+import re
+
 from django.contrib import admin
-from django.urls import path
+from django.urls import path, re_path
 
 from conductor_site.views import healthz, metrics
 from console.failures import failure_groups
 from console.purge import purge
-from console.views import admin_login, dispatcher_pause, front_door, kind_pause, overview
+from console.views import (
+    MOVED_ADMIN_PAGES,
+    admin_login,
+    dispatcher_pause,
+    front_door,
+    kind_pause,
+    moved_admin_page,
+    overview,
+)
 
 urlpatterns = [
     # Also the admin's "View site" link (AdminSite.site_url).
@@ -17,6 +27,11 @@ urlpatterns = [
     path("admin/overview/purge/", admin.site.admin_view(purge), name="admin-purge"),
     # The login page with a first-run hint (templates/admin/login.html).
     path("admin/login/", admin_login, name="admin-login"),
+    # Pages of models that moved to another app, by their old address.
+    re_path(
+        r"^admin/(?P<old>{})/(?P<rest>.*)$".format("|".join(map(re.escape, MOVED_ADMIN_PAGES))),
+        moved_admin_page,
+    ),
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),

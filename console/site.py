@@ -12,9 +12,9 @@ from django.contrib import admin
 # conversations they come from, the browsers that carry them, the tools they call), then
 # the accounts and the sign-in log. Models of an app not named here follow in Django's order.
 APP_ORDER: list[tuple[str, list[str]]] = [
-    ("automation", ["automationtask", "toolpolicy"]),
+    ("automation", ["automationtask"]),
     ("conversations", ["conversation", "message"]),
-    ("ingest", ["pluginclient", "instruction"]),
+    ("ingest", ["pluginclient", "instruction", "toolpolicy"]),
     ("mcp_servers", ["mcpserver"]),
     ("auth", ["user", "group"]),
     ("axes", []),

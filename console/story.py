@@ -37,14 +37,8 @@ from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
-from automation.models import (
-    OPEN_STATUSES,
-    AutomationTask,
-    DeliveryRequest,
-    Outcome,
-    TaskEvent,
-    TaskStatus,
-)
+from automation.kinds import KindSpec, StoryHeading, kinds
+from automation.models import OPEN_STATUSES, AutomationTask, Outcome, TaskEvent, TaskStatus
 from automation.selectors import dispatcher_is_paused
 from automation.services.transitions import APPROVE, CANCEL, REJECT, RETRY
 from console.approval import HeldCall, held_call
@@ -57,11 +51,9 @@ from console.helpers import (
 from conversations.models import Conversation, Message
 from core.clock import EPOCH
 from ingest.blocks import block_spans
-from ingest.models import Instruction, ToolGuideServed
+from ingest.models import DeliveryRequest, Instruction, ToolGuideServed
 from ingest.selectors import plugin_clients_connected
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
-from pipelines.mail import MAIL_DELIVER
-from pipelines.renewal import RENEWAL_DELIVER, renewal_dedupe_key
+from pipelines.renewal import renewal_dedupe_key
 
 PAGE_ENTRIES = 50
 # A text longer than this is cut on the page; its own admin page has it whole.
@@ -82,12 +74,6 @@ OPERATOR_VERBS = {
     REJECT.action: "rejected",
     CANCEL.action: "cancelled",
     RETRY.action: "retried",
-}
-# Outbound kinds, as the story names them.
-TASK_HEADINGS = {
-    INSTRUCTION_DELIVER: "delivery of results",
-    RENEWAL_DELIVER: "renewal",
-    MAIL_DELIVER: "mail",
 }
 MAX_AT_US = (dt.datetime(9999, 1, 1, tzinfo=dt.UTC) - EPOCH) // dt.timedelta(
     microseconds=1
@@ -155,6 +141,8 @@ class Source:
     rows: Callable[[Conversation], QuerySet]
     # Full rows of the page's entries, with what showing them needs.
     full: Callable[[QuerySet], QuerySet]
+    # What the page's rows show beyond themselves, by pk (read for all of them at once); None: the row alone.
+    views: Callable[[list[Any], Conversation], dict[Any, Any]] | None = None
 
     @property
     def rank(self) -> int:
@@ -245,12 +233,20 @@ def _full_messages(rows: QuerySet) -> QuerySet:
     )
 
 
+def _is_block(spec: KindSpec) -> bool:
+    return spec.display.is_block
+
+
+def _is_shown_to_sender(spec: KindSpec) -> bool:
+    return spec.display.is_shown_to_sender
+
+
 def _tasks(conversation: Conversation) -> QuerySet:
-    # Its own tasks but the blocks' (those are shown with their message), and the mail its blocks sent.
+    # Its own tasks but the blocks' (those are shown with their message), and those its blocks sent elsewhere (mail).
     return AutomationTask.objects.filter(
-        (Q(conversation=conversation) & ~Q(kind=INSTRUCTION_EXECUTE))
+        (Q(conversation=conversation) & ~Q(kind__in=kinds.named(_is_block)))
         | (
-            Q(kind=MAIL_DELIVER, message__conversation=conversation)
+            Q(kind__in=kinds.named(_is_shown_to_sender), message__conversation=conversation)
             & ~Q(conversation=conversation)
         )
     )
@@ -263,7 +259,7 @@ def _full_tasks(rows: QuerySet) -> QuerySet:
 def _operator_events(conversation: Conversation) -> QuerySet:
     return TaskEvent.objects.filter(action__in=OPERATOR_ACTIONS).filter(
         Q(task__conversation=conversation)
-        | Q(task__kind=MAIL_DELIVER, task__message__conversation=conversation)
+        | Q(task__kind__in=kinds.named(_is_shown_to_sender), task__message__conversation=conversation)
     )
 
 
@@ -304,15 +300,6 @@ def _full_guides(rows: QuerySet) -> QuerySet:
 
 
 # New sources go at the end: a source's rank is part of the cursors in links already given out.
-SOURCES: list[Source] = [
-    Source("message", "received_at", False, int, _messages, _full_messages),
-    Source("task", "created_at", True, str, _tasks, _full_tasks),
-    Source("operator", "at", True, int, _operator_events, _full_events),
-    Source("log", "action_time", False, int, _admin_log, _full_log),
-    Source("guide", "first_served_at", False, int, _guides, _full_guides),
-]
-
-
 # --- what an entry shows ------------------------------------------------------------------
 
 
@@ -554,12 +541,15 @@ def _task_views(
     delivered = {
         m.pk: m.text for m in Message.objects.filter(pk__in=delivered_ids).only("text")
     }
-    senders = {
-        task.payload.get("from_conversation_id")
-        for task in tasks
-        if task.kind == MAIL_DELIVER and task.conversation_id == conversation.pk
-    }
-    others = Conversation.objects.in_bulk([pk for pk in senders if isinstance(pk, int)])
+    headings = {task.pk: _heading(task, conversation) for task in tasks}
+    # The other conversations a heading names, but a task's own (already read with it).
+    others = Conversation.objects.in_bulk(
+        {
+            heading.other_conversation_id
+            for task in tasks
+            if (heading := headings[task.pk]).other_conversation_id not in (None, task.conversation_id)
+        }
+    )
 
     views = {}
     for task in tasks:
@@ -574,20 +564,17 @@ def _task_views(
             text = Text.of(payload["text"])
         else:
             note = "rendered from the message's blocks when it goes out"
-        direction, other = "", None
-        heading = TASK_HEADINGS.get(task.kind, task.kind)
-        if task.kind == MAIL_DELIVER:
-            if task.conversation_id == conversation.pk:
-                direction, other = "in", others.get(payload.get("from_conversation_id"))
-                heading = f"mail from @{payload.get('from_handle') or '(no handle)'}"
-            else:
-                direction, other = "out", task.conversation
-                heading = f"mail to @{payload.get('to', '?')}"
-        elif task.kind == INSTRUCTION_DELIVER and task.message_id:
-            heading = f"delivery of the results of message {task.message_id}"
+        heading = headings[task.pk]
+        other = None
+        if heading.other_conversation_id is not None:
+            other = (
+                task.conversation
+                if heading.other_conversation_id == task.conversation_id
+                else others.get(heading.other_conversation_id)
+            )
         views[task.pk] = TaskView(
             task=task,
-            heading=displayable_text(heading),
+            heading=displayable_text(heading.text),
             requests=[
                 (row["method"], _ms_moment(row["sent_at"]), delivery_answer(row))
                 for row in mine[-SHOWN_REQUESTS:]
@@ -599,9 +586,17 @@ def _task_views(
             if result is not None
             else None,
             other_conversation=other,
-            direction=direction,
+            direction=heading.direction if other is not None else "",
         )
     return views
+
+
+def _heading(task: AutomationTask, conversation: Conversation) -> StoryHeading:
+    """The task's heading as its kind writes it (``KindDisplay.heading``), or the kind's noun."""
+    display = kinds.display(task.kind)
+    if display.heading is not None:
+        return display.heading(task, conversation.pk)
+    return StoryHeading(kinds.noun(task.kind))
 
 
 def _json_or_none(text: str | None) -> Any:
@@ -649,18 +644,23 @@ def conversation_waits(
         .annotate(n=Count("pk"))
         .order_by()
     }
-    blocks = {
-        status: n for (kind, status), n in counts.items() if kind == INSTRUCTION_EXECUTE
-    }
-    if n := blocks.get(TaskStatus.BLOCKED):
-        waits.append(Wait(f"{_plural(n, 'instruction')} awaiting approval", "held"))
-    if n := blocks.get(TaskStatus.LEASED, 0) + blocks.get(TaskStatus.RUNNING, 0):
-        waits.append(Wait(f"{_plural(n, 'instruction')} running", "busy"))
-    if n := blocks.get(TaskStatus.RETRY_WAIT):
-        waits.append(Wait(f"{_plural(n, 'instruction')} waiting to retry", "busy"))
-    if n := blocks.get(TaskStatus.PENDING):
-        waits.append(Wait(f"{_plural(n, 'instruction')} queued", "busy"))
-    outbound = sum(n for (kind, _), n in counts.items() if kind != INSTRUCTION_EXECUTE)
+    block_kinds = set(kinds.named(_is_block))
+    blocks: dict[str, dict[str, int]] = {}  # noun -> status -> count
+    for (kind, status), n in counts.items():
+        if kind in block_kinds:
+            by_status = blocks.setdefault(kinds.noun(kind), {})
+            by_status[status] = by_status.get(status, 0) + n
+    for noun, by_status in sorted(blocks.items()):
+        if n := by_status.get(TaskStatus.BLOCKED):
+            waits.append(Wait(f"{_plural(n, noun)} awaiting approval", "held"))
+        if n := by_status.get(TaskStatus.LEASED, 0) + by_status.get(TaskStatus.RUNNING, 0):
+            waits.append(Wait(f"{_plural(n, noun)} running", "busy"))
+        if n := by_status.get(TaskStatus.RETRY_WAIT):
+            waits.append(Wait(f"{_plural(n, noun)} waiting to retry", "busy"))
+        if n := by_status.get(TaskStatus.PENDING):
+            waits.append(Wait(f"{_plural(n, noun)} queued", "busy"))
+    # Every other open task waits in the conversation's outbound lane, or behind it.
+    outbound = sum(n for (kind, _), n in counts.items() if kind not in block_kinds)
     if outbound:
         waits.append(_outbound_wait(conversation, outbound))
     if not waits:
@@ -674,7 +674,7 @@ def _outbound_wait(conversation: Conversation, open_count: int) -> Wait:
         AutomationTask.objects.filter(
             conversation=conversation, status__in=OPEN_STATUSES
         )
-        .exclude(kind=INSTRUCTION_EXECUTE)
+        .exclude(kind__in=kinds.named(_is_block))
         .order_by("sequence")
         .only(
             "kind",
@@ -687,7 +687,7 @@ def _outbound_wait(conversation: Conversation, open_count: int) -> Wait:
         )
         .first()
     )
-    what = TASK_HEADINGS.get(task.kind, task.kind) if task is not None else "delivery"
+    what = kinds.noun(task.kind) if task is not None else "delivery"
     more = f" ({open_count - 1} more queued after it)" if open_count > 1 else ""
     if task is None:
         return Wait(f"{what} queued{more}", "busy")
@@ -801,7 +801,7 @@ def conversation_story(
         held=sum(
             1
             for entry in entries
-            if entry.kind == "message"
+            if isinstance(entry.view, MessageView)
             for block in entry.view.blocks
             if block.call is not None
         ),
@@ -810,15 +810,21 @@ def conversation_story(
 
 def _add_views(entries: Iterable[Entry], conversation: Conversation) -> None:
     entries = list(entries)
-    tasks = [entry.row for entry in entries if entry.kind == "task"]
-    views = _task_views(tasks, conversation) if tasks else {}
-    for entry in entries:
-        if entry.kind == "message":
-            entry.view = _message_view(entry.row)
-        elif entry.kind == "task":
+    for source in SOURCES:
+        mine = [entry for entry in entries if entry.cursor.rank == source.rank]
+        if source.views is None or not mine:
+            continue
+        views = source.views([entry.row for entry in mine], conversation)
+        for entry in mine:
             entry.view = views[entry.row.pk]
-        elif entry.kind == "operator":
-            entry.view = OPERATOR_VERBS.get(entry.row.action, entry.row.action)
+
+
+def _message_views(messages: list[Message], conversation: Conversation) -> dict[int, MessageView]:
+    return {message.pk: _message_view(message) for message in messages}
+
+
+def _operator_views(events: list[TaskEvent], conversation: Conversation) -> dict[int, str]:
+    return {event.pk: OPERATOR_VERBS.get(event.action, event.action) for event in events}
 
 
 def story_bound(
@@ -838,7 +844,7 @@ def story_bound(
         return Bound(Cursor.parse(after), older=False)
     if (
         task is not None
-        and task.kind == INSTRUCTION_EXECUTE
+        and kinds.display(task.kind).is_block
         and task.message is not None
     ):
         message = task.message
@@ -859,4 +865,11 @@ def story_bound(
     return None
 
 
+SOURCES: list[Source] = [
+    Source("message", "received_at", False, int, _messages, _full_messages, _message_views),
+    Source("task", "created_at", True, str, _tasks, _full_tasks, _task_views),
+    Source("operator", "at", True, int, _operator_events, _full_events, _operator_views),
+    Source("log", "action_time", False, int, _admin_log, _full_log),
+    Source("guide", "first_served_at", False, int, _guides, _full_guides),
+]
 MESSAGE_SOURCE, TASK_SOURCE = SOURCES[0], SOURCES[1]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass
+from urllib.parse import quote
 
 from django.conf import settings
 from django.contrib import admin, messages
@@ -255,3 +256,19 @@ def kind_pause(request):
     else:
         messages.info(request, f"{kind} was already {'paused' if is_paused else 'running'}.")
     return redirect("admin-overview")
+
+
+# Admin pages whose model moved to another app: the old address answers with
+# the new one, so bookmarks and links written before the move keep working.
+MOVED_ADMIN_PAGES = {
+    "automation/toolpolicy": "ingest/toolpolicy",
+}
+
+
+@require_GET
+def moved_admin_page(request, old: str, rest: str):
+    """A permanent redirect from ``/admin/<old>/<rest>`` to the page's address in its new app, query kept."""
+    url = f"/admin/{MOVED_ADMIN_PAGES[old]}/{quote(rest)}"
+    if request.META.get("QUERY_STRING"):
+        url += "?" + request.META["QUERY_STRING"]
+    return redirect(url, permanent=True)

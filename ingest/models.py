@@ -1,7 +1,12 @@
+import uuid
+
+from django.core.exceptions import ValidationError
 from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models import Q
 
-from tools.registry import DEFAULT_TARGET
+from mcp_servers.models import McpServer
+from tools.registry import DEFAULT_TARGET, Policy, tools
 
 
 def plugin_group_name(client_pk: int) -> str:
@@ -189,3 +194,121 @@ class AdapterReport(models.Model):
 
     def __str__(self) -> str:
         return f"{self.platform} {self.kind} ×{self.count}"
+
+
+class ToolPolicy(models.Model):
+    """Permission for a tool of a target, globally or for one plugin client and/or conversation.
+
+    The most specific row wins (client and conversation, then conversation,
+    then client, then global; at the same scope, a row naming the tool
+    before one for its whole target); without a row, the tool's default.
+    A blank ``tool`` covers every tool of ``target`` (an MCP server, SPEC §5.4).
+    """
+
+    target = models.CharField(
+        max_length=64, default=DEFAULT_TARGET,
+        help_text="conductor, or the name of an MCP server.",
+    )
+    tool = models.CharField(
+        max_length=128, blank=True,
+        help_text="A tool of the target, e.g. shell.run; blank: every tool of an MCP server.",
+    )
+    client = models.ForeignKey(
+        PluginClient, on_delete=models.CASCADE, null=True, blank=True,
+        related_name="tool_policies",
+    )
+    conversation = models.ForeignKey(
+        "conversations.Conversation", on_delete=models.CASCADE, null=True, blank=True,
+        related_name="tool_policies",
+    )
+    policy = models.CharField(max_length=16, choices=Policy.CHOICES)
+    note = models.CharField(max_length=200, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        # The table it was created with, in the engine's app (moved here with its services).
+        db_table = "automation_toolpolicy"
+        verbose_name_plural = "tool policies"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["target", "tool"], condition=Q(client__isnull=True, conversation__isnull=True),
+                name="tool_policy_global_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["target", "tool", "client"], condition=Q(client__isnull=False, conversation__isnull=True),
+                name="tool_policy_client_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["target", "tool", "conversation"],
+                condition=Q(client__isnull=True, conversation__isnull=False),
+                name="tool_policy_conversation_uniq",
+            ),
+            models.UniqueConstraint(
+                fields=["target", "tool", "client", "conversation"],
+                condition=Q(client__isnull=False, conversation__isnull=False),
+                name="tool_policy_client_conversation_uniq",
+            ),
+        ]
+
+    @property
+    def full_name(self) -> str:
+        """``tool``, ``server::tool`` or ``server::*``."""
+        if self.target == DEFAULT_TARGET:
+            return self.tool
+        return f"{self.target}::{self.tool or '*'}"
+
+    def __str__(self) -> str:
+        scope = " ".join(
+            part for part in (
+                f"client {self.client}" if self.client_id else "",
+                f"conversation {self.conversation}" if self.conversation_id else "",
+            ) if part
+        ) or "everywhere"
+        return f"{self.full_name}: {self.policy} ({scope})"
+
+    def clean(self) -> None:
+        if self.target == DEFAULT_TARGET:
+            if self.tool not in tools:
+                raise ValidationError({"tool": f"unknown tool {self.tool!r}"})
+        elif not McpServer.objects.filter(name=self.target).exists():
+            raise ValidationError({"target": f"unknown target {self.target!r}: no MCP server has this name"})
+
+
+def new_request_id() -> str:
+    return uuid.uuid4().hex
+
+
+class DeliveryRequest(models.Model):
+    """A delivery frame sent to a plugin client, awaiting its result.
+
+    ``method`` says which (SPEC §6.1): ``http`` a ``browser.proxy_delivery``,
+    ``dom`` a ``browser.dom_delivery``; an answer counts only in the frame
+    type of its request's method.
+
+    Kept in the database, not in a server's memory: the answer may reach
+    another ASGI process than the one that sent the request, and a killed
+    server must not strand it.
+    """
+
+    request_id = models.CharField(primary_key=True, max_length=64, default=new_request_id)
+    task = models.ForeignKey("automation.AutomationTask", on_delete=models.CASCADE, related_name="delivery_requests")
+    client = models.ForeignKey(PluginClient, on_delete=models.CASCADE, related_name="+")
+    method = models.CharField(max_length=16, default="http")
+    # Set when the answer was read as delivered: the request that carried the text.
+    delivered = models.BooleanField(default=False)
+    sent_at = models.BigIntegerField()
+    answered_at = models.BigIntegerField(null=True, blank=True)
+    # The plugin's answer: {ok, status, body, error, error_code, evidence}; see
+    # ingest.services.deliveries.delivery_result_record.
+    result = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        # The table it was created with, in the engine's app (moved here with its services).
+        db_table = "automation_deliveryrequest"
+        indexes = [
+            # A plugin client's latest deliveries, for its admin page.
+            models.Index(fields=["client", "sent_at"], name="delivery_request_client_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"delivery {self.request_id} of task {self.task_id}"

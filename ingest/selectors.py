@@ -12,12 +12,11 @@ from django.db.models import Case, Count, Q, QuerySet, Subquery, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
-from automation.models import DeliveryRequest, ToolPolicy
+from ingest.models import DeliveryRequest, Instruction, PluginClient, ToolPolicy
 from conversations.models import Conversation, ConversationLink, Message
 from core.clock import datetime_from_ms
 from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS
 from ingest.guide import MAX_HANDLES_SHOWN, GuideFacts, GuideTool, ToolGuide, tool_guide_render
-from ingest.models import Instruction, PluginClient
 from ingest.tokens import HASH_PREFIX, token_matches
 from platforms import platforms
 from mcp_servers.selectors import mcp_tool_specs

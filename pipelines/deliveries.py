@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from django.conf import settings
 
-from automation.kinds import LANE_OUTBOUND, KindSpec, always, kinds
+from automation.kinds import LANE_OUTBOUND, KindDisplay, KindSpec, StoryHeading, always, kinds
+from automation.models import AutomationTask
 from automation.outcomes import (
     ExecutionContext,
     Outcome,
@@ -55,13 +56,16 @@ from platforms.wire import (
 logger = logging.getLogger(__name__)
 
 
-def outbound_kind(*, name: str, executor) -> KindSpec:
+def outbound_kind(*, name: str, executor, display: KindDisplay) -> KindSpec:
     """The spec of an outbound kind: to plugin clients, in the outbound lane.
 
     A delivery carries its task id as delivery_key, so a plugin that already
     posted it answers with its earlier result: repeating one is harmless.
     """
-    return KindSpec(name=name, lane=LANE_OUTBOUND, is_idempotent=always, targets=plugin_targets, executor=executor)
+    return KindSpec(
+        name=name, lane=LANE_OUTBOUND, is_idempotent=always, targets=plugin_targets, executor=executor,
+        display=display,
+    )
 
 
 def deliver_text(ctx: ExecutionContext, *, text: str) -> Outcome:
@@ -181,4 +185,14 @@ def instruction_deliver(ctx: ExecutionContext) -> Outcome:
     return deliver_text(ctx, text=text)
 
 
-kinds.register(outbound_kind(name=INSTRUCTION_DELIVER, executor=instruction_deliver))
+def instruction_deliver_heading(task: AutomationTask, conversation_id: int) -> StoryHeading:
+    if task.message_id:
+        return StoryHeading(f"delivery of the results of message {task.message_id}")
+    return StoryHeading("delivery of results")
+
+
+kinds.register(outbound_kind(
+    name=INSTRUCTION_DELIVER,
+    executor=instruction_deliver,
+    display=KindDisplay(noun="delivery of results", heading=instruction_deliver_heading),
+))

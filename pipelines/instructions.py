@@ -17,7 +17,7 @@ import logging
 
 from django.conf import settings
 
-from automation.kinds import LANE_INSTRUCTIONS, KindSpec, kinds
+from automation.kinds import LANE_INSTRUCTIONS, KindDisplay, KindSpec, kinds
 from automation.models import AutomationTask
 from automation.outcomes import (
     ExecutionContext,
@@ -117,4 +117,5 @@ kinds.register(KindSpec(
     is_guarded=True,
     executor=instruction_execute,
     follow_up=instruction_follow_up,
+    display=KindDisplay(noun="instruction", is_block=True),
 ))

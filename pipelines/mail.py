@@ -38,7 +38,7 @@ from typing import Any
 
 from django.conf import settings
 
-from automation.kinds import kinds
+from automation.kinds import Detail, KindDisplay, StoryHeading, kinds
 from automation.models import AutomationTask
 from automation.outcomes import ExecutionContext, Outcome, TerminalFailure
 from automation.services.tasks import task_create
@@ -186,4 +186,35 @@ tools.register(ToolSpec(
     is_idempotent=True,
     default_policy=Policy.ALLOW,
 ))
-kinds.register(outbound_kind(name=MAIL_DELIVER, executor=mail_deliver))
+def mail_heading(task: AutomationTask, conversation_id: int) -> StoryHeading:
+    """Mail in, in the recipient's story (the task's conversation); mail out, in the sender's."""
+    payload = task.payload
+    if task.conversation_id == conversation_id:
+        sender = payload.get("from_conversation_id")
+        return StoryHeading(
+            f"mail from @{payload.get('from_handle') or '(no handle)'}",
+            direction="in",
+            other_conversation_id=sender if isinstance(sender, int) else None,
+        )
+    return StoryHeading(f"mail to @{payload.get('to', '?')}", direction="out", other_conversation_id=task.conversation_id)
+
+
+def mail_details(task: AutomationTask) -> list[Detail]:
+    payload = task.payload
+    handle = payload.get("from_handle")
+    sender = payload.get("from_conversation_id")
+    return [
+        Detail("from", f"@{handle}" if handle else "(no handle)",
+               conversation_id=sender if isinstance(sender, int) else None),
+        Detail("to", f"@{payload.get('to', '')}", conversation_id=task.conversation_id),
+        Detail("text delivered", str(payload.get("text", "")), is_long=True),
+    ]
+
+
+kinds.register(outbound_kind(
+    name=MAIL_DELIVER,
+    executor=mail_deliver,
+    display=KindDisplay(
+        noun="mail", heading=mail_heading, is_shown_to_sender=True, details_title="Mail", details=mail_details,
+    ),
+))

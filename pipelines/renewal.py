@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
-from automation.kinds import kinds
+from automation.kinds import KindDisplay, kinds
 from automation.models import OPEN_STATUSES, AutomationTask
 from automation.outcomes import ExecutionContext, Outcome, TerminalFailure
 from automation.schedules import Schedule, schedules
@@ -235,5 +235,5 @@ def renewal_deliver(ctx: ExecutionContext) -> Outcome:
     return deliver_text(ctx, text=text)
 
 
-kinds.register(outbound_kind(name=RENEWAL_DELIVER, executor=renewal_deliver))
+kinds.register(outbound_kind(name=RENEWAL_DELIVER, executor=renewal_deliver, display=KindDisplay(noun="renewal")))
 schedules.register(Schedule(name="conductor.renew", func="pipelines.tasks.renew_scheduled", minutes=1))

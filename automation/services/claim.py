@@ -6,7 +6,7 @@ import functools
 import logging
 from collections.abc import Collection
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 from django.db.models import Exists, OuterRef, Q
 
 from automation.kinds import kinds
@@ -19,6 +19,7 @@ from automation.models import (
 )
 from automation.retry import RetryPolicy
 from automation.selectors import dispatcher_is_paused, paused_kinds
+from automation.services.steps import transition_and_follow_up
 from automation.services.transitions import (
     TransitionError,
     task_reclaim_interrupted,
@@ -152,14 +153,15 @@ def tasks_reclaim_expired(
             delay = None
             if kinds.get(task.kind).is_idempotent(task):
                 delay = retry.next_delay(attempt_count=task.attempt_count, max_attempts=task.max_attempts)
-            with transaction.atomic():
-                task = task_reclaim_interrupted(
-                    task.pk, actor=actor, now=now,
+            task = transition_and_follow_up(
+                functools.partial(
+                    task_reclaim_interrupted, task.pk, actor=actor, now=now,
                     retry_at=now + delay.total_ms if delay else None,
                     backoff_ms=delay.backoff_ms if delay else None,
                     jitter_ms=delay.jitter_ms if delay else None,
-                )
-                kinds.follow_up(task, actor=actor)
+                ),
+                actor=actor,
+            )
             reclaimed.append(task)
         except TransitionError as exc:
             # Its worker renewed the lease, or another dispatcher reclaimed it.

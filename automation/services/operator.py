@@ -2,21 +2,22 @@
 
 Each service takes many task ids, moves the eligible ones through the
 transition services with the operator as actor, runs the kind's follow-up in
-the same transaction (a rejected or cancelled instruction completes its
-message; see ``automation.kinds``), and reports what it did and what it
+the same transaction (``transition_and_follow_up``: a rejected or cancelled
+instruction completes its message; see ``automation.kinds``), and reports what it did and what it
 skipped, and why. What becomes due wakes the dispatcher on commit.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from django.db import transaction
 
-from automation.kinds import kinds
 from automation.models import AutomationTask
 from automation.services import transitions as tr
+from automation.services.steps import transition_and_follow_up
 from automation.wake import dispatcher_wake_on_commit
 from conversations.services import conversations_pause_set
 
@@ -37,15 +38,14 @@ def _apply(
     report = OperatorReport()
     for task_id in task_ids:
         try:
-            with transaction.atomic():
-                task = move(task_id)
-                kinds.follow_up(task, actor=actor)
-                if makes_due:
-                    dispatcher_wake_on_commit()
+            transition_and_follow_up(functools.partial(move, task_id), actor=actor)
         except tr.TransitionError as exc:
             report.skipped[task_id] = str(exc).removeprefix(f"task {task_id}: ")
         else:
             report.done.append(task_id)
+            if makes_due:
+                # On the commit of a caller's outer transaction, if there is one; else now.
+                dispatcher_wake_on_commit()
     return report
 
 

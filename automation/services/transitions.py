@@ -16,8 +16,9 @@ states reads and locks the task first, to record which state it left.
 A heartbeat is not a change of state and writes no event. The state machine knows no kind and decides
 nothing: what follows a change is the kind's ``follow_up``, which the callers
 (the dispatcher, the reclaim, the operator services) run in the same
-transaction; whether to retry is the ``RetryPolicy``'s answer, which the
-guards here only assert.
+transaction through ``automation.services.steps.transition_and_follow_up``;
+whether to retry is the ``RetryPolicy``'s answer, which the guards here only
+assert.
 
 Routing fields (``target_*``) are never touched here; ``task_retarget`` in
 ``automation.services.tasks`` is the one service that changes them.

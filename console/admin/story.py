@@ -25,12 +25,12 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
+from automation.kinds import kinds
 from automation.models import AutomationTask
 from automation.services import operator
 from console.helpers import admin_pages, log_change
 from console.story import Bound, conversation_story, story_bound
 from conversations.models import Message
-from ingest.services.instructions import INSTRUCTION_EXECUTE
 
 # What a decision posted from the story does: the operator service, and what it is called.
 DECISIONS = {
@@ -143,7 +143,7 @@ class StoryAdminMixin:
         task = AutomationTask.objects.filter(
             pk=request.POST.get("task_id", ""),
             conversation=conversation,
-            kind=INSTRUCTION_EXECUTE,
+            kind__in=kinds.named(lambda spec: spec.display.is_block),
         ).first()
         if decision is None or task is None:
             return HttpResponseBadRequest(

@@ -22,15 +22,8 @@ from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 
 from automation.errors import error_first_line
-from automation.models import (
-    AutomationTask,
-    DeliveryRequest,
-    FinishReason,
-    Outcome,
-    TaskEvent,
-    TaskStatus,
-    ToolPolicy,
-)
+from automation.kinds import kinds
+from automation.models import AutomationTask, FinishReason, Outcome, TaskEvent, TaskStatus
 from automation.selectors import failure_group_task_ids, task_events
 from automation.services import operator
 from console.admin import bulk
@@ -49,8 +42,7 @@ from console.helpers import (
 from console.lists import JSONTextContains, ListColumnsMixin
 from core.clock import now_ms
 from conversations.models import Conversation
-from ingest.services.instructions import INSTRUCTION_EXECUTE
-from pipelines.mail import MAIL_DELIVER
+from ingest.models import DeliveryRequest, ToolPolicy
 from platforms import DELIVERY_METHODS
 from mcp_servers.models import McpServer
 from tools.registry import DEFAULT_TARGET, UnknownTool, tools
@@ -237,18 +229,20 @@ def call_summary(kind: str, payload_json: str) -> tuple[str, str]:
     """What a task runs, for its row: the tool (or the kind) and a short preview of its arguments. Pure.
 
     ``payload_json`` may be the payload's head only (``PAYLOAD_HEAD``): cut JSON
-    is read for its tool and the start of its params.
+    is read for its tool and the start of its params. A block's task
+    (``KindDisplay.is_block``) shows its tool; any other, its kind.
     """
+    is_block = kinds.display(kind).is_block
     try:
         payload = json.loads(payload_json)
     except ValueError:
-        if kind != INSTRUCTION_EXECUTE:
+        if not is_block:
             return kind, payload_json
         tool, params = _TOOL.search(payload_json), _PARAMS.search(payload_json)
         return (tool.group(1) if tool else kind), (params.group(1) if params else "")
     if not isinstance(payload, dict):
         return kind, ""
-    if kind == INSTRUCTION_EXECUTE:
+    if is_block:
         target = payload.get("target") or DEFAULT_TARGET
         tool = str(payload.get("tool", ""))
         what = tool if target == DEFAULT_TARGET else f"{target}::{tool}"
@@ -328,8 +322,10 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
             # Its error is an earlier attempt's, not why it stands where it is.
             main = [("previous_error" if name == "last_error" else name) for name in fieldsets[0][1]["fields"]]
             fieldsets = [(None, {"fields": main}), *fieldsets[1:]]
-        if obj is not None and obj.kind == MAIL_DELIVER:
-            return [*fieldsets[:1], ("Mail", {"fields": ["mail_from", "mail_to", "mail_text"]}), *fieldsets[1:]]
+        display = kinds.display(obj.kind) if obj is not None else None
+        if display is not None and display.details is not None:
+            title = display.details_title or kinds.noun(obj.kind)
+            return [*fieldsets[:1], (title, {"fields": ["kind_details"]}), *fieldsets[1:]]
         return fieldsets
 
     def get_readonly_fields(self, request, obj=None):
@@ -466,7 +462,7 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     @admin.display(description="the call it runs")
     def call(self, task):
         """A block's tool and params, and what the tool resolves them to (a command's argv and folder)."""
-        if task.kind != INSTRUCTION_EXECUTE:
+        if not kinds.display(task.kind).is_block:
             return "-"
         return render_to_string("admin/automation/automationtask/call.html", {"call": held_call(task.payload)})
 
@@ -478,19 +474,23 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     def result(self, task):
         return json_text_block(task.result_json)
 
-    @admin.display(description="from")
-    def mail_from(self, task):
-        sender = Conversation.objects.filter(pk=task.payload.get("from_conversation_id")).first()
-        handle = task.payload.get("from_handle")
-        return format_html("{} {}", "@" + handle if handle else "(no handle)", admin_link(sender) if sender else "")
+    @admin.display(description="")
+    def kind_details(self, task):
+        """The lines of the kind's own section (``KindDisplay.details``), each with the conversation it names."""
+        details = kinds.display(task.kind).details(task)
+        named = Conversation.objects.in_bulk({d.conversation_id for d in details if d.conversation_id is not None})
 
-    @admin.display(description="to")
-    def mail_to(self, task):
-        return format_html("@{} {}", task.payload.get("to", ""), admin_link(task.conversation))
+        def shown(detail):
+            if detail.is_long:
+                return text_block(detail.text)
+            named_conversation = named.get(detail.conversation_id)
+            return format_html("{} {}", detail.text, admin_link(named_conversation) if named_conversation else "")
 
-    @admin.display(description="text delivered")
-    def mail_text(self, task):
-        return text_block(str(task.payload.get("text", "")))
+        return format_html(
+            '<table class="kind-details">{}</table>',
+            format_html_join("", '<tr><th scope="row">{}</th><td>{}</td></tr>',
+                             ((detail.label, shown(detail)) for detail in details)),
+        )
 
     @admin.display(description="requests to the plugin")
     def deliveries(self, task):

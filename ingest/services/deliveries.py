@@ -16,11 +16,10 @@ import time
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from automation.models import DeliveryRequest
+from ingest.models import DeliveryRequest, plugin_group_name
 from core.clock import now_ms
 from core.logfmt import log_event
 from ingest.frames import DeliveryResult
-from ingest.models import plugin_group_name
 
 logger = logging.getLogger(__name__)
 

@@ -28,6 +28,24 @@ def test_the_spec_kinds_are_registered_with_their_policies():
     }
 
 
+def test_the_spec_kinds_say_how_the_console_shows_them():
+    displays = {
+        spec.name: (
+            kinds.noun(spec.name), spec.display.is_block, spec.display.heading is not None,
+            spec.display.is_shown_to_sender, spec.display.details_title,
+        )
+        for spec in kinds if not spec.name.startswith("test.")
+    }
+    assert displays == {
+        INSTRUCTION_EXECUTE: ("instruction", True, False, False, ""),
+        INSTRUCTION_DELIVER: ("delivery of results", False, True, False, ""),
+        RENEWAL_DELIVER: ("renewal", False, False, False, ""),
+        MAIL_DELIVER: ("mail", False, True, True, "Mail"),
+    }
+    # A kind no longer registered (old rows) is shown by its name, with the defaults.
+    assert (kinds.noun("gone.kind"), kinds.display("gone.kind").is_block) == ("gone.kind", False)
+
+
 def test_duplicate_and_unknown_kinds_raise_clear_errors():
     registry = KindRegistry()
     spec = KindSpec(name="x", lane=None, is_idempotent=always)

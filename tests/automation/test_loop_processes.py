@@ -11,7 +11,8 @@ import time
 import pytest
 from websockets.sync.client import connect
 
-from automation.models import AutomationTask, DispatcherState, TaskEvent, ToolPolicy
+from automation.models import AutomationTask, DispatcherState, TaskEvent
+from ingest.models import ToolPolicy
 from ingest.services.instructions import INSTRUCTION_EXECUTE
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.procs import spawn_process

@@ -9,13 +9,13 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client.parser import text_string_to_metric_families
 
 from automation.kinds import kinds
-from automation.models import DeliveryRequest, TaskStatus
+from automation.models import TaskStatus
 from automation.services import transitions as tr
 from automation.services.dispatcher_state import dispatcher_tick_record
 from conductor_site.metrics import DeliveryOutcome, delivery_outcome
 from console.views import OVERVIEW_PERMISSION
 from conversations.models import Message
-from ingest.models import Instruction
+from ingest.models import DeliveryRequest, Instruction
 from ingest.selectors import DeliveryState
 from tests.factories import (
     LEASE_MS,
@@ -91,7 +91,7 @@ def test_a_logged_in_user_who_is_not_staff_is_refused(client, token):
 @pytest.mark.django_db
 def test_staff_without_the_permission_to_view_tasks_gets_403(client, token):
     client.force_login(
-        make_staff("staff", "automation.view_deliveryrequest", password=None)
+        make_staff("staff", "ingest.view_deliveryrequest", password=None)
     )
     assert client.get(URL, HTTP_ACCEPT=BROWSER_ACCEPT).status_code == 403
 

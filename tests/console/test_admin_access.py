@@ -21,10 +21,9 @@ from django.contrib.contenttypes.models import ContentType
 from django.test import Client
 from django.urls import URLPattern, URLResolver, get_resolver
 
-from automation.models import ToolPolicy
+from ingest.models import PluginClient, ToolPolicy
 from conductor_site.asgi import application
 from core.logfmt import OneLineRefusals
-from ingest.models import PluginClient
 from tests.factories import (
     TEST_TOKEN,
     InstructionFactory,
@@ -136,7 +135,7 @@ def all_permissions_of(*apps):
 def test_staff_with_every_model_permission_reach_no_superuser_only_page(client, rows):
     # The pages that hand out or decide access (plugin tokens, tool policies).
     client.force_login(make_staff("staff", *all_permissions_of("ingest", "automation", "conversations")))
-    superuser_only = ("/admin/ingest/pluginclient/", "/admin/automation/toolpolicy/")
+    superuser_only = ("/admin/ingest/pluginclient/", "/admin/ingest/toolpolicy/")
     urls = [url for url in admin_urls(rows) if url.startswith(superuser_only)]
     assert len(urls) == 13  # "Pair a browser" (pluginclient/pair/) among them
     answered = {}

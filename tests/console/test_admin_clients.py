@@ -9,10 +9,9 @@ from django.contrib.admin.models import LogEntry
 from django.contrib.sessions.models import Session
 from django.utils import timezone
 
-from automation.models import DeliveryRequest
+from ingest.models import DeliveryRequest, PluginClient
 from conductor_site.asgi import application
 from conversations.models import Message
-from ingest.models import PluginClient
 from ingest.protocol import CloseCode
 from ingest.selectors import plugin_client_authenticate
 from ingest.services.clients import PluginClientRevoked, plugin_client_rotate

@@ -5,8 +5,7 @@ import html
 import pytest
 from django.utils import timezone
 
-from automation.models import ToolPolicy
-from ingest.models import ToolGuideServed
+from ingest.models import ToolGuideServed, ToolPolicy
 from ingest.selectors import tool_guide
 from tests.factories import ConversationLinkFactory, make_staff
 from tools.registry import Policy

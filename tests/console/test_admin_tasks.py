@@ -4,9 +4,10 @@ import re
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
-from automation.models import AutomationTask, DeliveryRequest, TaskEvent, TaskStatus
+from automation.models import AutomationTask, TaskEvent, TaskStatus
 from automation.services import transitions as tr
 from console.admin.tasks import ErrorAttempt, attempts_text, call_summary, error_attempt
+from ingest.models import DeliveryRequest
 from tests.factories import (
     LEASE_MS,
     OWNER,

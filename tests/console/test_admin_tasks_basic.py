@@ -1,7 +1,7 @@
 import pytest
 from django.contrib.auth.models import User
 
-from automation.models import ToolPolicy
+from ingest.models import ToolPolicy
 
 
 @pytest.fixture
@@ -11,12 +11,12 @@ def staff(db):
 
 @pytest.mark.django_db
 def test_a_superuser_edits_tool_policies_in_the_admin(admin_client):
-    page = admin_client.get("/admin/automation/toolpolicy/add/")
+    page = admin_client.get("/admin/ingest/toolpolicy/add/")
     assert page.status_code == 200
     assert "shell.run (default: approve)" in page.content.decode()
 
     response = admin_client.post(
-        "/admin/automation/toolpolicy/add/", {"tool": "shell.run", "policy": "deny", "note": "no shell"}
+        "/admin/ingest/toolpolicy/add/", {"tool": "shell.run", "policy": "deny", "note": "no shell"}
     )
     assert response.status_code == 302
     assert ToolPolicy.objects.get().policy == "deny"
@@ -24,7 +24,7 @@ def test_a_superuser_edits_tool_policies_in_the_admin(admin_client):
 
 @pytest.mark.django_db
 def test_unknown_tools_cannot_be_chosen(admin_client):
-    response = admin_client.post("/admin/automation/toolpolicy/add/", {"tool": "rm.rf", "policy": "allow"})
+    response = admin_client.post("/admin/ingest/toolpolicy/add/", {"tool": "rm.rf", "policy": "allow"})
     assert response.status_code == 200
     assert not ToolPolicy.objects.exists()
 
@@ -32,12 +32,12 @@ def test_unknown_tools_cannot_be_chosen(admin_client):
 @pytest.mark.django_db
 def test_staff_without_superuser_cannot_see_tool_policies(client, staff):
     client.force_login(staff)
-    assert client.get("/admin/automation/toolpolicy/").status_code == 403
+    assert client.get("/admin/ingest/toolpolicy/").status_code == 403
 
 
 @pytest.mark.django_db
 def test_the_admin_needs_a_login(client):
-    response = client.get("/admin/automation/toolpolicy/")
+    response = client.get("/admin/ingest/toolpolicy/")
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
 
 
@@ -46,7 +46,7 @@ ADMIN_PAGES = [
     "/admin/overview/",
     "/admin/automation/automationtask/",
     "/admin/automation/automationtask/some-task/change/",
-    "/admin/automation/toolpolicy/",
+    "/admin/ingest/toolpolicy/",
     "/admin/conversations/conversation/",
     "/admin/conversations/conversation/1/change/",
     "/admin/conversations/message/",
@@ -66,7 +66,7 @@ def test_every_admin_page_needs_a_login(client, url):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(
-    "url", ["/admin/automation/toolpolicy/add/", "/admin/ingest/pluginclient/", "/admin/ingest/pluginclient/add/"]
+    "url", ["/admin/ingest/toolpolicy/add/", "/admin/ingest/pluginclient/", "/admin/ingest/pluginclient/add/"]
 )
 def test_staff_without_superuser_cannot_reach_superuser_pages(client, staff, url):
     client.force_login(staff)

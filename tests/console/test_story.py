@@ -14,7 +14,7 @@ from django.contrib.admin.models import LogEntry
 from django.utils import timezone
 
 from automation.kinds import kinds
-from automation.models import AutomationTask, DeliveryRequest, TaskStatus
+from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
 from automation.services.tasks import task_create
 from console.story import Bound, Cursor, conversation_story
@@ -22,7 +22,7 @@ from conversations.models import Conversation, Message
 from conversations.services import delivered_message_store
 from core.clock import datetime_from_ms
 from ingest.frames import parse_final_message
-from ingest.models import Instruction
+from ingest.models import DeliveryRequest, Instruction
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from pipelines.mail import MAIL_DELIVER

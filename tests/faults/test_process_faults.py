@@ -17,7 +17,8 @@ import pytest
 from django.core.management import call_command
 from django.db import connection, connections
 
-from automation.models import AutomationTask, ToolPolicy
+from automation.models import AutomationTask
+from ingest.models import ToolPolicy
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.faults.harness import (
     ALLOWED_TOOLS,

@@ -53,7 +53,7 @@ WAIT = 150
 
 PREPARE = f"""
 from django.core.management import call_command
-from automation.models import ToolPolicy
+from ingest.models import ToolPolicy
 from ingest.services.clients import plugin_client_create
 call_command("migrate_all", verbosity=0)
 for name in {CLIENTS!r}:

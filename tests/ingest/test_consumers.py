@@ -8,11 +8,11 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.db import OperationalError
 
-from automation.models import AutomationTask, DeliveryRequest
+from automation.models import AutomationTask
 from conductor_site.asgi import application
 from conversations.models import Message
 from ingest.frames import parse_plugin_info
-from ingest.models import Instruction, PluginClient
+from ingest.models import DeliveryRequest, Instruction, PluginClient
 from ingest.prehello import PreHelloRoom
 from ingest.protocol import FRAME_TOO_LARGE, CloseCode
 from ingest.services.clients import plugin_client_revoke

@@ -10,7 +10,7 @@ from ingest.selectors import tool_guide, tool_guide_facts
 from pipelines.rendering import BlockOutcome, render_results
 from tests.factories import ConversationFactory, ConversationLinkFactory, PluginClientFactory
 from tools.registry import Policy, ToolSpec, tools
-from automation.models import ToolPolicy
+from ingest.models import ToolPolicy
 
 
 def facts(*, policies=None, handles=(), more=0):

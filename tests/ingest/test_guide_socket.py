@@ -7,8 +7,7 @@ from asgiref.sync import async_to_sync, sync_to_async
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from automation.models import ToolPolicy
-from ingest.models import Instruction, ToolGuideServed
+from ingest.models import Instruction, ToolGuideServed, ToolPolicy
 from ingest.selectors import tool_guide
 from tests.factories import ConversationLinkFactory, PluginClientFactory
 from tests.ingest.test_consumers import hello, open_socket

@@ -5,10 +5,10 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from automation.models import AutomationTask, ToolPolicy
+from automation.models import AutomationTask
 from conversations.models import Conversation, ConversationLink, Message
 from ingest.frames import parse_final_message
-from ingest.models import Instruction
+from ingest.models import Instruction, ToolPolicy
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest, messages_store
 from pipelines.results import message_results_text

@@ -7,7 +7,7 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from automation.models import ToolPolicy
+from ingest.models import ToolPolicy
 from ingest.blocks import parse_blocks
 from tests.factories import ConversationFactory, ConversationLinkFactory
 from tools.registry import Policy

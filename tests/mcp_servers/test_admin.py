@@ -5,8 +5,9 @@ import logging
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
-from automation.models import AutomationTask, ToolPolicy
+from automation.models import AutomationTask
 from ingest.frames import parse_final_message
+from ingest.models import ToolPolicy
 from ingest.services.messages import message_ingest
 from mcp_servers.models import McpServer
 from tests.factories import PluginClientFactory
@@ -15,7 +16,7 @@ from tests.mcp_servers.conftest import EVERYTHING, HTTP_TOKEN, OWN_SERVER
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 SERVERS = "/admin/mcp_servers/mcpserver/"
-POLICIES = "/admin/automation/toolpolicy/"
+POLICIES = "/admin/ingest/toolpolicy/"
 TASKS = "/admin/automation/automationtask/"
 ENV_SECRET = "env-sekrit-81f3a0"
 

@@ -9,7 +9,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connections
 
-from automation.models import TaskStatus, ToolPolicy
+from automation.models import TaskStatus
+from ingest.models import ToolPolicy
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.simulator import SimulatedPlugin
 from mcp_servers.models import McpServer
@@ -65,7 +66,7 @@ def test_an_operator_adds_server_everything_allows_echo_and_a_chat_block_gets_it
         expect(page.locator("ul.messagelist")).to_contain_text("tools listed")
 
         # 3. Allow everything::echo (an MCP tool waits for approval by default).
-        page.goto(f"{server.base_url}/admin/automation/toolpolicy/add/")
+        page.goto(f"{server.base_url}/admin/ingest/toolpolicy/add/")
         page.select_option("#id_tool", "everything::echo")
         page.select_option("#id_policy", "allow")
         page.click("input[name=_save]")

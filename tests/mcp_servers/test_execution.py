@@ -8,8 +8,9 @@ import time
 import pytest
 
 from automation.dispatcher import Dispatcher, DispatcherConfig
-from automation.models import AutomationTask, TaskStatus, ToolPolicy
+from automation.models import AutomationTask, TaskStatus
 from ingest.frames import parse_final_message
+from ingest.models import ToolPolicy
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from pipelines.rendering import parse_results

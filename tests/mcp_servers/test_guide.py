@@ -2,7 +2,7 @@
 
 import pytest
 
-from automation.models import ToolPolicy
+from ingest.models import ToolPolicy
 from ingest.blocks import parse_blocks
 from ingest.selectors import tool_guide, tool_guide_facts
 from tests.factories import ConversationLinkFactory

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from automation.models import AutomationTask, TaskStatus, ToolPolicy
+from automation.models import AutomationTask, TaskStatus
 from ingest.frames import parse_final_message
-from ingest.models import Instruction
+from ingest.models import Instruction, ToolPolicy
 from ingest.services.messages import message_ingest
 from tests.factories import PluginClientFactory
 from tests.mcp_servers.conftest import everything_server

@@ -5,8 +5,9 @@ from collections import Counter
 
 import pytest
 
-from automation.models import AutomationTask, TaskStatus, ToolPolicy
+from automation.models import AutomationTask, TaskStatus
 from ingest.frames import parse_final_message
+from ingest.models import ToolPolicy
 from ingest.services.messages import message_ingest
 from tests.factories import PluginClientFactory
 from tests.mcp_servers.conftest import own_stdio_server

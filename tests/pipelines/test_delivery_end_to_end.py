@@ -16,9 +16,10 @@ from django.core.management import call_command
 from django.db import connections
 from django.utils import timezone
 
-from automation.models import AutomationTask, DeliveryRequest, TaskStatus
+from automation.models import AutomationTask, TaskStatus
 from automation.services.dispatcher_state import dispatcher_pause_set
 from conversations.models import Conversation, Message
+from ingest.models import DeliveryRequest
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.simulator import SimulatedPlugin
 from pipelines.rendering import parse_results

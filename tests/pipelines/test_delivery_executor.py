@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from automation.models import DeliveryRequest
+from ingest.models import DeliveryRequest
 from automation.outcomes import (
     ExecutionContext,
     RetryableFailure,

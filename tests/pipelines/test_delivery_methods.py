@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from automation.models import DeliveryRequest
+from ingest.models import DeliveryRequest
 from automation.outcomes import ExecutionContext, RetryableFailure, Success, TerminalFailure
 from automation.services import operator, transitions
 from automation.services.tasks import task_create

@@ -12,8 +12,9 @@ import pytest
 from django.core.management import call_command
 from django.db import connections
 
-from automation.models import AutomationTask, DeliveryRequest, TaskStatus
+from automation.models import AutomationTask, TaskStatus
 from conversations.models import Message
+from ingest.models import DeliveryRequest
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from ingest.simulator import SimulatedPlugin
 from tests.factories import TEST_TOKEN, ConversationFactory, PluginClientFactory

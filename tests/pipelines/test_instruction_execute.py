@@ -6,11 +6,11 @@ import random
 import pytest
 
 from automation.dispatcher import Dispatcher, DispatcherConfig
-from automation.models import AutomationTask, TaskStatus, ToolPolicy
+from automation.models import AutomationTask, TaskStatus
 from automation.selectors import faults
 from automation.services.tasks import task_create
 from ingest.frames import parse_final_message
-from ingest.models import Instruction
+from ingest.models import Instruction, ToolPolicy
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from tests.factories import PluginClientFactory

@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 
 from automation.dispatcher import Dispatcher, DispatcherConfig
-from automation.models import AutomationTask, DeliveryRequest, TaskStatus, ToolPolicy
+from automation.models import AutomationTask, TaskStatus
 from automation.outcomes import ExecutionContext, Success
 from automation.services import operator
 from automation.services import transitions as tr
@@ -23,7 +23,7 @@ from automation.services.claim import tasks_claim, tasks_reclaim_expired
 from conversations.models import Conversation, Message
 from core.clock import now_ms
 from ingest.frames import parse_delivery_result, parse_final_message
-from ingest.models import Instruction
+from ingest.models import DeliveryRequest, Instruction, ToolPolicy
 from ingest.services.deliveries import delivery_result_record
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest

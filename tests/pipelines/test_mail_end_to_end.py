@@ -6,8 +6,9 @@ import pytest
 from django.core.management import call_command
 from django.db import connections
 
-from automation.models import AutomationTask, DeliveryRequest, TaskStatus
+from automation.models import AutomationTask, TaskStatus
 from conversations.models import Conversation
+from ingest.models import DeliveryRequest
 from ingest.simulator import SimulatedPlugin
 from pipelines.mail import MAIL_DELIVER
 from tests.factories import TEST_TOKEN, PluginClientFactory

@@ -2,7 +2,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
-from automation.models import ToolPolicy
+from ingest.models import ToolPolicy
 from ingest.selectors import tool_policy_for
 from tests.factories import ConversationFactory, PluginClientFactory
 from tools.registry import Policy
