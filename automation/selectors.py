@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from django.db.models import Count, F, QuerySet, Value
+from django.db.models import Count, F, Q, QuerySet, Value
 from django.db.models.functions import Substr
 
 from automation.errors import error_first_line, error_signature, failure_group_key
 from automation.models import (
+    OPEN_STATUSES,
     AutomationTask,
     DispatcherState,
     FinishReason,
@@ -287,3 +289,52 @@ def failure_group_task_ids(*, key: str, now_ms: int, window_ms: int = FAILURE_WI
         task_id for task_id, kind, tool, error, _ in _failure_rows(now_ms, window_ms)
         if failure_group_key(kind=kind, tool=tool, signature=error_signature(error)) == key
     ]
+
+
+# How many dedupe keys one query asks about (SQLite binds at most 999 parameters).
+DEDUPE_LOOKUP_BATCH = 500
+
+
+def existing_dedupe_keys(keys: Collection[str]) -> set[str]:
+    """Which of ``keys`` a task already holds, asked in batches."""
+    existing: set[str] = set()
+    for batch in itertools.batched(keys, DEDUPE_LOOKUP_BATCH):
+        existing.update(AutomationTask.objects.filter(dedupe_key__in=batch).values_list("dedupe_key", flat=True))
+    return existing
+
+
+def task_counts_per_conversation(
+    *, kind: str, since_ms: int, renewal_enabled: bool = True,
+) -> dict[int, tuple[int, int]]:
+    """Per conversation: (tasks of ``kind`` created since ``since_ms``, tasks of ``kind`` still open).
+
+    One aggregated query over the conversations whose ``renewal_enabled`` is as
+    given; conversations with neither are absent.
+    """
+    rows = (
+        AutomationTask.objects.filter(kind=kind, conversation__renewal_enabled=renewal_enabled)
+        .filter(Q(created_at__gte=since_ms) | Q(status__in=OPEN_STATUSES))
+        .values("conversation_id")
+        .annotate(
+            since=Count("pk", filter=Q(created_at__gte=since_ms)),
+            open=Count("pk", filter=Q(status__in=OPEN_STATUSES)),
+        )
+    )
+    return {row["conversation_id"]: (row["since"], row["open"]) for row in rows}
+
+
+def task_times_between(
+    *, kind: str, to_conversation_id: int, from_conversation_id: int, since_ms: int, excluding_dedupe_key: str,
+    limit: int,
+) -> list[int]:
+    """When the last ``limit`` tasks of ``kind`` created since ``since_ms`` for one conversation, sent from
+    another's message, were created (newest first), leaving out the task with ``excluding_dedupe_key``."""
+    return list(
+        AutomationTask.objects.filter(
+            kind=kind, conversation_id=to_conversation_id, message__conversation_id=from_conversation_id,
+            created_at__gt=since_ms,
+        )
+        .exclude(dedupe_key=excluding_dedupe_key)
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)[:limit]
+    )

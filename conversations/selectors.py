@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef, QuerySet
 
 from conversations.models import Conversation, ConversationLink, Message
 
@@ -57,3 +57,10 @@ def conversation_by_reference(*, reference: str, platform: str | None = None) ->
     if len(found) > 1:
         raise ConversationNotFound(f"{reference!r} names conversations on several platforms: give --platform")
     return found[0]
+
+
+def conversations_with_link_flag(*fields: str) -> QuerySet[Conversation]:
+    """Conversations annotated with ``has_link`` (seen through some plugin client), loading only ``fields``."""
+    return Conversation.objects.annotate(
+        has_link=Exists(ConversationLink.objects.filter(conversation=OuterRef("pk")))
+    ).only(*fields)

@@ -40,6 +40,7 @@ from django.conf import settings
 
 from automation.kinds import Detail, KindDisplay, StoryHeading, kinds
 from automation.models import AutomationTask
+from automation.selectors import task_times_between
 from automation.outcomes import ExecutionContext, Outcome, TerminalFailure
 from automation.services.tasks import task_create
 from conversations.models import (
@@ -106,13 +107,9 @@ def mail_pace_error(*, sender: Conversation, recipient: Conversation, instructio
     budget = settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR
     interval_ms = 3_600_000 / budget
     window_ms = math.ceil(MAIL_BURST * interval_ms)
-    sent = list(
-        AutomationTask.objects.filter(
-            kind=MAIL_DELIVER, conversation=recipient, message__conversation=sender, created_at__gt=now - window_ms,
-        )
-        .exclude(dedupe_key=_dedupe_key(instruction_id))
-        .order_by("-created_at")
-        .values_list("created_at", flat=True)[:MAIL_BURST]
+    sent = task_times_between(
+        kind=MAIL_DELIVER, to_conversation_id=recipient.pk, from_conversation_id=sender.pk,
+        since_ms=now - window_ms, excluding_dedupe_key=_dedupe_key(instruction_id), limit=MAIL_BURST,
     )
     if len(sent) < MAIL_BURST:
         return None
@@ -196,7 +193,8 @@ def mail_heading(task: AutomationTask, conversation_id: int) -> StoryHeading:
             direction="in",
             other_conversation_id=sender if isinstance(sender, int) else None,
         )
-    return StoryHeading(f"mail to @{payload.get('to', '?')}", direction="out", other_conversation_id=task.conversation_id)
+    return StoryHeading(f"mail to @{payload.get('to', '?')}", direction="out",
+                        other_conversation_id=task.conversation_id)
 
 
 def mail_details(task: AutomationTask) -> list[Detail]:

@@ -14,20 +14,20 @@ kind's executor posts the text through ``pipelines.deliveries``.
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from django.db.models import Count, Exists, OuterRef, Q
 from django.utils import timezone
 
 from automation.kinds import KindDisplay, kinds
-from automation.models import OPEN_STATUSES, AutomationTask
+from automation.models import AutomationTask
+from automation.selectors import existing_dedupe_keys, task_counts_per_conversation
 from automation.outcomes import ExecutionContext, Outcome, TerminalFailure
 from automation.schedules import Schedule, schedules
 from automation.services.tasks import task_create
-from conversations.models import Conversation, ConversationLink
+from conversations.models import Conversation
+from conversations.selectors import conversations_with_link_flag
 from core.clock import ms_from_datetime
 from core.logfmt import log_event
 from pipelines.deliveries import deliver_text, outbound_kind
@@ -39,7 +39,6 @@ RENEWAL_DELIVER = "renewal.deliver"
 DEFAULT_RENEWAL_TEXT = "Please continue."
 DRY_RUN_TASK_ID = "(dry run)"
 # Dedupe keys looked up per query: well under SQLite's bound-parameter limit.
-DEDUPE_LOOKUP_BATCH = 500
 
 # Why a conversation that was considered got no task.
 SKIP_PAUSED = "paused"
@@ -84,37 +83,9 @@ def renewal_dedupe_key(conversation: Conversation) -> str:
 
 
 def _conversations_with_link():
-    return Conversation.objects.annotate(
-        has_link=Exists(ConversationLink.objects.filter(conversation=OuterRef("pk")))
-    ).only(
+    return conversations_with_link_flag(
         "pk", "paused", "renewal_idle_seconds", "renewal_text", "renewal_daily_cap", "last_activity_at"
     )
-
-
-def _renewal_counts(*, day_start_ms: int) -> dict[int, tuple[int, int]]:
-    """Per renewal-enabled conversation: (renewals created today, renewals still open).
-
-    One aggregated query; conversations with neither are absent.
-    """
-    rows = (
-        AutomationTask.objects.filter(kind=RENEWAL_DELIVER, conversation__renewal_enabled=True)
-        .filter(Q(created_at__gte=day_start_ms) | Q(status__in=OPEN_STATUSES))
-        .values("conversation_id")
-        .annotate(
-            today=Count("pk", filter=Q(created_at__gte=day_start_ms)),
-            open=Count("pk", filter=Q(status__in=OPEN_STATUSES)),
-        )
-    )
-    return {row["conversation_id"]: (row["today"], row["open"]) for row in rows}
-
-
-def _existing_dedupe_keys(keys: list[str]) -> set[str]:
-    existing: set[str] = set()
-    for batch in itertools.batched(keys, DEDUPE_LOOKUP_BATCH):
-        existing.update(
-            AutomationTask.objects.filter(dedupe_key__in=batch).values_list("dedupe_key", flat=True)
-        )
-    return existing
 
 
 def _renewal_create(
@@ -161,7 +132,7 @@ def renewal_project(
     report = RenewalReport(dry_run=dry_run)
 
     conversations = list(_conversations_with_link().filter(renewal_enabled=True).order_by("pk"))
-    counts = _renewal_counts(day_start_ms=ms_from_datetime(day_start))
+    counts = task_counts_per_conversation(kind=RENEWAL_DELIVER, since_ms=ms_from_datetime(day_start))
     due: list[tuple[Conversation, str]] = []
     for conversation in conversations:
         today, still_open = counts.get(conversation.pk, (0, 0))
@@ -183,7 +154,7 @@ def renewal_project(
             continue
         report.skipped.append((conversation.pk, why))
 
-    renewed = _existing_dedupe_keys([key for _, key in due])
+    renewed = existing_dedupe_keys([key for _, key in due])
     for conversation, key in due:
         if key in renewed:
             report.skipped.append((conversation.pk, SKIP_ALREADY_RENEWED))
