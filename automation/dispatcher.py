@@ -230,7 +230,8 @@ class Dispatcher:
             log_event(logger, "lease_lost", level=logging.WARNING, task_id=task.pk, kind=task.kind,
                       lease_owner=self.owner, error=str(exc))
         except Exception:
-            logger.exception("dispatcher failed running task %s", task.pk)
+            log_event(logger, "task_run_failed", level=logging.ERROR, exc_info=True, task_id=task.pk, kind=task.kind,
+                      lease_owner=self.owner)
         finally:
             close_old_connections()
             self.wake.set()
@@ -259,12 +260,12 @@ class Dispatcher:
             # The database went away under the executor: not the task's own
             # failure, but an interruption (SPEC 4.4). An idempotent task runs
             # again; another, which may have acted already, fails as interrupted.
-            logger.exception("the database connection failed under the executor of task %s", ctx.task.pk)
+            log_event(logger, "executor_connection_lost", level=logging.ERROR, exc_info=True, task_id=ctx.task.pk, kind=spec.name)
             close_old_connections()
             error = f"interrupted: the database connection failed while it ran ({type(exc).__name__})"
             return RetryableFailure(error) if spec.is_idempotent(ctx.task) else TerminalFailure(error)
         except Exception as exc:
-            logger.exception("executor of %s raised on task %s", spec.name, ctx.task.pk)
+            log_event(logger, "executor_raised", level=logging.ERROR, exc_info=True, task_id=ctx.task.pk, kind=spec.name)
             return TerminalFailure(f"executor error: {type(exc).__name__}: {exc}")
         finally:
             with self._lock:
@@ -289,7 +290,8 @@ class Dispatcher:
                     ctx.cancelled.set()
                 except Exception:
                     # A database hiccup: the lease has two more beats of slack.
-                    logger.exception("heartbeat failed for task %s", task_id)
+                    log_event(logger, "heartbeat_failed", level=logging.ERROR, exc_info=True, task_id=task_id, kind=ctx.task.kind,
+                              detail="the lease has two more beats of slack")
             close_old_connections()
 
     def _record(self, task: AutomationTask, outcome: Outcome) -> None:
