@@ -106,3 +106,30 @@ def test_the_check_finds_a_planted_comparison():
     # Kinds of other things (a JSON type, an MCP content type, a story entry) are not task kinds.
     unrelated = "if kind == 'array' or entry.kind == 'message' or kind in ('image', 'audio'):\n    pass\n"
     assert kind_name_comparisons(unrelated, names=names, constants=constants) == []
+
+
+# --- every log line an event ---------------------------------------------------------------
+
+LOG_METHODS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
+
+
+def plain_log_calls(source: str) -> list[int]:
+    """Lines calling ``logger.<level>(...)`` directly instead of ``log_event(logger, action, ...)``."""
+    return [
+        node.lineno for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in LOG_METHODS
+        and isinstance(node.func.value, ast.Name) and node.func.value.id == "logger"
+    ]
+
+
+def test_product_code_logs_only_through_log_event():
+    # core/logfmt.py is where log_event itself calls the logger.
+    found = {
+        str(path): lines for path, source in product_modules().items()
+        if path != Path("core/logfmt.py") and (lines := plain_log_calls(source))
+    }
+    assert found == {}
+
+
+def test_the_log_check_finds_a_plain_call():
+    assert plain_log_calls('import logging\nlogger = logging.getLogger(__name__)\nlogger.warning("x %s", 1)\n') == [3]
