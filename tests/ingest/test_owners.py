@@ -150,3 +150,17 @@ def test_the_first_client_claims_the_conversation_for_its_owner_and_an_unclaimed
     assert Conversation.objects.get(remote_id="conv-r").owner == "bob"
     message_ingest(message=parse_final_message(final("hi", message_id="n-1", conversation_id="conv-n")), client=alice)
     assert Conversation.objects.get(remote_id="conv-n").owner == "alice"
+
+
+def test_a_tool_guide_for_another_owners_conversation_is_the_platforms_own(clients):
+    from ingest.frames import parse_final_message
+    from ingest.models import ToolGuideServed
+    from ingest.services.guides import tool_guide_serve
+    from ingest.services.messages import message_ingest
+
+    alice, bob, desktop = clients
+    message_ingest(message=parse_final_message(final("hi", message_id="a-1")), client=alice)
+    tool_guide_serve(client_pk=bob.pk, platform="claude", conversation_id="conv-a")
+    tool_guide_serve(client_pk=desktop.pk, platform="claude", conversation_id="conv-a")
+    served = dict(ToolGuideServed.objects.values_list("client__client_id", "conversation__remote_id"))
+    assert served == {"bob-laptop": None, "alice-desktop": "conv-a"}
