@@ -222,7 +222,7 @@ def test_the_message_page_shows_the_text_its_instructions_and_their_tasks(admin_
 
     page = admin_client.get(f"{MESSAGES}{message.pk}/change/").content.decode()
 
-    assert '<pre class="message-text" style="white-space: pre-wrap">Reading it now.\n```baa\nfiles.read' in page
+    assert '<pre class="message-text conductor-text">Reading it now.\n```baa\nfiles.read' in page
     assert "<p>files.read</p>" in page
     assert "bad header &#x27;Nope!&#x27;" in page
     assert f'<a href="/admin/automation/automationtask/{task.pk}/change/">{task.task_id}</a> succeeded' in page
