@@ -114,7 +114,9 @@ class LinkSighting(NamedTuple):
 LINK_SIGHTING_FIELDS = ("page_url", "organization_id", "last_assistant_message_id")
 
 
-def conversation_links_seen(*, sightings: dict[Conversation, LinkSighting], now: dt.datetime) -> dict[Conversation, int]:
+def conversation_links_seen(
+    *, sightings: dict[Conversation, LinkSighting], now: dt.datetime
+) -> dict[Conversation, int]:
     """Record that each conversation was seen through its sighting's plugin client, just now.
 
     Blank values do not overwrite what an earlier sighting recorded. One read, one update of ``last_seen_at`` for them all, and one update per

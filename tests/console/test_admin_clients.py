@@ -259,7 +259,8 @@ def test_rotate_shows_each_new_token_once_and_the_old_one_stops_working(admin_cl
 def test_creating_a_client_gives_it_the_owner_asked_for_or_the_default(admin_client):
     admin_client.post(ADD, {"name": "alice laptop", "owner": "alice"})
     admin_client.post(ADD, {"name": "laptop", "owner": ""})
-    assert dict(PluginClient.objects.values_list("client_id", "owner")) == {"alice-laptop": "alice", "laptop": "default"}
+    owners = dict(PluginClient.objects.values_list("client_id", "owner"))
+    assert owners == {"alice-laptop": "alice", "laptop": "default"}
     page = admin_client.post(ADD, {"name": "bob laptop", "owner": "Bob!"}).content.decode()
     assert "An owner starts with" in page and not PluginClient.objects.filter(client_id="bob-laptop").exists()
 

@@ -15,9 +15,9 @@ from automation.outcomes import (
 from automation.services import transitions
 from automation.services.tasks import task_create
 from conversations.models import Message
-from ingest.models import PluginClient
 from core.clock import now_ms
 from ingest.frames import parse_delivery_result
+from ingest.models import PluginClient
 from ingest.services.deliveries import delivery_result_record
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from pipelines.deliveries import instruction_deliver
