@@ -10,6 +10,7 @@ import secrets
 from pathlib import Path
 
 import environ
+from django.utils.csp import CSP
 
 from conductor_site.config import conductor_settings
 from conductor_site.private_files import (
@@ -75,6 +76,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The Content-Security-Policy header (SECURE_CSP below) on every page.
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
     # Serves the admin's static files: daphne serves none by itself.
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -103,6 +106,8 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                # The request's nonce, for {% csp_nonce_attr %} on the pages' <script> and <style>.
+                "django.template.context_processors.csp",
             ],
         },
     },
@@ -265,6 +270,22 @@ STATIC_ROOT.mkdir(exist_ok=True)  # filled by collectstatic (make run); served b
 SECURE_CONTENT_TYPE_NOSNIFF = True
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
+# What the admin's pages may load and run (docs/security.md, "The admin's pages"):
+# their own static files, and <script>/<style> elements only with the page's nonce.
+# No inline style="" attributes or event handlers (console/static/console/console.css
+# holds what they would say), no other origins, no plugins, no framing, forms only
+# to this server. A page's text is the chat's and the plugins': should escaping ever
+# fail, injected markup still runs no script.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF, CSP.NONCE],
+    "style-src": [CSP.SELF, CSP.NONCE],
+    "img-src": [CSP.SELF, "data:"],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.NONE],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
 # Conductor listens on the loopback interface over plain HTTP by default; TLS,
 # when it is exposed further, is a reverse proxy's job. HTTPS_ONLY switches on
 # every HTTPS-only protection at once. Without it, the deploy checks that only

@@ -171,10 +171,9 @@ def text_block(text: str, *, css_class: str | None = None, in_table: bool = Fals
 
     ``in_table`` drops the <pre>'s margin, for a block inside an inline's table cell.
     """
-    style = "white-space: pre-wrap; margin: 0" if in_table else "white-space: pre-wrap"
-    if css_class is None:
-        return format_html('<pre style="{}">{}</pre>', style, displayable_text(text))
-    return format_html('<pre class="{}" style="{}">{}</pre>', css_class, style, displayable_text(text))
+    # Classes, not a style attribute: the admin's Content-Security-Policy refuses those (console.css).
+    classes = " ".join([*([css_class] if css_class else []), "conductor-text", *(["in-table"] if in_table else [])])
+    return format_html('<pre class="{}">{}</pre>', classes, displayable_text(text))
 
 
 def json_block(value: Any, *, sort_keys: bool = False, in_table: bool = False) -> SafeString | str:

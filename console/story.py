@@ -1,6 +1,6 @@
 """A conversation's story: what it asked for, what ran, what came back, and what it waits on now.
 
-``conversation_story`` reads one page of it, in time order, from four
+``conversation_story`` reads one page of it, in time order, from its
 sources, each row one entry:
 
 - its messages (an assistant message carries its ```baa blocks, marked where
@@ -13,7 +13,9 @@ sources, each row one entry:
 - what operators did to its tasks (approve, reject, cancel, retry: the
   tasks' events, with the operator as actor);
 - what operators did to the conversation (pause, resume, renewal, handle: the
-  admin log).
+  admin log);
+- the tool guides given to insert into it, and its moves from one plugin
+  client to another of its owner (a re-target).
 
 A page is the ``limit`` entries before (or after) a cursor, by keyset over
 (time, source, id): exact across the sources whatever the ties, and a fixed
@@ -48,7 +50,7 @@ from console.helpers import (
     readable_json,
     readable_json_text,
 )
-from conversations.models import Conversation, Message
+from conversations.models import Conversation, ConversationMove, Message
 from core.clock import EPOCH
 from ingest.blocks import block_spans
 from ingest.models import DeliveryRequest, Instruction, ToolGuideServed
@@ -297,6 +299,14 @@ def _guides(conversation: Conversation) -> QuerySet:
 
 def _full_guides(rows: QuerySet) -> QuerySet:
     return rows.select_related("client")
+
+
+def _moves(conversation: Conversation) -> QuerySet:
+    return ConversationMove.objects.filter(conversation=conversation)
+
+
+def _full_moves(rows: QuerySet) -> QuerySet:
+    return rows.select_related("from_client", "to_client")
 
 
 # New sources go at the end: a source's rank is part of the cursors in links already given out.
@@ -871,5 +881,6 @@ SOURCES: list[Source] = [
     Source("operator", "at", True, int, _operator_events, _full_events, _operator_views),
     Source("log", "action_time", False, int, _admin_log, _full_log),
     Source("guide", "first_served_at", False, int, _guides, _full_guides),
+    Source("move", "at", False, int, _moves, _full_moves),
 ]
 MESSAGE_SOURCE, TASK_SOURCE = SOURCES[0], SOURCES[1]

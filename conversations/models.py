@@ -16,6 +16,17 @@ def validate_delivery_methods(value: str) -> None:
 HANDLE_PATTERN = r"[a-z][a-z0-9-]*"
 MAX_HANDLE_CHARS = 64
 
+# Whose browsers and chat accounts a plugin client is (docs/security.md, "Whose conversation"):
+# a conversation belongs to the owner of the first client it was seen through, and
+# only that owner's clients route it.
+DEFAULT_OWNER = "default"
+MAX_OWNER_CHARS = 64
+
+validate_owner = RegexValidator(
+    r"\A[a-z0-9][a-z0-9_.-]*\Z",
+    "An owner starts with a lowercase letter or digit and holds only lowercase letters, digits, '_', '.' and '-'.",
+)
+
 validate_handle = RegexValidator(
     rf"\A{HANDLE_PATTERN}\Z",
     "A handle starts with a lowercase letter and holds only lowercase letters, digits and hyphens.",
@@ -32,6 +43,13 @@ class Conversation(models.Model):
         max_length=255, help_text="The platform's conversation id, as the plugin reports it."
     )
     title = models.CharField(max_length=500, blank=True)
+    # Ingest sets it: the owner of the client a new conversation arrives through, or "" when it
+    # arrives through none (replayed without a client), which the first client to send it claims.
+    owner = models.CharField(
+        max_length=MAX_OWNER_CHARS, blank=True, default=DEFAULT_OWNER, validators=[validate_owner],
+        help_text="The owner of the plugin client it was first seen through; only that owner's clients route it. "
+        "Empty: not yet seen through a client.",
+    )
     handle = models.CharField(
         max_length=MAX_HANDLE_CHARS, null=True, blank=True, unique=True, validators=[validate_handle],
         help_text="The name other conversations mail this one by (mail.send); empty: it receives no mail.",
@@ -96,6 +114,29 @@ class ConversationLink(models.Model):
 
     def __str__(self) -> str:
         return f"{self.conversation} via {self.client_id}"
+
+
+class ConversationMove(models.Model):
+    """The conversation's route went from one plugin client to another of the same owner (a re-target).
+
+    Written by ingest when a message of the conversation arrives through a
+    client other than the one its route named; shown on its story.
+    """
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="moves")
+    from_client = models.ForeignKey(
+        "ingest.PluginClient", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    to_client = models.ForeignKey(
+        "ingest.PluginClient", on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["conversation", "at"], name="conversation_move_story_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.conversation} moved from {self.from_client_id} to {self.to_client_id}"
 
 
 class Message(models.Model):

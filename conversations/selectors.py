@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from django.db.models import Count, Exists, OuterRef, QuerySet
+from django.db.models import Count, Exists, F, OuterRef, QuerySet
 
 from conversations.models import Conversation, ConversationLink, Message
 
@@ -18,9 +18,13 @@ class Route(NamedTuple):
 
 
 def conversation_route(*, conversation_id: int) -> Route | None:
-    """The route of the conversation's most recently seen link, or None without a link."""
+    """The route of the conversation's most recently seen link, or None without a link.
+
+    Only links through a client of the conversation's owner count: a client
+    given another owner since keeps its links, but no longer routes them.
+    """
     link = (
-        ConversationLink.objects.filter(conversation_id=conversation_id)
+        ConversationLink.objects.filter(conversation_id=conversation_id, client__owner=F("conversation__owner"))
         .select_related("client", "conversation")
         .order_by("-last_seen_at", "-pk")
         .first()

@@ -8,34 +8,39 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
-from conversations.models import Conversation, ConversationLink, Message
+from conversations.models import Conversation, ConversationLink, ConversationMove, Message
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
 
-def conversation_get_locked(*, platform: str, remote_id: str, title: str, now: dt.datetime) -> Conversation:
+def conversation_get_locked(
+    *, platform: str, remote_id: str, title: str, now: dt.datetime, owner: str = ""
+) -> Conversation:
     """Get or create the conversation and hold its row until the transaction ends.
 
     Holding it serialises ingest per conversation, so per-conversation counts
-    (the hourly instruction limit) hold under concurrent writers.
+    (the hourly instruction limit) hold under concurrent writers. A
+    conversation created now gets ``owner`` ("" when it arrives through no
+    plugin client: unclaimed).
     """
     # A row this transaction inserts is held by it too.
     conversation, _ = Conversation.objects.select_for_update().get_or_create(
-        platform=platform, remote_id=remote_id, defaults={"title": title, "last_activity_at": now}
+        platform=platform, remote_id=remote_id, defaults={"title": title, "last_activity_at": now, "owner": owner}
     )
     return conversation
 
 
 def conversations_get_locked(
-    *, titles: dict[tuple[str, str], str], now: dt.datetime
+    *, titles: dict[tuple[str, str], str], now: dt.datetime, owners: dict[tuple[str, str], str] | None = None
 ) -> dict[tuple[str, str], Conversation]:
     """``conversation_get_locked`` for several conversations, keyed ``(platform, remote_id)``.
 
-    ``titles`` maps each key to the title a conversation created now gets.
+    ``titles`` maps each key to the title a conversation created now gets,
+    ``owners`` to its owner (none: unclaimed).
     The existing rows are locked in one statement, in primary-key order, so
     two callers locking overlapping sets wait for each other instead of
     deadlocking; missing ones are then created one by one, in key order.
@@ -52,9 +57,27 @@ def conversations_get_locked(
     }
     for platform, remote_id in sorted(titles.keys() - found.keys()):
         found[platform, remote_id] = conversation_get_locked(
-            platform=platform, remote_id=remote_id, title=titles[platform, remote_id], now=now
+            platform=platform, remote_id=remote_id, title=titles[platform, remote_id], now=now,
+            owner=(owners or {}).get((platform, remote_id), ""),
         )
     return found
+
+
+def conversations_claim(*, owners: dict[Conversation, str]) -> None:
+    """Give unclaimed conversations (``owner`` empty) the owner of the client they were just seen through.
+
+    The caller holds the conversations' locks, so two clients of different
+    owners cannot both claim one; only rows still unclaimed are written.
+    """
+    by_owner: dict[str, list[Conversation]] = {}
+    for conversation, owner in owners.items():
+        if not conversation.owner:
+            by_owner.setdefault(owner, []).append(conversation)
+    for owner, conversations in by_owner.items():
+        Conversation.objects.filter(pk__in=[c.pk for c in conversations], owner="").update(owner=owner)
+        for conversation in conversations:
+            conversation.owner = owner
+            log_event(logger, "conversation_claim", conversation_id=conversation.pk, owner=owner)
 
 
 def conversation_touch(*, conversation: Conversation, title: str, now: dt.datetime) -> None:
@@ -91,21 +114,37 @@ class LinkSighting(NamedTuple):
 LINK_SIGHTING_FIELDS = ("page_url", "organization_id", "last_assistant_message_id")
 
 
-def conversation_links_seen(*, sightings: dict[Conversation, LinkSighting], now: dt.datetime) -> None:
+def conversation_links_seen(
+    *, sightings: dict[Conversation, LinkSighting], now: dt.datetime
+) -> dict[Conversation, int]:
     """Record that each conversation was seen through its sighting's plugin client, just now.
 
     Blank values do not overwrite what an earlier sighting recorded. One read, one update of ``last_seen_at`` for them all, and one update per
     link whose other values change. The links are read and then written, so
     the caller holds the conversations' locks, as every writer of a link does.
+    The caller also checked that each sighting's client has the
+    conversation's owner: a link never crosses owners.
+
+    Returns the conversations whose route (``selectors.conversation_route``)
+    this moves to another client, each with the client it moved from; each
+    move is stored (``ConversationMove``) and logged.
     """
     if not sightings:
-        return
+        return {}
     client_of = {conversation.pk: sighting.client_pk for conversation, sighting in sightings.items()}
-    existing = {
-        link.conversation_id: link
-        for link in ConversationLink.objects.filter(conversation__in=client_of, client_id__in=set(client_of.values()))
-        if client_of[link.conversation_id] == link.client_id
-    }
+    owner_of = {conversation.pk: conversation.owner for conversation in sightings}
+    existing: dict[int, ConversationLink] = {}
+    route_of: dict[int, int] = {}
+    # Every link of the conversations, newest first: the sighting's own, and the route before this sighting.
+    for link in (
+        ConversationLink.objects.filter(conversation__in=client_of)
+        .annotate(client_owner=F("client__owner"))
+        .order_by("-last_seen_at", "-pk")
+    ):
+        if client_of[link.conversation_id] == link.client_id:
+            existing[link.conversation_id] = link
+        if link.client_owner == owner_of[link.conversation_id]:
+            route_of.setdefault(link.conversation_id, link.client_id)
     first_seen = []
     only_seen = []
     for conversation, sighting in sightings.items():
@@ -128,6 +167,22 @@ def conversation_links_seen(*, sightings: dict[Conversation, LinkSighting], now:
     if only_seen:
         ConversationLink.objects.filter(pk__in=only_seen).update(last_seen_at=now)
     ConversationLink.objects.bulk_create(first_seen)
+    moved = {
+        conversation: route_of[conversation.pk] for conversation, sighting in sightings.items()
+        if route_of.get(conversation.pk, sighting.client_pk) != sighting.client_pk
+    }
+    if moved:
+        ConversationMove.objects.bulk_create(
+            ConversationMove(conversation=conversation, from_client_id=from_pk, to_client_id=client_of[conversation.pk],
+                             at=now)
+            for conversation, from_pk in moved.items()
+        )
+        for conversation, from_pk in moved.items():
+            log_event(
+                logger, "conversation_move", conversation_id=conversation.pk, owner=conversation.owner,
+                from_client_pk=from_pk, to_client_pk=client_of[conversation.pk],
+            )
+    return moved
 
 
 def _flag_set(

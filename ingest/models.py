@@ -5,6 +5,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
+from conversations.models import DEFAULT_OWNER, MAX_OWNER_CHARS, validate_owner
 from mcp_servers.models import McpServer
 from tools.registry import DEFAULT_TARGET, Policy, tools
 
@@ -25,6 +26,11 @@ class PluginClient(models.Model):
         help_text="The id the plugin sends in its hello frame.",
     )
     name = models.CharField(max_length=200)
+    owner = models.CharField(
+        max_length=MAX_OWNER_CHARS, default=DEFAULT_OWNER, validators=[validate_owner],
+        help_text="Whose browser this is. A conversation moves only between clients of the same owner, "
+        "and its results go only to them.",
+    )
     # Only the hash is stored; see ingest/tokens.py. Never log or display it.
     token_hash = models.CharField(max_length=100, editable=False)
     enabled = models.BooleanField(default=True, help_text="A revoked client cannot connect.")

@@ -88,10 +88,17 @@ def deliver_text(ctx: ExecutionContext, *, text: str) -> Outcome:
     client = PluginClient.objects.filter(client_id=task.target_client_id).first()
     if client is None or not client.enabled:
         return TerminalFailure(f"plugin client {task.target_client_id!r} is revoked or gone")
-    link = ConversationLink.objects.filter(conversation_id=task.conversation_id, client=client).first()
-    conversation_methods = (
-        Conversation.objects.filter(pk=task.conversation_id).values_list("delivery_methods", flat=True).first()
+    conversation_owner, conversation_methods = (
+        Conversation.objects.filter(pk=task.conversation_id).values_list("owner", "delivery_methods").first()
+        or ("", "")
     )
+    if client.owner != conversation_owner:
+        # Routes only name the owner's clients; a client given another owner after its task was routed stops here.
+        return TerminalFailure(
+            f"plugin client {client.client_id!r} belongs to owner {client.owner!r}, the conversation to "
+            f"{conversation_owner or 'no owner'!r}: results never go to another owner's client"
+        )
+    link = ConversationLink.objects.filter(conversation_id=task.conversation_id, client=client).first()
     target = DeliveryTarget(
         platform=adapter.name,
         conversation_id=task.target_conversation_id or "",

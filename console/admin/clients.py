@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Case, Q, When
 from django.template.response import TemplateResponse
@@ -33,6 +34,7 @@ from console.helpers import (
     text_block,
 )
 from console.lists import ListColumnsMixin
+from conversations.models import DEFAULT_OWNER, MAX_OWNER_CHARS, validate_owner
 from ingest.models import Instruction, PluginClient
 from ingest.health import platform_health
 from ingest.selectors import (
@@ -47,12 +49,14 @@ from ingest.services.clients import (
     plugin_client_pair,
     plugin_client_revoke,
     plugin_client_rotate,
+    plugin_clients_owner_set,
 )
 from ingest.tokens import MIN_TOKEN_LENGTH, WeakTokenError
 from platforms import platforms
 
 TOKEN_TEMPLATE = "admin/ingest/pluginclient/token.html"
 PAIR_TEMPLATE = "admin/ingest/pluginclient/pair.html"
+OWNER_TEMPLATE = "admin/ingest/pluginclient/owner.html"
 # A plugin's error text can be as long as a frame; the client page shows its start.
 ERROR_PREVIEW_CHARS = 300
 
@@ -94,11 +98,27 @@ def _delivery_cell(delivery: LastDelivery | None) -> str:
     )
 
 
+class OwnerField(forms.CharField):
+    """Whose browser a client is; left empty, the default owner."""
+
+    def __init__(self, **kwargs):
+        super().__init__(
+            max_length=MAX_OWNER_CHARS, required=False, initial=DEFAULT_OWNER, validators=[validate_owner],
+            help_text=f"Whose browser this is (lowercase letters, digits, '_', '.', '-'; empty: {DEFAULT_OWNER}). "
+            "A conversation moves only between clients of the same owner, and its results go only to them.",
+            **kwargs,
+        )
+
+    def clean(self, value):
+        return super().clean(value) or DEFAULT_OWNER
+
+
 class PluginClientCreateForm(forms.Form):
     name = forms.CharField(
         max_length=200,
         help_text="A name for the plugin, e.g. 'laptop chrome'. Its client id is the name as a slug.",
     )
+    owner = OwnerField()
     token = forms.CharField(
         required=False,
         strip=True,
@@ -112,6 +132,11 @@ class PluginClientPairForm(forms.Form):
         max_length=200,
         help_text="A name for this browser, e.g. 'laptop chrome'. Its client id is the name as a slug.",
     )
+    owner = OwnerField()
+
+
+class PluginClientOwnerForm(forms.Form):
+    owner = OwnerField()
 
 
 def server_url_of(request) -> str:
@@ -129,16 +154,18 @@ def qr_svg(text: str) -> str:
 
 @admin.register(PluginClient)
 class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
-    list_display = ["client_id", "name", "enabled", "is_connected", "plugin_version", "last_seen_at", "created_at"]
-    list_filter = ["enabled"]
-    search_fields = ["client_id", "name"]
+    list_display = [
+        "client_id", "name", "owner", "enabled", "is_connected", "plugin_version", "last_seen_at", "created_at",
+    ]
+    list_filter = ["enabled", "owner"]
+    search_fields = ["client_id", "name", "owner"]
     ordering = ["client_id"]
     fields = [
-        "client_id", "name", "enabled", "is_connected", "last_seen_at", "created_at",
+        "client_id", "name", "owner", "enabled", "is_connected", "last_seen_at", "created_at",
         "plugin_version", "capabilities_shown", "adapters_shown", "activity",
     ]
     readonly_fields = fields
-    actions = ["revoke", "rotate"]
+    actions = ["revoke", "rotate", "set_owner"]
 
     # --- superusers only (the mixin); never saved from a form, never deleted -------------------
 
@@ -215,7 +242,9 @@ class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
         code = client = None
         if request.method == "POST" and form.is_valid():
             try:
-                client, code = plugin_client_pair(name=form.cleaned_data["name"], server_url=server_url_of(request))
+                client, code = plugin_client_pair(
+                    name=form.cleaned_data["name"], owner=form.cleaned_data["owner"], server_url=server_url_of(request)
+                )
             except ValidationError as exc:
                 form.add_error(None, exc.messages)
             else:
@@ -241,7 +270,8 @@ class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
         if request.method == "POST" and form.is_valid():
             try:
                 client, token = plugin_client_create(
-                    name=form.cleaned_data["name"], token=form.cleaned_data["token"] or None
+                    name=form.cleaned_data["name"], token=form.cleaned_data["token"] or None,
+                    owner=form.cleaned_data["owner"],
                 )
             except WeakTokenError as exc:
                 form.add_error("token", str(exc))
@@ -304,6 +334,35 @@ class PluginClientAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
         if issued:
             return self._tokens_page(request, issued, "rotated")
         return None
+
+
+    @admin.action(permissions=["change"], description="Set the owner of selected clients")
+    def set_owner(self, request, queryset):
+        """A page asking for the owner; its form posts back to this action with ``apply``."""
+        selected = list(queryset.order_by("client_id"))
+        form = PluginClientOwnerForm(request.POST if "apply" in request.POST else None)
+        if form.is_valid():
+            changed = plugin_clients_owner_set(
+                clients=selected, owner=form.cleaned_data["owner"], actor=request.user.username
+            )
+            log_change(request, changed, f"Owner set to {form.cleaned_data['owner']}")
+            self.message_user(
+                request,
+                f"Owner of {len(changed)} client(s) set to {form.cleaned_data['owner']}"
+                + (f": {', '.join(c.client_id for c in changed)}." if changed else "."),
+                messages.SUCCESS,
+            )
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Set the owner of plugin clients",
+            "opts": self.opts,
+            "form": form,
+            "clients": selected,
+            "action_checkbox_name": ACTION_CHECKBOX_NAME,
+            "media": self.media + form.media,
+        }
+        return TemplateResponse(request, OWNER_TEMPLATE, context)
 
 
 @admin.register(Instruction)

@@ -180,7 +180,7 @@ class ConversationAdmin(ToolGuideAdminMixin, StoryAdminMixin, ListColumnsMixin, 
         "story",
     ]
     list_display_links = ["title", "remote_id"]
-    list_filter = ["platform", "paused", "renewal_enabled"]
+    list_filter = ["platform", "owner", "paused", "renewal_enabled"]
     search_fields = ["remote_id", "title", "handle"]
     ordering = [F("last_activity_at").desc(nulls_last=True), "-pk"]
     show_full_result_count = False
@@ -188,7 +188,7 @@ class ConversationAdmin(ToolGuideAdminMixin, StoryAdminMixin, ListColumnsMixin, 
     inlines = [ConversationLinkInline, RecentMessageInline]
     fieldsets = [
         (None, {"fields": [
-            "platform", "remote_id", "title", "paused", "last_activity_at", "created_at",
+            "platform", "remote_id", "title", "owner", "paused", "last_activity_at", "created_at",
             "open_tasks", "related",
         ]}),
         ("Mail", {"fields": ["handle", "mail_received"]}),
@@ -198,7 +198,7 @@ class ConversationAdmin(ToolGuideAdminMixin, StoryAdminMixin, ListColumnsMixin, 
         ("Delivery", {"fields": ["delivery_methods", "delivery_order"]}),
     ]
     readonly_fields = [
-        "platform", "remote_id", "title", "paused", "last_activity_at", "created_at", "open_tasks",
+        "platform", "remote_id", "title", "owner", "paused", "last_activity_at", "created_at", "open_tasks",
         "related", "renewal_enabled", "delivery_order", "mail_received",
     ]
 

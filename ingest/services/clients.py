@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.text import slugify
 
+from conversations.models import DEFAULT_OWNER, validate_owner
 from core.logfmt import log_event
 from ingest.frames import PluginInfo
 from ingest.models import PluginClient
@@ -25,33 +26,35 @@ class PluginClientRevoked(Exception):
     """The client is revoked (or its token changed since it was read): it cannot connect or get a new token."""
 
 
-def plugin_client_create(*, name: str, token: str | None = None) -> tuple[PluginClient, str]:
-    """Register a plugin client named ``name``; return it and its token.
+def plugin_client_create(
+    *, name: str, token: str | None = None, owner: str = DEFAULT_OWNER
+) -> tuple[PluginClient, str]:
+    """Register a plugin client named ``name``, a browser of ``owner``; return it and its token.
 
     The client id is ``name`` made into a slug. The token is generated unless
     given; only its hash is stored, so the returned token is the one chance to
-    show it. Raises ``ValidationError`` for an empty or taken name and
-    ``WeakTokenError`` for a short token.
+    show it. Raises ``ValidationError`` for an empty or taken name or a
+    malformed owner, and ``WeakTokenError`` for a short token.
     """
     client_id = slugify(name)
     if not client_id:
         raise ValidationError(f"{name!r} gives an empty client id; use letters or digits")
     token = token or token_generate()
-    client = PluginClient(client_id=client_id, name=name, token_hash=token_hash(token))
+    client = PluginClient(client_id=client_id, name=name, owner=owner, token_hash=token_hash(token))
     client.full_clean()
     with transaction.atomic():
         client.save()
-    log_event(logger, "plugin_client_create", client_id=client.client_id)
+    log_event(logger, "plugin_client_create", client_id=client.client_id, owner=client.owner)
     return client, token
 
 
-def plugin_client_pair(*, name: str, server_url: str) -> tuple[PluginClient, str]:
+def plugin_client_pair(*, name: str, server_url: str, owner: str = DEFAULT_OWNER) -> tuple[PluginClient, str]:
     """Register a plugin client named ``name``; return it and its pairing code for ``server_url``.
 
     The code holds the generated token, so it is the one chance to show it and
     is never logged. Raises as ``plugin_client_create``.
     """
-    client, token = plugin_client_create(name=name)
+    client, token = plugin_client_create(name=name, owner=owner)
     return client, pairing_code_encode(server_url=server_url, client_id=client.client_id, token=token)
 
 
@@ -162,3 +165,22 @@ def plugin_client_rotate(*, client: PluginClient, actor: str) -> str:
     client.token_hash, client.connected, client.connection_channel = hashed, False, ""
     log_event(logger, "plugin_client_rotate", client_id=client.client_id, actor=actor)
     return token
+
+
+def plugin_clients_owner_set(*, clients: list[PluginClient], owner: str, actor: str) -> list[PluginClient]:
+    """Make ``owner`` the owner of the clients; return those that changed.
+
+    Writes only the owner, so a token rotated meanwhile stays rotated. The
+    conversations a client routed stay their owner's: from now on the client
+    routes none of them (``conversation_route`` counts only the owner's
+    clients), and a delivery already routed to it fails rather than reach it.
+    Raises ``ValidationError`` for a malformed owner.
+    """
+    validate_owner(owner)
+    changed = [client for client in clients if client.owner != owner]
+    PluginClient.objects.filter(pk__in=[client.pk for client in changed]).update(owner=owner)
+    for client in changed:
+        log_event(logger, "plugin_client_owner", client_id=client.client_id, owner_from=client.owner, owner_to=owner,
+                  actor=actor)
+        client.owner = owner
+    return changed

@@ -6,13 +6,13 @@ import datetime as dt
 import logging
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q, Subquery
 from django.utils import timezone
 
 from conversations.models import Conversation
 from core.logfmt import log_event
 from ingest.guide import ToolGuide
-from ingest.models import ToolGuideServed
+from ingest.models import PluginClient, ToolGuideServed
 from ingest.selectors import tool_guide
 
 logger = logging.getLogger(__name__)
@@ -24,12 +24,17 @@ def tool_guide_serve(
     """The guide for a chat the plugin is on, recorded as served to that client.
 
     ``conversation_id`` is the platform's id of the chat; a chat Conductor has
-    not seen (a new one) gets the platform's guide, with the client's policies.
+    not seen (a new one) gets the platform's guide, with the client's policies;
+    so does another owner's chat: its policies and story are none of this
+    client's business.
     """
     now = now or timezone.now()
     conversation = None
     if conversation_id:
-        conversation = Conversation.objects.filter(platform=platform, remote_id=conversation_id).first()
+        client_owner = PluginClient.objects.filter(pk=client_pk).values("owner")[:1]
+        conversation = Conversation.objects.filter(
+            Q(owner="") | Q(owner=Subquery(client_owner)), platform=platform, remote_id=conversation_id
+        ).first()
     guide = tool_guide(platform=platform, conversation=conversation, client_pk=client_pk)
     _record(client_pk=client_pk, platform=platform, conversation=conversation, guide=guide, now=now)
     log_event(

@@ -17,6 +17,7 @@ from conversations.models import Conversation, Message
 from conversations.services import (
     LinkSighting,
     conversation_links_seen,
+    conversations_claim,
     conversations_get_locked,
     conversations_touch,
 )
@@ -29,7 +30,7 @@ from ingest.services.instructions import (
     instruction_task,
     message_delivery_task,
 )
-from ingest.services.judging import Judgement
+from ingest.services.judging import Judgement, Verdict
 
 logger = logging.getLogger(__name__)
 
@@ -176,9 +177,14 @@ def _store(arrivals: Sequence[ClientMessage], now: dt.datetime) -> list[IngestRe
     titles: dict[tuple[str, str], str] = {}
     for key, message in zip(keys, messages, strict=True):
         titles.setdefault(key, message.title)
+    owner_of = {key: clients[pk].owner for key, pk in client_pk_of.items() if pk is not None}
 
     with transaction.atomic():
-        conversations = conversations_get_locked(titles=titles, now=now)
+        conversations = conversations_get_locked(titles=titles, now=now, owners=owner_of)
+        conversations_claim(owners={conversations[key]: owner for key, owner in owner_of.items()})
+        # Through a client of another owner than the conversation's: stored, but it neither
+        # routes the conversation nor runs anything in it (docs/security.md, "Whose conversation").
+        foreign = {key for key, owner in owner_of.items() if conversations[key].owner != owner}
         stored_before = {
             (conversation_pk, dedupe_key): pk
             for conversation_pk, dedupe_key, pk in Message.objects.filter(
@@ -199,6 +205,8 @@ def _store(arrivals: Sequence[ClientMessage], now: dt.datetime) -> list[IngestRe
                     continue
                 first_of[identity] = index
             new.append(index)
+            if key in foreign:
+                continue
             # What one message after another would leave: the last non-blank values.
             newest_titles[conversation] = message.title or newest_titles.get(conversation, "")
             if client_pk_of[key] is None:
@@ -240,7 +248,10 @@ def _store(arrivals: Sequence[ClientMessage], now: dt.datetime) -> list[IngestRe
             for index in new
         }
         Message.objects.bulk_create(stored.values())
-        queued = _queue_blocks({index: (stored[index], all_blocks[index]) for index in new}, now)
+        queued = _queue_blocks(
+            {index: (stored[index], all_blocks[index]) for index in new}, now,
+            foreign={index for index in new if keys[index] in foreign},
+        )
 
         # A duplicate's ack repeats the first ack's count, which its stored rows give back.
         counts = dict(
@@ -251,6 +262,12 @@ def _store(arrivals: Sequence[ClientMessage], now: dt.datetime) -> list[IngestRe
             .values_list("message_id", "count")
         ) if stored_before and len(new) < len(arrivals) else {}
 
+    for key in foreign:
+        log_event(
+            logger, "message_foreign_client", level=logging.WARNING, conversation_id=conversations[key].pk,
+            owner=conversations[key].owner, client_id=clients[client_pk_of[key]].client_id,
+            client_owner=owner_of[key],
+        )
     results: list[IngestResult] = []
     for index, (key, dedupe_key) in enumerate(zip(keys, dedupe_keys, strict=True)):
         conversation = conversations[key]
@@ -273,24 +290,42 @@ def _store(arrivals: Sequence[ClientMessage], now: dt.datetime) -> list[IngestRe
     return results
 
 
-def _queue_blocks(messages: dict[int, tuple[Message, list[Block]]], now: dt.datetime) -> dict[int, int]:
+FOREIGN_CLIENT_ERROR = (
+    "not run: this conversation belongs to owner {owner!r} and the message came through plugin client "
+    "{client!r} of owner {client_owner!r}; a client runs nothing in, and receives nothing from, "
+    "another owner's conversation"
+)
+
+
+def _queue_blocks(
+    messages: dict[int, tuple[Message, list[Block]]], now: dt.datetime, *, foreign: set[int]
+) -> dict[int, int]:
     """Create an Instruction per block and a task per accepted one, in bulk; return each message's tasks created.
 
     Blocks are judged in the messages' order (``Judgement``); a message whose
     blocks were all refused gets its delivery at once, so the chat hears why.
+    The blocks of a message in ``foreign`` (it came through another owner's
+    client) are all refused and it gets no delivery: its conversation's
+    route is another client's, which must not hear it, and its own client
+    must hear nothing of that conversation.
     Each task wakes the dispatcher once the transaction commits.
     """
     judgement = Judgement.load(
         conversation_pks={stored.conversation_id for stored, _ in messages.values()},
         client_pks={stored.client_id for stored, _ in messages.values()},
-        blocks=[block for _, blocks in messages.values() for block in blocks],
+        blocks=[block for index, (_, blocks) in messages.items() if index not in foreign for block in blocks],
         now=now,
     )
     judged: dict[int, list[tuple[Instruction, str | None]]] = {}
     for index, (stored, blocks) in messages.items():
         judged[index] = []
         for block in blocks:
-            verdict = judgement.judge(block, conversation_pk=stored.conversation_id, client_pk=stored.client_id)
+            if index in foreign:
+                verdict = Verdict(None, FOREIGN_CLIENT_ERROR.format(
+                    owner=stored.conversation.owner, client=stored.client.client_id, client_owner=stored.client.owner,
+                ))
+            else:
+                verdict = judgement.judge(block, conversation_pk=stored.conversation_id, client_pk=stored.client_id)
             instruction = Instruction(
                 message=stored, block_index=block.index, raw_text=block.raw_text,
                 target=block.target, tool=block.tool, params=block.params,
@@ -308,7 +343,7 @@ def _queue_blocks(messages: dict[int, tuple[Message, list[Block]]], now: dt.date
             for instruction, task_status in judged[index]
             if task_status is not None
         ]
-        if blocks and not tasks:
+        if blocks and not tasks and index not in foreign:
             # Every block was rejected: the chat hears why at once.
             tasks.append(message_delivery_task(message_id=stored.pk, conversation_id=stored.conversation_id))
         new_tasks += tasks

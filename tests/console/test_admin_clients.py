@@ -255,6 +255,37 @@ def test_rotate_shows_each_new_token_once_and_the_old_one_stops_working(admin_cl
 
 
 @pytest.mark.django_db
+def test_creating_a_client_gives_it_the_owner_asked_for_or_the_default(admin_client):
+    admin_client.post(ADD, {"name": "alice laptop", "owner": "alice"})
+    admin_client.post(ADD, {"name": "laptop", "owner": ""})
+    owners = dict(PluginClient.objects.values_list("client_id", "owner"))
+    assert owners == {"alice-laptop": "alice", "laptop": "default"}
+    page = admin_client.post(ADD, {"name": "bob laptop", "owner": "Bob!"}).content.decode()
+    assert "An owner starts with" in page and not PluginClient.objects.filter(client_id="bob-laptop").exists()
+
+
+@pytest.mark.django_db
+def test_set_owner_asks_for_the_owner_then_sets_it_on_the_selected_clients(admin_client, admin_user):
+    laptop, desktop, other = (PluginClientFactory(client_id=name) for name in ("laptop", "desktop", "other"))
+    page = run_action(admin_client, "set_owner", [laptop, desktop]).content.decode()
+    assert 'id="owner_form"' in page and "laptop (now default)" in page
+    response = admin_client.post(CLIENTS, {
+        "action": "set_owner", ACTION_CHECKBOX_NAME: [laptop.pk, desktop.pk], "owner": "alice", "apply": "1",
+    }, follow=True)
+    assert "Owner of 2 client(s) set to alice: desktop, laptop." in response.content.decode()
+    assert dict(PluginClient.objects.values_list("client_id", "owner")) == {
+        "laptop": "alice", "desktop": "alice", "other": "default",
+    }
+    assert log_messages(laptop)[-1] == (admin_user.username, "Owner set to alice")
+    # A token rotated meanwhile stays rotated: only the owner is written.
+    assert PluginClient.objects.get(pk=laptop.pk).token_hash == laptop.token_hash
+    refused = admin_client.post(CLIENTS, {
+        "action": "set_owner", ACTION_CHECKBOX_NAME: [other.pk], "owner": "no way", "apply": "1",
+    }).content.decode()
+    assert "An owner starts with" in refused and PluginClient.objects.get(pk=other.pk).owner == "default"
+
+
+@pytest.mark.django_db
 def test_rotating_a_revoked_client_is_refused():
     client = PluginClientFactory(enabled=False)
     with pytest.raises(PluginClientRevoked):

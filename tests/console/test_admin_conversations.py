@@ -186,6 +186,15 @@ def test_the_page_shows_links_and_the_twenty_newest_messages(admin_client):
     assert shown == [f"{n:02d}" for n in range(24, 4, -1)]  # newest first, 20 of them
 
 
+def test_the_conversations_owner_is_shown_and_the_list_filters_by_it(admin_client):
+    alices = ConversationFactory(owner="alice", title="Alice's plan")
+    ConversationFactory(owner="bob", title="Bob's plan")
+    page = admin_client.get(f"{CONVERSATIONS}{alices.pk}/change/").content.decode()
+    assert re.search(r'<div class="readonly">alice</div>', page)
+    listed = admin_client.get(CONVERSATIONS, {"owner": "alice"}).content.decode()
+    assert "Alice&#x27;s plan" in listed and "Bob&#x27;s plan" not in listed
+
+
 def test_saving_the_renewal_policy_leaves_the_pause_alone(admin_client, admin_user):
     conversation = ConversationFactory(paused=False, renewal_text="Go on.")
     url = f"{CONVERSATIONS}{conversation.pk}/change/"
@@ -222,7 +231,7 @@ def test_the_message_page_shows_the_text_its_instructions_and_their_tasks(admin_
 
     page = admin_client.get(f"{MESSAGES}{message.pk}/change/").content.decode()
 
-    assert '<pre class="message-text" style="white-space: pre-wrap">Reading it now.\n```baa\nfiles.read' in page
+    assert '<pre class="message-text conductor-text">Reading it now.\n```baa\nfiles.read' in page
     assert "<p>files.read</p>" in page
     assert "bad header &#x27;Nope!&#x27;" in page
     assert f'<a href="/admin/automation/automationtask/{task.pk}/change/">{task.task_id}</a> succeeded' in page

@@ -80,3 +80,10 @@ def test_staff_cannot_pair(client):
     assert client.get(PAIR).status_code == 403
     assert client.post(PAIR, {"name": "sneaky"}).status_code == 403
     assert not PluginClient.objects.exists()
+
+
+@pytest.mark.django_db
+def test_pairing_a_browser_gives_it_the_owner_asked_for(admin_client):
+    assert 'name="owner" value="default"' in admin_client.get(PAIR).content.decode()
+    admin_client.post(PAIR, {"name": "alice phone", "owner": "alice"})
+    assert PluginClient.objects.get(client_id="alice-phone").owner == "alice"

@@ -260,7 +260,7 @@ def test_the_task_page_shows_pretty_json_links_and_the_timeline_in_order(admin_c
 
     page = admin_client.get(change_url(task)).content.decode()
 
-    assert '<pre class="conductor-json"' in page
+    assert '<pre class="conductor-json conductor-text">' in page
     assert '  &quot;params&quot;: {\n    &quot;path&quot;: &quot;notes/todo.md&quot;\n  },' in page
     assert "&lt;b&gt;milk&lt;/b&gt;" in page  # escaped, never rendered as HTML
     assert f"/admin/conversations/conversation/{message.conversation_id}/change/" in page

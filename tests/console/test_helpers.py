@@ -103,15 +103,15 @@ def test_readable_json_text_indents_json_and_keeps_other_text(text, shown):
 
 
 def test_a_text_block_escapes_its_text_and_replaces_lone_surrogates():
-    assert text_block("<b>\ud800</b>") == '<pre style="white-space: pre-wrap">&lt;b&gt;\ufffd&lt;/b&gt;</pre>'
+    assert text_block("<b>\ud800</b>") == '<pre class="conductor-text">&lt;b&gt;\ufffd&lt;/b&gt;</pre>'
     assert text_block("x", css_class="message-text", in_table=True) == (
-        '<pre class="message-text" style="white-space: pre-wrap; margin: 0">x</pre>'
+        '<pre class="message-text conductor-text in-table">x</pre>'
     )
 
 
 def test_a_json_block_indents_the_value_escaped_and_shows_none_as_a_dash():
     assert json_block({"b": "<i>", "a": 1}, sort_keys=True) == (
-        '<pre class="conductor-json" style="white-space: pre-wrap">'
+        '<pre class="conductor-json conductor-text">'
         '{\n  &quot;a&quot;: 1,\n  &quot;b&quot;: &quot;&lt;i&gt;&quot;\n}</pre>'
     )
     assert json_block(None) == "-"
@@ -119,7 +119,7 @@ def test_a_json_block_indents_the_value_escaped_and_shows_none_as_a_dash():
 
 def test_a_json_text_block_shows_text_that_is_not_json_as_it_is_and_none_as_a_dash():
     assert json_text_block("not json <\ud800>") == (
-        '<pre class="conductor-json" style="white-space: pre-wrap">not json &lt;\ufffd&gt;</pre>'
+        '<pre class="conductor-json conductor-text">not json &lt;\ufffd&gt;</pre>'
     )
     assert json_text_block(None) == "-"
 

@@ -18,7 +18,7 @@ from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
 from automation.services.tasks import task_create
 from console.story import Bound, Cursor, conversation_story
-from conversations.models import Conversation, Message
+from conversations.models import Conversation, ConversationMove, Message
 from conversations.services import delivered_message_store
 from core.clock import datetime_from_ms
 from ingest.frames import parse_final_message
@@ -550,6 +550,7 @@ def test_the_query_count_does_not_grow_with_the_entries(
 ):
     # One of each entry kind first: each kind costs its own few queries, once.
     first = ingest(TEXT)
+    ingest("From the desktop.", message_id="desktop")  # through another client of its owner: a move
     run(block_tasks(first)["echo"], result={"ok": 1})
     conversation = first.conversation
     make_task(S.PENDING, kind=INSTRUCTION_DELIVER, conversation_id=conversation.pk)
@@ -973,3 +974,12 @@ def test_pausing_from_the_story_refuses_an_unknown_choice(admin_client):
     assert admin_client.post(pause_url(conversation), {"is_paused": "maybe"}).status_code == 400
     assert admin_client.get(pause_url(conversation)).status_code == 400
     assert Conversation.objects.get(pk=conversation.pk).paused
+
+
+def test_a_move_to_another_client_of_the_owner_is_an_entry_naming_both_clients(admin_client):
+    first = ingest("From the laptop.")
+    ingest("From the desktop.", message_id="m2", client_id="desktop")
+    move = ConversationMove.objects.get()
+    page = page_of(admin_client, first.conversation)
+    entry = section(page, f"move-{move.pk}")
+    assert "Moved from plugin client <strong>laptop-m1</strong> to <strong>desktop-m2</strong>" in entry

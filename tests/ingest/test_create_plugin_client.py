@@ -84,3 +84,14 @@ def test_prints_a_pairing_code_for_the_server_url(monkeypatch, caplog):
     monkeypatch.setenv("PORT", "9000")
     lines, _ = _run("desktop")
     assert pairing_code_decode(lines["pairing code"])["server"] == "http://0.0.0.0:9000"
+
+
+@pytest.mark.django_db
+def test_the_owner_is_default_unless_given_and_a_malformed_one_is_refused():
+    lines, _ = _run("laptop")
+    assert lines["owner"] == PluginClient.objects.get(client_id="laptop").owner == "default"
+    lines, _ = _run("alice laptop", "--owner", "alice")
+    assert PluginClient.objects.get(client_id="alice-laptop").owner == "alice"
+    with pytest.raises(CommandError, match="An owner starts with"):
+        _run("bob laptop", "--owner", "Bob Smith")
+    assert not PluginClient.objects.filter(client_id="bob-laptop").exists()

@@ -17,6 +17,7 @@ from automation.services.tasks import task_create
 from conversations.models import Message
 from core.clock import now_ms
 from ingest.frames import parse_delivery_result
+from ingest.models import PluginClient
 from ingest.services.deliveries import delivery_result_record
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from pipelines.deliveries import instruction_deliver
@@ -177,3 +178,13 @@ def test_an_unsupported_platform_is_terminal(link):
     outcome = renewal_deliver(running(task))
     assert isinstance(outcome, TerminalFailure)
     assert outcome.error == "unsupported platform 'bing'; known: chatgpt, claude, gemini"
+
+
+def test_a_task_routed_to_a_client_given_another_owner_since_is_never_sent_to_it(link):
+    task = renewal_task(link.conversation)
+    assert task.target_client_id == link.client.client_id
+    PluginClient.objects.filter(pk=link.client_id).update(owner="someone-else")
+    outcome = renewal_deliver(running(task))
+    assert isinstance(outcome, TerminalFailure)
+    assert "results never go to another owner's client" in outcome.error
+    assert not DeliveryRequest.objects.exists()

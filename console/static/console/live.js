@@ -194,7 +194,12 @@
                     stop(`the server answered HTTP ${response.status}`);
                     return;
                 }
-                const fresh = new DOMParser().parseFromString(await response.text(), "text/html");
+                // Parsed inert, as a <template>'s content: a DOMParser document would take this
+                // page's Content-Security-Policy and report the fetched page's <style> (whose nonce
+                // is that response's, not this page's) as a violation. Nothing in it loads or runs.
+                const template = document.createElement("template");
+                template.innerHTML = await response.text();
+                const fresh = template.content;
                 // The operator may have started something while the page was on its way.
                 if (!enabled || operatorIsBusy()) return;
                 for (const region of regions()) {

@@ -3,6 +3,7 @@ import os
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 
+from conversations.models import DEFAULT_OWNER
 from ingest.pairing import pairing_code_encode
 from ingest.services.clients import plugin_client_create
 from ingest.tokens import WeakTokenError
@@ -26,15 +27,21 @@ class Command(BaseCommand):
             help="Use this token instead of a generated one (at least 32 characters).",
         )
         parser.add_argument(
+            "--owner",
+            default=DEFAULT_OWNER,
+            help="Whose browser this is (default %(default)r): a conversation moves only between "
+            "clients of the same owner, and its results go only to them.",
+        )
+        parser.add_argument(
             "--server-url",
             default=None,
             help="The server's URL as the browser reaches it, for the pairing code "
             "(default http://HOST:PORT, as make run).",
         )
 
-    def handle(self, *args, name, token, server_url, **options):
+    def handle(self, *args, name, token, owner, server_url, **options):
         try:
-            client, token = plugin_client_create(name=name, token=token)
+            client, token = plugin_client_create(name=name, token=token, owner=owner)
         except (ValidationError, WeakTokenError) as exc:
             messages = exc.messages if isinstance(exc, ValidationError) else [str(exc)]
             raise CommandError("; ".join(messages)) from exc
@@ -42,6 +49,7 @@ class Command(BaseCommand):
             server_url=server_url or default_server_url(), client_id=client.client_id, token=token
         )
         self.stdout.write(f"client_id: {client.client_id}")
+        self.stdout.write(f"owner: {client.owner}")
         self.stdout.write(f"token: {token}")
         self.stdout.write(f"pairing code: {code}")
         self.stdout.write(
