@@ -141,3 +141,20 @@ def test_the_console_runs_under_its_policy_in_chromium_with_the_live_refresh_on(
         assert {violation.split()[0] for violation in violations()} >= {"script-src-attr", "style-src-attr"}
         browser.close()
     connections.close_all()
+
+
+def test_no_template_writes_what_the_policy_refuses():
+    """Inline style attributes, event handler attributes and inline scripts without the nonce, in any template."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    refused = re.compile(r"""\sstyle=["']|\son[a-z]+=["']|<script(?![^>]*\bsrc=)(?![^>]*csp_nonce_attr)""")
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for folder in ("templates", "console/templates")
+        for path in sorted((root / folder).rglob("*.html"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if refused.search(re.sub(r"\{#.*?#\}", "", line))  # a template comment may name them
+    ]
+    assert found == []
