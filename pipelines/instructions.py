@@ -1,7 +1,8 @@
 """The ``instruction.execute`` pipeline: run one instruction's tool, then complete its message (SPEC §3, §5.1).
 
 Executor: success persists the tool's result (the dispatcher stores it as
-the task's ``result_json``). A tool error, an unknown tool, params that no
+the task's ``result_json``), bounded by ``CONDUCTOR_RESULT_STORE_MAX_BYTES``
+for every tool, MCP tools too (``pipelines.stored_results``). A tool error, an unknown tool, params that no
 longer fit and a tool denied since ingest are terminal; a tool may say a
 failure is worth another attempt (``ToolRetryableError``).
 
@@ -34,6 +35,7 @@ from ingest.services.instructions import (
     instruction_status_set,
     message_delivery_ensure,
 )
+from pipelines.stored_results import result_for_storage
 from tools.registry import (
     DEFAULT_TARGET,
     Policy,
@@ -78,16 +80,22 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
             instruction_id=task.instruction_id, message_id=task.message_id, conversation_id=task.conversation_id,
         ) if task.instruction_id is not None else None,
     )
+    max_bytes = settings.CONDUCTOR_RESULT_STORE_MAX_BYTES
     try:
         result = spec.run(call)
     except ToolRetryableError as exc:
-        outcome: Outcome = RetryableFailure(str(exc), result=exc.result)
+        outcome: Outcome = RetryableFailure(str(exc), result=_bounded(exc.result, max_bytes))
     except ToolError as exc:
-        outcome = TerminalFailure(str(exc), result=exc.result)
+        outcome = TerminalFailure(str(exc), result=_bounded(exc.result, max_bytes))
     else:
-        outcome = Success(result)
+        outcome = Success(result_for_storage(result, max_bytes=max_bytes))
     log_event(logger, "tool_run", task_id=task.pk, tool=spec.full_name, outcome=type(outcome).__name__)
     return outcome
+
+
+def _bounded(result, max_bytes: int):
+    # A failure without a result stores none (not a JSON null).
+    return None if result is None else result_for_storage(result, max_bytes=max_bytes)
 
 
 def instruction_follow_up(task: AutomationTask, actor: str) -> None:

@@ -1,6 +1,7 @@
 """The tools of SPEC §5.1: success and failure paths, the workspace sandbox, shell.run's limits."""
 
 import datetime as dt
+import hashlib
 import json
 import os
 import secrets
@@ -166,6 +167,48 @@ def test_read_stops_at_max_bytes_without_splitting_a_character(workspace):
 def test_read_replaces_bad_bytes(workspace):
     (workspace / "bin").write_bytes(b"ok\xff\xfeend")
     assert run(workspace, "files.read", {"path": "bin"})["text"] == "ok\ufffd\ufffdend"
+
+
+def test_read_describes_a_binary_file_instead_of_escaping_its_bytes(workspace):
+    data = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(range(256)) * 400
+    (workspace / "logo.png").write_bytes(data)
+    assert run(workspace, "files.read", {"path": "logo.png", "max_bytes": 16}) == {
+        "path": "logo.png", "binary": True, "size": len(data), "type": "image/png",
+        # Of the whole file, not only of the bytes read.
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+@pytest.mark.parametrize("data,is_binary", [
+    (b"plain text\n" * 100, False),
+    ("caf\u00e9 \u20ac \U0001f600\n".encode() * 100, False),
+    ("Le caf\u00e9 est tr\u00e8s bon.\n".encode("latin-1") * 100, False),  # some bad bytes: still text
+    (b"ok\xff\xfeend", False),
+    (b"col1\tcol2\r\n\x1b[1mbold\x1b[0m\n" * 50, False),
+    (b"text with one NUL\0 byte", True),
+    (bytes(range(1, 256)) * 10, True),  # controls and undecodable bytes
+    (b"\x01\x02\x03\x04" * 100, True),  # valid UTF-8, but controls: six bytes each as JSON
+    (b"\xff" * 100, True),
+])
+def test_read_tells_binary_from_text(workspace, data, is_binary):
+    (workspace / "f").write_bytes(data)
+    assert run(workspace, "files.read", {"path": "f"}).get("binary", False) is is_binary
+
+
+def test_read_max_bytes_is_bounded_so_a_stored_result_fits_the_cap(workspace):
+    spec = tools.get("files.read")
+    assert spec.params_error({"path": "a", "max_bytes": files_module.MAX_READ_BYTES}) is None
+    assert "is greater than the maximum" in spec.params_error(
+        {"path": "a", "max_bytes": files_module.MAX_READ_BYTES + 1}
+    )
+    # The worst text: a quarter of it undecodable (six bytes each as JSON), the
+    # rest four-byte characters (twelve bytes each as JSON).
+    worst = ("\U0001f600" * 3).encode() + b"\xff" * 4
+    worst *= files_module.MAX_READ_BYTES // len(worst)
+    (workspace / "worst.txt").write_bytes(worst)
+    result = run(workspace, "files.read", {"path": "worst.txt", "max_bytes": files_module.MAX_READ_BYTES})
+    assert "text" in result
+    assert len(json.dumps(result)) <= 1024 * 1024
 
 
 @pytest.mark.parametrize("name,setup,message", [

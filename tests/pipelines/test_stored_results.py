@@ -1,0 +1,36 @@
+"""What of a tool's result is stored: whole within the cap, its size and a preview beyond it."""
+
+import json
+
+import pytest
+
+from pipelines.stored_results import is_cut_result, result_for_storage
+
+
+@pytest.mark.parametrize("result", [None, {}, {"text": "short"}, ["a", 1, True], "x" * 900])
+def test_a_result_within_the_cap_is_stored_as_it_is(result):
+    assert result_for_storage(result, max_bytes=1024) is result
+
+
+@pytest.mark.parametrize("result", [
+    {"text": "a" * 100_000},
+    {"text": "\ufffd" * 50_000},  # six bytes each once stored
+    {"text": '"\\' * 30_000},  # escapes of escapes in the preview
+    ["😀"] * 20_000,  # surrogate pairs: twelve bytes each
+])
+@pytest.mark.parametrize("max_bytes", [1024, 1025, 4096, 65_536])
+def test_a_result_over_the_cap_is_cut_within_it_with_its_whole_size(result, max_bytes):
+    stored = result_for_storage(result, max_bytes=max_bytes)
+    whole = json.dumps(result)
+    assert is_cut_result(stored)
+    assert stored["result_bytes"] == len(whole)
+    assert stored["max_bytes"] == max_bytes
+    assert len(json.dumps(stored)) <= max_bytes
+    preview = stored["preview"].removesuffix("…")
+    assert whole.startswith(preview)
+    # The preview uses the room: less than one escaped character is left over.
+    assert len(json.dumps(stored)) > max_bytes - 13
+
+
+def test_a_result_json_cannot_write_is_stored_as_its_repr():
+    assert result_for_storage({1, 2}, max_bytes=1024) == "{1, 2}"
