@@ -15,7 +15,10 @@ claim and the operator services do differently for a kind comes from it:
 - ``follow_up(task, actor)``: what the pipeline does once its task changed
   state (an outcome recorded, a reclaim, an operator's approve, reject,
   retry or cancel). Called explicitly by those services, in the same
-  transaction as the change; never by the state machine itself.
+  transaction as the change; never by the state machine itself;
+- ``approval_requirement(task)``: what approving the (blocked) task needs
+  of the operator beyond the task admin's change permission, and why (an
+  instruction whose tool runs code), or None.
 """
 
 from __future__ import annotations
@@ -51,6 +54,14 @@ class Targets(Protocol):
         """Whether ``client_id`` can take a task now."""
 
 
+@dataclass(frozen=True)
+class ApprovalRequirement:
+    """A permission an operator needs to approve a task, and why, in words the refusal shows."""
+
+    permission: str  # "app_label.codename", as ``User.has_perm`` takes it
+    why: str  # "shell.run runs code"
+
+
 class UnknownKind(LookupError):
     pass
 
@@ -72,6 +83,7 @@ class KindSpec:
     is_guarded: bool = False
     executor: Executor | None = None
     follow_up: FollowUp | None = None
+    approval_requirement: Callable[[AutomationTask], ApprovalRequirement | None] | None = None
 
     @property
     def is_outbound(self) -> bool:
@@ -92,6 +104,11 @@ class KindRegistry(Registry[KindSpec]):
         """Run the follow-up of the task's kind, if it has one (see the module docstring)."""
         if follow_up := self.get(task.kind).follow_up:
             follow_up(task, actor)
+
+    def approval_requirement(self, task: AutomationTask) -> ApprovalRequirement | None:
+        """What approving ``task`` needs beyond the change permission (see the module docstring), or None."""
+        spec = self.get(task.kind)
+        return spec.approval_requirement(task) if spec.approval_requirement else None
 
 
 kinds = KindRegistry()

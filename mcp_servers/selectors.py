@@ -54,6 +54,7 @@ def mcp_tool_as_spec(*, server: McpServer, tool: McpTool) -> ToolSpec:
             params_schema=tool.input_schema or ANY_OBJECT,
             is_idempotent=tool.is_idempotent,
             default_policy=Policy.APPROVE,
+            runs_code=not tool.is_read_only,
             run=partial(_run, server.name, tool.name),
         )
     except SchemaError as exc:

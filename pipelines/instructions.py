@@ -18,8 +18,8 @@ import logging
 
 from django.conf import settings
 
-from automation.kinds import LANE_INSTRUCTIONS, KindSpec, kinds
-from automation.models import AutomationTask
+from automation.kinds import LANE_INSTRUCTIONS, ApprovalRequirement, KindSpec, kinds
+from automation.models import APPROVE_CODE_PERMISSION, AutomationTask
 from automation.outcomes import (
     ExecutionContext,
     Outcome,
@@ -117,6 +117,25 @@ def tool_is_idempotent(task: AutomationTask) -> bool:
         return False
 
 
+def tool_approval_requirement(task: AutomationTask) -> ApprovalRequirement | None:
+    """Approving a run of a tool that runs code needs ``automation.approve_code``; other tools need nothing more.
+
+    A tool the registry does not know now (a disabled MCP server's) needs it
+    too: the server may be back by the time the task runs.
+    """
+    payload = task.payload
+    tool, target = payload.get("tool", ""), payload.get("target", DEFAULT_TARGET)
+    try:
+        spec = tools.get(tool, target=target)
+    except UnknownTool:
+        label = tool if target == DEFAULT_TARGET else f"{target}::{tool}"
+        return ApprovalRequirement(permission=APPROVE_CODE_PERMISSION, why=f"{label} is not a tool known here now")
+    if not spec.runs_code:
+        return None
+    name = spec.name if spec.target == DEFAULT_TARGET else spec.full_name
+    return ApprovalRequirement(permission=APPROVE_CODE_PERMISSION, why=f"{name} runs code")
+
+
 kinds.register(KindSpec(
     name=INSTRUCTION_EXECUTE,
     lane=LANE_INSTRUCTIONS,
@@ -124,4 +143,5 @@ kinds.register(KindSpec(
     is_guarded=True,
     executor=instruction_execute,
     follow_up=instruction_follow_up,
+    approval_requirement=tool_approval_requirement,
 ))

@@ -107,4 +107,5 @@ tools.register(ToolSpec(
     example={"argv": ["ls", "-la"]},
     is_idempotent=False,
     default_policy=Policy.APPROVE,
+    runs_code=True,
 ))

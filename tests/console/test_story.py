@@ -697,11 +697,13 @@ def test_deciding_needs_the_permission_the_approve_action_needs(client, held):
     )
     client.force_login(operator)
     assert client.get(url).status_code == 405
+    # shell.run runs code: approving it needs automation.approve_code as well
+    # (tests/console/test_admin_approve_code.py); rejecting it does not.
     assert (
-        client.post(url, {"task_id": shell.pk, "decision": "approve"}).status_code
+        client.post(url, {"task_id": shell.pk, "decision": "reject"}).status_code
         == 302
     )
-    assert AutomationTask.objects.get(pk=shell.pk).status == S.PENDING
+    assert AutomationTask.objects.get(pk=shell.pk).status == S.FAILED
 
 
 def test_deciding_refuses_a_task_of_another_conversation_or_an_unknown_decision(
