@@ -76,6 +76,7 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
         workspace=settings.CONDUCTOR_WORKSPACE,
         shell_max_timeout_seconds=settings.CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS,
         cancelled=ctx.cancelled,
+        secret_files=settings.CONDUCTOR_SECRET_FILES,
         origin=ToolOrigin(
             instruction_id=task.instruction_id, message_id=task.message_id, conversation_id=task.conversation_id,
         ) if task.instruction_id is not None else None,

@@ -65,6 +65,9 @@ class ToolCall:
     workspace: Path
     shell_max_timeout_seconds: float
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # Files a command the tool starts must not be able to read: the server's
+    # secret key file and its .env (CONDUCTOR_SECRET_FILES). shell.run hides them.
+    secret_files: tuple[Path, ...] = ()
     # The instruction the tool runs for: tools that act on Conductor itself
     # (mail.send) say where it came from. None outside an instruction.
     origin: ToolOrigin | None = None

@@ -17,6 +17,7 @@ from pipelines.rendering import parse_results
 from pipelines.results import message_results_text
 from tests.factories import PluginClientFactory
 from tools import files as files_module
+from tools import launcher
 from tools.registry import Policy, ToolSpec, tools
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -191,3 +192,32 @@ def test_a_failed_commands_output_is_bounded_too(dispatcher, settings):
     assert (task.status, task.last_error) == ("failed", "exited with code 3")
     assert len(task.result_json) <= 2048
     assert json.loads(task.result_json)["result_cut"] is True
+
+
+# --- the secret key file out of shell.run's reach ------------------------------------------------
+
+
+@pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="no Landlock on this kernel")
+def test_a_command_cannot_read_the_servers_secret_key_file(dispatcher, settings, tmp_path):
+    # The files the settings name: the generated key in the data folder, and a .env.
+    assert settings.SECRET_KEY_FILE == settings.DATA_DIR / "secret_key"
+    assert settings.SECRET_KEY_FILE in settings.CONDUCTOR_SECRET_FILES
+    # The default layout, in a folder of this test's own: the workspace beside the key.
+    data = tmp_path / "data"
+    settings.CONDUCTOR_WORKSPACE = data / "workspace"
+    settings.CONDUCTOR_WORKSPACE.mkdir(parents=True)
+    (data / "secret_key").write_text("the-secret-key-value")
+    settings.CONDUCTOR_SECRET_FILES = (data / "secret_key", tmp_path / ".env")
+    ToolPolicy.objects.create(tool="shell.run", policy="allow")
+    result = ingest("\n".join([
+        block("shell.run", {"argv": ["cat", "../secret_key"]}),
+        block("shell.run", {"argv": ["env"]}),
+    ]))
+    run_until_quiet(dispatcher)
+    cat, env = executed(result.message_id)
+    assert (cat.status, cat.last_error) == ("failed", "exited with code 1")
+    assert "Permission denied" in json.loads(cat.result_json)["stderr"]
+    assert env.status == "succeeded"
+    for task in (cat, env):
+        assert "the-secret-key-value" not in task.result_json
+        assert settings.SECRET_KEY not in task.result_json
