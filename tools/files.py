@@ -10,6 +10,7 @@ opened without blocking, and looked at again through the open descriptor.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import fnmatch
 import hashlib
@@ -110,6 +111,27 @@ def _open_regular(path: Path, flags: int, name: str) -> tuple[int, os.stat_resul
         os.close(fd)
         raise _not_regular(name, info.st_mode)
     return fd, info
+
+
+def _secret_inodes(call: ToolCall) -> set[tuple[int, int]]:
+    inodes = set()
+    for secret in call.secret_files:
+        try:
+            info = os.stat(secret)
+        except OSError:
+            continue
+        inodes.add((info.st_dev, info.st_ino))
+    return inodes
+
+
+def _refuse_secret(call: ToolCall, info: os.stat_result, name: str) -> None:
+    """Refuse a file that is one of the server's secret files (``ToolCall.secret_files``), under any name.
+
+    A workspace set to the data folder, or to the project folder that holds
+    the ``.env``, would otherwise hand the secret key to any chat.
+    """
+    if (info.st_dev, info.st_ino) in _secret_inodes(call):
+        raise ToolError(f"{name}: holds the server's secret key; file tools do not read or write it")
 
 
 def _entry_type(mode: int) -> str:
@@ -224,6 +246,7 @@ def files_read(call: ToolCall) -> dict[str, Any]:
     path = workspace_path(call.workspace, name)
     fd, info = _open_regular(path, os.O_RDONLY, name)
     with os.fdopen(fd, "rb") as handle:
+        _refuse_secret(call, info, name)
         data = handle.read(max_bytes)
         is_truncated = len(data) == max_bytes and handle.read(1) != b""
         # A cut through a multi-byte character is dropped rather than shown as U+FFFD.
@@ -272,6 +295,9 @@ def files_write(call: ToolCall) -> dict[str, Any]:
     except OSError as exc:
         raise _refuse(exc, str(Path(name).parent)) from exc
     data = call.params["content"].encode("utf-8")
+    with contextlib.suppress(FileNotFoundError):
+        # Before the open, which may truncate it.
+        _refuse_secret(call, os.lstat(path), name)
     fd, _ = _open_regular(path, WRITE_FLAGS[mode], name)
     try:
         with os.fdopen(fd, "wb") as handle:

@@ -768,6 +768,22 @@ def test_hiding_the_secret_key_file_leaves_everything_else_as_it_was(data_folder
                                             "root", "3"]
 
 
+@pytest.mark.parametrize("name", ["secret_key", "other-name"])
+def test_file_tools_refuse_the_secret_key_file_in_a_workspace_that_holds_it(data_folder, name):
+    # A workspace set to the data folder itself.
+    os.link(data_folder / "secret_key", data_folder / "other-name")
+    calls = [("files.read", {"path": name}), ("files.write", {"path": name, "content": "x", "mode": "overwrite"})]
+    for tool, params in calls:
+        call = ToolCall(params=params, workspace=data_folder, shell_max_timeout_seconds=30,
+                        secret_files=(data_folder / "secret_key",))
+        with pytest.raises(ToolError, match="holds the server's secret key"):
+            tools.get(tool).run(call)
+    assert (data_folder / "secret_key").read_text() == "the-secret-key-value"
+    call = ToolCall(params={"path": "db.sqlite3"}, workspace=data_folder, shell_max_timeout_seconds=30,
+                    secret_files=(data_folder / "secret_key",))
+    assert tools.get("files.read").run(call)["text"] == "database"
+
+
 def test_the_launcher_grants_around_the_hidden_paths_only(tmp_path):
     (tmp_path / "data" / "workspace" / "deep").mkdir(parents=True)
     (tmp_path / "data" / "secret_key").write_text("k")
