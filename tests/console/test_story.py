@@ -29,6 +29,7 @@ from pipelines.mail import MAIL_DELIVER
 from tests.factories import (
     T0,
     ConversationFactory,
+    InstructionFactory,
     MessageFactory,
     PluginClientFactory,
     make_staff,
@@ -974,3 +975,33 @@ def test_pausing_from_the_story_refuses_an_unknown_choice(admin_client):
     assert admin_client.post(pause_url(conversation), {"is_paused": "maybe"}).status_code == 400
     assert admin_client.get(pause_url(conversation)).status_code == 400
     assert Conversation.objects.get(pk=conversation.pk).paused
+
+
+# --- a message with more blocks than a page shows ------------------------------------------------
+
+
+def test_a_message_with_more_blocks_than_shown_folds_the_rest_behind_a_count_and_a_link(admin_client):
+    # Ingest keeps at most 33 blocks a message; older rows or a script may hold more.
+    message = MessageFactory(text="sixty blocks")
+    for index in range(1, 61):
+        InstructionFactory(message=message, block_index=index, tool="echo", params={"n": index},
+                           status=Instruction.Status.REJECTED, error=f"error of block {index}")
+    page = page_of(admin_client, message.conversation)
+    entry = section(page, f"message-{message.pk}")
+    shown = re.findall(r'<div class="story-block [a-z]+" id="block-(\d+)"', entry)
+    assert len(shown) == 50
+    assert "error of block 50" in entry and "error of block 51" not in entry
+    assert "— 60 blocks" in entry
+    assert "<summary>10 more blocks</summary>" in entry
+    assert f'/admin/ingest/instruction/?message__id__exact={message.pk}">all 60 blocks of message {message.pk}</a>' in entry
+    # The link leads to them all.
+    listed = admin_client.get(f"/admin/ingest/instruction/?message__id__exact={message.pk}")
+    assert listed.status_code == 200 and "60 instructions" in listed.content.decode()
+
+
+def test_a_message_within_the_shown_blocks_has_no_fold(admin_client):
+    message = MessageFactory(text="three blocks")
+    for index in range(1, 4):
+        InstructionFactory(message=message, block_index=index, status=Instruction.Status.REJECTED)
+    entry = section(page_of(admin_client, message.conversation), f"message-{message.pk}")
+    assert "— 3 blocks" in entry and "more block" not in entry
