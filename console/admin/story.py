@@ -26,7 +26,7 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
-from automation.models import AutomationTask
+from automation.models import APPROVE_CODE_PERMISSION, AutomationTask
 from automation.services import operator
 from console.helpers import log_change
 from console.story import Bound, conversation_story, story_bound
@@ -110,6 +110,7 @@ class StoryAdminMixin:
             "original": conversation,
             "story": story,
             "can_decide": self.can_decide(request),
+            "can_approve_code": request.user.has_perm(APPROVE_CODE_PERMISSION),
             "can_pause": self.has_change_permission(request, conversation),
             "latest_url": story_url(conversation.pk),
             "earlier_url": story_url(conversation.pk, before=str(story.earlier))

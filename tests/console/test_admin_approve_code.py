@@ -115,6 +115,28 @@ def test_the_story_refuses_shell_run_without_the_permission(operator_client, cli
     assert status(shell) == S.PENDING
 
 
+def test_the_story_offers_approve_for_code_only_to_who_may(operator_client, client):
+    frame = {"type": "browser.final_message", "platform": "claude", "conversation_id": "c1", "message_id": "m1",
+             "text": '```baa\nshell.run\n{"argv": ["env"]}\n```'}
+    result = message_ingest(message=parse_final_message(frame), client=PluginClientFactory(client_id="laptop"))
+    shell = AutomationTask.objects.get(kind=INSTRUCTION_EXECUTE, message_id=result.message_id)
+    url = f"{CONVERSATIONS}{shell.conversation_id}/story/"
+    page = operator_client.get(url).content.decode()
+    assert 'value="approve"' not in page and 'value="reject"' in page
+    assert "Approving it needs the permission to approve tools that run code; you may reject it." in page
+    assert "held-runs-code" in page
+    client.force_login(make_staff("coder", *BASE, APPROVE_CODE_PERMISSION, password=None))
+    page = client.get(url).content.decode()
+    assert 'value="approve"' in page and "you may reject it" not in page
+
+
+def test_the_approval_page_says_which_calls_run_code(code_client, shell, write):
+    page = code_client.post(
+        TASKS, {"action": "approve", ACTION_CHECKBOX_NAME: [shell.pk, write.pk], "index": 0}
+    ).content.decode()
+    assert page.count('class="held-runs-code"') == 1
+
+
 @pytest.mark.parametrize("approve", [approve_checked, approve_across])
 def test_with_the_permission_shell_run_is_approved(code_client, shell, approve):
     approve(code_client, shell) if approve is approve_checked else approve(code_client)
