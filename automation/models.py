@@ -8,7 +8,6 @@ from django.db.models import Q
 from mcp_servers.models import McpServer
 from tools.registry import DEFAULT_TARGET, Policy, tools
 
-
 APPROVE_CODE_CODENAME = "approve_code"
 APPROVE_CODE_PERMISSION = f"automation.{APPROVE_CODE_CODENAME}"
 

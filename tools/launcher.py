@@ -127,7 +127,7 @@ class _PathBeneathAttr(ctypes.Structure):
 
 
 def create_ruleset(abi: int, *, hidden: list[str] = ()) -> int:
-    """A Landlock ruleset that restricts nothing a command needs but reaching ``hidden``; returns its (close-on-exec) fd.
+    """A Landlock ruleset restricting nothing a command needs but reaching ``hidden``; returns its (close-on-exec) fd.
 
     What matters most is the domain it creates: a process in a Landlock
     domain may not read or trace any process outside it. The ruleset must

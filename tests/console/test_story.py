@@ -993,7 +993,8 @@ def test_a_message_with_more_blocks_than_shown_folds_the_rest_behind_a_count_and
     assert "error of block 50" in entry and "error of block 51" not in entry
     assert "— 60 blocks" in entry
     assert "<summary>10 more blocks</summary>" in entry
-    assert f'/admin/ingest/instruction/?message__id__exact={message.pk}">all 60 blocks of message {message.pk}</a>' in entry
+    link = f'/admin/ingest/instruction/?message__id__exact={message.pk}">all 60 blocks of message {message.pk}</a>'
+    assert link in entry
     # The link leads to them all.
     listed = admin_client.get(f"/admin/ingest/instruction/?message__id__exact={message.pk}")
     assert listed.status_code == 200 and "60 instructions" in listed.content.decode()

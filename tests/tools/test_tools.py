@@ -729,7 +729,7 @@ def test_a_command_cannot_read_the_secret_key_file_however_it_names_it(data_fold
         ["cat", "../secret_key"],
         ["cat", str(secret_key)],
         ["sh", "-c", f"cat /proc/self/root{secret_key}"],
-        ["sh", "-c", f"cat /proc/self/cwd/../secret_key"],
+        ["sh", "-c", "cat /proc/self/cwd/../secret_key"],
         ["cp", "../secret_key", "copy"],
         # Another name for it: beside it (a link elsewhere is refused outright), read now and by the next command.
         ["sh", "-c", "ln ../secret_key ../other-name; cat ../other-name"],
