@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from pipelines.rendering import BlockOutcome, parse_results, render_results
 from pipelines.stored_results import is_cut_result, result_for_storage
 
 
@@ -34,3 +35,15 @@ def test_a_result_over_the_cap_is_cut_within_it_with_its_whole_size(result, max_
 
 def test_a_result_json_cannot_write_is_stored_as_its_repr():
     assert result_for_storage({1, 2}, max_bytes=1024) == "{1, 2}"
+
+
+def test_a_cut_result_still_says_so_when_the_delivery_shortens_it():
+    # The defaults: 1 MiB stored, 20,000 characters delivered for the whole message.
+    result = {"path": "big.txt", "text": "x" * 3_000_000}
+    stored = json.loads(json.dumps(result_for_storage(result, max_bytes=1024 * 1024)))
+    text = render_results([BlockOutcome(block=1, tool="files.read", status="succeeded", result=stored)],
+                          max_chars=20_000)
+    [delivered] = parse_results(text)
+    assert delivered["truncated"] is True
+    size = len(json.dumps(result))
+    assert delivered["result"].startswith(f'{{"result_cut": true, "result_bytes": {size}, "max_bytes": 1048576')
