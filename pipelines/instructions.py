@@ -2,9 +2,10 @@
 
 Executor: success persists the tool's result (the dispatcher stores it as
 the task's ``result_json``), bounded by ``CONDUCTOR_RESULT_STORE_MAX_BYTES``
-for every tool, MCP tools too (``pipelines.stored_results``). A tool error, an unknown tool, params that no
-longer fit and a tool denied since ingest are terminal; a tool may say a
-failure is worth another attempt (``ToolRetryableError``).
+for every tool, MCP tools too (``pipelines.stored_results``). A tool error,
+an unknown tool, params that no longer fit and a tool denied since ingest
+are terminal; a tool may say a failure is worth another attempt
+(``ToolRetryableError``).
 
 Follow-up, after every change of the task's state (the dispatcher's outcome,
 a reclaim, an operator's approve, reject, retry or cancel), in the same

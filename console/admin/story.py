@@ -7,10 +7,10 @@ as well as the conversation. A decision needs what the task list's approve
 and reject actions need (the task admin's change permission) and goes
 through the same operator services; it is also written to the admin log,
 with the operator, on the task. Approving a tool that runs code needs
-``automation.approve_code`` too (``operator.tasks_approve`` checks it). Pausing and resuming ask first, on a page of
-their own, then run the conversation list's own **Pause** or **Resume**
-action on this one conversation: the same permission, service, admin log
-entry and message.
+``automation.approve_code`` too (``operator.tasks_approve`` checks it).
+Pausing and resuming ask first, on a page of their own, then run the
+conversation list's own **Pause** or **Resume** action on this one
+conversation: the same permission, service, admin log entry and message.
 """
 
 from __future__ import annotations
