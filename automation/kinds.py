@@ -18,7 +18,10 @@ claim and the operator services do differently for a kind comes from it:
   transaction as the change (``automation.services.steps``); never by the
   state machine itself;
 - ``display``: how the console shows its tasks (``KindDisplay``), so that
-  the console asks the spec instead of naming kinds.
+  the console asks the spec instead of naming kinds;
+- ``approval_requirement(task)``: what approving the (blocked) task needs
+  of the operator beyond the task admin's change permission, and why (an
+  instruction whose tool runs code), or None.
 """
 
 from __future__ import annotations
@@ -52,6 +55,14 @@ class Targets(Protocol):
 
     def is_present(self, *, client_id: str) -> bool:
         """Whether ``client_id`` can take a task now."""
+
+
+@dataclass(frozen=True)
+class ApprovalRequirement:
+    """A permission an operator needs to approve a task, and why, in words the refusal shows."""
+
+    permission: str  # "app_label.codename", as ``User.has_perm`` takes it
+    why: str  # "shell.run runs code"
 
 
 class UnknownKind(LookupError):
@@ -120,6 +131,7 @@ class KindSpec:
     executor: Executor | None = None
     follow_up: FollowUp | None = None
     display: KindDisplay = KindDisplay()
+    approval_requirement: Callable[[AutomationTask], ApprovalRequirement | None] | None = None
 
     @property
     def is_outbound(self) -> bool:
@@ -153,6 +165,11 @@ class KindRegistry(Registry[KindSpec]):
         """Run the follow-up of the task's kind, if it has one (see the module docstring)."""
         if follow_up := self.get(task.kind).follow_up:
             follow_up(task, actor)
+
+    def approval_requirement(self, task: AutomationTask) -> ApprovalRequirement | None:
+        """What approving ``task`` needs beyond the change permission (see the module docstring), or None."""
+        spec = self.get(task.kind)
+        return spec.approval_requirement(task) if spec.approval_requirement else None
 
 
 kinds = KindRegistry()

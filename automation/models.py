@@ -6,6 +6,9 @@ from django.db import models
 from django.db.models import Q
 
 
+APPROVE_CODE_CODENAME = "approve_code"
+APPROVE_CODE_PERMISSION = f"automation.{APPROVE_CODE_CODENAME}"
+
 
 def new_task_id() -> str:
     return uuid.uuid4().hex
@@ -140,6 +143,11 @@ class AutomationTask(models.Model):
 
     class Meta:
         db_table = "automation_tasks"
+        # Approving a task whose tool runs code (``shell.run``, an MCP tool not
+        # marked read-only) needs this besides the change permission: such a
+        # command runs with the server user's rights (see docs/security.md).
+        # Superusers have it, as every permission.
+        permissions = [(APPROVE_CODE_CODENAME, "Can approve tools that run code")]
         indexes = [
             models.Index(fields=["status", "execute_after"], name="task_status_due_idx"),
             models.Index(

@@ -107,6 +107,11 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         ),
         "CONDUCTOR_DELIVERY_METHODS": _delivery_methods(env),
         "CONDUCTOR_RESULT_MAX_CHARS": _positive_int(env, "CONDUCTOR_RESULT_MAX_CHARS", 20000),
+        # Beyond SPEC §8: the most a tool's result may take when stored (its
+        # JSON, in bytes); a larger one is stored as its size and a preview.
+        "CONDUCTOR_RESULT_STORE_MAX_BYTES": _positive_int(
+            env, "CONDUCTOR_RESULT_STORE_MAX_BYTES", 1024 * 1024, minimum=1024
+        ),
         "CONDUCTOR_PLUGIN_ORIGINS": tuple(env.list("CONDUCTOR_PLUGIN_ORIGINS", default=[])),
         "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": _positive_int(
             env, "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR", 120

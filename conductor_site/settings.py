@@ -30,9 +30,12 @@ DATA_DIR = Path(env.str("CONDUCTOR_DATA_DIR", default=str(BASE_DIR / "data"))).r
 private_folder(DATA_DIR)
 
 
+SECRET_KEY_FILE = DATA_DIR / "secret_key"
+
+
 def _local_secret_key() -> str:
     """A per-installation key kept in the data folder, so no key is hard-coded."""
-    path = DATA_DIR / "secret_key"
+    path = SECRET_KEY_FILE
     private_file(path)
     if not path.read_text().strip():
         path.write_text(secrets.token_urlsafe(50))
@@ -46,6 +49,10 @@ SECRET_KEY = env.str("SECRET_KEY", default="") or _local_secret_key()
 # Every CONDUCTOR_* name of SPEC §8 becomes a Django setting of the same name.
 _CONDUCTOR = conductor_settings(env, data_dir=DATA_DIR)
 globals().update(_CONDUCTOR)
+
+# Files that hold the secret key (the generated one, a .env that may set
+# SECRET_KEY): commands shell.run starts cannot read them (tools/shell.py).
+CONDUCTOR_SECRET_FILES = (SECRET_KEY_FILE, BASE_DIR / ".env")
 
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])

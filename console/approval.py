@@ -35,6 +35,8 @@ class HeldCall:
     params: str  # indented JSON
     plan: list[tuple[str, str]]
     plan_error: str
+    # Approving it needs automation.approve_code (ToolSpec.runs_code; a tool not known now too).
+    runs_code: bool = False
 
 
 def _shown(value: Any) -> str:
@@ -58,10 +60,11 @@ def held_call(payload: dict[str, Any]) -> HeldCall:
     try:
         spec = tools.get(name, target=target)
     except UnknownTool as exc:
-        return HeldCall(displayable_text(label), shown, [], displayable_text(str(exc)))
+        return HeldCall(displayable_text(label), shown, [], displayable_text(str(exc)), runs_code=True)
+    runs_code = spec.runs_code
     if not isinstance(params, dict):
         return HeldCall(
-            displayable_text(label), shown, [], "params are not a JSON object"
+            displayable_text(label), shown, [], "params are not a JSON object", runs_code=runs_code
         )
     if error := spec.params_error(params):
         return HeldCall(
@@ -69,13 +72,16 @@ def held_call(payload: dict[str, Any]) -> HeldCall:
             shown,
             [],
             displayable_text(f"the run would refuse it: {error}"),
+            runs_code=runs_code,
         )
     if spec.target != DEFAULT_TARGET:
         # An MCP tool: what the operator must see is which server and tool, and what it says it does.
         about = [("MCP server", spec.target), ("tool", spec.name), ("description", spec.description or "—")]
-        return HeldCall(displayable_text(label), shown, [(key, _shown(value)) for key, value in about], "")
+        return HeldCall(
+            displayable_text(label), shown, [(key, _shown(value)) for key, value in about], "", runs_code=runs_code
+        )
     if spec.plan is None:
-        return HeldCall(displayable_text(label), shown, [], "")
+        return HeldCall(displayable_text(label), shown, [], "", runs_code=runs_code)
     call = ToolCall(
         params=params,
         workspace=settings.CONDUCTOR_WORKSPACE,
@@ -89,12 +95,14 @@ def held_call(payload: dict[str, Any]) -> HeldCall:
             shown,
             [],
             displayable_text(f"the run would refuse it: {exc}"),
+            runs_code=runs_code,
         )
     return HeldCall(
         displayable_text(label),
         shown,
         [(key, _shown(value)) for key, value in plan.items()],
         "",
+        runs_code=runs_code,
     )
 
 

@@ -234,3 +234,15 @@ def log_change(request, objects, message: str) -> None:
         LogEntry.objects.log_actions(
             user_id=request.user.pk, queryset=objects, action_flag=CHANGE, change_message=message
         )
+
+
+def refused_text(refused: dict[str, str], *, limit: int = 20) -> str:
+    """The message for tasks an operator service refused for a missing permission: each reason, then its ids."""
+    by_reason: dict[str, list[str]] = {}
+    for task_id, why in refused.items():
+        by_reason.setdefault(why, []).append(task_id)
+    reasons = "; ".join(
+        f"{why}: {', '.join(ids[:limit])}" + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
+        for why, ids in by_reason.items()
+    )
+    return f"Refused {len(refused)} task(s), left as they were ({reasons})"

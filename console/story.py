@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 from django.contrib.admin.models import LogEntry
 from django.contrib.contenttypes.models import ContentType
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.db.models.fields.json import KT
 from django.utils import timezone
 
@@ -68,6 +68,10 @@ FOLD_LINES = 15
 FOLD_CHARS = 2_000
 # A task's delivery requests shown (the latest ones).
 SHOWN_REQUESTS = 10
+# A message's blocks shown with it, the first ones; the rest are counted and
+# linked to the instruction list. Ingest keeps at most 33 a message, but
+# older rows, a replay or a script may hold more: the page reads no more.
+SHOWN_BLOCKS = 50
 
 # The task events an operator causes; the others are the dispatcher's and ingest's.
 OPERATOR_ACTIONS = frozenset(edge.action for edge in (APPROVE, REJECT, CANCEL, RETRY))
@@ -225,13 +229,23 @@ def _messages(conversation: Conversation) -> QuerySet:
 
 
 def _full_messages(rows: QuerySet) -> QuerySet:
+    # The first SHOWN_BLOCKS of each message (a sliced prefetch: one query with a
+    # window function), and how many it has in all.
     blocks = Instruction.objects.order_by("block_index").prefetch_related(
         Prefetch("tasks", queryset=AutomationTask.objects.order_by("sequence"))
+    )[:SHOWN_BLOCKS]
+    block_count = (
+        Instruction.objects.filter(message=OuterRef("pk"))
+        .order_by()
+        .values("message")
+        .annotate(n=Count("pk"))
+        .values("n")
     )
     return (
         rows.defer("raw_frame")
         .select_related("client")
-        .prefetch_related(Prefetch("instructions", queryset=blocks))
+        .annotate(block_count=Subquery(block_count))
+        .prefetch_related(Prefetch("instructions", queryset=blocks, to_attr="shown_instructions"))
     )
 
 
@@ -377,6 +391,7 @@ class MessageView:
         Block
     ]  # blocks with no place in the shown text (past the limit, or not marked)
     is_marked: bool  # the blocks are marked in the text
+    more_blocks: int = 0  # blocks past SHOWN_BLOCKS: counted, not shown
 
 
 @dataclass
@@ -484,12 +499,13 @@ def _ms_moment(ms: int | None) -> dt.datetime | None:
 
 
 def _message_view(message: Message) -> MessageView:
-    blocks = [_block(instruction) for instruction in message.instructions.all()]
+    blocks = [_block(instruction) for instruction in message.shown_instructions]
+    more_blocks = max(0, (message.block_count or 0) - len(blocks))
     by_index = {block.instruction.block_index: block for block in blocks}
     text = message.text
     if not blocks or len(text) > MARK_BLOCKS_UP_TO_CHARS:
         return MessageView(
-            message, [Segment(Text.of(text))], blocks, blocks, is_marked=False
+            message, [Segment(Text.of(text))], blocks, blocks, is_marked=False, more_blocks=more_blocks
         )
     lines, spans = block_spans(text)
     segments: list[Segment] = []
@@ -515,7 +531,7 @@ def _message_view(message: Message) -> MessageView:
     unplaced = [
         block for block in blocks if block.instruction.block_index not in placed
     ]
-    return MessageView(message, segments, blocks, unplaced, is_marked=True)
+    return MessageView(message, segments, blocks, unplaced, is_marked=True, more_blocks=more_blocks)
 
 
 # --- tasks ----------------------------------------------------------------------------------

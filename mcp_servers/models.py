@@ -82,3 +82,8 @@ class McpTool(models.Model):
     def is_idempotent(self) -> bool:
         """Only a tool that says ``idempotentHint: true`` is run again after an interruption."""
         return self.annotations.get("idempotentHint") is True
+
+    @property
+    def is_read_only(self) -> bool:
+        """Only a tool that says ``readOnlyHint: true`` is taken not to run code: approving any other needs more."""
+        return self.annotations.get("readOnlyHint") is True

@@ -31,6 +31,7 @@ def mcp_endpoint(*, server: McpServer) -> McpEndpoint:
     return McpEndpoint(
         name=server.name, command=server.command, args=tuple(str(arg) for arg in server.args),
         cwd=server.cwd, env=tuple(sorted(env.items())), timeout_seconds=timeout,
+        hidden_files=tuple(str(path) for path in settings.CONDUCTOR_SECRET_FILES),
     )
 
 
@@ -54,6 +55,7 @@ def mcp_tool_as_spec(*, server: McpServer, tool: McpTool) -> ToolSpec:
             params_schema=tool.input_schema or ANY_OBJECT,
             is_idempotent=tool.is_idempotent,
             default_policy=Policy.APPROVE,
+            runs_code=not tool.is_read_only,
             run=partial(_run, server.name, tool.name),
         )
     except SchemaError as exc:

@@ -1,9 +1,11 @@
 """The ``instruction.execute`` pipeline: run one instruction's tool, then complete its message (SPEC §3, §5.1).
 
 Executor: success persists the tool's result (the dispatcher stores it as
-the task's ``result_json``). A tool error, an unknown tool, params that no
-longer fit and a tool denied since ingest are terminal; a tool may say a
-failure is worth another attempt (``ToolRetryableError``).
+the task's ``result_json``), bounded by ``CONDUCTOR_RESULT_STORE_MAX_BYTES``
+for every tool, MCP tools too (``pipelines.stored_results``). A tool error,
+an unknown tool, params that no longer fit and a tool denied since ingest
+are terminal; a tool may say a failure is worth another attempt
+(``ToolRetryableError``).
 
 Follow-up, after every change of the task's state (the dispatcher's outcome,
 a reclaim, an operator's approve, reject, retry or cancel), in the same
@@ -17,8 +19,8 @@ import logging
 
 from django.conf import settings
 
-from automation.kinds import LANE_INSTRUCTIONS, KindDisplay, KindSpec, kinds
-from automation.models import AutomationTask
+from automation.kinds import LANE_INSTRUCTIONS, ApprovalRequirement, KindDisplay, KindSpec, kinds
+from automation.models import APPROVE_CODE_PERMISSION, AutomationTask
 from automation.outcomes import (
     ExecutionContext,
     Outcome,
@@ -35,6 +37,7 @@ from ingest.services.instructions import (
     instruction_status_set,
     message_delivery_ensure,
 )
+from pipelines.stored_results import result_for_storage
 from tools.registry import (
     DEFAULT_TARGET,
     Policy,
@@ -75,20 +78,27 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
         workspace=settings.CONDUCTOR_WORKSPACE,
         shell_max_timeout_seconds=settings.CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS,
         cancelled=ctx.cancelled,
+        secret_files=settings.CONDUCTOR_SECRET_FILES,
         origin=ToolOrigin(
             instruction_id=task.instruction_id, message_id=task.message_id, conversation_id=task.conversation_id,
         ) if task.instruction_id is not None else None,
     )
+    max_bytes = settings.CONDUCTOR_RESULT_STORE_MAX_BYTES
     try:
         result = spec.run(call)
     except ToolRetryableError as exc:
-        outcome: Outcome = RetryableFailure(str(exc), result=exc.result)
+        outcome: Outcome = RetryableFailure(str(exc), result=_bounded(exc.result, max_bytes))
     except ToolError as exc:
-        outcome = TerminalFailure(str(exc), result=exc.result)
+        outcome = TerminalFailure(str(exc), result=_bounded(exc.result, max_bytes))
     else:
-        outcome = Success(result)
+        outcome = Success(result_for_storage(result, max_bytes=max_bytes))
     log_event(logger, "tool_run", task_id=task.pk, tool=spec.full_name, outcome=type(outcome).__name__)
     return outcome
+
+
+def _bounded(result, max_bytes: int):
+    # A failure without a result stores none (not a JSON null).
+    return None if result is None else result_for_storage(result, max_bytes=max_bytes)
 
 
 def instruction_follow_up(task: AutomationTask, actor: str) -> None:
@@ -110,6 +120,25 @@ def tool_is_idempotent(task: AutomationTask) -> bool:
         return False
 
 
+def tool_approval_requirement(task: AutomationTask) -> ApprovalRequirement | None:
+    """Approving a run of a tool that runs code needs ``automation.approve_code``; other tools need nothing more.
+
+    A tool the registry does not know now (a disabled MCP server's) needs it
+    too: the server may be back by the time the task runs.
+    """
+    payload = task.payload
+    tool, target = payload.get("tool", ""), payload.get("target", DEFAULT_TARGET)
+    try:
+        spec = tools.get(tool, target=target)
+    except UnknownTool:
+        label = tool if target == DEFAULT_TARGET else f"{target}::{tool}"
+        return ApprovalRequirement(permission=APPROVE_CODE_PERMISSION, why=f"{label} is not a tool known here now")
+    if not spec.runs_code:
+        return None
+    name = spec.name if spec.target == DEFAULT_TARGET else spec.full_name
+    return ApprovalRequirement(permission=APPROVE_CODE_PERMISSION, why=f"{name} runs code")
+
+
 kinds.register(KindSpec(
     name=INSTRUCTION_EXECUTE,
     lane=LANE_INSTRUCTIONS,
@@ -118,4 +147,5 @@ kinds.register(KindSpec(
     executor=instruction_execute,
     follow_up=instruction_follow_up,
     display=KindDisplay(noun="instruction", is_block=True),
+    approval_requirement=tool_approval_requirement,
 ))

@@ -52,12 +52,14 @@ tools.register(ToolSpec(
 tools.register(ToolSpec(
     name="files.read",
     run=files.files_read,
-    description="A workspace file as UTF-8 text, up to max_bytes.",
+    description=(
+        "A workspace file as UTF-8 text, up to max_bytes; a binary file as its size, type and SHA-256 instead."
+    ),
     params_schema=object_schema(
         {
             "path": PATH,
             "max_bytes": {
-                "type": "integer", "minimum": 1, "maximum": 10 * 1024 * 1024, "default": files.DEFAULT_MAX_BYTES,
+                "type": "integer", "minimum": 1, "maximum": files.MAX_READ_BYTES, "default": files.DEFAULT_MAX_BYTES,
             },
         },
         required=["path"],
@@ -105,4 +107,5 @@ tools.register(ToolSpec(
     example={"argv": ["ls", "-la"]},
     is_idempotent=False,
     default_policy=Policy.APPROVE,
+    runs_code=True,
 ))

@@ -10,8 +10,11 @@ opened without blocking, and looked at again through the open descriptor.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import errno
 import fnmatch
+import hashlib
+import mimetypes
 import os
 import stat
 from pathlib import Path
@@ -21,6 +24,22 @@ from tools.registry import ToolCall, ToolError
 from tools.workspace import workspace_path, workspace_relative, workspace_root
 
 DEFAULT_MAX_BYTES = 65536
+# The most ``files.read`` reads. Text comes back as JSON (ASCII), where a
+# byte may take up to six bytes (a control, or a bad byte as ``\\ufffd``) and
+# others up to three (a four-byte character as two ``\\uXXXX``). Text (see
+# ``looks_binary``) has at most a quarter of the first kind, so at most 3.75
+# bytes a byte: 256 KiB of it stays within the 1 MiB a stored result may take
+# (CONDUCTOR_RESULT_STORE_MAX_BYTES).
+MAX_READ_BYTES = 256 * 1024
+# Bytes that do not occur in text: C0 controls other than tab, line breaks,
+# form feed, backspace and escape, and DEL.
+_CONTROL_BYTES = bytes(sorted(set(range(0x20)) - set(b"\t\n\v\f\r\b\x1b"))) + b"\x7f"
+# A file is binary when more than this share of what was read is not text
+# (bytes that are not UTF-8, or control bytes) ...
+BINARY_SHARE = 0.25
+# ... and there are more than this many such bytes: a short text with a few
+# bad bytes still reads as text, with U+FFFD for each.
+BINARY_MIN_COUNT = 8
 MAX_LIST_ENTRIES = 1000
 READ_CHUNK = 65536
 
@@ -94,6 +113,27 @@ def _open_regular(path: Path, flags: int, name: str) -> tuple[int, os.stat_resul
     return fd, info
 
 
+def _secret_inodes(call: ToolCall) -> set[tuple[int, int]]:
+    inodes = set()
+    for secret in call.secret_files:
+        try:
+            info = os.stat(secret)
+        except OSError:
+            continue
+        inodes.add((info.st_dev, info.st_ino))
+    return inodes
+
+
+def _refuse_secret(call: ToolCall, info: os.stat_result, name: str) -> None:
+    """Refuse a file that is one of the server's secret files (``ToolCall.secret_files``), under any name.
+
+    A workspace set to the data folder, or to the project folder that holds
+    the ``.env``, would otherwise hand the secret key to any chat.
+    """
+    if (info.st_dev, info.st_ino) in _secret_inodes(call):
+        raise ToolError(f"{name}: holds the server's secret key; file tools do not read or write it")
+
+
 def _entry_type(mode: int) -> str:
     if stat.S_ISLNK(mode):
         return "symlink"
@@ -161,18 +201,59 @@ def files_list(call: ToolCall) -> dict[str, Any]:
     return {"path": workspace_relative(call.workspace, folder), "entries": entries, "truncated": truncated}
 
 
+def looks_binary(data: bytes, text: str) -> bool:
+    """Whether ``data`` (``text`` is its UTF-8 decoding with U+FFFD for bad bytes) is not text.
+
+    A NUL byte says so at once; otherwise more than ``BINARY_SHARE`` of the
+    bytes (and more than ``BINARY_MIN_COUNT``) are undecodable or controls.
+    """
+    if b"\0" in data:
+        return True
+    # Each U+FFFD the decoder added stands for at least one bad byte; a U+FFFD
+    # the file itself holds (three bytes EF BF BD) is text.
+    undecodable = text.count("\ufffd") - data.count("\ufffd".encode())
+    controls = len(data) - len(data.translate(None, _CONTROL_BYTES))
+    suspicious = undecodable + controls
+    return suspicious > BINARY_MIN_COUNT and suspicious > BINARY_SHARE * len(data)
+
+
+def _binary_description(call: ToolCall, handle, path: Path, info: os.stat_result) -> dict[str, Any]:
+    """What ``files.read`` says of a binary file instead of its bytes: size, type by name, SHA-256 of all of it."""
+    digest = hashlib.sha256()
+    handle.seek(0)
+    while chunk := handle.read(READ_CHUNK):
+        if call.cancelled.is_set():
+            raise ToolError("cancelled while hashing the file")
+        digest.update(chunk)
+    return {
+        "path": workspace_relative(call.workspace, path),
+        "binary": True,
+        "size": info.st_size,
+        "type": mimetypes.guess_type(path.name, strict=False)[0],
+        "sha256": digest.hexdigest(),
+    }
+
+
 def files_read(call: ToolCall) -> dict[str, Any]:
-    """Up to ``max_bytes`` of a file as UTF-8 text; bad bytes become U+FFFD."""
+    """Up to ``max_bytes`` of a file as UTF-8 text; bad bytes become U+FFFD.
+
+    A binary file (``looks_binary``) is described instead (``"binary": true``,
+    its size, its type as its name suggests, the SHA-256 of the whole file):
+    escaped bytes would say nothing to the chat and take six times their size.
+    """
     name = call.params["path"]
-    max_bytes = call.params.get("max_bytes", DEFAULT_MAX_BYTES)
+    max_bytes = min(call.params.get("max_bytes", DEFAULT_MAX_BYTES), MAX_READ_BYTES)
     path = workspace_path(call.workspace, name)
     fd, info = _open_regular(path, os.O_RDONLY, name)
     with os.fdopen(fd, "rb") as handle:
+        _refuse_secret(call, info, name)
         data = handle.read(max_bytes)
         is_truncated = len(data) == max_bytes and handle.read(1) != b""
-    # A cut through a multi-byte character is dropped rather than shown as U+FFFD.
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    text = decoder.decode(data, final=not is_truncated)
+        # A cut through a multi-byte character is dropped rather than shown as U+FFFD.
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        text = decoder.decode(data, final=not is_truncated)
+        if looks_binary(data, text):
+            return _binary_description(call, handle, path, info)
     return {
         "path": workspace_relative(call.workspace, path),
         "text": text,
@@ -214,6 +295,9 @@ def files_write(call: ToolCall) -> dict[str, Any]:
     except OSError as exc:
         raise _refuse(exc, str(Path(name).parent)) from exc
     data = call.params["content"].encode("utf-8")
+    with contextlib.suppress(FileNotFoundError):
+        # Before the open, which may truncate it.
+        _refuse_secret(call, os.lstat(path), name)
     fd, _ = _open_regular(path, WRITE_FLAGS[mode], name)
     try:
         with os.fdopen(fd, "wb") as handle:

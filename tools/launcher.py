@@ -1,6 +1,6 @@
 """The process ``shell.run`` starts every command from; see ``tools.shell`` for why.
 
-Run as ``python -I -S launcher.py STATUS_FD -- ARGV...``, with the minimal
+Run as ``python -I -S launcher.py STATUS_FD [--hide PATH]... -- ARGV...``, with the minimal
 environment the command gets and the command's folder as its own. It uses the
 standard library only: it runs in a fresh interpreter without the project,
 its settings or its site-packages. It
@@ -10,7 +10,8 @@ its settings or its site-packages. It
    re-parented to the launcher, not to init;
 2. starts the command in the sandbox of ``enter_sandbox``, in a session of
    its own, with stdin from ``/dev/null`` and its own stdout and stderr (the
-   server's pipes);
+   server's pipes); the files named by ``--hide`` (the server's secret key
+   file) cannot be read from inside it (``hidden_paths_rules``);
 3. waits until the command exits, or until the server asks it to stop by
    shutting down its end of the status socket (a timeout or a cancel). A
    server that dies closes that socket too, so no command outlives it;
@@ -20,7 +21,7 @@ its settings or its site-packages. It
    (``-N`` when killed by signal N, as ``Popen.returncode``), or
    ``{"error": KIND, "detail": "..."}`` when the command could not start.
 
-Run as ``python -I -S launcher.py exec -- ARGV...`` it only enters the same
+Run as ``python -I -S launcher.py exec [--hide PATH]... -- ARGV...`` it only enters the same
 sandbox and replaces itself with the command (an MCP stdio server, whose
 process group the ``mcp`` SDK starts and ends); a machine without the
 sandbox gets the reason on stderr and exit code 126, a missing command 127.
@@ -41,6 +42,7 @@ import socket
 import subprocess
 import sys
 import time
+from stat import S_ISDIR
 
 # prctl(2) options and capability numbers, from <linux/prctl.h> and <linux/capability.h>.
 PR_CAPBSET_DROP = 24
@@ -54,8 +56,13 @@ CAP_PERFMON = 38
 
 # Landlock's system calls have the same numbers on every architecture but alpha.
 SYS_LANDLOCK_CREATE_RULESET = 444
+SYS_LANDLOCK_ADD_RULE = 445
 SYS_LANDLOCK_RESTRICT_SELF = 446
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
+LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_ACCESS_FS_READ_FILE = 1 << 2
+LANDLOCK_ACCESS_FS_REMOVE_DIR = 1 << 4
+LANDLOCK_ACCESS_FS_REMOVE_FILE = 1 << 5
 LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 11
 LANDLOCK_SCOPE_SIGNAL = 1 << 1  # ABI 6 (Linux 6.12)
 
@@ -118,22 +125,117 @@ def sandbox_problem() -> str | None:
     return landlock_refusal(*_landlock_version())
 
 
-def create_ruleset(abi: int) -> int:
-    """A Landlock ruleset that restricts nothing a command needs; returns its (close-on-exec) fd.
+class _PathBeneathAttr(ctypes.Structure):
+    # struct landlock_path_beneath_attr, which the kernel declares packed.
+    _pack_ = 1
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
-    What matters is the domain it creates, not its rules: a process in a
-    Landlock domain may not read or trace any process outside it. The
-    ruleset must handle some access, so it handles making block devices
-    (which needs root anyway) and grants none. From ABI 6 it also scopes
-    signals: the command cannot kill this launcher to escape the clean-up,
-    nor signal the server.
+
+def create_ruleset(abi: int, *, hidden: list[str] = ()) -> int:
+    """A Landlock ruleset restricting nothing a command needs but reaching ``hidden``; returns its (close-on-exec) fd.
+
+    What matters most is the domain it creates: a process in a Landlock
+    domain may not read or trace any process outside it. The ruleset must
+    handle some access, so it handles making block devices (which needs root
+    anyway) and grants none. From ABI 6 it also scopes signals: the command
+    cannot kill this launcher to escape the clean-up, nor signal the server.
+
+    When a ``hidden`` path exists, it also handles reading files and removing
+    entries, and grants them everywhere but around the hidden paths
+    (``hidden_paths_rules``).
     """
-    attr = (ctypes.c_uint64 * 3)(LANDLOCK_ACCESS_FS_MAKE_BLOCK, 0, LANDLOCK_SCOPE_SIGNAL if abi >= 6 else 0)
+    grants = hidden_paths_rules(hidden)
+    handled = LANDLOCK_ACCESS_FS_MAKE_BLOCK | (HIDING_ACCESS if grants else 0)
+    attr = (ctypes.c_uint64 * 3)(handled, 0, LANDLOCK_SCOPE_SIGNAL if abi >= 6 else 0)
     # The kernel reads only as much of the struct as its ABI knows.
     size = ctypes.sizeof(attr) if abi >= 6 else ctypes.sizeof(ctypes.c_uint64)
-    return _checked(
+    ruleset = _checked(
         _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(size), 0), "landlock_create_ruleset"
     )
+    try:
+        for path, is_folder in grants:
+            _grant(ruleset, path, HIDING_ACCESS if is_folder else LANDLOCK_ACCESS_FS_READ_FILE)
+    except BaseException:
+        os.close(ruleset)
+        raise
+    return ruleset
+
+
+# What the sandbox handles when it hides files: reading a file, and removing
+# (or renaming away) an entry, which rules that are made at each command's
+# start must not let one command do for the next: move a hidden file's
+# folder aside, so that the next command's rules no longer find it.
+HIDING_ACCESS = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR
+
+
+def hidden_paths_rules(hidden: list[str]) -> list[tuple[str, bool]]:
+    """What to grant (each path, and whether it is a folder) so that only the files beneath ``hidden`` are out of reach.
+
+    Landlock only grants, beneath a path; it cannot take a file out of a
+    grant. So the grants go around each hidden path: every entry of each of
+    its parent folders, from ``/`` down, except the entries on the way to a
+    hidden path. Reading is granted on each; removing entries too on each
+    folder, so nothing directly in a folder on the way (the data folder's
+    own files) can be removed or renamed, and a hidden file stays where the
+    next command's rules look for it. Moving or linking a file between
+    folders is refused inside any Landlock domain (``REFER`` is never
+    granted), and another name of a hidden file (a hard link beside it) is
+    not granted, since a grant holds for the file, not the name.
+
+    What is granted is what exists now: an entry made later right in a
+    folder on the way cannot be read by this command. Symlinks are not
+    granted: reading through one is checked at its target. Hidden paths that
+    do not exist hide nothing; with none, nothing is granted and the caller
+    handles nothing more.
+    """
+    on_the_way: set[str] = set()
+    hidden_real: set[str] = set()
+    hidden_inodes: set[tuple[int, int]] = set()
+    for path in hidden:
+        real = os.path.realpath(path)
+        try:
+            info = os.lstat(real)
+        except OSError:
+            continue
+        hidden_real.add(real)
+        hidden_inodes.add((info.st_dev, info.st_ino))
+        while True:
+            on_the_way.add(real)
+            parent = os.path.dirname(real)
+            if parent == real:
+                break
+            real = parent
+    grants = []
+    for folder in sorted(on_the_way - hidden_real):
+        try:
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+        except OSError:
+            continue  # not a folder, or one the server cannot list: nothing below it to grant
+        for entry in entries:
+            if entry.path in on_the_way or entry.is_symlink():
+                continue
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # gone meanwhile
+            if (info.st_dev, info.st_ino) not in hidden_inodes:
+                grants.append((entry.path, S_ISDIR(info.st_mode)))
+    return grants
+
+
+def _grant(ruleset: int, path: str, access: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return  # gone meanwhile, or out of reach: nothing to grant
+    try:
+        attr = _PathBeneathAttr(access, fd)
+        _checked(
+            _libc.syscall(SYS_LANDLOCK_ADD_RULE, ruleset, LANDLOCK_RULE_PATH_BENEATH, ctypes.byref(attr), 0),
+            f"landlock_add_rule {path}",
+        )
+    finally:
+        os.close(fd)
 
 
 def enter_sandbox(ruleset_fd: int) -> None:
@@ -221,11 +323,14 @@ def _stop(signum: int, frame: object) -> None:
     raise Stop(signal.Signals(signum).name)
 
 
-def run(command: list[str], status: socket.socket) -> dict[str, object]:
+def run(command: list[str], status: socket.socket, *, hidden: list[str] = ()) -> dict[str, object]:
     """Start ``command``, wait, end every process below us; returns the report for the server."""
     if (problem := sandbox_problem()) is not None:
         return {"error": "sandbox", "detail": problem}
-    ruleset = create_ruleset(landlock_abi())
+    try:
+        ruleset = create_ruleset(landlock_abi(), hidden=hidden)
+    except OSError as exc:
+        return {"error": "sandbox", "detail": str(exc)}
     _checked(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "child subreaper")
     child = None
     try:
@@ -261,12 +366,16 @@ def run(command: list[str], status: socket.socket) -> dict[str, object]:
     return {"exit_code": child.returncode}
 
 
-def exec_in_sandbox(command: list[str]) -> int:
+def exec_in_sandbox(command: list[str], *, hidden: list[str] = ()) -> int:
     """Enter the sandbox and become ``command``; returns (an exit code) only when that fails."""
     if (problem := sandbox_problem()) is not None:
         print(f"the sandbox is not available: {problem}", file=sys.stderr)
         return 126
-    ruleset = create_ruleset(landlock_abi())
+    try:
+        ruleset = create_ruleset(landlock_abi(), hidden=hidden)
+    except OSError as exc:
+        print(f"the sandbox is not available: {exc}", file=sys.stderr)
+        return 126
     try:
         enter_sandbox(ruleset)
     finally:
@@ -281,18 +390,31 @@ def exec_in_sandbox(command: list[str]) -> int:
         return 126
 
 
+def parse_arguments(argv: list[str]) -> tuple[int | None, list[str], list[str]]:
+    """``STATUS_FD [--hide PATH]... -- ARGV...`` or ``exec [--hide PATH]... -- ARGV...``.
+
+    Returns (the status fd, None for ``exec``; the hidden paths; the command).
+    """
+    usage = f"usage: {argv[0]} STATUS_FD|exec [--hide PATH]... -- ARGV..."
+    if len(argv) < 2:
+        raise SystemExit(usage)
+    first, rest, hidden = argv[1], argv[2:], []
+    while rest[:1] == ["--hide"] and len(rest) >= 2:
+        hidden.append(rest[1])
+        rest = rest[2:]
+    if rest[:1] != ["--"] or len(rest) < 2:
+        raise SystemExit(usage)
+    return (None if first == "exec" else int(first)), hidden, rest[1:]
+
+
 def main(argv: list[str]) -> int:
-    if argv[1:2] == ["exec"]:
-        if argv[2:3] != ["--"] or not argv[3:]:
-            raise SystemExit(f"usage: {argv[0]} exec -- ARGV...")
-        return exec_in_sandbox(argv[3:])
-    status_fd, separator, *command = argv[1:]
-    if separator != "--" or not command:
-        raise SystemExit(f"usage: {argv[0]} STATUS_FD -- ARGV...")
+    status_fd, hidden, command = parse_arguments(argv)
+    if status_fd is None:
+        return exec_in_sandbox(command, hidden=hidden)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _stop)
-    with socket.socket(fileno=int(status_fd)) as status:
-        report = run(command, status)
+    with socket.socket(fileno=status_fd) as status:
+        report = run(command, status, hidden=hidden)
         with contextlib.suppress(OSError):  # the server is gone: nobody to tell
             status.sendall(json.dumps(report).encode() + b"\n")
     return 0

@@ -92,6 +92,8 @@ class McpEndpoint:
     env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     timeout_seconds: float = 60.0
+    # Files a stdio server may not read, whatever name it uses (the server's secret key: CONDUCTOR_SECRET_FILES).
+    hidden_files: tuple[str, ...] = ()
 
     @property
     def is_stdio(self) -> bool:
@@ -118,7 +120,8 @@ def server_environment(endpoint: McpEndpoint, workspace: Path) -> dict[str, str]
 def sandboxed_argv(endpoint: McpEndpoint) -> list[str]:
     """The interpreter's arguments that start a stdio server's command in the sandbox (``launcher.py exec``)."""
     # -I -S: the launcher sees neither PYTHON* variables nor site-packages (as shell.run's).
-    return ["-I", "-S", str(LAUNCHER), "exec", "--", endpoint.command, *endpoint.args]
+    hide = [part for path in endpoint.hidden_files for part in ("--hide", path)]
+    return ["-I", "-S", str(LAUNCHER), "exec", *hide, "--", endpoint.command, *endpoint.args]
 
 
 def server_folder(endpoint: McpEndpoint, workspace: Path) -> Path:

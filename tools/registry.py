@@ -65,6 +65,9 @@ class ToolCall:
     workspace: Path
     shell_max_timeout_seconds: float
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # Files a command the tool starts must not be able to read: the server's
+    # secret key file and its .env (CONDUCTOR_SECRET_FILES). shell.run hides them.
+    secret_files: tuple[Path, ...] = ()
     # The instruction the tool runs for: tools that act on Conductor itself
     # (mail.send) say where it came from. None outside an instruction.
     origin: ToolOrigin | None = None
@@ -120,6 +123,11 @@ class ToolSpec:
     # ``ToolError`` when the run would refuse the call. None: the params say it all.
     plan: Callable[[ToolCall], dict[str, Any]] | None = field(default=None, compare=False)
     example: Example | None = field(default=None, compare=False)
+    # Whether running the tool runs code of the caller's choosing, with the
+    # server user's rights (``shell.run``; an MCP tool not marked read-only,
+    # since what it does is its server's to say): approving such a call needs
+    # a permission of its own (``automation.approve_code``).
+    runs_code: bool = False
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -30,6 +30,15 @@ read, and the launcher puts the command where that check says no:
   itself. A root command still reads every file and can reach the machine's
   memory in other ways: run Conductor as an unprivileged user.
 
+The secret key on disk. The server's secret key may live in a file (the data
+folder's ``secret_key``, or a ``.env``), which the server user can read, and
+so could any command. The call names those files (``ToolCall.secret_files``,
+from ``CONDUCTOR_SECRET_FILES``) and the launcher's Landlock domain handles
+reading files and grants it everywhere but beneath them (see
+``launcher.hidden_paths_rules``): ``cat data/secret_key`` fails with
+"Permission denied", and no move or link between folders can bring the file
+out from under the refusal.
+
 Making the server non-dumpable (``PR_SET_DUMPABLE``) was weighed and left
 out: it protects the one process that calls it, not its parents or the other
 server processes, and not from root, while costing core dumps and same-user
@@ -112,7 +121,9 @@ class _CappedOutput:
         return self.total > len(self.kept)
 
 
-def _start_launcher(argv: list[str], cwd: Path, env: dict[str, str], status_fd: int) -> subprocess.Popen:
+def _start_launcher(
+    argv: list[str], cwd: Path, env: dict[str, str], status_fd: int, *, hidden: tuple[Path, ...] = ()
+) -> subprocess.Popen:
     if sys.platform != "linux":
         raise ToolError(f"shell.run needs Linux (its sandbox uses prctl and Landlock); this is {sys.platform}")
     if not sys.executable:
@@ -120,7 +131,10 @@ def _start_launcher(argv: list[str], cwd: Path, env: dict[str, str], status_fd: 
     try:
         return subprocess.Popen(
             # -I -S: the launcher sees neither PYTHON* variables nor site-packages.
-            [sys.executable, "-I", "-S", str(LAUNCHER), str(status_fd), "--", *argv],
+            [
+                sys.executable, "-I", "-S", str(LAUNCHER), str(status_fd),
+                *(part for path in hidden for part in ("--hide", str(path))), "--", *argv,
+            ],
             cwd=cwd,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -257,7 +271,9 @@ def shell_run(call: ToolCall) -> dict[str, Any]:
     started = time.monotonic()
     status, launcher_end = socket.socketpair()
     try:
-        launcher = _start_launcher(argv, cwd, shell_environment(call), launcher_end.fileno())
+        launcher = _start_launcher(
+            argv, cwd, shell_environment(call), launcher_end.fileno(), hidden=call.secret_files
+        )
     except BaseException:
         status.close()
         raise

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from django.db import transaction
 
+from automation.kinds import kinds
 from automation.models import AutomationTask
 from automation.services import transitions as tr
 from automation.services.steps import transition_and_follow_up
@@ -26,10 +27,27 @@ from conversations.services import conversations_pause_set
 class OperatorReport:
     done: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # task id -> why
+    # Tasks left as they were because the operator lacks a permission: task id -> what and why.
+    refused: dict[str, str] = field(default_factory=dict)
 
     def __str__(self) -> str:
-        reasons = "; ".join(f"{task_id}: {why}" for task_id, why in self.skipped.items())
-        return f"{len(self.done)} done, {len(self.skipped)} skipped" + (f" ({reasons})" if reasons else "")
+        reasons = "; ".join(f"{task_id}: {why}" for task_id, why in {**self.skipped, **self.refused}.items())
+        text = f"{len(self.done)} done, {len(self.skipped)} skipped"
+        if self.refused:
+            text += f", {len(self.refused)} refused"
+        return text + (f" ({reasons})" if reasons else "")
+
+
+class PermissionMissing(tr.TransitionError):
+    """The operator may not make this change to this task (approving a tool that runs code)."""
+
+
+HasPerm = Callable[[str], bool]
+
+
+def has_every_permission(permission: str) -> bool:
+    """``has_perm`` for callers acting as the server's owner: commands and scripts run on the server."""
+    return True
 
 
 def _apply(
@@ -39,6 +57,8 @@ def _apply(
     for task_id in task_ids:
         try:
             transition_and_follow_up(functools.partial(move, task_id), actor=actor)
+        except PermissionMissing as exc:
+            report.refused[task_id] = str(exc).removeprefix(f"task {task_id}: ")
         except tr.TransitionError as exc:
             report.skipped[task_id] = str(exc).removeprefix(f"task {task_id}: ")
         else:
@@ -49,9 +69,24 @@ def _apply(
     return report
 
 
-def tasks_approve(*, task_ids: Iterable[str], actor: str) -> OperatorReport:
-    """Blocked tasks become due at once."""
-    return _apply(task_ids, lambda task_id: tr.task_approve(task_id, actor=actor), actor=actor, makes_due=True)
+def tasks_approve(*, task_ids: Iterable[str], actor: str, has_perm: HasPerm) -> OperatorReport:
+    """Blocked tasks become due at once.
+
+    A task whose kind asks more of its approver (``approval_requirement``: an
+    instruction whose tool runs code) is refused, and stays blocked, unless
+    ``has_perm`` (the operator's ``User.has_perm``) grants that permission.
+    """
+
+    def approve(task_id: str) -> AutomationTask:
+        task = AutomationTask.objects.filter(pk=task_id).only("kind", "payload_json").first()
+        if task is not None and (needed := kinds.approval_requirement(task)) and not has_perm(needed.permission):
+            raise PermissionMissing(
+                task_id, f"{needed.why}: approving it needs the permission to approve tools that run code "
+                f"({needed.permission})",
+            )
+        return tr.task_approve(task_id, actor=actor)
+
+    return _apply(task_ids, approve, actor=actor, makes_due=True)
 
 
 def tasks_reject(*, task_ids: Iterable[str], actor: str, reason: str = "") -> OperatorReport:

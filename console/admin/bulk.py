@@ -27,6 +27,7 @@ from django.template.response import TemplateResponse
 
 from automation.models import TaskStatus
 from automation.services.operator import STARTING_STATUSES, OperatorReport
+from console.helpers import refused_text
 
 # Ids handed to the operator service at once.
 BATCH = 200
@@ -65,11 +66,14 @@ def run_across(
     statuses = STARTING_STATUSES[service]
     by_status = _counts_by_status(matching)
     eligible = sum(n for status, n in by_status.items() if status in statuses)
-    done, skipped = 0, Counter()
+    done, skipped, refused = 0, Counter(), {}
     for task_ids in _batches(matching.filter(status__in=statuses), limit=LIMIT):
         report = service(task_ids=task_ids, actor=request.user.username, **kwargs)
         done += len(report.done)
         skipped.update(report.skipped.values())
+        refused.update(report.refused)
+    if refused:
+        modeladmin.message_user(request, refused_text(refused), messages.ERROR)
     _report(
         modeladmin,
         request,

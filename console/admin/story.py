@@ -6,10 +6,11 @@ tasks, their payloads and results, so it needs the permission to view tasks
 as well as the conversation. A decision needs what the task list's approve
 and reject actions need (the task admin's change permission) and goes
 through the same operator services; it is also written to the admin log,
-with the operator, on the task. Pausing and resuming ask first, on a page of
-their own, then run the conversation list's own **Pause** or **Resume**
-action on this one conversation: the same permission, service, admin log
-entry and message.
+with the operator, on the task. Approving a tool that runs code needs
+``automation.approve_code`` too (``operator.tasks_approve`` checks it).
+Pausing and resuming ask first, on a page of their own, then run the
+conversation list's own **Pause** or **Resume** action on this one
+conversation: the same permission, service, admin log entry and message.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from automation.kinds import kinds
-from automation.models import AutomationTask
+from automation.models import APPROVE_CODE_PERMISSION, AutomationTask
 from automation.services import operator
 from console.helpers import admin_pages, log_change
 from console.story import Bound, conversation_story, story_bound
@@ -97,6 +98,7 @@ class StoryAdminMixin:
             "original": conversation,
             "story": story,
             "can_decide": self.can_decide(request),
+            "can_approve_code": request.user.has_perm(APPROVE_CODE_PERMISSION),
             "can_pause": self.has_change_permission(request, conversation),
             "latest_url": story_url(conversation.pk),
             "earlier_url": story_url(conversation.pk, before=str(story.earlier))
@@ -153,10 +155,14 @@ class StoryAdminMixin:
         extra = {}
         if service is operator.tasks_reject:
             extra["reason"] = request.POST.get("reason", "").strip()[:MAX_REASON_CHARS]
+        if service is operator.tasks_approve:
+            extra["has_perm"] = request.user.has_perm
         report = service(task_ids=[task.pk], actor=request.user.username, **extra)
         if report.done:
             log_change(request, [task], f"{verb} from the conversation's story")
             self.message_user(request, f"{verb} {_block_name(task)}.", messages.SUCCESS)
+        elif task.pk in report.refused:
+            self.message_user(request, f"Not approved: {report.refused[task.pk]}.", messages.ERROR)
         else:
             why = report.skipped.get(task.pk, "")
             self.message_user(request, f"Nothing done: {why}.", messages.WARNING)

@@ -36,6 +36,7 @@ from console.helpers import (
     delivery_answer,
     format_ms,
     json_text_block,
+    refused_text,
     relative_age,
     text_block,
 )
@@ -526,6 +527,8 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
             self.message_user(
                 request, f"{verb} {len(report.done)} task(s): {id_list(report.done)}", messages.SUCCESS
             )
+        if report.refused:
+            self.message_user(request, refused_text(report.refused), messages.ERROR)
         if report.skipped:
             by_reason: dict[str, list[str]] = {}
             for task_id, why in report.skipped.items():
@@ -551,7 +554,7 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
         # exact call, and that page's "approve" posts back here with post=yes.
         if not bulk.is_across(request) and request.POST.get("post") != "yes":
             return approval_confirmation(self, request, queryset)
-        return self._run(request, queryset, operator.tasks_approve, "Approved")
+        return self._run(request, queryset, operator.tasks_approve, "Approved", has_perm=request.user.has_perm)
 
     @admin.action(permissions=["change"], description="Reject selected blocked tasks", location=EVERYWHERE)
     def reject(self, request, queryset):

@@ -1,12 +1,14 @@
 import dataclasses
+import functools
 from unittest import mock
 
 import pytest
 
-from automation.kinds import kinds
+from automation.kinds import ApprovalRequirement, kinds
 from automation.models import AutomationTask, TaskStatus
 from automation.services.dispatcher_state import dispatcher_pause_set
 from automation.services.operator import (
+    has_every_permission,
     tasks_approve,
     tasks_cancel,
     tasks_reject,
@@ -25,7 +27,7 @@ def statuses(*tasks):
 
 def test_approve_moves_blocked_tasks_and_reports_the_rest():
     blocked, pending = make_task(S.BLOCKED), make_task(S.PENDING)
-    report = tasks_approve(task_ids=[blocked.pk, pending.pk, "ghost"], actor="alice")
+    report = tasks_approve(task_ids=[blocked.pk, pending.pk, "ghost"], actor="alice", has_perm=has_every_permission)
     assert report.done == [blocked.pk]
     assert report.skipped == {pending.pk: "cannot approve a task that is pending", "ghost": "no such task"}
     assert statuses(blocked, pending) == [S.PENDING, S.PENDING]
@@ -76,7 +78,9 @@ def test_the_global_pause_records_its_actor_and_reports_a_no_op():
 
 # Real commits: a test wrapped in one transaction would never run its on-commit callbacks.
 @pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize(("status", "service"), [(S.BLOCKED, tasks_approve), (S.FAILED, tasks_retry)])
+@pytest.mark.parametrize(("status", "service"), [
+    (S.BLOCKED, functools.partial(tasks_approve, has_perm=has_every_permission)), (S.FAILED, tasks_retry),
+])
 def test_approve_and_retry_wake_the_dispatcher_once_they_commit(status, service):
     tasks = [make_task(status), make_task(status)]
     with mock.patch("automation.wake.dispatcher_wake") as wake:
@@ -113,3 +117,30 @@ def test_an_operators_change_and_its_kinds_follow_up_commit_together(monkeypatch
     with pytest.raises(RuntimeError, match="follow-up broke"):
         tasks_reject(task_ids=[blocked.pk], actor="alice")
     assert statuses(blocked) == [S.BLOCKED]
+
+
+def test_approving_a_task_whose_kind_asks_a_permission_is_refused_without_it(monkeypatch):
+    def needs_code_permission(task):
+        return ApprovalRequirement(permission="automation.approve_code", why="shell.run runs code")
+
+    spec = kinds.get("test.instruction")
+    monkeypatch.setitem(
+        kinds._entries, "test.instruction", dataclasses.replace(spec, approval_requirement=needs_code_permission)
+    )
+    blocked, other = make_task(S.BLOCKED), make_task(S.BLOCKED)
+    asked = []
+
+    def has_perm(permission):
+        asked.append(permission)
+        return False
+
+    report = tasks_approve(task_ids=[blocked.pk, other.pk], actor="alice", has_perm=has_perm)
+    assert report.done == [] and report.skipped == {}
+    why = "shell.run runs code: approving it needs the permission to approve tools that run code"
+    assert report.refused == {task.pk: f"{why} (automation.approve_code)" for task in (blocked, other)}
+    assert asked == ["automation.approve_code"] * 2
+    assert statuses(blocked, other) == [S.BLOCKED, S.BLOCKED]
+    assert "0 done, 0 skipped, 2 refused" in str(report)
+
+    report = tasks_approve(task_ids=[blocked.pk], actor="alice", has_perm=lambda permission: True)
+    assert report.done == [blocked.pk]

@@ -33,6 +33,7 @@ def test_defaults_match_the_spec():
         "CONDUCTOR_DELIVERY_TIMEOUT_SECONDS": 30,
         "CONDUCTOR_DELIVERY_METHODS": {},
         "CONDUCTOR_RESULT_MAX_CHARS": 20000,
+        "CONDUCTOR_RESULT_STORE_MAX_BYTES": 1024 * 1024,
         "CONDUCTOR_PLUGIN_ORIGINS": (),
         "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": 120,
         "CONDUCTOR_MAX_FRAMES_PER_SECOND": 50,
@@ -103,6 +104,7 @@ def test_values_come_from_the_environment(tmp_path):
         ("CONDUCTOR_RETRY_JITTER_MAX_MS", "-1", "CONDUCTOR_RETRY_JITTER_MAX_MS must be at least 0"),
         # The dispatcher loop and its standby take two workers; renewal needs a third.
         ("CONDUCTOR_Q_WORKERS", "2", "CONDUCTOR_Q_WORKERS must be at least 3"),
+        ("CONDUCTOR_RESULT_STORE_MAX_BYTES", "1023", "CONDUCTOR_RESULT_STORE_MAX_BYTES must be at least 1024"),
         ("CONDUCTOR_OLDEST_PLUGIN_VERSION", "1.x", "CONDUCTOR_OLDEST_PLUGIN_VERSION must be a version"),
     ],
 )

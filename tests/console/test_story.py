@@ -29,6 +29,7 @@ from pipelines.mail import MAIL_DELIVER
 from tests.factories import (
     T0,
     ConversationFactory,
+    InstructionFactory,
     MessageFactory,
     PluginClientFactory,
     make_staff,
@@ -699,11 +700,13 @@ def test_deciding_needs_the_permission_the_approve_action_needs(client, held):
     )
     client.force_login(operator)
     assert client.get(url).status_code == 405
+    # shell.run runs code: approving it needs automation.approve_code as well
+    # (tests/console/test_admin_approve_code.py); rejecting it does not.
     assert (
-        client.post(url, {"task_id": shell.pk, "decision": "approve"}).status_code
+        client.post(url, {"task_id": shell.pk, "decision": "reject"}).status_code
         == 302
     )
-    assert AutomationTask.objects.get(pk=shell.pk).status == S.PENDING
+    assert AutomationTask.objects.get(pk=shell.pk).status == S.FAILED
 
 
 def test_deciding_refuses_a_task_of_another_conversation_or_an_unknown_decision(
@@ -983,3 +986,34 @@ def test_a_move_to_another_client_of_the_owner_is_an_entry_naming_both_clients(a
     page = page_of(admin_client, first.conversation)
     entry = section(page, f"move-{move.pk}")
     assert "Moved from plugin client <strong>laptop-m1</strong> to <strong>desktop-m2</strong>" in entry
+
+
+# --- a message with more blocks than a page shows ------------------------------------------------
+
+
+def test_a_message_with_more_blocks_than_shown_folds_the_rest_behind_a_count_and_a_link(admin_client):
+    # Ingest keeps at most 33 blocks a message; older rows or a script may hold more.
+    message = MessageFactory(text="sixty blocks")
+    for index in range(1, 61):
+        InstructionFactory(message=message, block_index=index, tool="echo", params={"n": index},
+                           status=Instruction.Status.REJECTED, error=f"error of block {index}")
+    page = page_of(admin_client, message.conversation)
+    entry = section(page, f"message-{message.pk}")
+    shown = re.findall(r'<div class="story-block [a-z]+" id="block-(\d+)"', entry)
+    assert len(shown) == 50
+    assert "error of block 50" in entry and "error of block 51" not in entry
+    assert "— 60 blocks" in entry
+    assert "<summary>10 more blocks</summary>" in entry
+    link = f'/admin/ingest/instruction/?message__id__exact={message.pk}">all 60 blocks of message {message.pk}</a>'
+    assert link in entry
+    # The link leads to them all.
+    listed = admin_client.get(f"/admin/ingest/instruction/?message__id__exact={message.pk}")
+    assert listed.status_code == 200 and "60 instructions" in listed.content.decode()
+
+
+def test_a_message_within_the_shown_blocks_has_no_fold(admin_client):
+    message = MessageFactory(text="three blocks")
+    for index in range(1, 4):
+        InstructionFactory(message=message, block_index=index, status=Instruction.Status.REJECTED)
+    entry = section(page_of(admin_client, message.conversation), f"message-{message.pk}")
+    assert "— 3 blocks" in entry and "more block" not in entry

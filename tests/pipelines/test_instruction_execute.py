@@ -1,5 +1,6 @@
 """``instruction.execute`` through the real dispatcher: results persisted, outcomes as SPEC §3 says."""
 
+import hashlib
 import json
 import random
 
@@ -13,7 +14,12 @@ from ingest.frames import parse_final_message
 from ingest.models import Instruction, ToolPolicy
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
+from pipelines.rendering import parse_results
+from pipelines.results import message_results_text
 from tests.factories import PluginClientFactory
+from tools import files as files_module
+from tools import launcher
+from tools.registry import Policy, ToolSpec, tools
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -121,3 +127,100 @@ def test_a_task_the_registry_cannot_run_fails_terminally(dispatcher, payload, er
     assert task.status == TaskStatus.FAILED
     assert task.last_error.startswith(error)
     assert task.attempt_count == 1
+
+
+# --- bounded results ------------------------------------------------------------------------
+
+
+def test_a_10_mib_binary_read_is_stored_as_a_short_description(dispatcher, workspace):
+    data = random.Random(7).randbytes(10 * 1024 * 1024)
+    (workspace / "big.bin").write_bytes(data)
+    result = ingest(block("files.read", {"path": "big.bin", "max_bytes": files_module.MAX_READ_BYTES}))
+    run_until_quiet(dispatcher)
+
+    [task] = executed(result.message_id)
+    assert task.status == TaskStatus.SUCCEEDED
+    # Before: 39,420,935 bytes of escaped U+FFFD.
+    assert len(task.result_json.encode()) < 1024
+    assert json.loads(task.result_json) == {
+        "path": "big.bin", "binary": True, "size": len(data), "type": "application/octet-stream",
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+def test_a_result_over_the_cap_is_stored_cut_with_its_size_and_the_delivery_says_so(dispatcher, workspace, settings):
+    settings.CONDUCTOR_RESULT_STORE_MAX_BYTES = 4096
+    (workspace / "long.txt").write_text("line of text\n" * 10_000)
+    result = ingest(block("files.read", {"path": "long.txt", "max_bytes": 200_000}))
+    run_until_quiet(dispatcher)
+
+    [task] = executed(result.message_id)
+    assert task.status == TaskStatus.SUCCEEDED
+    assert len(task.result_json.encode()) <= 4096
+    stored = json.loads(task.result_json)
+    whole = json.dumps({"path": "long.txt", "text": "line of text\n" * 10_000, "size": 130_000, "truncated": False})
+    assert stored["result_cut"] is True
+    assert stored["result_bytes"] == len(whole)
+    assert stored["max_bytes"] == 4096
+    assert whole.startswith(stored["preview"].removesuffix("…"))
+
+    text = message_results_text(message_id=result.message_id)
+    [delivered] = parse_results(text)
+    assert delivered["result"]["result_cut"] is True
+    assert delivered["result"]["result_bytes"] == len(whole)
+
+
+def test_an_mcp_tools_result_is_bounded_too(dispatcher, settings, monkeypatch):
+    settings.CONDUCTOR_RESULT_STORE_MAX_BYTES = 2048
+    spec = ToolSpec(
+        name="dump", target="huge", description="", params_schema={"type": "object"}, is_idempotent=True,
+        default_policy=Policy.ALLOW, run=lambda call: {"content": [{"type": "text", "text": "x" * 100_000}]},
+    )
+    monkeypatch.setattr(tools, "external", lambda target, name: spec)
+    task, _ = task_create(kind=INSTRUCTION_EXECUTE, payload={"tool": "dump", "target": "huge", "params": {}},
+                          actor="test")
+    run_until_quiet(dispatcher)
+    task.refresh_from_db()
+    assert task.status == TaskStatus.SUCCEEDED
+    assert len(task.result_json) <= 2048
+    assert json.loads(task.result_json)["result_bytes"] > 100_000
+
+
+def test_a_failed_commands_output_is_bounded_too(dispatcher, settings):
+    settings.CONDUCTOR_RESULT_STORE_MAX_BYTES = 2048
+    ToolPolicy.objects.create(tool="shell.run", policy="allow")
+    result = ingest(block("shell.run", {"argv": ["sh", "-c", "yes | head -c 20000; exit 3"]}))
+    run_until_quiet(dispatcher)
+    [task] = executed(result.message_id)
+    assert (task.status, task.last_error) == ("failed", "exited with code 3")
+    assert len(task.result_json) <= 2048
+    assert json.loads(task.result_json)["result_cut"] is True
+
+
+# --- the secret key file out of shell.run's reach ------------------------------------------------
+
+
+@pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="no Landlock on this kernel")
+def test_a_command_cannot_read_the_servers_secret_key_file(dispatcher, settings, tmp_path):
+    # The files the settings name: the generated key in the data folder, and a .env.
+    assert settings.SECRET_KEY_FILE == settings.DATA_DIR / "secret_key"
+    assert settings.SECRET_KEY_FILE in settings.CONDUCTOR_SECRET_FILES
+    # The default layout, in a folder of this test's own: the workspace beside the key.
+    data = tmp_path / "data"
+    settings.CONDUCTOR_WORKSPACE = data / "workspace"
+    settings.CONDUCTOR_WORKSPACE.mkdir(parents=True)
+    (data / "secret_key").write_text("the-secret-key-value")
+    settings.CONDUCTOR_SECRET_FILES = (data / "secret_key", tmp_path / ".env")
+    ToolPolicy.objects.create(tool="shell.run", policy="allow")
+    result = ingest("\n".join([
+        block("shell.run", {"argv": ["cat", "../secret_key"]}),
+        block("shell.run", {"argv": ["env"]}),
+    ]))
+    run_until_quiet(dispatcher)
+    cat, env = executed(result.message_id)
+    assert (cat.status, cat.last_error) == ("failed", "exited with code 1")
+    assert "Permission denied" in json.loads(cat.result_json)["stderr"]
+    assert env.status == "succeeded"
+    for task in (cat, env):
+        assert "the-secret-key-value" not in task.result_json
+        assert settings.SECRET_KEY not in task.result_json

@@ -1,6 +1,7 @@
 """The tools of SPEC §5.1: success and failure paths, the workspace sandbox, shell.run's limits."""
 
 import datetime as dt
+import hashlib
 import json
 import os
 import secrets
@@ -166,6 +167,48 @@ def test_read_stops_at_max_bytes_without_splitting_a_character(workspace):
 def test_read_replaces_bad_bytes(workspace):
     (workspace / "bin").write_bytes(b"ok\xff\xfeend")
     assert run(workspace, "files.read", {"path": "bin"})["text"] == "ok\ufffd\ufffdend"
+
+
+def test_read_describes_a_binary_file_instead_of_escaping_its_bytes(workspace):
+    data = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(range(256)) * 400
+    (workspace / "logo.png").write_bytes(data)
+    assert run(workspace, "files.read", {"path": "logo.png", "max_bytes": 16}) == {
+        "path": "logo.png", "binary": True, "size": len(data), "type": "image/png",
+        # Of the whole file, not only of the bytes read.
+        "sha256": hashlib.sha256(data).hexdigest(),
+    }
+
+
+@pytest.mark.parametrize("data,is_binary", [
+    (b"plain text\n" * 100, False),
+    ("caf\u00e9 \u20ac \U0001f600\n".encode() * 100, False),
+    ("Le caf\u00e9 est tr\u00e8s bon.\n".encode("latin-1") * 100, False),  # some bad bytes: still text
+    (b"ok\xff\xfeend", False),
+    (b"col1\tcol2\r\n\x1b[1mbold\x1b[0m\n" * 50, False),
+    (b"text with one NUL\0 byte", True),
+    (bytes(range(1, 256)) * 10, True),  # controls and undecodable bytes
+    (b"\x01\x02\x03\x04" * 100, True),  # valid UTF-8, but controls: six bytes each as JSON
+    (b"\xff" * 100, True),
+])
+def test_read_tells_binary_from_text(workspace, data, is_binary):
+    (workspace / "f").write_bytes(data)
+    assert run(workspace, "files.read", {"path": "f"}).get("binary", False) is is_binary
+
+
+def test_read_max_bytes_is_bounded_so_a_stored_result_fits_the_cap(workspace):
+    spec = tools.get("files.read")
+    assert spec.params_error({"path": "a", "max_bytes": files_module.MAX_READ_BYTES}) is None
+    assert "is greater than the maximum" in spec.params_error(
+        {"path": "a", "max_bytes": files_module.MAX_READ_BYTES + 1}
+    )
+    # The worst text: a quarter of it undecodable (six bytes each as JSON), the
+    # rest four-byte characters (twelve bytes each as JSON).
+    worst = ("\U0001f600" * 3).encode() + b"\xff" * 4
+    worst *= files_module.MAX_READ_BYTES // len(worst)
+    (workspace / "worst.txt").write_bytes(worst)
+    result = run(workspace, "files.read", {"path": "worst.txt", "max_bytes": files_module.MAX_READ_BYTES})
+    assert "text" in result
+    assert len(json.dumps(result)) <= 1024 * 1024
 
 
 @pytest.mark.parametrize("name,setup,message", [
@@ -651,6 +694,125 @@ def test_a_command_still_reads_its_own_processes(workspace):
     # tr reads the environment of its parent, the shell: both are inside the sandbox.
     result = run(workspace, "shell.run", {"argv": ["sh", "-c", "tr '\\0' '\\n' < /proc/$$/environ"]})
     assert "PATH=/usr/local/bin:/usr/bin:/bin" in result["stdout"].splitlines()
+
+
+# --- shell.run: the secret key file out of reach ------------------------------------------------
+
+
+@pytest.fixture
+def data_folder(tmp_path):
+    """A data folder as the server lays it out: the secret key file beside the workspace and the database."""
+    data = tmp_path / "data"
+    (data / "workspace").mkdir(parents=True)
+    (data / "secret_key").write_text("the-secret-key-value")
+    (data / "db.sqlite3").write_text("database")
+    return data
+
+
+def run_hiding(data: Path, argv: list[str]) -> dict:
+    """shell.run of ``argv`` in the data folder's workspace, the secret key file and a .env hidden; its result."""
+    call = ToolCall(
+        params={"argv": argv}, workspace=data / "workspace", shell_max_timeout_seconds=30,
+        secret_files=(data / "secret_key", data.parent / ".env"),
+    )
+    try:
+        return tools.get("shell.run").run(call)
+    except ToolError as exc:
+        assert exc.result is not None, str(exc)
+        return exc.result
+
+
+@pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="no Landlock on this kernel")
+def test_a_command_cannot_read_the_secret_key_file_however_it_names_it(data_folder):
+    secret_key = data_folder / "secret_key"
+    attempts = [
+        ["cat", "../secret_key"],
+        ["cat", str(secret_key)],
+        ["sh", "-c", f"cat /proc/self/root{secret_key}"],
+        ["sh", "-c", "cat /proc/self/cwd/../secret_key"],
+        ["cp", "../secret_key", "copy"],
+        # Another name for it: beside it (a link elsewhere is refused outright), read now and by the next command.
+        ["sh", "-c", "ln ../secret_key ../other-name; cat ../other-name"],
+        ["cat", "../other-name"],
+        ["ln", "../secret_key", "here"],
+        ["mv", "../secret_key", "moved"],
+    ]
+    for argv in attempts:
+        result = run_hiding(data_folder, argv)
+        assert result["exit_code"] != 0, argv
+        assert "the-secret-key-value" not in result["stdout"] + result["stderr"], argv
+    assert "Permission denied" in run_hiding(data_folder, ["cat", "../secret_key"])["stderr"]
+    assert secret_key.read_text() == "the-secret-key-value"
+
+
+@pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="no Landlock on this kernel")
+def test_a_command_cannot_move_the_secret_key_file_out_of_its_hiding_place(data_folder):
+    # Rules are made at each command's start, from the paths: moving the folder
+    # aside would leave the next command nothing to hide.
+    for argv in (["mv", str(data_folder), f"{data_folder}-moved"], ["mv", "../secret_key", "../renamed"],
+                 ["rm", "../secret_key"]):
+        assert run_hiding(data_folder, argv)["exit_code"] != 0, argv
+    assert (data_folder / "secret_key").read_text() == "the-secret-key-value"
+    assert "the-secret-key-value" not in run_hiding(data_folder, ["cat", "../secret_key"])["stdout"]
+
+
+@pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="no Landlock on this kernel")
+def test_hiding_the_secret_key_file_leaves_everything_else_as_it_was(data_folder):
+    result = run_hiding(data_folder, ["sh", "-c", (
+        "mkdir -p src/deep && echo made > src/deep/f && cat src/deep/f && rm -r src"
+        " && echo again > g && cat g && rm g"
+        " && cat ../db.sqlite3 && echo && ls .. && head -c 4 /etc/passwd && echo && python3 -c 'print(3)'"
+    )])
+    assert result["exit_code"] == 0, result["stderr"]
+    assert result["stdout"].splitlines() == ["made", "again", "database", "db.sqlite3", "secret_key", "workspace",
+                                            "root", "3"]
+
+
+@pytest.mark.parametrize("name", ["secret_key", "other-name"])
+def test_file_tools_refuse_the_secret_key_file_in_a_workspace_that_holds_it(data_folder, name):
+    # A workspace set to the data folder itself.
+    os.link(data_folder / "secret_key", data_folder / "other-name")
+    calls = [("files.read", {"path": name}), ("files.write", {"path": name, "content": "x", "mode": "overwrite"})]
+    for tool, params in calls:
+        call = ToolCall(params=params, workspace=data_folder, shell_max_timeout_seconds=30,
+                        secret_files=(data_folder / "secret_key",))
+        with pytest.raises(ToolError, match="holds the server's secret key"):
+            tools.get(tool).run(call)
+    assert (data_folder / "secret_key").read_text() == "the-secret-key-value"
+    call = ToolCall(params={"path": "db.sqlite3"}, workspace=data_folder, shell_max_timeout_seconds=30,
+                    secret_files=(data_folder / "secret_key",))
+    assert tools.get("files.read").run(call)["text"] == "database"
+
+
+def test_the_launcher_grants_around_the_hidden_paths_only(tmp_path):
+    (tmp_path / "data" / "workspace" / "deep").mkdir(parents=True)
+    (tmp_path / "data" / "secret_key").write_text("k")
+    os.link(tmp_path / "data" / "secret_key", tmp_path / "data" / "hard-link")
+    (tmp_path / "data" / "db").write_text("d")
+    (tmp_path / "data" / "link").symlink_to("db")
+    (tmp_path / "beside").mkdir()
+    grants = dict(launcher.hidden_paths_rules([str(tmp_path / "data" / "secret_key"), str(tmp_path / "missing")]))
+    assert grants[str(tmp_path / "beside")] is True
+    assert grants[str(tmp_path / "data" / "workspace")] is True
+    assert grants[str(tmp_path / "data" / "db")] is False
+    for never in ("data/secret_key", "data/hard-link", "data/link", "data", "data/workspace/deep", "missing"):
+        assert str(tmp_path / never) not in grants, never
+    assert launcher.hidden_paths_rules([str(tmp_path / "missing")]) == []
+
+
+@pytest.mark.parametrize("argv,parsed", [
+    (["l", "5", "--", "ls"], (5, [], ["ls"])),
+    (["l", "5", "--hide", "/a", "--hide", "/b c", "--", "cat", "--hide"], (5, ["/a", "/b c"], ["cat", "--hide"])),
+    (["l", "exec", "--hide", "/a", "--", "server", "stdio"], (None, ["/a"], ["server", "stdio"])),
+])
+def test_the_launcher_reads_its_hidden_paths_before_the_command(argv, parsed):
+    assert launcher.parse_arguments(argv) == parsed
+
+
+@pytest.mark.parametrize("argv", [["l"], ["l", "5"], ["l", "5", "--"], ["l", "5", "--hide", "--"], ["l", "5", "ls"]])
+def test_the_launcher_refuses_arguments_it_cannot_read(argv):
+    with pytest.raises(SystemExit):
+        launcher.parse_arguments(argv)
 
 
 # --- plans: what a call would do, resolved as its run resolves it ----------------------------------

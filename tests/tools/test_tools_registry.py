@@ -29,6 +29,11 @@ def test_every_tool_of_the_spec_is_registered_with_its_default_policy():
     assert {spec.target for spec in tools} == {"conductor"}
 
 
+def test_only_shell_run_of_conductors_own_tools_runs_code():
+    # Approving a tool that runs code needs automation.approve_code (docs/security.md).
+    assert {spec.name for spec in tools if spec.runs_code} == {"shell.run"}
+
+
 @pytest.mark.parametrize(
     "tool,params,error",
     [

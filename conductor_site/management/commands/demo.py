@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from automation.models import AutomationTask, TaskStatus
-from automation.services.operator import tasks_approve
+from automation.services.operator import has_every_permission, tasks_approve
 from ingest.models import PluginClient
 from ingest.services.clients import plugin_client_create, plugin_client_rotate
 from ingest.services.instructions import INSTRUCTION_EXECUTE
@@ -138,7 +138,8 @@ class Command(BaseCommand):
             return 1
         tools = ", ".join(task.payload["tool"] for task in blocked)
         if approve:
-            tasks_approve(task_ids=[task.pk for task in blocked], actor=ACTOR)
+            # The demo runs as the server's owner, on its own server.
+            tasks_approve(task_ids=[task.pk for task in blocked], actor=ACTOR, has_perm=has_every_permission)
             self.stdout.write(f"  ✓ approved {tools} (--approve)")
             return 1
         self.stdout.write(f"  ⏸ {tools} waits for approval in the admin (or run the demo with --approve)")
