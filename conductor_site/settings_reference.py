@@ -189,6 +189,11 @@ SECTIONS: tuple[Section, ...] = (
             ),
             Setting("CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS", "300", "The longest `timeout_s` a `shell.run` may ask for."),
             Setting("CONDUCTOR_RESULT_MAX_CHARS", "20000", "The longest results text posted back to a chat; the largest results give way to previews."),
+            Setting(
+                "CONDUCTOR_RESULT_STORE_MAX_BYTES", "1048576",
+                "The most of one tool's result stored (JSON bytes, at least 1024); a larger one is stored as its "
+                "start with its size and `result_cut`, and the delivery says it was cut.",
+            ),
             Setting("CONDUCTOR_DELIVERY_TIMEOUT_SECONDS", "30", "How long a delivery waits for the plugin's answer before it is retried."),
             Setting(
                 "CONDUCTOR_DELIVERY_METHODS", "",
