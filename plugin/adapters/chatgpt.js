@@ -47,22 +47,24 @@
 
 import {
   anyMatches,
-  at,
   conversationUrlFor,
-  isObject,
-  MAX_TEXT_CHARS,
   once,
-  parseJson,
-  parseRequestJson,
   pathMatch,
   queryLast,
   readValues,
+  timeZone,
+} from "../lib/page-helpers.js";
+import {
+  at,
+  isObject,
+  MAX_TEXT_CHARS,
+  parseJson,
+  parseRequestJson,
   sseReader,
   streamParser,
   StreamState,
   text,
-  timeZone,
-} from "./streams.js";
+} from "../lib/stream-readers.js";
 import { jsonBodyField } from "../lib/delivery-rules.js";
 
 const ORIGIN = "https://chatgpt.com";

@@ -33,24 +33,26 @@
 
 import {
   anyMatches,
-  at,
   conversationUrlFor,
-  isObject,
-  MAX_TEXT_CHARS,
   once,
-  parseJson,
-  parseRequestJson,
   parseUrl,
   pathMatch,
   queryLast,
   quietly,
   readValues,
+  timeZone,
+} from "../lib/page-helpers.js";
+import {
+  at,
+  isObject,
+  MAX_TEXT_CHARS,
+  parseJson,
+  parseRequestJson,
   sseReader,
   streamParser,
   StreamState,
   text,
-  timeZone,
-} from "./streams.js";
+} from "../lib/stream-readers.js";
 import { decodedSegment } from "../lib/delivery-rules.js";
 
 const ORIGIN = "https://claude.ai";

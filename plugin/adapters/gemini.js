@@ -36,18 +36,20 @@
 
 import {
   anyMatches,
-  at,
   conversationUrlFor,
-  JsonFrameReader,
-  MAX_REQUEST_BODY_CHARS,
-  parseJson,
   pathMatch,
   queryLast,
   readValues,
+} from "../lib/page-helpers.js";
+import {
+  at,
+  JsonFrameReader,
+  MAX_REQUEST_BODY_CHARS,
+  parseJson,
   streamParser,
   StreamState,
   text,
-} from "./streams.js";
+} from "../lib/stream-readers.js";
 
 const ORIGIN = "https://gemini.google.com";
 const CONVERSATION_PATH = /^(?:\/u\/\d+)?\/app\/([0-9a-fA-F]{8,64})\/?$/;

@@ -53,6 +53,14 @@ export function finalMessageFrame({ id, platform, capture, method, pageUrl, titl
   return frame;
 }
 
+/** The server's bound on a frame (SPEC §6). */
+export const MAX_FRAME_BYTES = 1024 * 1024;
+
+/** Whether the server would refuse `frame` as `too_large`: kept, it would be resent forever. */
+export function isOverFrameLimit(frame) {
+  return new TextEncoder().encode(JSON.stringify(frame)).length > MAX_FRAME_BYTES;
+}
+
 /**
  * @typedef {{ok: boolean, status: number | null, body: string | null,
  *   error: string | null, error_code?: string | null}} ProxyResult

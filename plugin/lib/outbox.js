@@ -104,3 +104,27 @@ function normalised(stored) {
   const dropped = Number.isInteger(stored?.dropped) && stored.dropped >= 0 ? stored.dropped : 0;
   return { frames, dropped };
 }
+
+/** Error codes that mean the server will never take the frame: it leaves the outbox. */
+const REJECTED_FRAME_CODES = new Set(["invalid", "bad_frame", "too_large", "unknown_type"]);
+/**
+ * Error codes after which the same frame may be taken later: it stays in the
+ * outbox and goes again on this socket after a delay that grows with each
+ * refusal of that frame (`rate_limited`: dropped by the frame limit;
+ * `server_error`: the server failed to store it, e.g. its database was away).
+ */
+const RETRY_FRAME_CODES = new Set(["rate_limited", "server_error"]);
+
+/**
+ * What the outbox does with a frame the server answered `error` with `code`:
+ * `"drop"` it, send it again later (`"retry"`), or nothing (`null`: an error
+ * that is not about a kept frame, such as an unauthorized hello, which the
+ * server's close follows).
+ *
+ * @returns {"drop" | "retry" | null}
+ */
+export function refusedFrameAction(code) {
+  if (REJECTED_FRAME_CODES.has(code)) return "drop";
+  if (RETRY_FRAME_CODES.has(code)) return "retry";
+  return null;
+}

@@ -4,7 +4,7 @@ import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
 import { ADAPTERS } from "../adapters/index.js";
-import { domResultFrame, finalMessageFrame, helloFrame, isLoopback, isPosted, isSentToComposer, proxyResultFrame, socketUrl } from "../lib/frames.js";
+import { domResultFrame, finalMessageFrame, helloFrame, isLoopback, isOverFrameLimit, isPosted, isSentToComposer, MAX_FRAME_BYTES, proxyResultFrame, socketUrl } from "../lib/frames.js";
 
 describe("helloFrame", () => {
   it("names the client, its platforms, capabilities and adapter versions", () => {
@@ -113,5 +113,15 @@ describe("isLoopback", () => {
   it("knows this machine's names", () => {
     for (const url of ["http://127.0.0.1:8000", "http://localhost:1", "http://[::1]:8000/"]) assert.equal(isLoopback(url), true, url);
     for (const url of ["https://conductor.example.org", "http://10.0.0.2", "nonsense"]) assert.equal(isLoopback(url), false, url);
+  });
+});
+
+describe("isOverFrameLimit", () => {
+  it("counts a frame's UTF-8 bytes, not its characters", () => {
+    const frame = (text) => ({ type: "browser.final_message", id: "f", text });
+    const overhead = JSON.stringify(frame("")).length;
+    assert.equal(isOverFrameLimit(frame("a".repeat(MAX_FRAME_BYTES - overhead))), false);
+    assert.equal(isOverFrameLimit(frame("a".repeat(MAX_FRAME_BYTES - overhead + 1))), true);
+    assert.equal(isOverFrameLimit(frame("é".repeat(Math.ceil((MAX_FRAME_BYTES - overhead + 1) / 2)))), true);
   });
 });

@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { Outbox } from "../lib/outbox.js";
+import { Outbox, refusedFrameAction } from "../lib/outbox.js";
 import { MapStore } from "./stores.js";
 
 const frame = (id) => ({ type: "browser.final_message", id, text: `text ${id}` });
@@ -93,5 +93,13 @@ describe("Outbox", () => {
     const outbox = new Outbox(store, { key: "outbox", limit: 2 });
     assert.deepEqual(await outbox.pending(), []);
     assert.equal(await outbox.dropped(), 0);
+  });
+});
+
+describe("refusedFrameAction", () => {
+  it("drops frames the server will never take, retries those it may take later, ignores the rest", () => {
+    for (const code of ["invalid", "bad_frame", "too_large", "unknown_type"]) assert.equal(refusedFrameAction(code), "drop");
+    for (const code of ["rate_limited", "server_error"]) assert.equal(refusedFrameAction(code), "retry");
+    for (const code of ["unauthorized", "constructor", undefined, ""]) assert.equal(refusedFrameAction(code), null);
   });
 });

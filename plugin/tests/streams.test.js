@@ -111,7 +111,7 @@ describe("stream parsers on hostile input", () => {
   });
 
   it("give up on a line longer than the bound instead of holding it", async () => {
-    const { MAX_LINE_CHARS } = await import("../adapters/streams.js");
+    const { MAX_LINE_CHARS } = await import("../lib/stream-readers.js");
     const parser = adapterByName("chatgpt").createStreamParser({ requestUrl: "", requestBody: "" });
     const fixture = all.find((item) => item.platform === "chatgpt" && item.name === "v1_answer_with_baa");
     parser.feed(new TextDecoder().decode(fixture.bytes).replace("data: [DONE]", `data: ${"x".repeat(MAX_LINE_CHARS + 1)}\n\ndata: [DONE]`));
@@ -119,7 +119,7 @@ describe("stream parsers on hostile input", () => {
   });
 
   it("read lines and frames up to their bound, whole or in pieces, and nothing after one longer", async () => {
-    const { JsonFrameReader, LineReader } = await import("../adapters/streams.js");
+    const { JsonFrameReader, LineReader } = await import("../lib/stream-readers.js");
     // [reader, chunks, what it reads with a bound of 5 characters, whether it gave up]
     const cases = [
       [LineReader, ["abcd\nab", "cd\r", "\nabcde\n"], ["abcd", "abcd", "abcde"], false],
