@@ -116,7 +116,7 @@ def test_a_poller_registers_its_doorbell_removes_dead_processes_entries_and_unre
         waiting = asyncio.ensure_future(receive(layer, me))
         entry = folder / layer.non_local_name(me)
         await until(entry.exists)
-        port, pid = entry.read_text().split()
+        port, pid, _secret = entry.read_text().split()
         waiting.cancel()
         return int(port), int(pid)
 
