@@ -139,3 +139,47 @@ def test_doorbell_folder_sits_beside_a_database_file_and_there_is_none_for_memor
     from conductor_site.channel_layer import doorbell_folder
 
     assert doorbell_folder(name) == folder
+
+
+def test_datagrams_without_the_doorbells_secret_wake_no_poll_and_are_logged_once(caplog):
+    """A local flood of datagrams on the doorbell's port costs no database reads (issue 34, item 5)."""
+    import logging
+    import socket
+
+    caplog.set_level(logging.WARNING, logger="conductor_site.channel_layer")
+
+    async def main(layer, me):
+        polls = 0
+        read = layer._receive_single_from_db
+
+        async def counted(prefix):
+            nonlocal polls
+            polls += 1
+            return await read(prefix)
+
+        layer._receive_single_from_db = counted
+        waiting = asyncio.ensure_future(receive(layer, me))
+        entry = registry() / layer.non_local_name(me)
+        await until(entry.exists)
+        port, _pid, secret = entry.read_text().split()
+        await asyncio.sleep(0.1)
+        before = polls
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as flood:
+            for n in range(2000):
+                flood.sendto([b"\x01", b"", secret[:-1].encode(), b"x" * 64][n % 4], ("127.0.0.1", int(port)))
+                if n % 200 == 0:
+                    await asyncio.sleep(0)
+        await asyncio.sleep(0.3)
+        flooded = polls - before
+        # The secret itself rings: the poller reads once more and finds the message sent meanwhile.
+        await layer.send(me, {"type": "after.the.flood"})
+        return flooded, await waiting
+
+    layer = doorbell_layer(AN_HOUR)
+    me = asyncio.run(layer.new_channel())
+    flooded, message = asyncio.run(main(layer, me))
+
+    assert flooded == 0
+    assert message == {"type": "after.the.flood"}
+    refusals = [r.getMessage() for r in caplog.records if "action=doorbell_refused" in r.getMessage()]
+    assert len(refusals) == 1  # at most one line a minute, however many datagrams
