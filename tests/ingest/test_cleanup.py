@@ -86,7 +86,7 @@ async def test_a_presence_step_that_keeps_failing_still_leaves_the_group_and_aba
     await sync_to_async(delivery_request)(client, "req-1")
     discard = mock.AsyncMock(wraps=channel_layer.group_discard)
     with (
-        mock.patch("ingest.services.clients.plugin_client_disconnect", side_effect=OperationalError("gone")),
+        mock.patch("ingest.services.clients.plugin_clients_disconnect", side_effect=OperationalError("gone")),
         mock.patch.object(channel_layer, "group_discard", discard),
     ):
         await communicator.disconnect(timeout=10)
