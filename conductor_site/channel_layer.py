@@ -14,9 +14,12 @@ that registers removes what dead processes left behind.
 Who may ring: any local user can send datagrams to a loopback port, and each
 ring costs the poller a read of the database. A ring is therefore the
 doorbell's secret (random, made when it opens, readable only through the
-private registry folder); any other datagram is dropped in
-``datagram_received`` before it wakes anything, and counted in a
-``doorbell_refused`` line at most once a minute.
+private registry folder); any other datagram is dropped before it wakes
+anything. On Linux the kernel drops it (a socket filter comparing the
+datagram with the secret, ``doorbell_filter``), so a flood costs the
+receiving process nothing; elsewhere, or if the kernel refuses the filter,
+``datagram_received`` drops it and counts it in a ``doorbell_refused`` line at
+most once a minute.
 
 What a message says is checked apart from the ring: messages are sealed with
 the installation's key (``conductor_site.layer_messages``), so a row written
@@ -38,12 +41,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import hmac
 import logging
 import os
 import random
 import secrets
+import select
 import socket
+import struct
 import time
 from collections.abc import Iterable
 from datetime import timedelta
@@ -66,6 +72,69 @@ logger = logging.getLogger(__name__)
 LOOPBACK = "127.0.0.1"
 # At most one doorbell_refused line per doorbell in this many seconds, however many datagrams.
 REFUSED_LOG_INTERVAL_SECONDS = 60.0
+# Linux's <asm-generic/socket.h>; Python's socket module names neither.
+SO_ATTACH_FILTER, SO_DETACH_FILTER = 26, 27
+UDP_HEADER_BYTES = 8  # a UDP socket's filter sees the datagram from its UDP header on
+
+
+def doorbell_filter(secret: bytes) -> bytes:
+    """A classic BPF program that accepts a datagram whose payload is ``secret`` and drops any other.
+
+    The program's instructions (``struct sock_filter``): the length first,
+    then the secret four bytes at a time, each mismatch jumping to the drop.
+    """
+    if len(secret) % 4:
+        raise ValueError("the secret's length must be a multiple of 4")
+    words = [int.from_bytes(secret[at : at + 4], "big") for at in range(0, len(secret), 4)]
+    load_len, load_word, jump_equal, ret = 0x80, 0x20, 0x15, 0x06
+    program = [(load_len, 0, 0, 0), (jump_equal, 0, 2 * len(words) + 1, UDP_HEADER_BYTES + len(secret))]
+    for n, word in enumerate(words):
+        left = len(words) - n - 1
+        program += [(load_word, 0, 0, UDP_HEADER_BYTES + 4 * n), (jump_equal, 0, 2 * left + 1, word)]
+    program += [(ret, 0, 0, 0xFFFF), (ret, 0, 0, 0)]  # accept, drop
+    return b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+
+
+def _attach_filter(sock: socket.socket, secret: bytes) -> bool:
+    """Let the kernel drop what is not ``secret`` on ``sock``; False where it cannot (not Linux).
+
+    Checked by ringing the socket once: a kernel that reads the program
+    differently (dropping the ring) gets it detached again.
+    """
+    code = ctypes.create_string_buffer(doorbell_filter(secret))  # the kernel copies it
+    program = struct.pack("HL", len(code.raw) // 8, ctypes.addressof(code))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, program)
+    except OSError:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as ringer:
+        ringer.sendto(secret, sock.getsockname())
+    if select.select([sock], [], [], 1.0)[0] and sock.recv(len(secret) + 1) == secret:
+        return True
+    sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
+    return False
+
+
+def doorbell_socket(secret: bytes) -> socket.socket:
+    """A UDP socket on the loopback for a doorbell rung by ``secret``, filtered by the kernel where it can be."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.bind((LOOPBACK, 0))
+        if not _attach_filter(sock, secret):
+            log_event(
+                logger, "doorbell_unfiltered", level=logging.INFO,
+                reason="no kernel socket filter here; other datagrams are dropped by the process",
+            )
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def new_secret() -> bytes:
+    """A doorbell's secret: 32 random hex digits (a length ``doorbell_filter`` takes)."""
+    return secrets.token_hex(16).encode()
 
 
 class Doorbell(asyncio.DatagramProtocol):
@@ -73,7 +142,7 @@ class Doorbell(asyncio.DatagramProtocol):
 
     def __init__(self, prefix: str = "", secret: bytes | None = None) -> None:
         self.prefix = prefix
-        self.secret = secret or secrets.token_hex(16).encode()
+        self.secret = secret or new_secret()
         self.rung = asyncio.Event()
         self.transport: asyncio.DatagramTransport | None = None
         self.refused = 0  # since the last doorbell_refused line
@@ -268,9 +337,10 @@ class DoorbellSQLiteChannelLayer(RefusesForgedMessages, SQLiteChannelLayer):
         folder = self._doorbell_folder()
         if folder is None:
             return None
+        secret = new_secret()
         try:
             _, bell = await asyncio.get_running_loop().create_datagram_endpoint(
-                lambda: Doorbell(prefix), local_addr=(LOOPBACK, 0)
+                lambda: Doorbell(prefix, secret), sock=doorbell_socket(secret)
             )
         except OSError:
             log_event(
