@@ -73,3 +73,17 @@ def test_three_hundred_sockets_dropped_at_once_leave_no_client_connected_within_
     print(f"connected clients after the drop (seconds, count): {seen}")
     assert not PluginClient.objects.filter(connected=True).exists()
     assert "step=group attempt=3" not in log, "a socket's group clean-up failed for good"
+    assert groups_left_in_redis(clients) == 0
+
+
+def groups_left_in_redis(clients) -> int:
+    """How many of the clients' groups still hold a channel on Redis (0 on the embedded layer, not read)."""
+    from django.conf import settings
+
+    if not settings.REDIS_URL:
+        return 0
+    import redis
+
+    prefix = settings.CHANNEL_LAYERS["default"]["CONFIG"]["prefix"]
+    with redis.Redis.from_url(settings.REDIS_URL) as connection:
+        return sum(connection.zcard(f"{prefix}:group:{client.group_name}") > 0 for client in clients)
