@@ -102,7 +102,7 @@ def database_engine() -> str:
 
 
 def channel_layer_backend() -> str:
-    """The channel layer's backend class: ``DoorbellSQLiteChannelLayer`` (embedded) or ``RedisChannelLayer``."""
+    """The channel layer's backend class: ``DoorbellSQLiteChannelLayer`` (embedded) or ``SealedRedisChannelLayer``."""
     from django.conf import settings
 
     return settings.CHANNEL_LAYERS["default"]["BACKEND"].rsplit(".", 1)[-1]

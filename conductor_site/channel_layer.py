@@ -6,10 +6,24 @@ process busy, idle or not. Here a receiving process's poller sleeps instead,
 for up to ``doorbell_fallback_interval``, and whoever sends it a message rings
 its doorbell once the message is committed: one datagram to a UDP port on the
 loopback interface. Each poller registers its port in a folder beside the
-layer's database (``<database>-doorbells/<channel prefix>``, holding the port
-and the pid), so every process on that database (several servers and
-clusters) can find it; it unregisters when it ends, and a process that
-registers removes what dead processes left behind.
+layer's database (``<database>-doorbells/<channel prefix>``, holding the port,
+the pid and the doorbell's secret), so every process on that database (several
+servers and clusters) can find it; it unregisters when it ends, and a process
+that registers removes what dead processes left behind.
+
+Who may ring: any local user can send datagrams to a loopback port, and each
+ring costs the poller a read of the database. A ring is therefore the
+doorbell's secret (random, made when it opens, readable only through the
+private registry folder); any other datagram is dropped before it wakes
+anything. On Linux the kernel drops it (a socket filter comparing the
+datagram with the secret, ``doorbell_filter``), so a flood costs the
+receiving process nothing; elsewhere, or if the kernel refuses the filter,
+``datagram_received`` drops it and counts it in a ``doorbell_refused`` line at
+most once a minute.
+
+What a message says is checked apart from the ring: messages are sealed with
+the installation's key (``conductor_site.layer_messages``), so a row written
+straight into the layer's database is dropped, not dispatched.
 
 Why no message waits: the poller clears its bell, reads the database, and
 only then sleeps. A message committed before the read is found by it; one
@@ -27,14 +41,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import hmac
 import logging
 import os
 import random
+import secrets
+import select
 import socket
+import struct
 import time
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
+from typing import NamedTuple
 
 from asgiref.sync import sync_to_async
 from channels_lite.layers import BoundedQueue, ChannelEmpty
@@ -43,27 +63,107 @@ from channels_lite.models import Event, GroupMembership
 from django.conf import settings
 from django.utils import timezone
 
+from conductor_site.layer_messages import RefusedMessage, RefusesForgedMessages
 from conductor_site.private_files import private_folder
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
 LOOPBACK = "127.0.0.1"
-RING = b"\x01"
+# At most one doorbell_refused line per doorbell in this many seconds, however many datagrams.
+REFUSED_LOG_INTERVAL_SECONDS = 60.0
+# Linux's <asm-generic/socket.h>; Python's socket module names neither.
+SO_ATTACH_FILTER, SO_DETACH_FILTER = 26, 27
+UDP_HEADER_BYTES = 8  # a UDP socket's filter sees the datagram from its UDP header on
+
+
+def doorbell_filter(secret: bytes) -> bytes:
+    """A classic BPF program that accepts a datagram whose payload is ``secret`` and drops any other.
+
+    The program's instructions (``struct sock_filter``): the length first,
+    then the secret four bytes at a time, each mismatch jumping to the drop.
+    """
+    if len(secret) % 4:
+        raise ValueError("the secret's length must be a multiple of 4")
+    words = [int.from_bytes(secret[at : at + 4], "big") for at in range(0, len(secret), 4)]
+    load_len, load_word, jump_equal, ret = 0x80, 0x20, 0x15, 0x06
+    program = [(load_len, 0, 0, 0), (jump_equal, 0, 2 * len(words) + 1, UDP_HEADER_BYTES + len(secret))]
+    for n, word in enumerate(words):
+        left = len(words) - n - 1
+        program += [(load_word, 0, 0, UDP_HEADER_BYTES + 4 * n), (jump_equal, 0, 2 * left + 1, word)]
+    program += [(ret, 0, 0, 0xFFFF), (ret, 0, 0, 0)]  # accept, drop
+    return b"".join(struct.pack("HBBI", *instruction) for instruction in program)
+
+
+def _attach_filter(sock: socket.socket, secret: bytes) -> bool:
+    """Let the kernel drop what is not ``secret`` on ``sock``; False where it cannot (not Linux).
+
+    Checked by ringing the socket once: a kernel that reads the program
+    differently (dropping the ring) gets it detached again.
+    """
+    code = ctypes.create_string_buffer(doorbell_filter(secret))  # the kernel copies it
+    program = struct.pack("HL", len(code.raw) // 8, ctypes.addressof(code))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, SO_ATTACH_FILTER, program)
+    except OSError:
+        return False
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as ringer:
+        ringer.sendto(secret, sock.getsockname())
+    if select.select([sock], [], [], 1.0)[0] and sock.recv(len(secret) + 1) == secret:
+        return True
+    sock.setsockopt(socket.SOL_SOCKET, SO_DETACH_FILTER, 0)
+    return False
+
+
+def doorbell_socket(secret: bytes) -> socket.socket:
+    """A UDP socket on the loopback for a doorbell rung by ``secret``, filtered by the kernel where it can be."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        sock.bind((LOOPBACK, 0))
+        if not _attach_filter(sock, secret):
+            log_event(
+                logger, "doorbell_unfiltered", level=logging.INFO,
+                reason="no kernel socket filter here; other datagrams are dropped by the process",
+            )
+        sock.setblocking(False)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def new_secret() -> bytes:
+    """A doorbell's secret: 32 random hex digits (a length ``doorbell_filter`` takes)."""
+    return secrets.token_hex(16).encode()
 
 
 class Doorbell(asyncio.DatagramProtocol):
-    """The receiving end of a doorbell: any datagram on its port sets ``rung``."""
+    """The receiving end of a doorbell: a datagram that is its ``secret`` sets ``rung``; any other is dropped."""
 
-    def __init__(self) -> None:
+    def __init__(self, prefix: str = "", secret: bytes | None = None) -> None:
+        self.prefix = prefix
+        self.secret = secret or new_secret()
         self.rung = asyncio.Event()
         self.transport: asyncio.DatagramTransport | None = None
+        self.refused = 0  # since the last doorbell_refused line
+        self._refused_logged_at: float | None = None
 
     def connection_made(self, transport) -> None:
         self.transport = transport
 
     def datagram_received(self, data: bytes, addr) -> None:
-        self.rung.set()
+        if hmac.compare_digest(data, self.secret):
+            self.rung.set()
+            return
+        # Kept as cheap as a flood needs: a count, and a line once a minute.
+        self.refused += 1
+        now = time.monotonic()
+        if self._refused_logged_at is None or now - self._refused_logged_at >= REFUSED_LOG_INTERVAL_SECONDS:
+            log_event(
+                logger, "doorbell_refused", level=logging.WARNING, prefix=self.prefix, datagrams=self.refused,
+                sender=f"{addr[0]}:{addr[1]}" if addr else None, reason="not this doorbell's secret",
+            )
+            self._refused_logged_at, self.refused = now, 0
 
     def error_received(self, exc: Exception) -> None:
         pass  # nothing is sent on this socket; a stray error changes nothing
@@ -100,14 +200,23 @@ def _is_alive(pid: int) -> bool:
     return True
 
 
-def _read_entry(path: Path) -> tuple[int, int]:
-    """(port, pid) of a registry entry; raises OSError or ValueError when there is none."""
-    port, pid = path.read_text().split()
-    return int(port), int(pid)
+class Entry(NamedTuple):
+    """A registered doorbell: where it listens, whose it is, and what rings it (b"" in an entry without one)."""
+
+    port: int
+    pid: int
+    secret: bytes
 
 
-class DoorbellSQLiteChannelLayer(SQLiteChannelLayer):
-    """channels-lite's ``SQLiteChannelLayer`` whose pollers sleep until rung (see the module docstring)."""
+def _read_entry(path: Path) -> Entry:
+    """A registry entry; raises OSError or ValueError when there is none."""
+    port, pid, *secret = path.read_text().split()
+    return Entry(int(port), int(pid), secret[0].encode() if secret else b"")
+
+
+class DoorbellSQLiteChannelLayer(RefusesForgedMessages, SQLiteChannelLayer):
+    """channels-lite's ``SQLiteChannelLayer`` whose pollers sleep until rung, with sealed messages
+    (see the module docstring)."""
 
     def __init__(self, *, doorbell_fallback_interval: float = 1.0, **kwargs) -> None:
         super().__init__(**kwargs)
@@ -157,8 +266,9 @@ class DoorbellSQLiteChannelLayer(SQLiteChannelLayer):
             return
         for prefix in {self.non_local_name(channel) for channel in channels if "!" in channel}:
             try:
-                port, _ = _read_entry(folder / prefix)
-                self._ringer.sendto(RING, (LOOPBACK, port))
+                entry = _read_entry(folder / prefix)
+                if entry.secret:  # an entry without one was left by a version that took any datagram
+                    self._ringer.sendto(entry.secret, (LOOPBACK, entry.port))
             except (OSError, ValueError):
                 pass
 
@@ -168,6 +278,15 @@ class DoorbellSQLiteChannelLayer(SQLiteChannelLayer):
         return doorbell_folder(str(settings.DATABASES[self.database]["NAME"]))
 
     # --- receiving: a poller that sleeps until rung ------------------------------
+
+    async def _receive_single_from_db(self, channel):
+        # channels-lite marks a message delivered, then decodes it: one that
+        # cannot be opened is dropped (and logged), and the next one is read.
+        while True:
+            try:
+                return await super()._receive_single_from_db(channel)
+            except RefusedMessage:
+                continue
 
     async def _poll_and_distribute(self, prefix):
         """channels-lite's poller for ``prefix``, sleeping on the doorbell between empty polls.
@@ -218,9 +337,10 @@ class DoorbellSQLiteChannelLayer(SQLiteChannelLayer):
         folder = self._doorbell_folder()
         if folder is None:
             return None
+        secret = new_secret()
         try:
             _, bell = await asyncio.get_running_loop().create_datagram_endpoint(
-                Doorbell, local_addr=(LOOPBACK, 0)
+                lambda: Doorbell(prefix, secret), sock=doorbell_socket(secret)
             )
         except OSError:
             log_event(
@@ -229,7 +349,7 @@ class DoorbellSQLiteChannelLayer(SQLiteChannelLayer):
             )
             return None
         try:
-            self._register(folder, prefix, bell.port)
+            self._register(folder, prefix, bell.port, bell.secret)
         except OSError:
             log_event(
                 logger, "doorbell_unavailable", level=logging.WARNING, exc_info=True, prefix=prefix,
@@ -239,16 +359,17 @@ class DoorbellSQLiteChannelLayer(SQLiteChannelLayer):
             return None
         return bell
 
-    def _register(self, folder: Path, prefix: str, port: int) -> None:
+    def _register(self, folder: Path, prefix: str, port: int, secret: bytes) -> None:
+        # The folder is private (0700): only this user's processes read the secret.
         private_folder(folder)
-        for entry in folder.iterdir():
+        for path in folder.iterdir():
             with contextlib.suppress(OSError, ValueError):
-                _, pid = _read_entry(entry)
+                pid = _read_entry(path).pid
                 if pid != os.getpid() and not _is_alive(pid):
-                    entry.unlink(missing_ok=True)
+                    path.unlink(missing_ok=True)
         # Written whole, then renamed into place: a sender never reads half an entry.
         staging = folder / f".{prefix}.{os.getpid()}"
-        staging.write_text(f"{port} {os.getpid()}")
+        staging.write_text(f"{port} {os.getpid()} {secret.decode()}")
         os.replace(staging, folder / prefix)
 
     def _doorbell_close(self, prefix: str, bell: Doorbell) -> None:

@@ -145,6 +145,10 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         "CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES": _positive_int(
             env, "CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES", 16 * 1024 * 1024
         ),
+        # With REDIS_URL: the most connections to Redis one process's channel
+        # layer opens at once; a burst past it waits for a free one (see
+        # docs/operations.md, "Redis", for sizing it to the sockets a server holds).
+        "CONDUCTOR_REDIS_MAX_CONNECTIONS": _positive_int(env, "CONDUCTOR_REDIS_MAX_CONNECTIONS", 100),
         # The django-q2 cluster: its workers (one runs the dispatcher loop,
         # one stands by to take it over, the rest serve renewal and pruning)
         # and the longest any other task may run before the cluster kills it.

@@ -13,6 +13,7 @@ import environ
 from django.utils.csp import CSP
 
 from conductor_site.config import conductor_settings
+from conductor_site.layer_messages import channel_layer_keys
 from conductor_site.private_files import (
     private_file,
     private_folder,
@@ -43,6 +44,10 @@ def _local_secret_key() -> str:
 
 
 SECRET_KEY = env.str("SECRET_KEY", default="") or _local_secret_key()
+# Earlier keys, newest first, while processes move to a new SECRET_KEY: Django
+# still accepts what they signed, and the channel layer still opens messages
+# they sealed (docs/security.md, "The channel layer between processes").
+SECRET_KEY_FALLBACKS = env.list("SECRET_KEY_FALLBACKS", default=[])
 
 # --- Conductor (SPEC §8) ------------------------------------------------------
 
@@ -153,7 +158,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # The WebSocket consumers live in the ASGI server and the dispatcher in
 # django-q2 worker processes, so the channel layer must cross processes.
+# Give Redis a password (or an ACL user) and, across hosts, TLS:
+#   REDIS_URL=redis://:PASSWORD@127.0.0.1:6379/0
+#   REDIS_URL=rediss://conductor:PASSWORD@redis.internal:6380/0
+# (docs/operations.md, "Redis"). Messages on either layer are sealed with a key
+# derived from SECRET_KEY, so every process must share SECRET_KEY.
 REDIS_URL = env.str("REDIS_URL", default="") or None
+CHANNEL_LAYER_KEYS = channel_layer_keys(SECRET_KEY, SECRET_KEY_FALLBACKS)
 
 Q_CLUSTER = {
     "name": "conductor",
@@ -183,11 +194,21 @@ Q_CLUSTER = {
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "BACKEND": "conductor_site.redis_layer.SealedRedisChannelLayer",
             "CONFIG": {
-                # redis-py 8 times a read out after 5 s by default, which kills a
-                # receiver that waits on an idle channel (channels_redis issue 422).
-                "hosts": [{"address": REDIS_URL, "socket_timeout": None}],
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        # redis-py 8 times a read out after 5 s by default, which kills a
+                        # receiver that waits on an idle channel (channels_redis issue 422).
+                        "socket_timeout": None,
+                        # Per process: a burst past it waits for a connection
+                        # (conductor_site/redis_layer.py) rather than failing.
+                        "max_connections": _CONDUCTOR["CONDUCTOR_REDIS_MAX_CONNECTIONS"],
+                        "pool_timeout": 20,
+                    }
+                ],
+                "symmetric_encryption_keys": CHANNEL_LAYER_KEYS,
                 "prefix": env.str("CONDUCTOR_CHANNEL_PREFIX", default="conductor"),
                 "capacity": 1000,
                 "expiry": 60,
@@ -220,6 +241,7 @@ else:
             "BACKEND": "conductor_site.channel_layer.DoorbellSQLiteChannelLayer",
             "CONFIG": {
                 "database": "channels",
+                "symmetric_encryption_keys": CHANNEL_LAYER_KEYS,
                 "polling_interval": 0.02,
                 "doorbell_fallback_interval": 1.0,
                 "capacity": 1000,

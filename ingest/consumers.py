@@ -40,6 +40,7 @@ from ingest.frames import (
     parse_plugin_info,
 )
 from ingest.batching import final_message_queue
+from ingest.cleanup import socket_clean_up
 from ingest.models import plugin_group_name
 from ingest.prehello import PreHelloRoom
 from ingest.protocol import (
@@ -54,10 +55,7 @@ from ingest.protocol import (
 )
 from ingest.ratelimit import SlidingWindowLimiter
 from ingest.services import clients
-from ingest.services.deliveries import (
-    delivery_requests_abandon,
-    delivery_result_record,
-)
+from ingest.services.deliveries import delivery_result_record
 from ingest.services.guides import tool_guide_serve
 from ingest.services.reports import adapter_report_record
 from ingest.services.messages import ClientMessage
@@ -155,22 +153,13 @@ class PluginConsumer(AsyncWebsocketConsumer):
         PluginConsumer.pre_hello_room.leave(self)
         for task in [*self._background, *self.acks_pending]:
             task.cancel()
-        try:
-            if self.client_pk is not None:
-                await self.channel_layer.group_discard(self._group_name, self.channel_name)
-                was_current = await database_sync_to_async(clients.plugin_client_disconnect)(
-                    client_pk=self.client_pk, channel_name=self.channel_name
-                )
-                if was_current:
-                    # Nobody is left to answer what this socket was sent: its
-                    # executors retry later instead of waiting out their timeout.
-                    # (A socket replaced by a newer one leaves them to the newer one.)
-                    await database_sync_to_async(delivery_requests_abandon)(
-                        client_pk=self.client_pk, reason="the plugin disconnected before answering"
-                    )
-        except Exception:
-            # Presence still expires on its own (twice the ping interval).
-            log_event(logger, "socket_clean_up_failed", level=logging.ERROR, exc_info=True, client_id=self.client_id)
+        if self.client_pk is not None:
+            # Group, presence and delivery requests: each step retried on its
+            # own, so that one failing does not skip the others (ingest/cleanup.py).
+            await socket_clean_up(
+                layer=self.channel_layer, client_pk=self.client_pk, client_id=self.client_id,
+                channel_name=self.channel_name,
+            )
         log_event(logger, "socket_closed", client_id=self.client_id, code=code)
 
     async def _close_without_hello(self) -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+from collections.abc import Collection
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.text import slugify
 
@@ -117,12 +119,29 @@ def plugin_client_touch(
 
 def plugin_client_disconnect(*, client_pk: int, channel_name: str) -> bool:
     """Mark the client gone if ``channel_name`` is still its socket; a newer socket stays."""
-    updated = PluginClient.objects.filter(pk=client_pk, connection_channel=channel_name).update(
-        connected=False, connection_channel=""
-    )
-    if updated:
+    return client_pk in plugin_clients_disconnect(sockets=[(client_pk, channel_name)])
+
+
+def plugin_clients_disconnect(*, sockets: Collection[tuple[int, str]]) -> set[int]:
+    """For each (client pk, channel name) of a closed socket, mark the client gone if that is still its socket.
+
+    Returns the pks of the clients marked gone; a client whose newer socket
+    took over stays connected. One transaction for them all: a burst of
+    closed sockets costs a few statements, not a few per socket.
+    """
+    if not sockets:
+        return set()
+    current = Q()
+    for client_pk, channel_name in sockets:
+        current |= Q(pk=client_pk, connection_channel=channel_name)
+    with transaction.atomic():
+        # Locked, as plugin_client_connect locks the row: a hello that
+        # commits meanwhile is not undone by this update.
+        gone = set(PluginClient.objects.select_for_update().filter(current).values_list("pk", flat=True))
+        PluginClient.objects.filter(pk__in=gone).update(connected=False, connection_channel="")
+    for client_pk in sorted(gone):
         log_event(logger, "plugin_disconnect", client_pk=client_pk)
-    return bool(updated)
+    return gone
 
 
 def plugin_client_revoke(*, client: PluginClient, actor: str) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Collection
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -121,16 +122,20 @@ def delivery_answer_wait(*, request_id: str, timeout: float, cancelled: threadin
     return None
 
 
-def delivery_requests_abandon(*, client_pk: int, reason: str, now: int | None = None) -> int:
-    """Answer every unanswered request of the client with a failure: its socket closed first.
+def delivery_requests_abandon(*, client_pks: Collection[int], reason: str, now: int | None = None) -> int:
+    """Answer every unanswered request of these clients with a failure: their sockets closed first.
 
     The waiting executors see it at once and retry later with the same
     delivery key, instead of waiting out their timeout. Returns how many.
     """
-    abandoned = DeliveryRequest.objects.filter(client_id=client_pk, answered_at__isnull=True).update(
+    if not client_pks:
+        return 0
+    abandoned = DeliveryRequest.objects.filter(client_id__in=client_pks, answered_at__isnull=True).update(
         answered_at=now_ms() if now is None else now,
         result={"ok": False, "status": None, "body": None, "error": reason},
     )
     if abandoned:
-        log_event(logger, "delivery_abandoned", client_pk=client_pk, requests=abandoned, reason=reason)
+        log_event(
+            logger, "delivery_abandoned", client_pks=sorted(client_pks), requests=abandoned, reason=reason
+        )
     return abandoned

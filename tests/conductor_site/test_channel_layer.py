@@ -116,7 +116,7 @@ def test_a_poller_registers_its_doorbell_removes_dead_processes_entries_and_unre
         waiting = asyncio.ensure_future(receive(layer, me))
         entry = folder / layer.non_local_name(me)
         await until(entry.exists)
-        port, pid = entry.read_text().split()
+        port, pid, _secret = entry.read_text().split()
         waiting.cancel()
         return int(port), int(pid)
 
@@ -139,3 +139,80 @@ def test_doorbell_folder_sits_beside_a_database_file_and_there_is_none_for_memor
     from conductor_site.channel_layer import doorbell_folder
 
     assert doorbell_folder(name) == folder
+
+
+def test_datagrams_without_the_doorbells_secret_wake_no_poll_and_are_logged_once(caplog):
+    """A local flood of datagrams on the doorbell's port costs no database reads (issue 34, item 5)."""
+    import logging
+    import socket
+
+    caplog.set_level(logging.WARNING, logger="conductor_site.channel_layer")
+
+    async def main(layer, me):
+        polls = 0
+        read = layer._receive_single_from_db
+
+        async def counted(prefix):
+            nonlocal polls
+            polls += 1
+            return await read(prefix)
+
+        layer._receive_single_from_db = counted
+        waiting = asyncio.ensure_future(receive(layer, me))
+        entry = registry() / layer.non_local_name(me)
+        await until(entry.exists)
+        port, _pid, secret = entry.read_text().split()
+        await asyncio.sleep(0.1)
+        before = polls
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as flood:
+            for n in range(2000):
+                flood.sendto([b"\x01", b"", secret[:-1].encode(), b"x" * 64][n % 4], ("127.0.0.1", int(port)))
+                if n % 200 == 0:
+                    await asyncio.sleep(0)
+        await asyncio.sleep(0.3)
+        flooded = polls - before
+        # The secret itself rings: the poller reads once more and finds the message sent meanwhile.
+        await layer.send(me, {"type": "after.the.flood"})
+        return flooded, await waiting
+
+    layer = doorbell_layer(AN_HOUR)
+    me = asyncio.run(layer.new_channel())
+    flooded, message = asyncio.run(main(layer, me))
+
+    assert flooded == 0
+    assert message == {"type": "after.the.flood"}
+    refusals = [r.getMessage() for r in caplog.records if "action=doorbell_refused" in r.getMessage()]
+    assert len(refusals) <= 1  # none where the kernel drops them; else at most one line a minute
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's socket filter is Linux's")
+def test_the_kernel_passes_the_doorbell_only_its_secret():
+    import socket
+
+    from conductor_site.channel_layer import doorbell_socket, new_secret
+
+    secret = new_secret()
+    with doorbell_socket(secret) as bell, socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sender:
+        for datagram in [b"\x01", secret[:-1] + b"x", b"y" * len(secret), secret + b"z", secret[:4], secret]:
+            sender.sendto(datagram, bell.getsockname())
+        bell.settimeout(5)
+        assert bell.recv(100) == secret
+        bell.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            bell.recv(100)
+
+
+def test_a_doorbell_without_the_kernels_filter_drops_other_datagrams_itself_and_logs_them_once_a_minute(caplog):
+    import logging
+
+    from conductor_site.channel_layer import Doorbell
+
+    caplog.set_level(logging.WARNING, logger="conductor_site.channel_layer")
+    bell = Doorbell("specific.x!", b"s" * 32)
+    for _ in range(1000):
+        bell.datagram_received(b"\x01", ("127.0.0.1", 5000))
+    assert not bell.rung.is_set()
+    bell.datagram_received(b"s" * 32, ("127.0.0.1", 5000))
+    assert bell.rung.is_set()
+    assert caplog.text.count("action=doorbell_refused") == 1
+    assert bell.refused == 999  # counted for the next line

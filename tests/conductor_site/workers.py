@@ -43,10 +43,13 @@ def write_rows(writer: int, rows: int) -> int:
 
 def doorbell_layer(fallback_seconds: float):
     """The embedded layer with pollers that poll only every ``fallback_seconds`` unless rung."""
+    from django.conf import settings
+
     from conductor_site.channel_layer import DoorbellSQLiteChannelLayer
 
     return DoorbellSQLiteChannelLayer(
-        database="channels", capacity=1000, expiry=60, doorbell_fallback_interval=fallback_seconds
+        database="channels", capacity=1000, expiry=60, doorbell_fallback_interval=fallback_seconds,
+        symmetric_encryption_keys=settings.CHANNEL_LAYER_KEYS,
     )
 
 
@@ -80,7 +83,11 @@ def doorbell_flood(parent_channel: str, sender: int, count: int, fallback_second
 
 
 def plain_send(channel: str, message: dict) -> None:
-    """Send ``message`` with channels-lite's own layer, which rings no doorbell."""
+    """Send ``message`` with channels-lite's own layer (sealed with the installation's key), which rings no doorbell."""
     from channels_lite.layers.core import SQLiteChannelLayer
+    from django.conf import settings
 
-    asyncio.run(SQLiteChannelLayer(database="channels", capacity=1000, expiry=60).send(channel, message))
+    layer = SQLiteChannelLayer(
+        database="channels", capacity=1000, expiry=60, symmetric_encryption_keys=settings.CHANNEL_LAYER_KEYS
+    )
+    asyncio.run(layer.send(channel, message))

@@ -77,3 +77,16 @@ def test_a_client_revoked_or_rotated_after_its_hello_was_checked_cannot_connect(
     with pytest.raises(PluginClientRevoked):
         plugin_client_connect(client=client, channel_name="chan-1")
     assert not plugin_clients_connected().filter(pk=client.pk).exists()
+
+
+@pytest.mark.django_db
+def test_many_closed_sockets_are_marked_gone_at_once_and_a_client_with_a_newer_socket_stays():
+    from ingest.services.clients import plugin_clients_disconnect
+
+    gone, replaced, other = PluginClientFactory.create_batch(3)
+    for client, channel in [(gone, "a"), (replaced, "b-newer"), (other, "c")]:
+        plugin_client_connect(client=client, channel_name=channel)
+
+    assert plugin_clients_disconnect(sockets=[(gone.pk, "a"), (replaced.pk, "b-older")]) == {gone.pk}
+    assert set(PluginClient.objects.filter(connected=True).values_list("pk", flat=True)) == {replaced.pk, other.pk}
+    assert plugin_clients_disconnect(sockets=[]) == set()

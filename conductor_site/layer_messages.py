@@ -1,0 +1,83 @@
+"""Messages between processes carry proof that a Conductor process wrote them.
+
+Both channel layers (channels_redis on Redis, channels-lite on its SQLite
+file) seal each message with Fernet (AES-CBC and an HMAC-SHA256 over it,
+``symmetric_encryption_keys`` in their own serializers) under a key derived
+from ``SECRET_KEY``. Whoever can write to Redis or to the layer's file but
+does not know the key cannot make a message a consumer acts on: the receiving
+layer drops what it cannot open (``RefusesForgedMessages``) and logs
+``channel_message_refused``. A sealed message also expires: one older than
+the layer's ``expiry`` plus 10 s is refused as well.
+
+Rotation: messages are sealed with the key of ``SECRET_KEY`` and opened with
+that of ``SECRET_KEY`` or of any of ``SECRET_KEY_FALLBACKS`` (Django's own
+rotation setting), so processes can be restarted one by one onto a new key
+(docs/security.md, "The channel layer between processes").
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+
+from cryptography.fernet import InvalidToken
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from django.core.exceptions import ImproperlyConfigured
+
+from core.logfmt import log_event
+
+logger = logging.getLogger(__name__)
+
+KDF_INFO = b"conductor channel layer"
+
+
+class RefusedMessage(Exception):
+    """A message on the layer that no key of this process sealed: dropped (already logged)."""
+
+
+def channel_layer_key(secret_key: str) -> str:
+    """The channel layer's key derived from ``secret_key`` (HKDF-SHA256), as the layers take it.
+
+    Derived, so that the secret key itself never becomes a message key, and
+    a key of the layer that leaked would not sign a session.
+    """
+    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=KDF_INFO).derive(secret_key.encode())
+    return derived.hex()
+
+
+def channel_layer_keys(secret_key: str, fallbacks: Iterable[str] = ()) -> list[str]:
+    """The layer's keys: the first seals, every one opens (``SECRET_KEY`` first, then its fallbacks)."""
+    return [channel_layer_key(key) for key in [secret_key, *fallbacks] if key]
+
+
+class RefusesForgedMessages:
+    """A channel layer mixin: requires keys, and refuses a message none of them opens.
+
+    ``deserialize`` raises ``RefusedMessage`` (after logging it) instead of
+    the serializer's ``InvalidToken``; each layer's receiving loop skips
+    such a message and goes on with the next one.
+    """
+
+    def __init__(self, *args, symmetric_encryption_keys=None, **kwargs) -> None:
+        if not symmetric_encryption_keys:
+            raise ImproperlyConfigured(
+                f"{type(self).__name__} needs symmetric_encryption_keys (conductor_site.layer_messages)"
+            )
+        super().__init__(*args, symmetric_encryption_keys=symmetric_encryption_keys, **kwargs)
+
+    def deserialize(self, message: bytes) -> dict:
+        try:
+            decoded = super().deserialize(message)
+        except InvalidToken:
+            self._refuse(message, reason="not sealed with this installation's key, or expired")
+        if not isinstance(decoded, dict):
+            self._refuse(message, reason="not a message")
+        return decoded
+
+    def _refuse(self, message: bytes, *, reason: str):
+        log_event(
+            logger, "channel_message_refused", level=logging.WARNING, layer=type(self).__name__,
+            bytes=len(message), reason=reason,
+        )
+        raise RefusedMessage(reason)

@@ -1,0 +1,40 @@
+"""The channel layer on Redis: channels_redis's, with sealed messages and a pool that waits.
+
+- Sealed messages (``conductor_site.layer_messages``): a message written to
+  Redis without the installation's key is dropped by the receiving process,
+  never dispatched to a consumer.
+- A pool that waits: channels_redis gives each event loop one redis-py pool
+  per host, which fails at once with ``MaxConnectionsError`` when a burst of
+  calls (300 sockets closing together, each leaving its group) asks for more
+  than ``max_connections`` connections. Here the pool is redis-py's
+  ``BlockingConnectionPool``: a call past the limit waits up to
+  ``pool_timeout`` seconds for a connection to come back instead. Size
+  ``max_connections`` for the sockets one server holds (docs/operations.md).
+"""
+
+from __future__ import annotations
+
+from channels_redis.core import RedisChannelLayer
+from redis.asyncio import BlockingConnectionPool
+
+from conductor_site.layer_messages import RefusedMessage, RefusesForgedMessages
+
+
+class SealedRedisChannelLayer(RefusesForgedMessages, RedisChannelLayer):
+    async def receive_single(self, channel):
+        # channels_redis reads a message, then decodes it; a message that
+        # cannot be opened is already taken off Redis, so the next one is read.
+        while True:
+            try:
+                return await super().receive_single(channel)
+            except RefusedMessage:
+                continue
+
+    def create_pool(self, index):
+        host = dict(self.hosts[index])
+        if "address" not in host:
+            return super().create_pool(index)  # Sentinel or host/port entries: channels_redis's own pools
+        address = host.pop("address")
+        host.setdefault("max_connections", 100)
+        host["timeout"] = host.pop("pool_timeout", 20)
+        return BlockingConnectionPool.from_url(address, **host)
