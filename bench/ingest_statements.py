@@ -20,7 +20,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import database_engine, echo_block, final_message, fresh_plugin_client, option_parser, setup_django  # noqa: E402
+from bench.common import (  # noqa: E402
+    database_engine, echo_block, final_message, fresh_plugin_client, option_parser, setup_django,
+)
 
 
 def main() -> None:

@@ -13,13 +13,13 @@ Idle phases, on one ``manage.py serve`` as ``make run`` starts it (outbound jitt
 
 Then it prints ``@idle-done`` and waits for ``go`` on stdin before the load phases, one after
 the other, each also ending when its --*-seconds have passed: --messages messages one at a
-time on the same server (latency, --latency-seconds); --tasks no-op tasks through the
-dispatcher and --q-tasks through django-q2's ``async_task`` (capacity, --capacity-seconds
-each); --ingest-messages final messages on ``serve --no-cluster`` (ingest,
---ingest-seconds); on PostgreSQL only, the scale phase of ``bench/scale.py`` (--scale-steps
-plugins, --scale-seconds each, on a ``serve`` of its own; about 4½ minutes with the defaults,
-none with ``--scale-steps 0``), which also draws ``bench/out/scale.png``. Each measurement's raw line goes to stdout as it completes, in the form
-``bench/goals.py`` reads.
+time on the same server (latency, --latency-seconds); --tasks no-op tasks through the dispatcher and
+--q-tasks through django-q2's ``async_task`` (capacity, --capacity-seconds each);
+--ingest-messages final messages on ``serve --no-cluster`` (ingest, --ingest-seconds); on
+PostgreSQL only, the scale phase of ``bench/scale.py`` (--scale-steps plugins, --scale-seconds
+each, on a ``serve`` of its own; about 4½ minutes with the defaults, none with ``--scale-steps
+0``), which also draws ``bench/out/scale.png``. Each measurement's raw line goes to stdout as
+it completes, in the form ``bench/goals.py`` reads.
 """
 
 import asyncio
