@@ -52,8 +52,10 @@ def everywhere(target: Target) -> dict[str, Target]:
 
 @dataclass(frozen=True)
 class Goal:
-    """One row per configuration: ``measured`` (its ``{key}`` filled from the line) is the
-    figure at ``key`` in the line tagged ``tag``, in ``unit``, judged by ``targets``."""
+    """One row per configuration of ``targets``: ``measured`` (its ``{key}`` filled from the
+    line) is the figure at ``key`` in the line tagged ``tag``, in ``unit``, judged by
+    ``targets``. With ``at_scale`` (a key and a number), the figure only counts when the line's
+    figure at that key reached the number: a short run's smaller scale leaves it not measured."""
 
     label: str
     measured: str
@@ -63,7 +65,11 @@ class Goal:
     targets: Mapping[str, Target]
     decimals: int = 0
     peer_name: str = ""
+    at_scale: tuple[str, float] | None = None
 
+
+# The scale goal's number of plugins: a run with fewer leaves its rows not measured.
+SCALE_PLUGINS = 1000
 
 LATENCY_P50 = {EMBEDDED: at_most(50), POSTGRES: at_most(40)}
 LATENCY_P99 = {EMBEDDED: at_most(150), POSTGRES: at_most(100)}
@@ -90,6 +96,11 @@ GOALS = (
          everywhere(at_most(150))),
     Goal("6 200 plugins", "ASGI CPU over {window_s} s, {count} plugins", "plugins", "asgi_cpu_percent",
          "% of a core", everywhere(at_most(5)), decimals=2),
+    # The cost curve's largest step (bench/scale.py), on the deployment's configuration only.
+    Goal("7 scale", "p99 at {plugins} plugins on one ASGI process", "scale", "p99", "ms",
+         {POSTGRES: at_most(250)}, at_scale=("plugins", SCALE_PLUGINS)),
+    Goal("7 scale", "ASGI peak resident memory, {plugins} plugins", "scale", "asgi_rss_peak_mb", "MB",
+         {POSTGRES: at_most(300)}, at_scale=("plugins", SCALE_PLUGINS)),
 )
 
 
@@ -137,13 +148,17 @@ def _describe(measured: str, line: str | None) -> str:
 def rows(lines: Mapping[str, Mapping[str, str]], goals: Sequence[Goal] = GOALS) -> list[Row]:
     """One row per goal and configuration of ``lines`` (configuration → tag → raw line), goal by
     goal. A configuration that printed no line still has its rows (not measured); leave out one
-    that was skipped."""
+    that was skipped. A goal without a target in a configuration has no row there."""
     result = []
     for goal in goals:
         for configuration, tagged in lines.items():
+            if configuration not in goal.targets:
+                continue
             line = tagged.get(goal.tag)
             target = goal.targets[configuration]
             figure = parse_figure(line, goal.key)
+            if goal.at_scale and (parse_figure(line, goal.at_scale[0]) or 0) < goal.at_scale[1]:
+                figure = None
             peer = parse_figure(line, target.peer) if target.peer else None
             target_text = target.describe(goal.unit)
             if target.peer and peer is not None:

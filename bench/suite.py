@@ -1,4 +1,4 @@
-"""``make bench``: the issue's six goals, measured in the embedded configuration and on
+"""``make bench``: the issue's goals, measured in the embedded configuration and on
 PostgreSQL + Redis, printed as one table.
 
 Runs ``bench/suite_phases.py`` once per configuration, each with its own data

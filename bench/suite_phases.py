@@ -13,11 +13,13 @@ Idle phases, on one ``manage.py serve`` as ``make run`` starts it (outbound jitt
 
 Then it prints ``@idle-done`` and waits for ``go`` on stdin before the load phases, one after
 the other, each also ending when its --*-seconds have passed: --messages messages one at a
-time on the same server (latency, --latency-seconds); --tasks no-op tasks through the
-dispatcher and --q-tasks through django-q2's ``async_task`` (capacity, --capacity-seconds
-each); --ingest-messages final messages on ``serve --no-cluster`` (ingest,
---ingest-seconds). Each measurement's raw line goes to stdout as it completes, in the form
-``bench/goals.py`` reads.
+time on the same server (latency, --latency-seconds); --tasks no-op tasks through the dispatcher and
+--q-tasks through django-q2's ``async_task`` (capacity, --capacity-seconds each);
+--ingest-messages final messages on ``serve --no-cluster`` (ingest, --ingest-seconds); on
+PostgreSQL only, the scale phase of ``bench/scale.py`` (--scale-steps plugins, --scale-seconds
+each, on a ``serve`` of its own; about 4½ minutes with the defaults, none with ``--scale-steps
+0``), which also draws ``bench/out/scale.png``. Each measurement's raw line goes to stdout as
+it completes, in the form ``bench/goals.py`` reads.
 """
 
 import asyncio
@@ -27,20 +29,23 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import delivery_latency, dispatcher_capacity, dispatcher_scheduling, idle_cost, ingest_throughput  # noqa: E402
+from bench import (  # noqa: E402
+    delivery_latency, dispatcher_capacity, dispatcher_scheduling, idle_cost, ingest_throughput, scale,
+)
 from bench.common import (  # noqa: E402
     UNLIMITED_INGEST, ProcessMeter, TickSampler, asgi_pid, broker_queue_purge, channel_layer_backend, database_engine,
     fresh_plugin_client, option_parser, plugin_url, running_server, setup_django, stop_on_signals, summary,
 )
 
 # The size of each phase: what `make bench BENCH_ARGS=...` can change. The defaults keep the
-# whole run within five minutes.
+# whole run within five minutes, plus the scale phase's four and a half on PostgreSQL.
 # The *_seconds of a load phase bound it on a machine too slow to finish its count in time: its
 # figure then covers what was done, and its line says how much that was.
 PHASE_OPTIONS = {
     "settle": 8.0, "quiet_seconds": 20.0, "plugins": 200, "ping_every": 20.0, "idle_messages": 10,
     "idle_seconds": 180.0, "messages": 200, "warmup": 3, "latency_seconds": 12.0, "tasks": 300, "per_tick": 50,
     "q_tasks": 100, "capacity_seconds": 8.0, "ingest_messages": 1000, "window": 32, "ingest_seconds": 4.0,
+    **scale.SCALE_OPTIONS,
 }
 # After the plugins connected, before their cost is measured.
 PLUGINS_SETTLE_SECONDS = 3.0
@@ -125,6 +130,9 @@ def main() -> None:
         latency_phase(args.port, args, latency_token)
     capacity_phase(args)
     ingest_phase(args.port + 1, args, log)
+    # The cost curve is the deployment's: PostgreSQL + Redis, as docs/operations.md runs many plugins.
+    if database_engine() == "postgresql":
+        scale.scale_phase(args.port, args, stderr=log, emit=emit)
 
 
 if __name__ == "__main__":

@@ -12,14 +12,14 @@ from django.db.models import Case, Count, Q, QuerySet, Subquery, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
-from ingest.models import DeliveryRequest, Instruction, PluginClient, ToolPolicy
 from conversations.models import Conversation, ConversationLink, Message
 from core.clock import datetime_from_ms
 from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS
 from ingest.guide import MAX_HANDLES_SHOWN, GuideFacts, GuideTool, ToolGuide, tool_guide_render
+from ingest.models import DeliveryRequest, Instruction, PluginClient, ToolPolicy, ToolPolicyVersion
 from ingest.tokens import HASH_PREFIX, token_matches
-from platforms import platforms
 from mcp_servers.selectors import mcp_tool_specs
+from platforms import platforms
 from tools.registry import DEFAULT_TARGET, Policy, tools
 
 # A socket that died without a close (its server killed) stops counting after
@@ -246,6 +246,47 @@ class ToolPolicies:
         ]
         ranked = sorted(rows, key=lambda row: (row[2] is not None, row[1] is not None, row[3]), reverse=True)
         return ranked[0][0] if ranked else default
+
+
+# At most this many ToolPolicy rows are kept in memory; past it, each batch reads the rows it
+# can use, as without a cache.
+MAX_CACHED_POLICIES = 2000
+# The version token the cached policies were read at, and them (None: too many rows to keep).
+_cached_policies: tuple[str, ToolPolicies | None] | None = None
+
+
+def tool_policy_version() -> Subquery:
+    """The policies' version token (``ToolPolicyVersion``), as an expression: read with a query the
+    caller makes anyway, it costs no statement of its own."""
+    return Subquery(ToolPolicyVersion.objects.filter(pk=1).values("token")[:1])
+
+
+def tool_policies_current(
+    *, version: Any, tools: Iterable[str], client_pks: Iterable[int | None], conversation_pks: Iterable[int | None],
+    targets: Iterable[str] = (),
+) -> ToolPolicies:
+    """``ToolPolicies.load`` for these, from this process's copy of every row when ``version`` (read
+    by the caller with its other reads) is the one the copy was read at; otherwise every row is
+    read again (one query) and kept under ``version``.
+
+    A policy changed in any process changes the token in the same transaction, so a batch whose
+    transaction sees the change sees a new token and reads the rows after it: never older rows
+    than the token it read. Without a token (the row is missing), or with more rows than
+    ``MAX_CACHED_POLICIES``, nothing is kept and the rows that can apply are read as before.
+    """
+    global _cached_policies
+    if version is not None:
+        version = str(version)
+        if _cached_policies is not None and _cached_policies[0] == version:
+            policies = _cached_policies[1]
+        else:
+            rows = list(ToolPolicy.objects.order_by().values_list(
+                "target", "tool", "policy", "client_id", "conversation_id")[:MAX_CACHED_POLICIES + 1])
+            policies = ToolPolicies(rows) if len(rows) <= MAX_CACHED_POLICIES else None
+            _cached_policies = (version, policies)
+        if policies is not None:
+            return policies
+    return ToolPolicies.load(tools=tools, client_pks=client_pks, conversation_pks=conversation_pks, targets=targets)
 
 
 def tool_guide_facts(

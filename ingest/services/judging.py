@@ -15,14 +15,17 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, OuterRef, Subquery
+from django.db.models.functions import Coalesce
 
 from automation.models import TaskStatus
 from ingest.blocks import Block
+from conversations.models import Conversation
 from ingest.models import Instruction
-from ingest.selectors import ToolPolicies
+from ingest.selectors import ToolPolicies, tool_policies_current, tool_policy_version
 from tools.registry import DEFAULT_TARGET, Policy, UnknownTool, tools
 
 
@@ -38,25 +41,33 @@ class Verdict:
         return self.status is not None
 
 
-def hourly_budgets(conversation_pks: Iterable[int], now: dt.datetime) -> dict[int, int]:
-    """Valid blocks each conversation may still queue in the rolling hour (SPEC §5), in one query."""
+def hourly_budgets(conversation_pks: Iterable[int], now: dt.datetime) -> tuple[dict[int, int], Any]:
+    """Valid blocks each conversation may still queue in the rolling hour (SPEC §5), and the tool
+    policies' version token (``tool_policies_current``), in one query."""
     conversation_pks = list(conversation_pks)
-    used = dict(
-        Instruction.objects.filter(
-            message__conversation__in=conversation_pks, created_at__gte=now - dt.timedelta(hours=1)
-        )
+    used = (
+        Instruction.objects.filter(message__conversation=OuterRef("pk"), created_at__gte=now - dt.timedelta(hours=1))
         .exclude(status=Instruction.Status.REJECTED)
         .order_by()
-        .values_list("message__conversation")
+        .values("message__conversation")
         .annotate(used=Count("pk"))
-        .values_list("message__conversation", "used")
+        .values("used")
+    )
+    rows = list(
+        Conversation.objects.filter(pk__in=conversation_pks)
+        .annotate(used=Coalesce(Subquery(used), 0), policy_version=tool_policy_version())
+        .values_list("pk", "used", "policy_version")
     )
     limit = settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR
-    return {pk: limit - used.get(pk, 0) for pk in conversation_pks}
+    used_of = {pk: count for pk, count, _ in rows}
+    version = rows[0][2] if rows else None
+    return {pk: limit - used_of.get(pk, 0) for pk in conversation_pks}, version
 
 
 class Judgement:
-    """The rules' inputs for a batch of messages, read at once (two queries, none without a valid block), and the judging of their blocks."""
+    """The rules' inputs for a batch of messages, read at once (one query, two when the tool policies
+    changed since this process last read them; none without a valid block), and the judging of
+    their blocks."""
 
     def __init__(self, *, budgets: dict[int, int], policies: ToolPolicies) -> None:
         self._budgets = budgets
@@ -72,11 +83,13 @@ class Judgement:
         valid = [block for block in blocks if block.is_valid]
         if not valid:
             return cls(budgets={}, policies=ToolPolicies([]))
+        budgets, policy_version = hourly_budgets(conversation_pks, now)
         return cls(
-            budgets=hourly_budgets(conversation_pks, now),
-            policies=ToolPolicies.load(
-                tools={block.tool for block in valid}, targets={block.target for block in valid},
-                client_pks=set(client_pks), conversation_pks=conversation_pks,
+            budgets=budgets,
+            policies=tool_policies_current(
+                version=policy_version, tools={block.tool for block in valid},
+                targets={block.target for block in valid}, client_pks=set(client_pks),
+                conversation_pks=conversation_pks,
             ),
         )
 
