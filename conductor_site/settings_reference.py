@@ -55,6 +55,11 @@ SECTIONS: tuple[Section, ...] = (
                 "Set: the Redis channel layer and django-q2's Redis broker; give each installation a Redis database of its own.",
             ),
             Setting(
+                "CONDUCTOR_REDIS_MAX_CONNECTIONS", "100",
+                "The most Redis connections one process's channel layer opens; a call past that waits up to 20 s "
+                "for one (docs/operations.md, Redis).",
+            ),
+            Setting(
                 "CONDUCTOR_DATA_DIR", None,
                 "The data folder: databases, the generated secret key, static files, the workspace. Kept mode 700, its SQLite databases 600.",
                 computed="`data` in the project folder",
@@ -95,6 +100,11 @@ SECTIONS: tuple[Section, ...] = (
                 "Signs sessions and django-q2's queued tasks, and derives the key MCP secrets are sealed with "
                 "(rotating it means entering them again). Every server and cluster of one installation must share it.",
                 computed="generated once into `secret_key` in the data folder (mode 600)",
+            ),
+            Setting(
+                "SECRET_KEY_FALLBACKS", "",
+                "Earlier secret keys, comma-separated, still accepted while a new `SECRET_KEY` rolls out: sessions "
+                "and channel-layer messages sealed with them still open (docs/operations.md, rotating the key).",
             ),
             Setting("DEBUG", "false", "Django's debug mode. Never on a server others can reach."),
             Setting(
