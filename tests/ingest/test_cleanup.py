@@ -9,10 +9,9 @@ from channels.testing import WebsocketCommunicator
 from django.db import OperationalError
 from redis.exceptions import MaxConnectionsError
 
-from automation.models import DeliveryRequest
 from conductor_site.asgi import application
 from ingest.cleanup import FAILED, with_retries
-from ingest.models import PluginClient
+from ingest.models import DeliveryRequest, PluginClient
 from tests.factories import TEST_TOKEN, PluginClientFactory, make_task
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

@@ -11,7 +11,7 @@ def replay_file(path: str) -> dict[str, int]:
 
 def tool_policy_set(tool: str, policy: str | None) -> None:
     """Set the global policy of ``tool`` as the admin does (a model save or delete); None deletes it."""
-    from automation.models import ToolPolicy
+    from ingest.models import ToolPolicy
 
     if policy is None:
         for row in ToolPolicy.objects.filter(tool=tool, client=None, conversation=None):
