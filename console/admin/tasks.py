@@ -1,4 +1,4 @@
-"""Admin for tasks and tool policies (SPEC §7).
+"""Admin for tasks (SPEC §7).
 
 Tasks change only through the operator services: the change page is a
 read-only view (payload, result, links, the event timeline), and retry,
@@ -13,7 +13,6 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import ActionLocation
 from django.contrib.admin.utils import flatten_fieldsets, unquote
@@ -23,15 +22,15 @@ from django.utils.html import format_html, format_html_join
 
 from automation.errors import error_first_line
 from automation.kinds import kinds
-from automation.models import AutomationTask, FinishReason, Outcome, TaskEvent, TaskStatus
-from automation.selectors import failure_group_task_ids, task_events
+from automation.models import AutomationTask, Outcome, TaskEvent, TaskStatus
+from automation.selectors import task_events
 from automation.services import operator
 from console.admin import bulk
 from console.admin.story import story_link
+from console.admin.task_filters import DeliveredByFilter, FailureGroupFilter, OutcomeFilter, ToolFilter
 from console.approval import approval_confirmation, held_call
 from console.helpers import (
     EVERYWHERE,
-    SuperuserOnlyMixin,
     admin_link,
     delivery_answer,
     format_ms,
@@ -41,12 +40,9 @@ from console.helpers import (
     text_block,
 )
 from console.lists import JSONTextContains, ListColumnsMixin
-from core.clock import now_ms
 from conversations.models import Conversation
-from ingest.models import DeliveryRequest, ToolPolicy
-from platforms import DELIVERY_METHODS
-from mcp_servers.models import McpServer
-from tools.registry import DEFAULT_TARGET, UnknownTool, tools
+from ingest.models import DeliveryRequest
+from tools.registry import DEFAULT_TARGET
 
 
 def time_field(field: str, *, description: str, sortable: bool = False):
@@ -63,58 +59,6 @@ def id_list(ids: list[str], *, limit: int = 20) -> str:
     """Ids for a message: the first ``limit`` of them, then how many more."""
     shown = ", ".join(ids[:limit])
     return shown + (f" and {len(ids) - limit} more" if len(ids) > limit else "")
-
-
-class ToolPolicyForm(forms.ModelForm):
-    """A policy's target and tool chosen as one: ``tool``, ``server::tool``, or ``server::*`` for a whole server."""
-
-    tool = forms.ChoiceField(choices=[])
-
-    class Meta:
-        model = ToolPolicy
-        fields = ["tool", "policy", "client", "conversation", "note"]
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        choices = [(spec.name, f"{spec.name} (default: {spec.default_policy})") for spec in tools]
-        for server in McpServer.objects.prefetch_related("tools"):
-            choices.append((f"{server.name}::*", f"{server.name}::* (every tool of this MCP server)"))
-            choices += [(f"{server.name}::{tool.name}", f"{server.name}::{tool.name} (default: approve)")
-                        for tool in server.tools.all()]
-        if self.instance.pk and self.instance.full_name not in dict(choices):
-            choices.append((self.instance.full_name, self.instance.full_name))
-        self.fields["tool"].choices = choices
-        if self.instance.pk:
-            self.initial["tool"] = self.instance.full_name
-
-    def clean_tool(self):
-        target, found, tool = self.cleaned_data["tool"].rpartition("::")
-        self.instance.target = target if found else DEFAULT_TARGET
-        return "" if tool == "*" else tool
-
-
-@admin.register(ToolPolicy)
-class ToolPolicyAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
-    form = ToolPolicyForm
-    list_display = ["__str__", "target", "tool", "policy", "client", "conversation", "note", "updated_at"]
-    list_filter = ["policy", "target", "tool"]
-    raw_id_fields = ["client", "conversation"]
-
-
-class DeliveredByFilter(admin.SimpleListFilter):
-    """Outbound tasks by the method whose request carried the text (SPEC §6.1)."""
-
-    title = "delivered by"
-    parameter_name = "delivered_by"
-
-    def lookups(self, request, model_admin):
-        return [(name, name) for name in DELIVERY_METHODS]
-
-    def queryset(self, request, queryset):
-        if self.value() not in DELIVERY_METHODS:
-            return queryset
-        delivered = DeliveryRequest.objects.filter(method=self.value(), delivered=True).values("task_id")
-        return queryset.filter(pk__in=delivered)
 
 
 # The keys a timeline shows first, in this order; the rest follow by name
@@ -156,63 +100,6 @@ def error_attempt(events: Iterable[TaskEvent]) -> ErrorAttempt | None:
         if event.error:
             found = ErrorAttempt(attempt, is_before_retry=False)
     return found
-
-
-class ToolFilter(admin.SimpleListFilter):
-    """Instruction tasks by the tool their block names; the choices are the tool registry's."""
-
-    title = "tool"
-    parameter_name = "tool"
-
-    def lookups(self, request, model_admin):
-        return [(spec.full_name, spec.name if spec.target == DEFAULT_TARGET else spec.full_name) for spec in tools]
-
-    def queryset(self, request, queryset):
-        target, _, name = (self.value() or "").partition("::")
-        try:
-            spec = tools.get(name, target=target)
-        except UnknownTool:
-            return queryset
-        return queryset.filter(instruction__target=spec.target, instruction__tool=spec.name)
-
-
-class OutcomeFilter(admin.SimpleListFilter):
-    """Finished tasks by how they ended: a fault and a rejection both leave a task failed (SPEC §2.2)."""
-
-    title = "ended as"
-    parameter_name = "outcome"
-
-    def lookups(self, request, model_admin):
-        return Outcome.choices
-
-    def queryset(self, request, queryset):
-        match self.value():
-            case Outcome.FAULT:
-                return queryset.filter(status=TaskStatus.FAILED).exclude(finish_reason=FinishReason.REJECTED)
-            case Outcome.REJECTED:
-                return queryset.filter(status=TaskStatus.FAILED, finish_reason=FinishReason.REJECTED)
-            case Outcome.SUCCEEDED | Outcome.CANCELLED:
-                return queryset.filter(status=self.value())
-        return queryset
-
-
-class FailureGroupFilter(admin.SimpleListFilter):
-    """The faults of one group of the failures page (``automation.selectors.failure_groups``).
-
-    Offered only while it is in use: the failures page links here, and its
-    "retry all" posts the retry action through this filter.
-    """
-
-    title = "failure group"
-    parameter_name = "failure_group"
-
-    def lookups(self, request, model_admin):
-        return [(self.value(), "this group")] if self.value() else []
-
-    def queryset(self, request, queryset):
-        if not self.value():
-            return queryset
-        return queryset.filter(pk__in=failure_group_task_ids(key=self.value(), now_ms=now_ms()))
 
 
 # How much of a payload the list reads for its row.
