@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 
 from core.logfmt import log_event
+from tools.mcp_processes import MARKER_VARIABLE, StderrTail, child_with_marker
 from tools.registry import ToolError, ToolRetryableError
 from tools.shell import LAUNCHER, SAFE_PATH
 from tools.workspace import workspace_root
@@ -67,11 +68,7 @@ CONNECT_TIMEOUT_SECONDS = 30.0
 # server that keeps paging, or lists more, is cut there and the listing says so.
 MAX_PAGES = 50
 MAX_TOOLS = 1000
-# How much of a server's stderr is kept to explain a failure.
-STDERR_TAIL_BYTES = 2048
 POLL_SECONDS = 0.1
-# Set in each stdio server's environment to find its process (not a secret).
-MARKER_VARIABLE = "CONDUCTOR_MCP_SESSION"
 
 T = TypeVar("T")
 
@@ -130,33 +127,6 @@ def server_folder(endpoint: McpEndpoint, workspace: Path) -> Path:
     return root / endpoint.cwd if endpoint.cwd else root
 
 
-class _StderrTail:
-    """A pipe for a server's stderr, drained by a thread that keeps the last ``STDERR_TAIL_BYTES``."""
-
-    def __init__(self) -> None:
-        read_fd, write_fd = os.pipe()
-        self.writer = os.fdopen(write_fd, "w")
-        self._tail = bytearray()
-        self._thread = threading.Thread(target=self._drain, args=(read_fd,), daemon=True, name="mcp-stderr")
-        self._thread.start()
-
-    def _drain(self, read_fd: int) -> None:
-        with os.fdopen(read_fd, "rb", buffering=0) as pipe:
-            while chunk := pipe.read(65536):
-                self._tail = (self._tail + chunk)[-STDERR_TAIL_BYTES:]
-
-    def close(self) -> None:
-        """Close our end; the tail is complete once the server's end is closed too (it exited)."""
-        with contextlib.suppress(OSError):
-            self.writer.close()
-        # A server that failed at start wrote its reason just before exiting: wait for it, briefly.
-        self._thread.join(0.5)
-
-    def text(self) -> str:
-        lines = bytes(self._tail).decode("utf-8", errors="replace").strip().splitlines()
-        return " | ".join(lines[-5:])[-500:]
-
-
 class _Connection:
     """One live session with one server, owned by one task on the runner's loop.
 
@@ -172,7 +142,7 @@ class _Connection:
         self.closing = asyncio.Event()
         self.gone = asyncio.Event()
         self.error: BaseException | None = None
-        self.stderr: _StderrTail | None = None
+        self.stderr: StderrTail | None = None
         self.task: asyncio.Task | None = None
         # A stdio server's process group (its pid: the SDK starts it with
         # start_new_session), found by the marker in its environment.
@@ -189,7 +159,7 @@ class _Connection:
 
         endpoint = self.endpoint
         if endpoint.is_stdio:
-            self.stderr = _StderrTail()
+            self.stderr = StderrTail()
             folder = server_folder(endpoint, self.workspace)
             return stdio_client(
                 StdioServerParameters(
@@ -212,7 +182,7 @@ class _Connection:
                 with anyio.fail_after(CONNECT_TIMEOUT_SECONDS):
                     await session.initialize()
                 if self.endpoint.is_stdio:
-                    self.process_group = _child_with_marker(self.marker)
+                    self.process_group = child_with_marker(self.marker)
                 self.session = session
                 self.ready.set()
                 await self.closing.wait()
@@ -242,25 +212,6 @@ class _Connection:
             reason = f"{type(error).__name__}: {error}".strip().rstrip(":")
         tail = self.stderr.text() if self.stderr is not None else ""
         return f"{reason}; stderr: {tail}" if tail else reason
-
-
-def _child_with_marker(marker: str) -> int | None:
-    """The pid of this process's child whose environment holds ``marker``, or None."""
-    me, needle = os.getpid(), f"{MARKER_VARIABLE}={marker}".encode()
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as stat:
-                parent = int(stat.read().rsplit(b")", 1)[1].split()[1])
-            if parent != me:
-                continue
-            with open(f"/proc/{entry.name}/environ", "rb") as environ:
-                if needle in environ.read().split(b"\0"):
-                    return int(entry.name)
-        except (OSError, ValueError, IndexError):
-            continue
-    return None
 
 
 @contextlib.asynccontextmanager
