@@ -38,6 +38,7 @@ from bench.processes import (  # noqa: E402, F401
     cpu_seconds,
     process_tree,
     processes_cpu_seconds,
+    rss_bytes,
     rss_mib,
     started_at,
 )
