@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from tests.server import rss_bytes  # noqa: F401 - shared with the tests that watch a server's memory
+from tests.server import rss_bytes  # shared with the tests that watch a server's memory
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
