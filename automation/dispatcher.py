@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 from django.db import (
@@ -47,6 +48,7 @@ from automation.services.transitions import (
     TransitionError,
     task_fail,
     task_heartbeat,
+    task_progress,
     task_release,
     task_retry_later,
     task_start,
@@ -70,6 +72,15 @@ CONNECTION_ERRORS = (OperationalError, InterfaceError)
 
 def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
+
+
+def execution_context(task: AutomationTask, *, lease_owner: str) -> ExecutionContext:
+    """The context an executor runs in: its steps go on the task's timeline through ``task_progress``."""
+
+    def record_step(action: str, detail: dict[str, Any]) -> None:
+        task_progress(task.pk, lease_owner=lease_owner, action=action, detail=detail)
+
+    return ExecutionContext(task=task, lease_owner=lease_owner, record_step=record_step)
 
 
 @dataclass(frozen=True)
@@ -150,7 +161,7 @@ class Dispatcher:
             lease_owner=self.owner, now=now, limit=free_slots, lease_ms=self.config.lease_ms
         )
         for task in claimed:
-            ctx = ExecutionContext(task=task, lease_owner=self.owner)
+            ctx = execution_context(task, lease_owner=self.owner)
             with self._lock:
                 self._running[task.pk] = (self._pool.submit(self._run, ctx), ctx)
         # After the tasks are on their way: the record delays none of them.

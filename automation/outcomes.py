@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-
-from automation.services.transitions import task_progress
 
 if TYPE_CHECKING:
     from automation.models import AutomationTask
@@ -58,16 +57,20 @@ class ExecutionContext:
 
     task: AutomationTask
     lease_owner: str
+    # Puts a step on the task's timeline, fenced by the lease: given by the
+    # dispatcher (``automation.dispatcher.execution_context``), which knows
+    # the transition services; this module does not.
+    record_step: Callable[[str, dict[str, Any]], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
 
     def is_cancelled(self) -> bool:
         return self.cancelled.is_set()
 
     def progress(self, action: str, **detail: Any) -> None:
-        """Put a step of this attempt on the task's timeline (see ``task_progress``).
+        """Put a step of this attempt on the task's timeline (``record_step``: ``task_progress``).
 
         Raises ``LeaseLost`` when the task was cancelled or reclaimed
         meanwhile: the executor's work is then unwanted, and the dispatcher
         discards whatever it returns.
         """
-        task_progress(self.task.pk, lease_owner=self.lease_owner, action=action, detail=detail)
+        self.record_step(action, detail)

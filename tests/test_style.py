@@ -133,3 +133,12 @@ def test_product_code_logs_only_through_log_event():
 
 def test_the_log_check_finds_a_plain_call():
     assert plain_log_calls('import logging\nlogger = logging.getLogger(__name__)\nlogger.warning("x %s", 1)\n') == [3]
+
+
+def test_outcomes_know_no_transition_service():
+    """What an executor returns and gets is data: the dispatcher, not ``automation.outcomes``, moves tasks."""
+    source = (ROOT / "automation" / "outcomes.py").read_text()
+    imported = {
+        node.module for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom) and node.module
+    }
+    assert not {module for module in imported if module.startswith("automation.services")}

@@ -9,8 +9,8 @@ import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
+from automation.dispatcher import execution_context
 from automation.models import AutomationTask
-from automation.outcomes import ExecutionContext
 from automation.services import transitions
 from conductor_site.asgi import application
 from conversations.models import Conversation, ConversationLink, ConversationMove, Message
@@ -75,7 +75,7 @@ def run_delivery(task_id: str):
     now = now_ms()
     task_lease(task_id, lease_owner="test", lease_until=now + 60_000, now=now)
     task = transitions.task_start(task_id, lease_owner="test", lease_until=now + 60_000, now=now)
-    return instruction_deliver(ExecutionContext(task=task, lease_owner="test"))
+    return instruction_deliver(execution_context(task, lease_owner="test"))
 
 
 async def test_another_owners_client_naming_a_conversation_gets_none_of_its_results(clients):

@@ -6,12 +6,8 @@ import time
 import pytest
 
 from ingest.models import DeliveryRequest
-from automation.outcomes import (
-    ExecutionContext,
-    RetryableFailure,
-    Success,
-    TerminalFailure,
-)
+from automation.dispatcher import execution_context
+from automation.outcomes import RetryableFailure, Success, TerminalFailure
 from automation.services import transitions
 from automation.services.tasks import task_create
 from conversations.models import Message
@@ -55,7 +51,7 @@ def running(task):
     if task.status != "running":  # else a second run within the same attempt
         task_lease(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
         task = transitions.task_start(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
-    return ExecutionContext(task=task, lease_owner="test")
+    return execution_context(task, lease_owner="test")
 
 
 def renewal_task(conversation, text="Please continue."):

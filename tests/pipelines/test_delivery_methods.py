@@ -11,7 +11,8 @@ import time
 import pytest
 
 from ingest.models import DeliveryRequest
-from automation.outcomes import ExecutionContext, RetryableFailure, Success, TerminalFailure
+from automation.dispatcher import execution_context
+from automation.outcomes import RetryableFailure, Success, TerminalFailure
 from automation.services import operator, transitions
 from automation.services.tasks import task_create
 from conversations.models import Message
@@ -85,7 +86,7 @@ class Plugin(threading.Thread):
 def deliver(task, *answers, before_answer=None):
     plugin = Plugin(*answers, before_answer=before_answer)
     plugin.start()
-    outcome = renewal_deliver(ExecutionContext(task=task, lease_owner="test"))
+    outcome = renewal_deliver(execution_context(task, lease_owner="test"))
     plugin.join()
     assert not plugin.answers, f"requests never sent: {plugin.answers}"
     return outcome

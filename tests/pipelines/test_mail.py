@@ -14,9 +14,9 @@ import time
 import pytest
 from django.utils import timezone
 
-from automation.dispatcher import Dispatcher, DispatcherConfig
+from automation.dispatcher import Dispatcher, DispatcherConfig, execution_context
 from automation.models import AutomationTask, TaskStatus
-from automation.outcomes import ExecutionContext, Success
+from automation.outcomes import Success
 from automation.services import operator
 from automation.services import transitions as tr
 from automation.services.claim import tasks_claim, tasks_reclaim_expired
@@ -143,7 +143,7 @@ def test_running_mail_send_again_makes_no_second_mail(pair):
     run_instructions()
     execute = AutomationTask.objects.get(kind=INSTRUCTION_EXECUTE)
     # The tool runs again (a worker that died after sending it, say).
-    again = instruction_execute(ExecutionContext(task=execute, lease_owner="d2"))
+    again = instruction_execute(execution_context(execute, lease_owner="d2"))
     assert len(mails()) == 1
     assert again == Success({"mail": mails()[0].pk, "to": "reviewer"})
     assert json.loads(AutomationTask.objects.get(pk=execute.pk).result_json)["mail"] == mails()[0].pk
