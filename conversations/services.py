@@ -80,18 +80,10 @@ def conversations_claim(*, owners: dict[Conversation, str]) -> None:
             log_event(logger, "conversation_claim", conversation_id=conversation.pk, owner=owner)
 
 
-def conversation_touch(*, conversation: Conversation, title: str, now: dt.datetime) -> None:
-    """Record activity in the conversation, and its newest title when one is given."""
-    updates = {"last_activity_at": now, **({"title": title} if title else {})}
-    Conversation.objects.filter(pk=conversation.pk).update(**updates)
-    for field, value in updates.items():
-        setattr(conversation, field, value)
-
-
 def conversations_touch(*, titles: dict[Conversation, str], now: dt.datetime) -> None:
-    """``conversation_touch`` for several conversations, each with its newest title ("" for none).
+    """Record activity in the conversations, and each one's newest title ("" for none).
 
-    One statement for all those whose title stays as it is.
+    One statement for all those whose title stays as it is, one for each whose title changed.
     """
     unchanged = [conversation for conversation, title in titles.items() if title in ("", conversation.title)]
     Conversation.objects.filter(pk__in=[conversation.pk for conversation in unchanged]).update(last_activity_at=now)
@@ -99,7 +91,8 @@ def conversations_touch(*, titles: dict[Conversation, str], now: dt.datetime) ->
         conversation.last_activity_at = now
     for conversation, title in titles.items():
         if title not in ("", conversation.title):
-            conversation_touch(conversation=conversation, title=title, now=now)
+            Conversation.objects.filter(pk=conversation.pk).update(last_activity_at=now, title=title)
+            conversation.last_activity_at, conversation.title = now, title
 
 
 class LinkSighting(NamedTuple):
