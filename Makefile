@@ -34,7 +34,7 @@ FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 # The plugin's unit tests, a dot each (failures in full at the end).
 NODE_TESTS = $(NODE) --test --test-reporter=dot plugin/tests/*.test.js
 
-.PHONY: install test test-fast migrate run user check doctor bench soak deploy-check plugin docs
+.PHONY: install test test-fast migrate run user check doctor bench soak deploy-check plugin docs screenshots
 
 install: tests/mcp_servers/node_modules/.installed
 	$(UV) sync --frozen
@@ -91,6 +91,12 @@ plugin:
 docs: install
 	$(UV) run --frozen python manage.py configuration_doc --check
 	NO_MKDOCS_2_WARNING=1 $(UV) run --frozen mkdocs build --strict --quiet
+
+# The docs' pictures of the console and the plugin (docs/img), as the browser
+# tests take them in Debian's Chromium; commit the ones that changed.
+screenshots: install
+	CONDUCTOR_SCREENSHOT_DIR=docs/img $(UV) run --frozen pytest -q -p no:cacheprovider \
+		tests/console/test_admin_browser_outcomes.py tests/console/test_admin_browser.py tests/plugin/test_pairing.py
 
 check: install
 	$(UV) run --frozen python manage.py check
