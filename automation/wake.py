@@ -12,9 +12,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import threading
 
+from asgiref.sync import async_to_sync
 from channels.layers import channel_layers, get_channel_layer
 from django.db import transaction
 
@@ -30,46 +30,15 @@ async def dispatcher_wake_async(layer=None) -> None:
     await (layer or get_channel_layer()).group_send(WAKE_GROUP, {"type": "dispatcher.wake"})
 
 
-# How long a wake-up may hold the committing thread when the layer does not answer.
-WAKE_SEND_TIMEOUT_SECONDS = 2.0
-
-
-class _Sender:
-    """This process's event loop for sending wake-ups, in a thread of its own.
-
-    One loop for the process's life keeps the channel layer's connections
-    (channels_redis keeps its pool per event loop): a wake-up sent through
-    ``async_to_sync`` would start a loop, and so connect to Redis, each time.
-    Made again in a forked child (django-q2's workers), where the parent's
-    thread does not run.
-    """
-
-    _lock = threading.Lock()
-    _pid: int | None = None
-    _loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def loop(cls) -> asyncio.AbstractEventLoop:
-        with cls._lock:
-            if cls._pid != os.getpid() or cls._loop is None:
-                loop = asyncio.new_event_loop()
-                threading.Thread(target=loop.run_forever, daemon=True, name="dispatcher-wake").start()
-                cls._pid, cls._loop = os.getpid(), loop
-            return cls._loop
-
-
 def dispatcher_wake() -> None:
     """Tell the running dispatcher loop that due tasks were just committed.
 
-    Best effort: when the channel layer is unreachable, or does not answer
-    within ``WAKE_SEND_TIMEOUT_SECONDS``, the tasks wait for the next
-    scheduled tick instead.
+    Best effort: when the channel layer is unreachable, the tasks wait for the
+    next scheduled tick instead.
     """
-    future = asyncio.run_coroutine_threadsafe(dispatcher_wake_async(), _Sender.loop())
     try:
-        future.result(timeout=WAKE_SEND_TIMEOUT_SECONDS)
+        async_to_sync(dispatcher_wake_async)()
     except Exception:
-        future.cancel()
         log_event(logger, "dispatcher_wake_failed", level=logging.ERROR, exc_info=True,
                   detail="the next tick claims the tasks")
 

@@ -8,10 +8,11 @@ every --every seconds. Two ways, one after the other, each with a listener of it
 - ``channel_layer``: what Conductor does (``automation.wake``): ``dispatcher_wake_on_commit``
   in the transaction, so ``group_send`` to the wake group once it commits, and the listener is
   ``WakeListener``, the loop's own;
-- ``channel_layer_one_loop``: the same ``group_send`` once the transaction commits, from one
-  event loop of the bench's own with a layer made for it. ``dispatcher_wake`` too sends from
-  one loop per process now (it used ``async_to_sync``, a new loop and so a new Redis connection
-  per wake-up), so the two should read alike;
+- ``channel_layer_one_loop``: the same ``group_send`` once the transaction commits, but from
+  one event loop that lives in a thread of its own for the whole run, with one layer made for
+  it: ``dispatcher_wake`` runs ``group_send`` through ``async_to_sync``, which starts a new
+  event loop per call, and channels_redis keeps its connections per loop, so each wake-up
+  connects to Redis anew; this way shows what keeping them would give;
 - ``notify``: ``NOTIFY`` inside the transaction (PostgreSQL delivers it at the commit), and the
   listener a psycopg connection that ``LISTEN``\\ s, as a NOTIFY-based wake-up would.
 
