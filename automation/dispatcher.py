@@ -54,7 +54,7 @@ from automation.services.transitions import (
     task_start,
     task_succeed,
 )
-from automation.wake import wakes_go_to
+from automation.wake import ThreadWakes, wakes_go_to
 from core.clock import now_ms
 from core.logfmt import log_event
 
@@ -206,10 +206,50 @@ class Dispatcher:
     # --- running one task ------------------------------------------------------
 
     def _run(self, ctx: ExecutionContext) -> None:
-        with wakes_go_to(self.wake):
-            self._run_task(ctx)
+        with wakes_go_to(self.wake) as wakes:
+            while ctx is not None:
+                self._run_task(ctx, wakes)
+                ctx = self._continuation(ctx, wakes)
 
-    def _run_task(self, ctx: ExecutionContext) -> None:
+    def _continuation(self, previous: ExecutionContext, wakes: ThreadWakes) -> ExecutionContext | None:
+        """What runs next in this thread: a task the one before created (its kind's follow-up), leased now.
+
+        The result's delivery, say, need not wait for a wake-up, a tick and a
+        claim: the claim's own lease (``tasks_claim`` among the created
+        tasks) takes it at once, with the same fencing, per-target limit and
+        lane order, and its lease event says which task it continued. A task
+        that may not run yet (its target is busy or offline, its conversation
+        or kind is paused) is not leased and waits for the loop's claim; so do
+        the other tasks created. The thread keeps the slot it held. Then the
+        loop is woken: what the task freed (the next block of its
+        conversation, its target) is due at once.
+        """
+        due, wakes.created[:] = list(wakes.created), []
+        try:
+            if not due or self.stopping.is_set():
+                return None
+            leased = tasks_claim(
+                lease_owner=self.owner, now=self.clock(), limit=1, lease_ms=self.config.lease_ms,
+                among=due, detail={"continues": previous.task.pk},
+            )
+        except Exception:
+            log_event(logger, "continuation_failed", level=logging.ERROR, exc_info=True, task_id=previous.task.pk,
+                      kind=previous.task.kind, lease_owner=self.owner, detail="the loop's claim takes the tasks")
+            close_old_connections()
+            return None
+        finally:
+            self.wake.set()
+        if not leased:
+            return None
+        ctx = execution_context(leased[0], lease_owner=self.owner)
+        with self._lock:
+            future, _ = self._running.pop(previous.task.pk)
+            self._running[ctx.task.pk] = (future, ctx)
+        log_event(logger, "continuation", task_id=ctx.task.pk, kind=ctx.task.kind, lease_owner=self.owner,
+                  continues=previous.task.pk)
+        return ctx
+
+    def _run_task(self, ctx: ExecutionContext, wakes: ThreadWakes) -> None:
         task = ctx.task
         close_old_connections()
         try:
@@ -235,7 +275,8 @@ class Dispatcher:
             if ctx.is_cancelled():
                 log_event(logger, "outcome_discarded", task_id=task.pk, kind=task.kind, lease_owner=self.owner)
                 return
-            self._record(task, outcome)
+            with wakes.held():
+                self._record(task, outcome)
         except TransitionError as exc:
             # Fencing: the task was cancelled, reclaimed or finished elsewhere.
             log_event(logger, "lease_lost", level=logging.WARNING, task_id=task.pk, kind=task.kind,
@@ -245,7 +286,6 @@ class Dispatcher:
                       lease_owner=self.owner)
         finally:
             close_old_connections()
-            self.wake.set()
 
     def _wait_jitter(self, spec: KindSpec) -> int | None:
         """Wait the outbound jitter; None when the dispatcher began stopping meanwhile."""

@@ -42,7 +42,7 @@ from automation.services.dispatcher_state import (
     dispatcher_run_release,
     dispatcher_standby_lease,
 )
-from automation.wake import WakeListener
+from automation.wake import wake_listener
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class DispatcherLoop:
     def _tick_until_stopped(self) -> None:
         self.report.held_lease = True
         log_event(logger, "dispatcher_loop_start", lease_owner=self.owner, tick_seconds=self.tick_seconds)
-        listener = WakeListener(self.dispatcher.wake).start() if self.listen_for_wake else None
+        listener = wake_listener(self.dispatcher.wake).start() if self.listen_for_wake else None
         try:
             next_tick = self.monotonic()
             while not self.stop.is_set():

@@ -1,46 +1,95 @@
-"""Waking a running dispatcher loop across processes, through the channel layer.
+"""Waking a running dispatcher loop across processes.
 
 Whatever makes tasks due calls ``dispatcher_wake_on_commit``: creating a task
 (``task_create``, whoever calls it), an operator's approve or retry, resuming
 a conversation or the dispatcher. The dispatcher loop (in a django-q2 worker)
-listens with ``WakeListener`` and ticks at once instead of at its next
+listens with ``wake_listener`` and ticks at once instead of at its next
 scheduled tick.
+
+On PostgreSQL the wake-up is a ``NOTIFY`` on the database connection the work
+was committed on, and the loop ``LISTEN``s on a connection of its own
+(``NotifyWakeListener``): no other service's hop, and about half the channel
+layer's (``bench/wake_hop.py``). On SQLite it crosses the channel layer
+(``ChannelWakeListener``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import threading
+from collections.abc import Collection, Iterator
 
-from asgiref.sync import async_to_sync
+import psycopg
+from channels.db import database_sync_to_async
 from channels.layers import channel_layers, get_channel_layer
-from django.db import transaction
+from django.db import DEFAULT_DB_ALIAS, connections, transaction
 
+from core import layer_send
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
 WAKE_GROUP = "conductor-dispatcher-wake"
+NOTIFY_CHANNEL = "conductor_dispatcher_wake"
 
 
 async def dispatcher_wake_async(layer=None) -> None:
     """Tell every running dispatcher loop that tasks just became due (from async code)."""
-    await (layer or get_channel_layer()).group_send(WAKE_GROUP, {"type": "dispatcher.wake"})
+    if wakes_by_notify():
+        await database_sync_to_async(dispatcher_wake)()
+    else:
+        await (layer or get_channel_layer()).group_send(WAKE_GROUP, {"type": "dispatcher.wake"})
+
+
+def wakes_by_notify() -> bool:
+    """True when wake-ups go by PostgreSQL's ``NOTIFY`` rather than the channel layer."""
+    return connections[DEFAULT_DB_ALIAS].vendor == "postgresql"
 
 
 def dispatcher_wake() -> None:
     """Tell the running dispatcher loop that due tasks were just committed.
 
-    Best effort: when the channel layer is unreachable, the tasks wait for the
-    next scheduled tick instead.
+    Best effort: when the database or the channel layer is unreachable, the
+    tasks wait for the next scheduled tick instead.
     """
     try:
-        async_to_sync(dispatcher_wake_async)()
+        if wakes_by_notify():
+            with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+                cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")
+        else:
+            layer_send.group_send(WAKE_GROUP, {"type": "dispatcher.wake"})
     except Exception:
         log_event(logger, "dispatcher_wake_failed", level=logging.ERROR, exc_info=True,
                   detail="the next tick claims the tasks")
+
+
+@dataclasses.dataclass
+class ThreadWakes:
+    """Where a dispatcher's task thread's wake-ups go (``wakes_go_to``)."""
+
+    event: threading.Event
+    # The ids of the tasks this thread created, added as each creation commits.
+    created: list[str] = dataclasses.field(default_factory=list)
+    holding: bool = False
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Within the block, commits add the tasks they created but leave the event to the caller.
+
+        The dispatcher records a task's outcome (and its kind's follow-up,
+        which may create the next task) so, then leases what it may run next
+        in the same thread, and only then sets the event: the loop's tick,
+        which the event starts, would race it for the same task.
+        """
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
 
 
 # Set in a dispatcher's task threads: what they commit wakes that dispatcher.
@@ -48,7 +97,7 @@ _running_in = threading.local()
 
 
 @contextlib.contextmanager
-def wakes_go_to(event: threading.Event):
+def wakes_go_to(event: threading.Event) -> Iterator[ThreadWakes]:
     """Within the block, this thread's wake-ups set ``event`` instead of crossing processes.
 
     A dispatcher runs each task (and its kind's follow-up, which may create
@@ -56,17 +105,19 @@ def wakes_go_to(event: threading.Event):
     task's thread sets its event: the round trip through the channel layer
     would only delay that. (A dispatcher that lost its run lease meanwhile
     does not tick; the loop that holds the lease claims the new task at its
-    next tick.)
+    next tick.) Yields the thread's ``ThreadWakes``: the tasks it created are
+    listed there, and the dispatcher may run one of them next in the same
+    thread (its continuation).
     """
-    previous = getattr(_running_in, "event", None)
-    _running_in.event = event
+    previous = getattr(_running_in, "wakes", None)
+    _running_in.wakes = wakes = ThreadWakes(event)
     try:
-        yield
+        yield wakes
     finally:
-        _running_in.event = previous
+        _running_in.wakes = previous
 
 
-def dispatcher_wake_on_commit() -> None:
+def dispatcher_wake_on_commit(*, created: Collection[str] = ()) -> None:
     """Wake the dispatcher once the current transaction commits (at once outside one).
 
     One wake per transaction however many tasks it creates: a wake already
@@ -74,10 +125,14 @@ def dispatcher_wake_on_commit() -> None:
     the callbacks of the open transaction in ``connection.run_on_commit``,
     and drops those of a rolled-back savepoint, so a rollback never leaves a
     wake counted that will not happen.) In a dispatcher's task thread
-    (``wakes_go_to``), the wake sets that dispatcher's event.
+    (``wakes_go_to``), the ids of the ``created`` tasks are listed for it and
+    the wake sets its event, unless the thread holds its wakes.
     """
-    if (local := getattr(_running_in, "event", None)) is not None:
-        transaction.on_commit(local.set)
+    if (local := getattr(_running_in, "wakes", None)) is not None:
+        if created:
+            transaction.on_commit(functools.partial(local.created.extend, created))
+        if not local.holding:
+            transaction.on_commit(local.event.set)
         return
     connection = transaction.get_connection()
     if connection.in_atomic_block and any(
@@ -87,8 +142,63 @@ def dispatcher_wake_on_commit() -> None:
     transaction.on_commit(dispatcher_wake)
 
 
-class WakeListener:
-    """A thread that sets ``event`` whenever a wake-up arrives, until ``stop()``.
+def wake_listener(event: threading.Event) -> ChannelWakeListener | NotifyWakeListener:
+    """The listener for this database: it sets ``event`` at each wake-up once started."""
+    return NotifyWakeListener(event) if wakes_by_notify() else ChannelWakeListener(event)
+
+
+class NotifyWakeListener:
+    """A thread that ``LISTEN``s on a PostgreSQL connection of its own and sets ``event`` at each ``NOTIFY``.
+
+    The connection is outside Django's (it lives as long as the loop, in
+    autocommit). A lost connection (the server restarted, say) is opened again
+    every ``RETRY_SECONDS``, and a wake-up is assumed meanwhile: one sent
+    while no connection listened is not kept, so the loop ticks at once after
+    a reconnect rather than waiting out its tick.
+    """
+
+    RETRY_SECONDS = 1.0
+    # How often the waiting thread looks at its stop signal.
+    POLL_SECONDS = 0.5
+
+    def __init__(self, event: threading.Event) -> None:
+        self.event = event
+        self.ready = threading.Event()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="conductor-wake", daemon=True)
+
+    def start(self) -> NotifyWakeListener:
+        self._thread.start()
+        self.ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        params = connections[DEFAULT_DB_ALIAS].get_connection_params()
+        listened_before = False
+        while not self._stopping.is_set():
+            try:
+                with psycopg.connect(**params, autocommit=True) as listening:
+                    listening.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    if listened_before:
+                        self.event.set()  # what was sent while nobody listened
+                    listened_before = True
+                    self.ready.set()
+                    while not self._stopping.is_set():
+                        for _ in listening.notifies(timeout=self.POLL_SECONDS, stop_after=1):
+                            self.event.set()
+            except Exception:
+                log_event(logger, "dispatcher_wake_listener_failed", level=logging.ERROR, exc_info=True,
+                          retry_seconds=self.RETRY_SECONDS)
+                self.ready.set()  # ticks go on as scheduled meanwhile
+                self._stopping.wait(self.RETRY_SECONDS)
+
+
+class ChannelWakeListener:
+    """A thread that sets ``event`` whenever a wake-up arrives on the channel layer, until ``stop()``.
 
     It lives as long as the dispatcher loop, so it never times its receive
     out (a cancelled receive can drop the message it was taking); ``stop()``
@@ -108,7 +218,7 @@ class WakeListener:
         self._task: asyncio.Task | None = None
         self._thread = threading.Thread(target=self._run, name="conductor-wake", daemon=True)
 
-    def start(self) -> WakeListener:
+    def start(self) -> ChannelWakeListener:
         self._thread.start()
         self.ready.wait(10)
         return self

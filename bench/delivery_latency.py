@@ -13,6 +13,7 @@ answering every delivery. Prints the median, p99 and max in milliseconds.
 """
 
 import contextlib
+import dataclasses
 import math
 import sys
 import time
@@ -33,10 +34,29 @@ def measure(url: str, token: str, count: int, warmup: int, *, every: float = 0.0
     by the client ``bench-delivery``; each starts ``every`` seconds after the one before (at once
     after its delivery when 0), so that spread-out messages meet the server idle. With
     ``seconds``, no message starts once that many seconds have passed since the first."""
+    return [sent.latency_ms for sent in measure_sent(url, token, count, warmup, every=every, seconds=seconds)]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sent:
+    """One measured message: its id, when it was sent and when its delivery arrived (epoch ms)."""
+
+    message_id: str
+    sent_at_ms: float
+    delivered_at_ms: float
+
+    @property
+    def latency_ms(self) -> float:
+        return self.delivered_at_ms - self.sent_at_ms
+
+
+def measure_sent(url: str, token: str, count: int, warmup: int, *, every: float = 0.0,
+                 seconds: float | None = None) -> list[Sent]:
+    """As ``measure``, each measured message as a ``Sent``."""
     from ingest.simulator import SimulatedPlugin
 
     run = uuid.uuid4().hex[:8]
-    latencies = []
+    measured = []
     deadline = time.monotonic() + seconds if seconds else math.inf
     with SimulatedPlugin(url=url, client_id="bench-delivery", token=token) as plugin:
         next_at = time.monotonic()
@@ -45,13 +65,14 @@ def measure(url: str, token: str, count: int, warmup: int, *, every: float = 0.0
             if time.monotonic() >= deadline:
                 break
             next_at += every
-            started = time.perf_counter()
-            plugin.send_final_message(final_message(f"{run}-{n}", f"bench-{run}-{n}", echo_block(n)))
+            message_id = f"{run}-{n}"
+            sent_at = time.time_ns() / 1e6
+            plugin.send_final_message(final_message(message_id, f"bench-{run}-{n}", echo_block(n)))
             delivery = plugin.next_delivery(timeout=60)
             if n >= warmup:
-                latencies.append((time.perf_counter() - started) * 1000)
+                measured.append(Sent(message_id, sent_at, time.time_ns() / 1e6))
             plugin.answer(delivery, status=200)
-    return latencies
+    return measured
 
 
 def main() -> None:

@@ -3,18 +3,19 @@
 
 A listener process waits for wake-ups as the dispatcher loop does; this process commits a
 transaction that makes a task due (a one-row ``UPDATE``) and wakes it, --wakes times, one
-every --every seconds. Two ways, one after the other, each with a listener of its own:
+every --every seconds. Four ways, one after the other, each with a listener of its own:
 
-- ``channel_layer``: what Conductor does (``automation.wake``): ``dispatcher_wake_on_commit``
-  in the transaction, so ``group_send`` to the wake group once it commits, and the listener is
-  ``WakeListener``, the loop's own;
-- ``channel_layer_one_loop``: the same ``group_send`` once the transaction commits, but from
-  one event loop that lives in a thread of its own for the whole run, with one layer made for
-  it: ``dispatcher_wake`` runs ``group_send`` through ``async_to_sync``, which starts a new
-  event loop per call, and channels_redis keeps its connections per loop, so each wake-up
-  connects to Redis anew; this way shows what keeping them would give;
-- ``notify``: ``NOTIFY`` inside the transaction (PostgreSQL delivers it at the commit), and the
-  listener a psycopg connection that ``LISTEN``\\ s, as a NOTIFY-based wake-up would.
+- ``conductor``: what Conductor does (``automation.wake``): ``dispatcher_wake_on_commit`` in
+  the transaction, which on PostgreSQL sends ``NOTIFY`` on the same connection once it
+  commits, and the loop's own listener, ``wake_listener`` (``NotifyWakeListener``);
+- ``channel_layer``: what Conductor did before, and still does on SQLite: ``group_send`` to
+  the wake group through ``async_to_sync`` once the transaction commits, and
+  ``ChannelWakeListener``. ``async_to_sync`` starts a new event loop per call, and
+  channels_redis keeps its connections per loop, so each wake-up connects to Redis anew;
+- ``channel_layer_one_loop``: the same ``group_send``, but from one event loop that lives in a
+  thread of its own for the whole run, with one layer made for it;
+- ``notify_in_transaction``: ``NOTIFY`` inside the transaction (PostgreSQL delivers it at the
+  commit), and a psycopg connection that ``LISTEN``\\ s.
 
 For each: the latency from just before the commit to the listener's wake (both clocks are this
 machine's monotonic clock), and how long the committing thread was held (commit plus the
@@ -35,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import channel_layer_backend, database_engine, option_parser, setup_django, summary  # noqa: E402
 
-CHANNEL = "conductor_bench_wake"
+NOTIFY_CHANNEL = "conductor_bench_wake"
 
 
 def _listened(ready: str, timeout: float, wait_for_wake) -> list[int]:
@@ -49,12 +50,23 @@ def _listened(ready: str, timeout: float, wait_for_wake) -> list[int]:
     return woke
 
 
-def listen_channel_layer(ready: str, timeout: float) -> list[int]:
+def listen_conductor(ready: str, timeout: float) -> list[int]:
     """In a child process: the dispatcher loop's own listener; the moment of each wake-up."""
-    from automation.wake import WakeListener
+    from automation.wake import wake_listener
 
+    return _listened_by(wake_listener, ready, timeout)
+
+
+def listen_channel_layer(ready: str, timeout: float) -> list[int]:
+    """In a child process: the channel layer's listener; the moment of each wake-up."""
+    from automation.wake import ChannelWakeListener
+
+    return _listened_by(ChannelWakeListener, ready, timeout)
+
+
+def _listened_by(make_listener, ready: str, timeout: float) -> list[int]:
     event = threading.Event()
-    listener = WakeListener(event).start()
+    listener = make_listener(event).start()
 
     def wait_for_wake(seconds: float) -> bool:
         if event.wait(seconds):
@@ -74,7 +86,7 @@ def listen_notify(ready: str, timeout: float) -> list[int]:
     from django.db import connection
 
     with psycopg.connect(**connection.get_connection_params(), autocommit=True) as listening:
-        listening.execute(f"LISTEN {CHANNEL}")
+        listening.execute(f"LISTEN {NOTIFY_CHANNEL}")
 
         def wait_for_wake(seconds: float) -> bool:
             return any(True for _ in listening.notifies(timeout=max(0.0, seconds), stop_after=1))
@@ -110,24 +122,39 @@ def wake(way: str) -> None:
     global _one_loop
     from django.db import connection, transaction
 
+    from asgiref.sync import async_to_sync
+
     from automation.models import DispatcherState
     from automation.wake import dispatcher_wake_on_commit
 
     with transaction.atomic():
         DispatcherState.objects.filter(pk=1).update(standby_owner="")
-        if way == "notify":
+        if way == "notify_in_transaction":
             with connection.cursor() as cursor:
-                cursor.execute(f"NOTIFY {CHANNEL}")
+                cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")
         elif way == "channel_layer_one_loop":
             _one_loop = _one_loop or OneLoop()
             transaction.on_commit(_one_loop.wake)
+        elif way == "channel_layer":
+            transaction.on_commit(lambda: async_to_sync(ChannelLayerWake.send)())
         else:
             dispatcher_wake_on_commit()
 
 
-LISTENERS = {"channel_layer": "bench.wake_hop:listen_channel_layer",
+class ChannelLayerWake:
+    @staticmethod
+    async def send() -> None:
+        from channels.layers import get_channel_layer
+
+        from automation.wake import WAKE_GROUP
+
+        await get_channel_layer().group_send(WAKE_GROUP, {"type": "dispatcher.wake"})
+
+
+LISTENERS = {"conductor": "bench.wake_hop:listen_conductor",
+             "channel_layer": "bench.wake_hop:listen_channel_layer",
              "channel_layer_one_loop": "bench.wake_hop:listen_channel_layer",
-             "notify": "bench.wake_hop:listen_notify"}
+             "notify_in_transaction": "bench.wake_hop:listen_notify"}
 
 
 def measure(way: str, wakes: int, every: float) -> tuple[list[float], list[float], int]:

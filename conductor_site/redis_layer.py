@@ -10,6 +10,9 @@
   ``BlockingConnectionPool``: a call past the limit waits up to
   ``pool_timeout`` seconds for a connection to come back instead. Size
   ``max_connections`` for the sockets one server holds (docs/operations.md).
+- Sent on from one kept event loop by synchronous code
+  (``core.layer_send``), rather than a new loop, and so a new connection,
+  per send.
 """
 
 from __future__ import annotations
@@ -21,6 +24,10 @@ from conductor_site.layer_messages import RefusedMessage, RefusesForgedMessages
 
 
 class SealedRedisChannelLayer(RefusesForgedMessages, RedisChannelLayer):
+    # channels_redis keeps a pool per event loop: synchronous code sends from
+    # one loop a process keeps, and its connections stay open (core.layer_send).
+    sends_from_a_kept_loop = True
+
     async def receive_single(self, channel):
         # channels_redis reads a message, then decodes it; a message that
         # cannot be opened is already taken off Redis, so the next one is read.

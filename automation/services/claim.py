@@ -77,8 +77,14 @@ def _claimable(now: int, runnable_kinds: Collection[str]) -> Q:
     )
 
 
-def tasks_claim(*, lease_owner: str, now: int, limit: int, lease_ms: int) -> list[AutomationTask]:
+def tasks_claim(
+    *, lease_owner: str, now: int, limit: int, lease_ms: int,
+    among: Collection[str] | None = None, detail: dict | None = None,
+) -> list[AutomationTask]:
     """Lease up to ``limit`` due tasks for ``lease_owner``, best first; return them.
+
+    ``among``: only tasks of these ids (a dispatcher's continuation: what a
+    task it just ran created); ``detail`` goes on their lease events.
 
     One query reads the best candidates; at most one per target and per
     conversation lane is kept (only one of each can be in flight); then one
@@ -94,8 +100,11 @@ def tasks_claim(*, lease_owner: str, now: int, limit: int, lease_ms: int) -> lis
     # A kind paused from the overview is not claimed; its tasks wait, due.
     paused = paused_kinds()
     claimable = _claimable(now, [kind for kind in kinds.runnable() if kind not in paused])
+    found = AutomationTask.objects.filter(claimable)
+    if among is not None:
+        found = found.filter(pk__in=list(among))
     candidates = (
-        AutomationTask.objects.filter(claimable)
+        found
         .order_by("-priority", "execute_after", "sequence")
         .values_list("task_id", "status", "target_client_id", "target_platform", "conversation_id", "lane")
     )[: limit * CANDIDATES_PER_SLOT]
@@ -112,7 +121,8 @@ def tasks_claim(*, lease_owner: str, now: int, limit: int, lease_ms: int) -> lis
         if len(chosen) == limit:
             break
     lease = functools.partial(
-        tasks_lease, still_claimable=claimable, lease_owner=lease_owner, lease_until=now + lease_ms, now=now
+        tasks_lease, still_claimable=claimable, lease_owner=lease_owner, lease_until=now + lease_ms, now=now,
+        detail=detail,
     )
     try:
         leased = lease(chosen)

@@ -101,7 +101,7 @@ def task_create(
         if existing is None:
             raise
         return existing, False
-    dispatcher_wake_on_commit()
+    dispatcher_wake_on_commit(created=[task.pk])
     _log_create(task, actor=actor)
     return task, True
 
@@ -128,7 +128,7 @@ def tasks_create(*, tasks: Sequence[NewTask], actor: str, now: int | None = None
             TaskEvent(task=task, action="create", status_from=None, status_to=task.status, actor=actor, at=now)
             for task in created
         )
-    dispatcher_wake_on_commit()
+    dispatcher_wake_on_commit(created=[task.pk for task in created])
     for task in created:
         _log_create(task, actor=actor)
     return created

@@ -196,7 +196,8 @@ _CLEAR_LEASE = {"lease_owner": None, "lease_until": None}
 
 
 def tasks_lease(
-    seen: Mapping[str, str], *, still_claimable: Q, lease_owner: str, lease_until: int, now: int
+    seen: Mapping[str, str], *, still_claimable: Q, lease_owner: str, lease_until: int, now: int,
+    detail: dict[str, Any] | None = None,
 ) -> list[AutomationTask]:
     """pending / retry_wait -> leased for the dispatcher's claim: every task of
     ``seen`` (task id -> the status it was read in) that is still in that status,
@@ -206,7 +207,7 @@ def tasks_lease(
     dispatcher is leasing at this moment is skipped, not waited for. Raises
     ``IntegrityError`` when an in-flight limit's unique index refuses the batch
     (another dispatcher leased a task of the same target or lane meanwhile):
-    the caller then leases one task at a time.
+    the caller then leases one task at a time. ``detail`` goes on each lease event.
     """
     if not seen:
         return []
@@ -223,7 +224,7 @@ def tasks_lease(
         )
         TaskEvent.objects.bulk_create([
             TaskEvent(task_id=task.pk, action=LEASE.action, status_from=seen[task.pk], status_to=task.status,
-                      actor=lease_owner, at=now, detail={"lease_until": lease_until})
+                      actor=lease_owner, at=now, detail={"lease_until": lease_until, **(detail or {})})
             for task in leased
         ])
     for task in leased:

@@ -6,8 +6,6 @@ import datetime as dt
 import logging
 from collections.abc import Collection
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import Q
@@ -15,6 +13,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from conversations.models import DEFAULT_OWNER, validate_owner
+from core import layer_send
 from core.logfmt import log_event
 from ingest.frames import PluginInfo
 from ingest.models import PluginClient
@@ -151,9 +150,7 @@ def plugin_client_revoke(*, client: PluginClient, actor: str) -> None:
             enabled=False, connected=False, connection_channel=""
         )
         transaction.on_commit(
-            lambda: async_to_sync(get_channel_layer().group_send)(
-                client.group_name, {"type": "plugin.revoked"}
-            )
+            lambda: layer_send.group_send(client.group_name, {"type": "plugin.revoked"})
         )
     log_event(logger, "plugin_client_revoke", client_id=client.client_id, actor=actor)
 
@@ -179,7 +176,7 @@ def plugin_client_rotate(*, client: PluginClient, actor: str) -> str:
         # The consumer answers "plugin.revoked" by closing with 4403, as for a
         # revoke: the socket was authenticated with a token that no longer holds.
         transaction.on_commit(
-            lambda: async_to_sync(get_channel_layer().group_send)(client.group_name, {"type": "plugin.revoked"})
+            lambda: layer_send.group_send(client.group_name, {"type": "plugin.revoked"})
         )
     client.token_hash, client.connected, client.connection_channel = hashed, False, ""
     log_event(logger, "plugin_client_rotate", client_id=client.client_id, actor=actor)

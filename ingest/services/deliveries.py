@@ -14,10 +14,9 @@ import threading
 import time
 from collections.abc import Collection
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 
 from ingest.models import DeliveryRequest, plugin_group_name
+from core import layer_send
 from core.clock import now_ms
 from core.logfmt import log_event
 from ingest.frames import DeliveryResult
@@ -97,9 +96,7 @@ def delivery_request_mark_delivered(*, request_id: str) -> None:
 
 def delivery_request_send(*, client_pk: int, frame: dict) -> None:
     """Send a recorded request's frame to every socket of the client, through the channel layer."""
-    async_to_sync(get_channel_layer().group_send)(
-        plugin_group_name(client_pk), {"type": "plugin.deliver", "frame": frame}
-    )
+    layer_send.group_send(plugin_group_name(client_pk), {"type": "plugin.deliver", "frame": frame})
 
 
 def delivery_answer_wait(*, request_id: str, timeout: float, cancelled: threading.Event) -> dict | None:

@@ -302,16 +302,26 @@ def test_an_outcome_and_its_kinds_follow_up_commit_together(monkeypatch):
     assert reload(task).status == S.RUNNING
 
 
+def follow_up_creating(kind="test.local", **fields):
+    """A follow-up that creates one task of ``kind`` after each task that did not come from it."""
+
+    def follow_up(task, actor):
+        if "after" not in task.payload:
+            task_create(kind=kind, payload={"after": task.pk}, actor=actor, **fields)
+
+    return follow_up
+
+
+def with_follow_up(monkeypatch, kind, follow_up):
+    from automation.kinds import kinds
+
+    monkeypatch.setitem(kinds._entries, kind, dataclasses.replace(kinds.get(kind), follow_up=follow_up))
+
+
 def test_a_task_created_while_running_a_task_wakes_its_own_dispatcher_directly(monkeypatch):
     from unittest import mock
 
-    from automation.kinds import kinds
-
-    def follow_up(task, actor):
-        task_create(kind="test.local", payload={"after": task.pk}, actor=actor)
-
-    spec = kinds.get("test.local")
-    monkeypatch.setitem(kinds._entries, "test.local", dataclasses.replace(spec, follow_up=follow_up))
+    with_follow_up(monkeypatch, "test.local", follow_up_creating())
     create(kind="test.local")
     dispatcher = make_dispatcher()
     try:
@@ -325,6 +335,67 @@ def test_a_task_created_while_running_a_task_wakes_its_own_dispatcher_directly(m
     finally:
         dispatcher.stop(grace=5)
     assert AutomationTask.objects.filter(kind="test.local").count() == 2
+
+
+def test_a_task_a_follow_up_created_runs_next_in_the_same_thread_without_a_tick(monkeypatch):
+    with_follow_up(monkeypatch, "test.local", follow_up_creating())
+    first = create(kind="test.local")
+    dispatcher = make_dispatcher()
+    try:
+        report = run_tick(dispatcher)
+    finally:
+        dispatcher.stop(grace=5)
+    assert report.claimed == [first.pk]  # one tick, one claim
+    second = AutomationTask.objects.get(kind="test.local", payload_json__contains=first.pk)
+    assert reload(second).status == S.SUCCEEDED
+    lease = second.events.get(action="lease")
+    # One lease like any other, fenced to this dispatcher, saying what it continued.
+    assert (lease.actor, lease.detail["continues"]) == ("d1", first.pk)
+    assert [e.action for e in second.events.all()] == ["create", "lease", "start", "succeed"]
+    assert lease.at >= first.events.get(action="succeed").at
+
+
+def test_a_continuation_keeps_the_per_target_limit_and_leaves_a_busy_target_to_the_claim(monkeypatch):
+    PluginClientFactory(client_id="laptop", connected=True, last_seen_at=timezone.now() + dt.timedelta(hours=1))
+    route = {"target_client_id": "laptop", "target_platform": "claude"}
+    busy = create("test.outbound", conversation_id=ConversationFactory().pk, **route)
+    task_lease(busy.pk, lease_owner="elsewhere", lease_until=now_ms() + 60_000)  # another dispatcher is delivering to the laptop
+    with_follow_up(monkeypatch, "test.local",
+                   follow_up_creating("test.outbound", conversation_id=ConversationFactory().pk, **route))
+    first = create(kind="test.local")
+    dispatcher = make_dispatcher()
+    try:
+        run_tick(dispatcher)
+    finally:
+        dispatcher.stop(grace=5)
+    assert reload(first).status == S.SUCCEEDED
+    waiting = AutomationTask.objects.get(kind="test.outbound", payload_json__contains=first.pk)
+    assert (waiting.status, waiting.lease_owner) == (S.PENDING, None)
+    assert dispatcher.wake.is_set()  # the loop's claim takes it once the target is free
+
+
+def test_a_continuation_leaves_a_task_of_a_paused_conversation_waiting(monkeypatch):
+    conversation = ConversationFactory(paused=True)
+    with_follow_up(monkeypatch, "test.local", follow_up_creating(conversation_id=conversation.pk))
+    first = create(kind="test.local")
+    dispatcher = make_dispatcher()
+    try:
+        run_tick(dispatcher)
+    finally:
+        dispatcher.stop(grace=5)
+    waiting = AutomationTask.objects.get(kind="test.local", payload_json__contains=first.pk)
+    assert waiting.status == S.PENDING
+
+
+def test_a_stopping_dispatcher_continues_into_nothing(monkeypatch):
+    with_follow_up(monkeypatch, "test.local", follow_up_creating())
+    first = create(kind="test.local", sleep=0.5)
+    dispatcher = make_dispatcher()
+    dispatcher.tick()
+    time.sleep(0.1)
+    assert dispatcher.stop(grace=10)
+    assert reload(first).status == S.SUCCEEDED
+    assert AutomationTask.objects.get(payload_json__contains=first.pk).status == S.PENDING
 
 
 def test_an_outcome_whose_write_loses_the_database_connection_is_written_again(monkeypatch):

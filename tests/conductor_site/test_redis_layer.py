@@ -44,3 +44,42 @@ def test_three_hundred_group_discards_at_once_through_ten_connections_all_succee
         await small.flush()
 
     asyncio.run(burst())
+
+
+@pytest.mark.skipif(not os.environ.get("REDIS_URL"), reason="needs Redis (REDIS_URL)")
+def test_sends_from_synchronous_code_share_one_kept_connection():
+    """A dispatcher's task thread sends each delivery from the process's kept loop: no new connection per send.
+
+    Through ``async_to_sync`` each send ran on a new event loop, and channels_redis
+    keeps its connections per loop: 20 sends opened 20 connections.
+    """
+    import redis
+
+    from core import layer_send
+
+    sender = layer(os.environ["REDIS_URL"])
+    assert sender.sends_from_a_kept_loop
+    received = []
+
+    async def receive_all():
+        channel = await receiver.new_channel()
+        await receiver.group_add("kept-loop", channel)
+        ready.set()
+        while len(received) < 21:
+            received.append(await receiver.receive(channel))
+
+    import threading
+
+    receiver, ready = layer(os.environ["REDIS_URL"]), threading.Event()
+    listening = threading.Thread(target=asyncio.run, args=(receive_all(),))
+    listening.start()
+    assert ready.wait(10)
+    server = redis.Redis.from_url(os.environ["REDIS_URL"])
+    layer_send.group_send("kept-loop", {"type": "test.message", "n": -1}, layer=sender)  # the loop's first connection
+    opened_before = server.info("stats")["total_connections_received"]
+    for n in range(20):
+        layer_send.group_send("kept-loop", {"type": "test.message", "n": n}, layer=sender)
+    opened = server.info("stats")["total_connections_received"] - opened_before
+    listening.join(10)
+    assert [message["n"] for message in received] == list(range(-1, 20))
+    assert opened <= 2  # the kept loop's connection came back to its pool each time

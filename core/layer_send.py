@@ -1,0 +1,73 @@
+"""Sending on the channel layer from synchronous code (a dispatcher's task thread, a service).
+
+``async_to_sync`` outside an event loop starts a new loop for each call, and
+channels_redis keeps its connections per loop: each send from a dispatcher's
+task would connect to Redis anew, about 5 ms more per delivery
+(``bench/wake_hop.py``). A layer that can be sent on from any event loop says
+so with ``sends_from_a_kept_loop``; it is sent on from one event loop per
+process, in a thread of its own, whose connections stay open. Other layers
+(the embedded one, whose database calls must run on the calling thread's
+executor) are sent on through ``async_to_sync`` as before, and so is any
+layer when the caller is itself inside ``sync_to_async`` under an event loop
+(an ASGI server), where ``async_to_sync`` already uses that loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any
+
+from asgiref.sync import SyncToAsync, async_to_sync
+from channels.layers import get_channel_layer
+
+# How long a send may take before the caller gives up on it (the Redis
+# layer's own pool waits up to 20 s for a connection).
+SEND_TIMEOUT_SECONDS = 30.0
+
+
+class _KeptLoop:
+    """An event loop running in a daemon thread for the life of the process."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="conductor-layer-send", daemon=True).start()
+
+    def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        try:
+            return future.result(SEND_TIMEOUT_SECONDS)
+        except TimeoutError:
+            future.cancel()
+            raise
+
+
+_kept: _KeptLoop | None = None
+_kept_lock = threading.Lock()
+
+
+def _kept_loop() -> _KeptLoop:
+    global _kept
+    with _kept_lock:
+        # A forked child (a django-q2 worker) has no thread of its parent's: it makes its own loop.
+        if _kept is None or _kept.pid != os.getpid():
+            _kept = _KeptLoop()
+        return _kept
+
+
+def _under_an_event_loop() -> bool:
+    """True in a thread ``sync_to_async`` runs, whose caller's loop ``async_to_sync`` would use."""
+    local = SyncToAsync.threadlocal
+    return getattr(local, "main_event_loop", None) is not None and getattr(local, "main_event_loop_pid", None) == os.getpid()
+
+
+def group_send(group: str, message: dict[str, Any], *, layer=None) -> None:
+    """Send ``message`` to ``group`` on the channel layer, waiting until it is sent."""
+    layer = layer or get_channel_layer()
+    if getattr(layer, "sends_from_a_kept_loop", False) and not _under_an_event_loop():
+        _kept_loop().run(layer.group_send(group, message))
+    else:
+        async_to_sync(layer.group_send)(group, message)
