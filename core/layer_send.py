@@ -61,7 +61,9 @@ def _kept_loop() -> _KeptLoop:
 def _under_an_event_loop() -> bool:
     """True in a thread ``sync_to_async`` runs, whose caller's loop ``async_to_sync`` would use."""
     local = SyncToAsync.threadlocal
-    return getattr(local, "main_event_loop", None) is not None and getattr(local, "main_event_loop_pid", None) == os.getpid()
+    loop = getattr(local, "main_event_loop", None)
+    # A thread that once ran under a loop keeps the (closed) loop in its threadlocal.
+    return loop is not None and loop.is_running() and getattr(local, "main_event_loop_pid", None) == os.getpid()
 
 
 def group_send(group: str, message: dict[str, Any], *, layer=None) -> None:
