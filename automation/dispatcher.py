@@ -30,7 +30,7 @@ from django.db import (
 )
 
 from automation.kinds import KindSpec, kinds
-from automation.models import AutomationTask, FinishReason
+from automation.models import AutomationTask, FinishReason, TaskStatus
 from automation.outcomes import (
     ExecutionContext,
     Outcome,
@@ -158,7 +158,7 @@ class Dispatcher:
         reclaimed = tasks_reclaim_expired(actor=self.owner, now=now, retry=self.retry)
         free_slots = self.config.max_tasks_per_tick - self.in_flight()
         claimed = [] if self.stopping.is_set() else tasks_claim(
-            lease_owner=self.owner, now=now, limit=free_slots, lease_ms=self.config.lease_ms
+            lease_owner=self.owner, now=now, limit=free_slots, lease_ms=self.config.lease_ms, start_at_once=True,
         )
         for task in claimed:
             ctx = execution_context(task, lease_owner=self.owner)
@@ -230,7 +230,7 @@ class Dispatcher:
                 return None
             leased = tasks_claim(
                 lease_owner=self.owner, now=self.clock(), limit=1, lease_ms=self.config.lease_ms,
-                among=due, detail={"continues": previous.task.pk},
+                among=due, detail={"continues": previous.task.pk}, start_at_once=True,
             )
         except Exception:
             log_event(logger, "continuation_failed", level=logging.ERROR, exc_info=True, task_id=previous.task.pk,
@@ -254,23 +254,8 @@ class Dispatcher:
         close_old_connections()
         try:
             spec = kinds.get(task.kind)
-            jitter = self._wait_jitter(spec)
-            if jitter is None:
-                task_release(task.pk, lease_owner=self.owner, reason="dispatcher stopping", now=self.clock())
+            if task.status != TaskStatus.RUNNING and (task := self._start(spec, ctx)) is None:
                 return
-            if (
-                spec.targets is not None
-                and task.target_client_id is not None
-                and not spec.targets.is_present(client_id=task.target_client_id)
-            ):
-                # Gone since the claim: the task waits for its hello, using no attempt.
-                # (A task with no route at all runs, and its executor fails it.)
-                task_release(task.pk, lease_owner=self.owner, reason="client offline", now=self.clock())
-                return
-            task = ctx.task = task_start(
-                task.pk, lease_owner=self.owner, lease_until=self.clock() + self.config.lease_ms,
-                jitter_ms=jitter if spec.is_outbound else None, now=self.clock(),
-            )
             outcome = self._execute(spec, ctx)
             if ctx.is_cancelled():
                 log_event(logger, "outcome_discarded", task_id=task.pk, kind=task.kind, lease_owner=self.owner)
@@ -286,6 +271,32 @@ class Dispatcher:
                       lease_owner=self.owner)
         finally:
             close_old_connections()
+
+    def _start(self, spec: KindSpec, ctx: ExecutionContext) -> AutomationTask | None:
+        """Start a task the claim only leased (an outbound one): its jitter, its client, then running.
+
+        Returns it running, or None when it was given back unstarted. (The
+        claim starts the others itself: ``tasks_claim(start_at_once=True)``.)
+        """
+        task = ctx.task
+        jitter = self._wait_jitter(spec)
+        if jitter is None:
+            task_release(task.pk, lease_owner=self.owner, reason="dispatcher stopping", now=self.clock())
+            return None
+        if (
+            spec.targets is not None
+            and task.target_client_id is not None
+            and not spec.targets.is_present(client_id=task.target_client_id)
+        ):
+            # Gone since the claim: the task waits for its hello, using no attempt.
+            # (A task with no route at all runs, and its executor fails it.)
+            task_release(task.pk, lease_owner=self.owner, reason="client offline", now=self.clock())
+            return None
+        ctx.task = task_start(
+            task.pk, lease_owner=self.owner, lease_until=self.clock() + self.config.lease_ms,
+            jitter_ms=jitter if spec.is_outbound else None, now=self.clock(),
+        )
+        return ctx.task
 
     def _wait_jitter(self, spec: KindSpec) -> int | None:
         """Wait the outbound jitter; None when the dispatcher began stopping meanwhile."""

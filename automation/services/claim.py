@@ -79,12 +79,15 @@ def _claimable(now: int, runnable_kinds: Collection[str]) -> Q:
 
 def tasks_claim(
     *, lease_owner: str, now: int, limit: int, lease_ms: int,
-    among: Collection[str] | None = None, detail: dict | None = None,
+    among: Collection[str] | None = None, detail: dict | None = None, start_at_once: bool = False,
 ) -> list[AutomationTask]:
     """Lease up to ``limit`` due tasks for ``lease_owner``, best first; return them.
 
     ``among``: only tasks of these ids (a dispatcher's continuation: what a
-    task it just ran created); ``detail`` goes on their lease events.
+    task it just ran created); ``detail`` goes on their lease events. With
+    ``start_at_once`` (the dispatcher's claim), the tasks of kinds that are
+    not outbound, which wait for no jitter and no client, are started in
+    the same statement and returned running (``tasks_lease``).
 
     One query reads the best candidates; at most one per target and per
     conversation lane is kept (only one of each can be in flight); then one
@@ -99,7 +102,8 @@ def tasks_claim(
         return []
     # A kind paused from the overview is not claimed; its tasks wait, due.
     paused = paused_kinds()
-    claimable = _claimable(now, [kind for kind in kinds.runnable() if kind not in paused])
+    runnable = [kind for kind in kinds.runnable() if kind not in paused]
+    claimable = _claimable(now, runnable)
     found = AutomationTask.objects.filter(claimable)
     if among is not None:
         found = found.filter(pk__in=list(among))
@@ -122,7 +126,7 @@ def tasks_claim(
             break
     lease = functools.partial(
         tasks_lease, still_claimable=claimable, lease_owner=lease_owner, lease_until=now + lease_ms, now=now,
-        detail=detail,
+        detail=detail, start_kinds=[kind for kind in runnable if not kinds.get(kind).is_outbound] if start_at_once else (),
     )
     try:
         leased = lease(chosen)

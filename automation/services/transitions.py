@@ -34,7 +34,8 @@ from operator import or_
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet, Subquery
+from django.db import models
+from django.db.models import Case, F, Q, QuerySet, Subquery, Value, When
 
 from automation.models import (
     LEASE_HOLDING_STATUSES,
@@ -197,7 +198,7 @@ _CLEAR_LEASE = {"lease_owner": None, "lease_until": None}
 
 def tasks_lease(
     seen: Mapping[str, str], *, still_claimable: Q, lease_owner: str, lease_until: int, now: int,
-    detail: dict[str, Any] | None = None,
+    detail: dict[str, Any] | None = None, start_kinds: Collection[str] = (),
 ) -> list[AutomationTask]:
     """pending / retry_wait -> leased for the dispatcher's claim: every task of
     ``seen`` (task id -> the status it was read in) that is still in that status,
@@ -208,6 +209,13 @@ def tasks_lease(
     ``IntegrityError`` when an in-flight limit's unique index refuses the batch
     (another dispatcher leased a task of the same target or lane meanwhile):
     the caller then leases one task at a time. ``detail`` goes on each lease event.
+
+    Tasks of ``start_kinds`` (those the dispatcher runs at once, with no
+    jitter to wait and no client to check first) are also started in the
+    same statement: leased -> running, their attempt counted, with both
+    events (``lease``, then ``start``) on their timelines. One transaction
+    a task fewer; a dispatcher that dies before running such a task leaves
+    it running, and the reclaim treats it as interrupted (SPEC 4.4).
     """
     if not seen:
         return []
@@ -216,19 +224,37 @@ def tasks_lease(
     if connection.features.has_select_for_update_skip_locked:
         unlocked = AutomationTask.objects.filter(pk__in=list(seen)).select_for_update(skip_locked=True)
         tasks = tasks.filter(pk__in=Subquery(unlocked.values("pk")))
+    values: dict[str, Any] = {"status": S.LEASED, "lease_owner": lease_owner, "lease_until": lease_until,
+                              "updated_at": now}
+    if start_kinds:
+        starts = Q(kind__in=list(start_kinds))
+        values |= {
+            "status": Case(When(starts, then=Value(S.RUNNING)), default=Value(S.LEASED),
+                           output_field=models.CharField()),
+            "attempt_count": Case(When(starts, then=F("attempt_count") + 1), default=F("attempt_count"),
+                                  output_field=models.PositiveIntegerField()),
+            "started_at": Case(When(starts, then=Value(now)), default=F("started_at"),
+                               output_field=models.BigIntegerField()),
+        }
     with transaction.atomic():
         leased = _update_then_read(
-            tasks, {"status": S.LEASED, "lease_owner": lease_owner, "lease_until": lease_until, "updated_at": now},
-            read_back=Q(pk__in=list(seen), status=S.LEASED, lease_owner=lease_owner, lease_until=lease_until,
-                        updated_at=now),
+            tasks, values,
+            read_back=Q(pk__in=list(seen), status__in=[S.LEASED, S.RUNNING], lease_owner=lease_owner,
+                        lease_until=lease_until, updated_at=now),
         )
-        TaskEvent.objects.bulk_create([
-            TaskEvent(task_id=task.pk, action=LEASE.action, status_from=seen[task.pk], status_to=task.status,
-                      actor=lease_owner, at=now, detail={"lease_until": lease_until, **(detail or {})})
-            for task in leased
-        ])
+        events = []
+        for task in leased:
+            events.append(TaskEvent(task_id=task.pk, action=LEASE.action, status_from=seen[task.pk],
+                                    status_to=S.LEASED, actor=lease_owner, at=now,
+                                    detail={"lease_until": lease_until, **(detail or {})}))
+            if task.status == S.RUNNING:
+                events.append(TaskEvent(task_id=task.pk, action=START.action, status_from=S.LEASED,
+                                        status_to=S.RUNNING, actor=lease_owner, at=now))
+        TaskEvent.objects.bulk_create(events)
     for task in leased:
         _log(task, LEASE.action, seen[task.pk], lease_owner)
+        if task.status == S.RUNNING:
+            _log(task, START.action, S.LEASED, lease_owner)
     return leased
 
 

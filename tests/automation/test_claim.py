@@ -200,6 +200,29 @@ def test_reclaim_returns_unstarted_tasks_and_keeps_their_target(now):
     assert (reclaimed.status, reclaimed.attempt_count, reclaimed.target_client_id) == (S.PENDING, 0, "laptop")
 
 
+def test_the_dispatchers_claim_starts_what_runs_at_once_and_only_leases_outbound_tasks(now):
+    connected("laptop")
+    local, delivery = create(now=now), outbound(ConversationFactory(), now=now)
+    claimed = tasks_claim(lease_owner="d1", now=now, limit=20, lease_ms=LEASE, start_at_once=True)
+    by_id = {task.pk: task for task in claimed}
+    # One statement: the local task is leased and started, its attempt counted, both steps on its timeline.
+    assert (by_id[local.pk].status, by_id[local.pk].attempt_count, by_id[local.pk].started_at) == (S.RUNNING, 1, now)
+    assert [(e.action, e.status_from, e.status_to, e.at) for e in local.events.all()] == [
+        ("create", None, S.PENDING, now), ("lease", S.PENDING, S.LEASED, now), ("start", S.LEASED, S.RUNNING, now),
+    ]
+    # An outbound task waits its jitter and checks its client before it starts.
+    assert (by_id[delivery.pk].status, by_id[delivery.pk].attempt_count) == (S.LEASED, 0)
+    assert [e.action for e in delivery.events.all()] == ["create", "lease"]
+
+
+@pytest.mark.parametrize("idempotent,status", [(True, S.RETRY_WAIT), (False, S.FAILED)])
+def test_a_task_started_by_the_claim_whose_dispatcher_died_is_reclaimed_as_interrupted(now, idempotent, status):
+    task = create(now=now, payload={"idempotent": idempotent})
+    tasks_claim(lease_owner="d1", now=now, limit=20, lease_ms=LEASE, start_at_once=True)
+    [reclaimed] = tasks_reclaim_expired(actor="d2", now=now + LEASE + 1, retry=retry_policy(random.Random(4)))
+    assert (reclaimed.pk, reclaimed.status, reclaimed.attempt_count) == (task.pk, status, 1)
+
+
 @pytest.mark.parametrize("idempotent,status", [(True, S.RETRY_WAIT), (False, S.FAILED)])
 def test_reclaim_of_an_interrupted_run_retries_only_idempotent_work(now, idempotent, status):
     task = create(now=now, payload={"idempotent": idempotent})
