@@ -158,7 +158,8 @@ class Dispatcher:
         reclaimed = tasks_reclaim_expired(actor=self.owner, now=now, retry=self.retry)
         free_slots = self.config.max_tasks_per_tick - self.in_flight()
         claimed = [] if self.stopping.is_set() else tasks_claim(
-            lease_owner=self.owner, now=now, limit=free_slots, lease_ms=self.config.lease_ms, start_at_once=True,
+            lease_owner=self.owner, now=now, limit=free_slots, lease_ms=self.config.lease_ms,
+            start_at_once=True, outbound_jitter=self.config.outbound_jitter_max_ms > 0,
         )
         for task in claimed:
             ctx = execution_context(task, lease_owner=self.owner)
@@ -206,10 +207,16 @@ class Dispatcher:
     # --- running one task ------------------------------------------------------
 
     def _run(self, ctx: ExecutionContext) -> None:
-        with wakes_go_to(self.wake) as wakes:
-            while ctx is not None:
-                self._run_task(ctx, wakes)
-                ctx = self._continuation(ctx, wakes)
+        # A broken or too old connection is dropped before and after the
+        # thread's tasks, not between a task and its continuation.
+        close_old_connections()
+        try:
+            with wakes_go_to(self.wake) as wakes:
+                while ctx is not None:
+                    self._run_task(ctx, wakes)
+                    ctx = self._continuation(ctx, wakes)
+        finally:
+            close_old_connections()
 
     def _continuation(self, previous: ExecutionContext, wakes: ThreadWakes) -> ExecutionContext | None:
         """What runs next in this thread: a task the one before created (its kind's follow-up), leased now.
@@ -231,6 +238,7 @@ class Dispatcher:
             leased = tasks_claim(
                 lease_owner=self.owner, now=self.clock(), limit=1, lease_ms=self.config.lease_ms,
                 among=due, detail={"continues": previous.task.pk}, start_at_once=True,
+                outbound_jitter=self.config.outbound_jitter_max_ms > 0,
             )
         except Exception:
             log_event(logger, "continuation_failed", level=logging.ERROR, exc_info=True, task_id=previous.task.pk,
@@ -251,7 +259,6 @@ class Dispatcher:
 
     def _run_task(self, ctx: ExecutionContext, wakes: ThreadWakes) -> None:
         task = ctx.task
-        close_old_connections()
         try:
             spec = kinds.get(task.kind)
             if task.status != TaskStatus.RUNNING and (task := self._start(spec, ctx)) is None:
@@ -269,7 +276,6 @@ class Dispatcher:
         except Exception:
             log_event(logger, "task_run_failed", level=logging.ERROR, exc_info=True, task_id=task.pk, kind=task.kind,
                       lease_owner=self.owner)
-        finally:
             close_old_connections()
 
     def _start(self, spec: KindSpec, ctx: ExecutionContext) -> AutomationTask | None:

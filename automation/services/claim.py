@@ -80,14 +80,17 @@ def _claimable(now: int, runnable_kinds: Collection[str]) -> Q:
 def tasks_claim(
     *, lease_owner: str, now: int, limit: int, lease_ms: int,
     among: Collection[str] | None = None, detail: dict | None = None, start_at_once: bool = False,
+    outbound_jitter: bool = True,
 ) -> list[AutomationTask]:
     """Lease up to ``limit`` due tasks for ``lease_owner``, best first; return them.
 
     ``among``: only tasks of these ids (a dispatcher's continuation: what a
     task it just ran created); ``detail`` goes on their lease events. With
-    ``start_at_once`` (the dispatcher's claim), the tasks of kinds that are
-    not outbound, which wait for no jitter and no client, are started in
-    the same statement and returned running (``tasks_lease``).
+    ``start_at_once`` (the dispatcher's claim), the tasks that wait for
+    nothing before they run are started in the same statement and returned
+    running (``tasks_lease``): those of kinds that are not outbound, and
+    outbound ones too when there is no ``outbound_jitter`` to wait (this
+    statement itself checked that their client is connected).
 
     One query reads the best candidates; at most one per target and per
     conversation lane is kept (only one of each can be in flight); then one
@@ -126,7 +129,10 @@ def tasks_claim(
             break
     lease = functools.partial(
         tasks_lease, still_claimable=claimable, lease_owner=lease_owner, lease_until=now + lease_ms, now=now,
-        detail=detail, start_kinds=[kind for kind in runnable if not kinds.get(kind).is_outbound] if start_at_once else (),
+        detail=detail,
+        start_kinds=[
+            kind for kind in runnable if not (outbound_jitter and kinds.get(kind).is_outbound)
+        ] if start_at_once else (),
     )
     try:
         leased = lease(chosen)

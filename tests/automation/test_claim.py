@@ -215,6 +215,15 @@ def test_the_dispatchers_claim_starts_what_runs_at_once_and_only_leases_outbound
     assert [e.action for e in delivery.events.all()] == ["create", "lease"]
 
 
+def test_with_no_outbound_jitter_the_claim_starts_outbound_tasks_whose_client_is_connected(now):
+    connected("laptop")
+    delivery, offline = outbound(ConversationFactory(), now=now), outbound(ConversationFactory(), "gone", now=now)
+    claimed = tasks_claim(lease_owner="d1", now=now, limit=20, lease_ms=LEASE, start_at_once=True,
+                          outbound_jitter=False)
+    assert [(task.pk, task.status, task.attempt_count) for task in claimed] == [(delivery.pk, S.RUNNING, 1)]
+    assert AutomationTask.objects.get(pk=offline.pk).status == S.PENDING
+
+
 @pytest.mark.parametrize("idempotent,status", [(True, S.RETRY_WAIT), (False, S.FAILED)])
 def test_a_task_started_by_the_claim_whose_dispatcher_died_is_reclaimed_as_interrupted(now, idempotent, status):
     task = create(now=now, payload={"idempotent": idempotent})
