@@ -8,7 +8,7 @@ scheduled tick.
 
 On PostgreSQL the wake-up is a ``NOTIFY`` on the database connection the work
 was committed on, and the loop ``LISTEN``s on a connection of its own
-(``NotifyWakeListener``): no other service's hop, and about half the channel
+(``NotifyWakeListener``): no other service's hop, and about a third of the channel
 layer's (``bench/wake_hop.py``). On SQLite it crosses the channel layer
 (``ChannelWakeListener``).
 """

@@ -109,9 +109,11 @@ class OneLoop:
     def wake(self) -> None:
         import asyncio
 
-        from automation.wake import dispatcher_wake_async
+        from automation.wake import WAKE_GROUP
 
-        asyncio.run_coroutine_threadsafe(dispatcher_wake_async(self.layer), self.loop).result(timeout=10)
+        asyncio.run_coroutine_threadsafe(
+            self.layer.group_send(WAKE_GROUP, {"type": "dispatcher.wake"}), self.loop
+        ).result(timeout=10)
 
 
 _one_loop: OneLoop | None = None
