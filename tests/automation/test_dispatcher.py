@@ -54,6 +54,15 @@ def run_tick(dispatcher):
     return report
 
 
+def one_tick():
+    """One tick of a fresh dispatcher, its tasks run to their end, then stopped: its report and itself."""
+    dispatcher = make_dispatcher()
+    try:
+        return run_tick(dispatcher), dispatcher
+    finally:
+        dispatcher.stop(grace=5)
+
+
 def reload(task):
     return AutomationTask.objects.get(pk=task.pk)
 
@@ -292,11 +301,7 @@ def test_an_outcome_and_its_kinds_follow_up_commit_together(monkeypatch):
     spec = kinds.get("test.local")
     monkeypatch.setitem(kinds._entries, "test.local", dataclasses.replace(spec, follow_up=follow_up))
     task = create(kind="test.local")
-    dispatcher = make_dispatcher()
-    try:
-        run_tick(dispatcher)
-    finally:
-        dispatcher.stop(grace=5)
+    one_tick()
     assert calls == [(task.pk, S.SUCCEEDED, "d1")]
     # The outcome rolled back with its follow-up: the task is reclaimed as interrupted later.
     assert reload(task).status == S.RUNNING
@@ -340,11 +345,7 @@ def test_a_task_created_while_running_a_task_wakes_its_own_dispatcher_directly(m
 def test_a_task_a_follow_up_created_runs_next_in_the_same_thread_without_a_tick(monkeypatch):
     with_follow_up(monkeypatch, "test.local", follow_up_creating())
     first = create(kind="test.local")
-    dispatcher = make_dispatcher()
-    try:
-        report = run_tick(dispatcher)
-    finally:
-        dispatcher.stop(grace=5)
+    report, _ = one_tick()
     assert report.claimed == [first.pk]  # one tick, one claim
     second = AutomationTask.objects.get(kind="test.local", payload_json__contains=first.pk)
     assert reload(second).status == S.SUCCEEDED
@@ -363,11 +364,7 @@ def test_a_continuation_keeps_the_per_target_limit_and_leaves_a_busy_target_to_t
     with_follow_up(monkeypatch, "test.local",
                    follow_up_creating("test.outbound", conversation_id=ConversationFactory().pk, **route))
     first = create(kind="test.local")
-    dispatcher = make_dispatcher()
-    try:
-        run_tick(dispatcher)
-    finally:
-        dispatcher.stop(grace=5)
+    _, dispatcher = one_tick()
     assert reload(first).status == S.SUCCEEDED
     waiting = AutomationTask.objects.get(kind="test.outbound", payload_json__contains=first.pk)
     assert (waiting.status, waiting.lease_owner) == (S.PENDING, None)
@@ -378,11 +375,7 @@ def test_a_continuation_leaves_a_task_of_a_paused_conversation_waiting(monkeypat
     conversation = ConversationFactory(paused=True)
     with_follow_up(monkeypatch, "test.local", follow_up_creating(conversation_id=conversation.pk))
     first = create(kind="test.local")
-    dispatcher = make_dispatcher()
-    try:
-        run_tick(dispatcher)
-    finally:
-        dispatcher.stop(grace=5)
+    one_tick()
     waiting = AutomationTask.objects.get(kind="test.local", payload_json__contains=first.pk)
     assert waiting.status == S.PENDING
 
