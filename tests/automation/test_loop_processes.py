@@ -72,7 +72,11 @@ def tick_sampler():
 def test_scheduled_again_and_again_the_loop_keeps_ticking_without_a_gap(monkeypatch):
     """Each firing of the schedule starts a loop; one ticks throughout, one stands by, the rest return."""
     # Each firing starts a fresh interpreter (a second of CPU on a 2-core
-    # machine), so the tick leaves room for the scheduler's hiccups.
+    # machine), so the tick leaves room for the scheduler's hiccups, and the
+    # firings come 2.5 s apart: at 1.5 s they kept both cores busy on a loaded
+    # CI machine, the runner's renewals waited out SQLite's busy timeout
+    # twice, and the standby took the loop over (the 10 s gap this test is
+    # there to catch, but caused by the test's own load).
     tick = 0.5
     monkeypatch.setenv("CONDUCTOR_TICK_SECONDS", str(tick))
     ticks, sample = tick_sampler()
@@ -85,7 +89,7 @@ def test_scheduled_again_and_again_the_loop_keeps_ticking_without_a_gap(monkeypa
             sample()
             if time.monotonic() >= next_firing:
                 firings.append(spawn_process("automation.jobs:dispatch_run", ()))
-                next_firing += 1.5
+                next_firing += 2.5
             time.sleep(0.01)
         standby = wait_for(lambda: state().standby_owner, "a loop to stand by")
         keep = {owner_pid(runner), owner_pid(standby)}
