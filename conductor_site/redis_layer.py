@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from channels_redis.core import RedisChannelLayer
 from redis.asyncio import BlockingConnectionPool
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 
 from conductor_site.layer_messages import RefusedMessage, RefusesForgedMessages
 
@@ -43,5 +45,9 @@ class SealedRedisChannelLayer(RefusesForgedMessages, RedisChannelLayer):
             return super().create_pool(index)  # Sentinel or host/port entries: channels_redis's own pools
         address = host.pop("address")
         host.setdefault("max_connections", 100)
+        # A connection the pool kept across a Redis restart fails on its next
+        # use: the call is tried again on a fresh one rather than failing (a
+        # process's sends share its pool, core.layer_send).
+        host.setdefault("retry", Retry(ExponentialBackoff(cap=1.0, base=0.05), 3))
         host["timeout"] = host.pop("pool_timeout", 20)
         return BlockingConnectionPool.from_url(address, **host)
