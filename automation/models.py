@@ -109,6 +109,15 @@ class AutomationTask(models.Model):
     # "run 1 of 3, series 2".
     retry_count = models.PositiveIntegerField(default=0)
 
+    # Approval (SPEC §2.2). A task created ``blocked`` needs an operator's
+    # approval before it runs, and so does every later run: a retry of a
+    # task never approved goes back to ``blocked``; a retry of an approved one
+    # is a new approval by the retrier (``automation.services.operator``
+    # checks the permission), who is then recorded here.
+    needs_approval = models.BooleanField(default=False)
+    approved_by = models.CharField(max_length=150, null=True, blank=True)
+    approved_at = models.BigIntegerField(null=True, blank=True, help_text="Epoch milliseconds.")
+
     # Ordering within a conversation (SPEC §3, §4): tasks of one lane run one
     # at a time in `sequence` order; see automation.kinds.
     lane = models.CharField(max_length=32, null=True, blank=True)
@@ -197,6 +206,11 @@ class AutomationTask(models.Model):
     @property
     def outcome(self) -> str:
         return task_outcome(self.status, self.finish_reason)
+
+    @property
+    def is_awaiting_approval_again(self) -> bool:
+        """Whether an operator's retry puts the task back to ``blocked``: it needs approval and never had it."""
+        return self.needs_approval and self.approved_at is None
 
     @property
     def has_route(self) -> bool:

@@ -236,6 +236,14 @@ def log_change(request, objects, message: str) -> None:
         )
 
 
+def awaiting_approval_text(count: int) -> str:
+    """The message for retried tasks that went back to ``blocked``: they never had the approval they need."""
+    return (
+        f"{count} of them never had the approval they need: they wait for approval again (blocked), "
+        "and run only once someone approves them."
+    )
+
+
 def refused_text(refused: dict[str, str], *, limit: int = 20) -> str:
     """The message for tasks an operator service refused for a missing permission: each reason, then its ids."""
     by_reason: dict[str, list[str]] = {}

@@ -100,7 +100,13 @@ RECLAIM_TO_FAILED = edge("reclaim", {S.RUNNING}, S.FAILED)
 APPROVE = edge("approve", {S.BLOCKED}, S.PENDING)
 REJECT = edge("reject", {S.BLOCKED}, S.FAILED)
 CANCEL = edge("cancel", {S.PENDING, S.RETRY_WAIT, S.BLOCKED, S.RUNNING}, S.CANCELLED)
+# An operator's retry: to pending when the task needs no approval or was
+# approved (the retrier approves the new run); to blocked, waiting for an
+# approval again, when it needs one and never had it (cancelled or rejected
+# while blocked). Each carries its guard (APPROVAL_HELD, APPROVAL_MISSING),
+# so no path reaches pending past an approval.
 RETRY = edge("retry", {S.FAILED, S.CANCELLED}, S.PENDING)
+RETRY_TO_BLOCKED = edge("retry", {S.FAILED, S.CANCELLED}, S.BLOCKED)
 EDGE_ACTIONS = frozenset(
     edge.action for edge in (
         LEASE, RELEASE, START, HEARTBEAT, SUCCEED, RETRY_LATER, FAIL, RECLAIM_UNSTARTED, APPROVE, REJECT,
@@ -128,6 +134,20 @@ def _attempts_left(task: AutomationTask, now: int) -> str | None:
     return None
 
 
+def _approval_held(task: AutomationTask, now: int) -> str | None:
+    if task.is_awaiting_approval_again:
+        return "it was never approved: a retry puts it back to wait for approval"
+    return None
+
+
+def _approval_missing(task: AutomationTask, now: int) -> str | None:
+    if not task.is_awaiting_approval_again:
+        return "it needs no approval, or has one"
+    return None
+
+
 DUE = Guard(lambda now: Q(execute_after__lte=now), _due)
 LEASE_EXPIRED = Guard(lambda now: Q(lease_until__isnull=True) | Q(lease_until__lt=now), _lease_expired)
 ATTEMPTS_LEFT = Guard(lambda now: Q(attempt_count__lt=F("max_attempts")), _attempts_left)
+APPROVAL_HELD = Guard(lambda now: Q(needs_approval=False) | Q(approved_at__isnull=False), _approval_held)
+APPROVAL_MISSING = Guard(lambda now: Q(needs_approval=True, approved_at__isnull=True), _approval_missing)

@@ -149,6 +149,7 @@ def _task_build(new: NewTask, *, now: int, routes: dict[int, Route | None]) -> A
     return AutomationTask(
         kind=new.kind,
         status=new.status,
+        needs_approval=new.status == TaskStatus.BLOCKED,
         priority=new.priority,
         dedupe_key=new.dedupe_key,
         payload_json=json.dumps(new.payload),

@@ -46,6 +46,8 @@ from automation.models import (
 )
 # The diagram's edges, guards and errors: callers reach them through this module too.
 from automation.services.diagram import (  # noqa: F401
+    APPROVAL_HELD,
+    APPROVAL_MISSING,
     APPROVE,
     ATTEMPTS_LEFT,
     CANCEL,
@@ -63,6 +65,7 @@ from automation.services.diagram import (  # noqa: F401
     RELEASE,
     RETRY,
     RETRY_LATER,
+    RETRY_TO_BLOCKED,
     START,
     SUCCEED,
     S,
@@ -427,11 +430,11 @@ def task_reclaim_interrupted(
 
 
 def task_approve(task_id: str, *, actor: str, now: int | None = None) -> AutomationTask:
-    """blocked -> pending, due at once: an operator allowed the held instruction."""
+    """blocked -> pending, due at once: an operator allowed the held instruction, for this run."""
     now = now_ms() if now is None else now
     return _transition(
         task_id, APPROVE, actor=actor, now=now,
-        changes={"execute_after": now},
+        changes={"execute_after": now, "approved_by": actor, "approved_at": now},
     )
 
 
@@ -459,10 +462,25 @@ def task_cancel(task_id: str, *, actor: str, now: int | None = None) -> Automati
 
 
 def task_retry(task_id: str, *, actor: str, now: int | None = None) -> AutomationTask:
-    """failed / cancelled -> pending by an operator, with a fresh set of attempts."""
+    """failed / cancelled -> pending or blocked, by an operator, with a fresh set of attempts.
+
+    A task that needs approval and never had it (cancelled or rejected while
+    blocked) goes back to ``blocked``, to wait for an approval again; one that
+    had it goes to ``pending`` with the retrier recorded as its approver, as
+    a retry is a new run (``operator.tasks_retry`` checks the retrier may
+    approve it). Which one is read first; the edge's guard holds it in the
+    update itself.
+    """
     now = now_ms() if now is None else now
-    return _transition(
-        task_id, RETRY, actor=actor, now=now,
-        changes={"attempt_count": 0, "execute_after": now, "finished_at": None, "finish_reason": None,
-                 "retry_count": F("retry_count") + 1},
-    )
+    task = AutomationTask.objects.filter(pk=task_id).only("needs_approval", "approved_at").first()
+    if task is None:
+        raise TaskNotFound(task_id)
+    changes: dict[str, Any] = {
+        "attempt_count": 0, "execute_after": now, "finished_at": None, "finish_reason": None,
+        "retry_count": F("retry_count") + 1,
+    }
+    if task.is_awaiting_approval_again:
+        return _transition(task_id, RETRY_TO_BLOCKED, actor=actor, now=now, guards=(APPROVAL_MISSING,), changes=changes)
+    if task.needs_approval:
+        changes |= {"approved_by": actor, "approved_at": now}
+    return _transition(task_id, RETRY, actor=actor, now=now, guards=(APPROVAL_HELD,), changes=changes)

@@ -26,8 +26,8 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from automation.models import TaskStatus
-from automation.services.operator import STARTING_STATUSES, OperatorReport
-from console.helpers import refused_text
+from automation.services.operator import BACK_TO_APPROVAL, STARTING_STATUSES, OperatorReport
+from console.helpers import awaiting_approval_text, refused_text
 
 # Ids handed to the operator service at once.
 BATCH = 200
@@ -66,10 +66,11 @@ def run_across(
     statuses = STARTING_STATUSES[service]
     by_status = _counts_by_status(matching)
     eligible = sum(n for status, n in by_status.items() if status in statuses)
-    done, skipped, refused = 0, Counter(), {}
+    done, awaiting_approval, skipped, refused = 0, 0, Counter(), {}
     for task_ids in _batches(matching.filter(status__in=statuses), limit=LIMIT):
         report = service(task_ids=task_ids, actor=request.user.username, **kwargs)
         done += len(report.done)
+        awaiting_approval += len(report.awaiting_approval)
         skipped.update(report.skipped.values())
         refused.update(report.refused)
     if refused:
@@ -79,6 +80,7 @@ def run_across(
         request,
         verb=verb,
         done=done,
+        awaiting_approval=awaiting_approval,
         skipped=skipped,
         eligible=eligible,
         not_eligible={status: n for status, n in by_status.items() if status not in statuses},
@@ -130,6 +132,11 @@ def _confirmation(modeladmin, request, queryset, *, service, verb: str) -> Templ
         if by_status.get(status)
     ]
     eligible = sum(n for _, n, is_eligible in rows if is_eligible)
+    back_to_approval = BACK_TO_APPROVAL.get(service)
+    awaiting_approval = (
+        queryset.filter(back_to_approval, status__in=statuses).count() if back_to_approval is not None and eligible
+        else 0
+    )
     opts = modeladmin.model._meta
     context = {
         **modeladmin.admin_site.each_context(request),
@@ -141,6 +148,7 @@ def _confirmation(modeladmin, request, queryset, *, service, verb: str) -> Templ
         "rows": rows,
         "total": sum(by_status.values()),
         "eligible": eligible,
+        "awaiting_approval": awaiting_approval,
         "skipped": sum(by_status.values()) - eligible,
         "limit": LIMIT,
         "over_limit": eligible > LIMIT,
@@ -158,12 +166,15 @@ def _report(
     *,
     verb: str,
     done: int,
+    awaiting_approval: int,
     skipped: Counter,
     eligible: int,
     not_eligible: dict[str, int],
 ) -> None:
     level = messages.SUCCESS if done else messages.WARNING
     modeladmin.message_user(request, f"{verb} {done} of the tasks matching the list.", level)
+    if awaiting_approval:
+        modeladmin.message_user(request, awaiting_approval_text(awaiting_approval), messages.WARNING)
     if not_eligible:
         shown = ", ".join(f"{n} {TaskStatus(status).label.lower()}" for status, n in sorted(not_eligible.items()))
         modeladmin.message_user(

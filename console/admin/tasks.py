@@ -32,6 +32,7 @@ from console.approval import approval_confirmation, held_call
 from console.helpers import (
     EVERYWHERE,
     admin_link,
+    awaiting_approval_text,
     delivery_answer,
     format_ms,
     json_text_block,
@@ -414,6 +415,11 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
             self.message_user(
                 request, f"{verb} {len(report.done)} task(s): {id_list(report.done)}", messages.SUCCESS
             )
+        if report.awaiting_approval:
+            self.message_user(
+                request, f"{awaiting_approval_text(len(report.awaiting_approval))} {id_list(report.awaiting_approval)}",
+                messages.WARNING,
+            )
         if report.refused:
             self.message_user(request, refused_text(report.refused), messages.ERROR)
         if report.skipped:
@@ -428,7 +434,9 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     @admin.action(permissions=["change"], description="Retry selected tasks (failed or cancelled)",
                   location=EVERYWHERE)
     def retry(self, request, queryset):
-        return self._run(request, queryset, operator.tasks_retry, "Retried")
+        # A task approved before is approved again by its retry: the retrier needs
+        # the approver's permission (operator.tasks_retry checks it).
+        return self._run(request, queryset, operator.tasks_retry, "Retried", has_perm=request.user.has_perm)
 
     @admin.action(permissions=["change"], description="Cancel selected tasks (running ones too)",
                   location=EVERYWHERE)

@@ -44,10 +44,41 @@ def test_reject_fails_blocked_tasks_with_the_reason():
 
 def test_retry_takes_only_failed_or_cancelled_tasks_and_resets_attempts():
     failed, cancelled, succeeded = make_task(S.FAILED), make_task(S.CANCELLED), make_task(S.SUCCEEDED)
-    report = tasks_retry(task_ids=[failed.pk, cancelled.pk, succeeded.pk], actor="alice")
+    report = tasks_retry(task_ids=[failed.pk, cancelled.pk, succeeded.pk], actor="alice", has_perm=has_every_permission)
     assert report.done == [failed.pk, cancelled.pk]
     assert report.skipped == {succeeded.pk: "cannot retry a task that is succeeded"}
     assert [t.attempt_count for t in AutomationTask.objects.filter(pk__in=report.done)] == [0, 0]
+
+
+def test_retry_reports_the_tasks_that_wait_for_approval_again_and_wakes_nothing_for_them():
+    never_approved = make_task(S.BLOCKED)
+    tasks_reject(task_ids=[never_approved.pk], actor="bob")
+    failed = make_task(S.FAILED)
+    with mock.patch("automation.services.operator.dispatcher_wake_on_commit") as wake:
+        report = tasks_retry(task_ids=[never_approved.pk, failed.pk], actor="alice", has_perm=has_every_permission)
+    assert (report.done, report.awaiting_approval) == ([never_approved.pk, failed.pk], [never_approved.pk])
+    assert statuses(never_approved, failed) == [S.BLOCKED, S.PENDING]
+    assert wake.call_count == 1
+    assert str(report) == "2 done, 0 skipped, 1 waiting for approval again"
+
+
+def test_retry_of_an_approved_task_is_refused_without_the_permission_its_approval_needs(monkeypatch):
+    def needs_code_permission(task):
+        return ApprovalRequirement(permission="automation.approve_code", why="it runs code")
+
+    spec = kinds.get("test.instruction")
+    monkeypatch.setitem(
+        kinds._entries, "test.instruction", dataclasses.replace(spec, approval_requirement=needs_code_permission)
+    )
+    task = make_task(S.BLOCKED)
+    tasks_approve(task_ids=[task.pk], actor="root", has_perm=has_every_permission)
+    tasks_cancel(task_ids=[task.pk], actor="bob")
+    report = tasks_retry(task_ids=[task.pk], actor="bob", has_perm=lambda permission: False)
+    assert report.refused == {task.pk: "it runs code: retrying it needs the permission to approve tools that run code "
+                                       "(automation.approve_code)"}
+    assert statuses(task) == [S.CANCELLED]
+    assert tasks_retry(task_ids=[task.pk], actor="root", has_perm=has_every_permission).done == [task.pk]
+    assert statuses(task) == [S.PENDING]
 
 
 @pytest.mark.parametrize("status", [S.PENDING, S.RETRY_WAIT, S.BLOCKED, S.RUNNING])
@@ -79,7 +110,8 @@ def test_the_global_pause_records_its_actor_and_reports_a_no_op():
 # Real commits: a test wrapped in one transaction would never run its on-commit callbacks.
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize(("status", "service"), [
-    (S.BLOCKED, functools.partial(tasks_approve, has_perm=has_every_permission)), (S.FAILED, tasks_retry),
+    (S.BLOCKED, functools.partial(tasks_approve, has_perm=has_every_permission)),
+    (S.FAILED, functools.partial(tasks_retry, has_perm=has_every_permission)),
 ])
 def test_approve_and_retry_wake_the_dispatcher_once_they_commit(status, service):
     tasks = [make_task(status), make_task(status)]

@@ -112,7 +112,7 @@ def test_a_failing_follow_up_takes_back_the_reclaim():
         (operator.tasks_cancel, S.PENDING, S.CANCELLED),
         (functools.partial(operator.tasks_approve, has_perm=operator.has_every_permission), S.BLOCKED, S.PENDING),
         (operator.tasks_reject, S.BLOCKED, S.FAILED),
-        (operator.tasks_retry, S.FAILED, S.PENDING),
+        (functools.partial(operator.tasks_retry, has_perm=operator.has_every_permission), S.FAILED, S.PENDING),
     ],
 )
 def test_a_failing_follow_up_takes_back_an_operators_move(service, start, moved_to):

@@ -280,6 +280,42 @@ def test_operator_retry_resets_attempts_and_makes_the_task_due():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("end", [
+    lambda pk: tr.task_reject(pk, actor="bob", reason="no", now=LATER),
+    lambda pk: tr.task_cancel(pk, actor="bob", now=LATER),
+])
+def test_a_retry_of_a_task_never_approved_puts_it_back_to_wait_for_approval(end):
+    task = make_task(S.BLOCKED)
+    assert task.needs_approval
+    end(task.pk)
+    again = tr.task_retry(task.pk, actor="alice", now=LATER + 1)
+    assert (again.status, again.attempt_count, again.finish_reason, again.approved_at) == (S.BLOCKED, 0, None, None)
+    assert (again.events.last().action, again.events.last().status_to) == ("retry", S.BLOCKED)
+    # Approved now, then failed in its run: the next retry runs it, with the retrier as its approver.
+    approved = tr.task_approve(task.pk, actor="carol", now=LATER + 2)
+    assert (approved.approved_by, approved.approved_at) == ("carol", LATER + 2)
+
+
+@pytest.mark.django_db
+def test_a_retry_of_an_approved_task_runs_it_and_records_the_retrier_as_its_approver():
+    task = make_task(S.BLOCKED)
+    tr.task_approve(task.pk, actor="carol", now=LATER)
+    tr.task_cancel(task.pk, actor="bob", now=LATER)
+    again = tr.task_retry(task.pk, actor="alice", now=LATER + 1)
+    assert (again.status, again.approved_by, again.approved_at) == (S.PENDING, "alice", LATER + 1)
+
+
+@pytest.mark.django_db
+def test_the_retry_to_pending_refuses_a_task_never_approved_whatever_the_caller_read():
+    """The guard is in the update itself: the edge cannot be taken past a missing approval."""
+    task = make_task(S.BLOCKED)
+    tr.task_reject(task.pk, actor="bob", reason="no", now=LATER)
+    with pytest.raises(tr.InvalidTransition, match="never approved"):
+        tr._transition(task.pk, tr.RETRY, actor="alice", now=LATER, guards=(tr.APPROVAL_HELD,))
+    assert AutomationTask.objects.get(pk=task.pk).status == S.FAILED
+
+
+@pytest.mark.django_db
 def test_approve_makes_the_task_due_now_and_reject_fails_it_with_the_reason():
     approved = tr.task_approve(make_task(S.BLOCKED).pk, actor="alice", now=LATER)
     assert (approved.status, approved.execute_after) == (S.PENDING, LATER)

@@ -167,10 +167,10 @@ def test_batches_are_bounded_and_one_submission_stops_at_the_limit(admin_client,
     calls = []
     service = operator.tasks_retry
 
-    def recording(*, task_ids, actor):
+    def recording(*, task_ids, actor, has_perm):
         # The first task stays failed (as when its follow-up refuses): it must not come round again.
         calls.append(list(task_ids))
-        report = service(task_ids=[pk for pk in task_ids if pk != failed[0].pk], actor=actor)
+        report = service(task_ids=[pk for pk in task_ids if pk != failed[0].pk], actor=actor, has_perm=has_perm)
         if failed[0].pk in task_ids:
             report.skipped[failed[0].pk] = "refused"
         return report
@@ -191,9 +191,9 @@ def test_a_task_that_changed_meanwhile_is_reported_by_reason(admin_client, monke
     moved_first = make_task(S.FAILED)
     service = operator.tasks_retry
 
-    def racing(*, task_ids, actor):
-        service(task_ids=[moved_first.pk], actor="someone else")  # another operator was quicker
-        return service(task_ids=task_ids, actor=actor)
+    def racing(*, task_ids, actor, has_perm):
+        service(task_ids=[moved_first.pk], actor="someone else", has_perm=has_perm)  # another operator was quicker
+        return service(task_ids=task_ids, actor=actor, has_perm=has_perm)
 
     monkeypatch.setattr(operator, "tasks_retry", racing)
     monkeypatch.setitem(operator.STARTING_STATUSES, racing, operator.STARTING_STATUSES[service])
