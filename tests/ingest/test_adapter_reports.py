@@ -3,11 +3,13 @@
 import datetime as dt
 
 import pytest
+from asgiref.sync import async_to_sync
 from channels.testing import WebsocketCommunicator
 from django.utils import timezone
+from prometheus_client.parser import text_string_to_metric_families
 
 from conductor_site.asgi import application
-from ingest.frames import AdapterReportFrame
+from ingest.frames import MAX_REPORT_COUNT, AdapterReportFrame
 from ingest.models import AdapterReport
 from ingest.services.reports import MAX_REPORTS_PER_CLIENT, adapter_report_record
 from ingest.protocol import plugin_is_outdated
@@ -51,6 +53,28 @@ async def test_a_report_is_acknowledged_and_stored_counted_with_its_latest_detai
         "chatgpt", "2026-11-29", "stream_unrecognised", 5, {"path": "/x"},
     )
     assert row.first_at <= row.last_at
+
+
+def test_a_count_over_the_cap_is_counted_as_the_cap_in_the_table_and_in_metrics(client, admin_client, settings):
+    settings.CONDUCTOR_METRICS_TOKEN = "t" * 40
+    reports = 45
+
+    async def send_reports():
+        communicator, _ = await said_hello()
+        for number in range(reports):
+            await communicator.send_json_to({**REPORT, "id": f"r{number}", "count": 1_000_000})
+            assert await communicator.receive_json_from() == {"type": "ack", "id": f"r{number}"}
+        await communicator.disconnect()
+
+    async_to_sync(send_reports)()
+    assert AdapterReport.objects.get(client=client).count == reports * MAX_REPORT_COUNT == 4_500
+    body = admin_client.get("/metrics", HTTP_AUTHORIZATION="Bearer " + "t" * 40).content.decode()
+    samples = {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(body) if family.name == "conductor_adapter_reports"
+        for sample in family.samples
+    }
+    assert samples[(("kind", "stream_unrecognised"), ("platform", "chatgpt"))] == 4_500
 
 
 @pytest.mark.parametrize(
