@@ -12,6 +12,7 @@ from pathlib import Path
 import environ
 from django.utils.csp import CSP
 
+from conductor_site.client_address import trusted_proxies_parse
 from conductor_site.config import conductor_settings
 from conductor_site.layer_messages import channel_layer_keys
 from conductor_site.private_files import (
@@ -269,8 +270,10 @@ AUTH_PASSWORD_VALIDATORS = [
 # Admin login throttling (django-axes): after AXES_FAILURE_LIMIT wrong
 # passwords for one username from one address, that pair is locked out for
 # AXES_COOLOFF_MINUTES, even with the right password (docs/console.md, "Admin login").
-# The pair, not the address alone: every local process shares 127.0.0.1,
-# and so does every browser behind a reverse proxy.
+# The pair, not the address alone: an attacker's failures lock out only the
+# attacker's address, and every local process shares 127.0.0.1, as every
+# browser shares a reverse proxy's address unless CONDUCTOR_TRUSTED_PROXIES
+# names it.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -278,6 +281,12 @@ AUTHENTICATION_BACKENDS = [
 AXES_FAILURE_LIMIT = env.int("AXES_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = dt.timedelta(minutes=env.float("AXES_COOLOFF_MINUTES", default=15))
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+# The reverse proxies in front of the servers (addresses or networks): only a
+# request from one of them has its client read from X-Forwarded-For; any
+# other request is keyed on its own address, whatever header it sends
+# (conductor_site/client_address.py; docs/operations.md, "The reverse proxy").
+CONDUCTOR_TRUSTED_PROXIES = trusted_proxies_parse(env.list("CONDUCTOR_TRUSTED_PROXIES", default=[]))
+AXES_CLIENT_IP_CALLABLE = "conductor_site.client_address.client_address"
 AXES_RESET_ON_SUCCESS = True
 # Every failure is logged by axes itself; its access log rows are not needed.
 AXES_DISABLE_ACCESS_LOG = True

@@ -142,6 +142,14 @@ SECTIONS: tuple[Section, ...] = (
         (
             Setting("AXES_FAILURE_LIMIT", "5", "Wrong admin passwords for one username from one address before it is locked out."),
             Setting("AXES_COOLOFF_MINUTES", "15", "How long that lockout lasts; a wrong password during it restarts it."),
+            Setting(
+                "CONDUCTOR_TRUSTED_PROXIES", "",
+                "The reverse proxies in front of the servers, comma-separated addresses or networks "
+                "(`10.0.0.5`, `10.0.0.0/24`). A request from one of them is counted against the address it "
+                "forwards in `X-Forwarded-For` (the right-most one that is not a trusted proxy); any other "
+                "request against its own address, whatever it sends. Behind a proxy, name it here, or every "
+                "failure counts against the proxy's address ([Operations](operations.md#the-reverse-proxy)).",
+            ),
         ),
     ),
     Section(
