@@ -1,6 +1,6 @@
 """The process ``shell.run`` starts every command from; see ``tools.shell`` for why.
 
-Run as ``python -I -S launcher.py STATUS_FD [--hide PATH]... -- ARGV...``, with the minimal
+Run as ``python -I -S launcher.py STATUS_FD [--hide PATH]... [--write PATH]... -- ARGV...``, with the minimal
 environment the command gets and the command's folder as its own. It uses the
 standard library only: it runs in a fresh interpreter without the project,
 its settings or its site-packages. It
@@ -10,8 +10,10 @@ its settings or its site-packages. It
    re-parented to the launcher, not to init;
 2. starts the command in the sandbox of ``enter_sandbox``, in a session of
    its own, with stdin from ``/dev/null`` and its own stdout and stderr (the
-   server's pipes); the files named by ``--hide`` (the server's secret key
-   file) cannot be read from inside it (``hidden_paths_rules``);
+   server's pipes); it may write only beneath the folders named by
+   ``--write`` (the workspace, its own temp folder; ``writable_rules``), and
+   the files named by ``--hide`` (the server's secret key file) cannot be
+   read from inside it (``hidden_paths_rules``);
 3. waits until the command exits, or until the server asks it to stop by
    shutting down its end of the status socket (a timeout or a cancel). A
    server that dies closes that socket too, so no command outlives it;
@@ -21,7 +23,7 @@ its settings or its site-packages. It
    (``-N`` when killed by signal N, as ``Popen.returncode``), or
    ``{"error": KIND, "detail": "..."}`` when the command could not start.
 
-Run as ``python -I -S launcher.py exec [--hide PATH]... -- ARGV...`` it only enters the same
+Run as ``python -I -S launcher.py exec [--hide PATH]... [--write PATH]... -- ARGV...`` it only enters the same
 sandbox and replaces itself with the command (an MCP stdio server, whose
 process group the ``mcp`` SDK starts and ends); a machine without the
 sandbox gets the reason on stderr and exit code 126, a missing command 127.
@@ -43,6 +45,7 @@ import subprocess
 import sys
 import time
 from stat import S_ISDIR
+from typing import NamedTuple
 
 # prctl(2) options and capability numbers, from <linux/prctl.h> and <linux/capability.h>.
 PR_CAPBSET_DROP = 24
@@ -60,11 +63,38 @@ SYS_LANDLOCK_ADD_RULE = 445
 SYS_LANDLOCK_RESTRICT_SELF = 446
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_ACCESS_FS_WRITE_FILE = 1 << 1
 LANDLOCK_ACCESS_FS_READ_FILE = 1 << 2
 LANDLOCK_ACCESS_FS_REMOVE_DIR = 1 << 4
 LANDLOCK_ACCESS_FS_REMOVE_FILE = 1 << 5
+LANDLOCK_ACCESS_FS_MAKE_CHAR = 1 << 6
+LANDLOCK_ACCESS_FS_MAKE_DIR = 1 << 7
+LANDLOCK_ACCESS_FS_MAKE_REG = 1 << 8
+LANDLOCK_ACCESS_FS_MAKE_SOCK = 1 << 9
+LANDLOCK_ACCESS_FS_MAKE_FIFO = 1 << 10
 LANDLOCK_ACCESS_FS_MAKE_BLOCK = 1 << 11
+LANDLOCK_ACCESS_FS_MAKE_SYM = 1 << 12
+LANDLOCK_ACCESS_FS_REFER = 1 << 13  # ABI 2 (Linux 5.19)
+LANDLOCK_ACCESS_FS_TRUNCATE = 1 << 14  # ABI 3 (Linux 6.2)
 LANDLOCK_SCOPE_SIGNAL = 1 << 1  # ABI 6 (Linux 6.12)
+
+# Every right that changes the file system: the sandbox handles them all and
+# grants them only beneath the folders a command may write in.
+WRITE_ACCESS = (
+    LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR | LANDLOCK_ACCESS_FS_REMOVE_FILE
+    | LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG
+    | LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO | LANDLOCK_ACCESS_FS_MAKE_BLOCK
+    | LANDLOCK_ACCESS_FS_MAKE_SYM
+)
+# Device nodes are made nowhere, not even in the workspace: a root command
+# could otherwise make one for the machine's memory or disks.
+DEVICE_MAKING = LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK
+# Character devices any program may write to (``echo x > /dev/null``, a
+# prompt on the terminal, a pseudo-terminal a program opens): writing to
+# them changes no file.
+WRITABLE_DEVICES = (
+    "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts",
+)
 
 # Each of these lets a process read other processes' environment and memory
 # past the checks that stop a plain process (on Linux 6.18, even from inside a
@@ -131,21 +161,40 @@ class _PathBeneathAttr(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
-def create_ruleset(abi: int, *, hidden: list[str] = ()) -> int:
-    """A Landlock ruleset restricting nothing a command needs but reaching ``hidden``; returns its (close-on-exec) fd.
+def write_access(abi: int) -> int:
+    """The write rights a kernel of Landlock ABI ``abi`` knows: ``WRITE_ACCESS``, ``REFER`` and ``TRUNCATE`` once it has them.
 
-    What matters most is the domain it creates: a process in a Landlock
-    domain may not read or trace any process outside it. The ruleset must
-    handle some access, so it handles making block devices (which needs root
-    anyway) and grants none. From ABI 6 it also scopes signals: the command
-    cannot kill this launcher to escape the clean-up, nor signal the server.
-
-    When a ``hidden`` path exists, it also handles reading files and removing
-    entries, and grants them everywhere but around the hidden paths
-    (``hidden_paths_rules``).
+    ``REFER`` (moving or linking a file into another folder) is refused in
+    any Landlock domain unless granted; ABI 1 cannot grant it at all.
     """
-    grants = hidden_paths_rules(hidden)
-    handled = LANDLOCK_ACCESS_FS_MAKE_BLOCK | (HIDING_ACCESS if grants else 0)
+    return (
+        WRITE_ACCESS
+        | (LANDLOCK_ACCESS_FS_REFER if abi >= 2 else 0)
+        | (LANDLOCK_ACCESS_FS_TRUNCATE if abi >= 3 else 0)
+    )
+
+
+def create_ruleset(abi: int, *, hidden: list[str] = (), writable: list[str] = ()) -> int:
+    """A Landlock ruleset letting the command write only beneath ``writable`` and read nothing beneath ``hidden``.
+
+    Returns its (close-on-exec) fd. It handles every write right
+    (``write_access``) and grants them beneath each ``writable`` folder (the
+    workspace, the command's own temp folder) and on the devices programs
+    write to (``writable_rules``): the command creates, changes, renames and
+    removes nothing anywhere else, the data folder around the workspace
+    included, and makes no device node anywhere.
+
+    The domain it creates matters too: a process in a Landlock domain may not
+    read or trace any process outside it. From ABI 6 it also scopes signals:
+    the command cannot kill this launcher to escape the clean-up, nor signal
+    the server.
+
+    When a ``hidden`` path exists, it also handles reading files, and grants
+    it everywhere but around the hidden paths (``hidden_paths_rules``).
+    """
+    reading = hidden_paths_rules(hidden)
+    writing = writable_rules(abi, writable, hidden)
+    handled = write_access(abi) | (LANDLOCK_ACCESS_FS_READ_FILE if reading else 0)
     attr = (ctypes.c_uint64 * 3)(handled, 0, LANDLOCK_SCOPE_SIGNAL if abi >= 6 else 0)
     # The kernel reads only as much of the struct as its ABI knows.
     size = ctypes.sizeof(attr) if abi >= 6 else ctypes.sizeof(ctypes.c_uint64)
@@ -153,46 +202,74 @@ def create_ruleset(abi: int, *, hidden: list[str] = ()) -> int:
         _libc.syscall(SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(size), 0), "landlock_create_ruleset"
     )
     try:
-        for path, is_folder in grants:
-            _grant(ruleset, path, HIDING_ACCESS if is_folder else LANDLOCK_ACCESS_FS_READ_FILE)
+        for path, _is_folder in reading:
+            _grant(ruleset, path, LANDLOCK_ACCESS_FS_READ_FILE)
+        for path, access in writing:
+            _grant(ruleset, path, access)
     except BaseException:
         os.close(ruleset)
         raise
     return ruleset
 
 
-# What the sandbox handles when it hides files: reading a file, and removing
-# (or renaming away) an entry, which rules that are made at each command's
-# start must not let one command do for the next: move a hidden file's
-# folder aside, so that the next command's rules no longer find it.
-HIDING_ACCESS = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR
+def writable_rules(abi: int, writable: list[str], hidden: list[str] = ()) -> list[tuple[str, int]]:
+    """What to grant (each path, and its rights) so that a command writes only beneath ``writable`` and on the devices.
+
+    A writable folder gets every write right but making device nodes. One
+    that holds a hidden file (a workspace set to the data folder itself) is
+    granted around it, as reading is (``hidden_paths_rules``): the folders
+    around in full, the files around their contents. The folders on the way
+    to the hidden file get nothing, so nothing directly in them can be made,
+    removed or renamed, and the hidden file stays where the next command's
+    rules look for it.
+    """
+    rights = write_access(abi) & ~DEVICE_MAKING
+    contents = LANDLOCK_ACCESS_FS_WRITE_FILE | (LANDLOCK_ACCESS_FS_TRUNCATE if abi >= 3 else 0)
+    grants = [(device, LANDLOCK_ACCESS_FS_WRITE_FILE) for device in WRITABLE_DEVICES]
+    for folder in writable:
+        real = os.path.realpath(folder)
+        if not any(_is_beneath(os.path.realpath(path), real) for path in hidden):
+            grants.append((real, rights))
+            continue
+        grants += [
+            (path, rights if is_folder else contents) for path, is_folder in hidden_paths_rules(hidden, beneath=real)
+        ]
+    return grants
 
 
-def hidden_paths_rules(hidden: list[str]) -> list[tuple[str, bool]]:
+def _is_beneath(path: str, folder: str) -> bool:
+    return path != folder and os.path.commonpath([path, folder]) == folder
+
+
+def hidden_paths_rules(hidden: list[str], *, beneath: str = "/") -> list[tuple[str, bool]]:
     """What to grant (each path, and whether it is a folder) so that only the files beneath ``hidden`` are out of reach.
 
     Landlock only grants, beneath a path; it cannot take a file out of a
     grant. So the grants go around each hidden path: every entry of each of
-    its parent folders, from ``/`` down, except the entries on the way to a
-    hidden path. Reading is granted on each; removing entries too on each
-    folder, so nothing directly in a folder on the way (the data folder's
-    own files) can be removed or renamed, and a hidden file stays where the
-    next command's rules look for it. Moving or linking a file between
-    folders is refused inside any Landlock domain (``REFER`` is never
-    granted), and another name of a hidden file (a hard link beside it) is
-    not granted, since a grant holds for the file, not the name.
+    its parent folders, from ``beneath`` (``/`` for reading) down, except
+    the entries on the way to a hidden path. Nothing directly in a folder on
+    the way (the data folder's own files) can be removed or renamed, since
+    removing is granted only in the writable folders (``writable_rules``, which
+    goes around a hidden file the same way), so a hidden file stays where
+    the next command's rules look for it. Moving or linking a file into
+    another folder (``REFER``) never gives it more rights than it had where
+    it was, and another name of a hidden file (a hard link beside it) is not
+    granted, since a grant holds for the file, not the name.
 
     What is granted is what exists now: an entry made later right in a
     folder on the way cannot be read by this command. Symlinks are not
     granted: reading through one is checked at its target. Hidden paths that
-    do not exist hide nothing; with none, nothing is granted and the caller
-    handles nothing more.
+    do not exist, or lie outside ``beneath``, hide nothing; with none,
+    nothing is granted and the caller handles nothing more.
     """
+    top = os.path.realpath(beneath)
     on_the_way: set[str] = set()
     hidden_real: set[str] = set()
     hidden_inodes: set[tuple[int, int]] = set()
     for path in hidden:
         real = os.path.realpath(path)
+        if not _is_beneath(real, top):
+            continue
         try:
             info = os.lstat(real)
         except OSError:
@@ -201,10 +278,9 @@ def hidden_paths_rules(hidden: list[str]) -> list[tuple[str, bool]]:
         hidden_inodes.add((info.st_dev, info.st_ino))
         while True:
             on_the_way.add(real)
-            parent = os.path.dirname(real)
-            if parent == real:
+            if real == top:
                 break
-            real = parent
+            real = os.path.dirname(real)
     grants = []
     for folder in sorted(on_the_way - hidden_real):
         try:
@@ -323,12 +399,14 @@ def _stop(signum: int, frame: object) -> None:
     raise Stop(signal.Signals(signum).name)
 
 
-def run(command: list[str], status: socket.socket, *, hidden: list[str] = ()) -> dict[str, object]:
+def run(
+    command: list[str], status: socket.socket, *, hidden: list[str] = (), writable: list[str] = ()
+) -> dict[str, object]:
     """Start ``command``, wait, end every process below us; returns the report for the server."""
     if (problem := sandbox_problem()) is not None:
         return {"error": "sandbox", "detail": problem}
     try:
-        ruleset = create_ruleset(landlock_abi(), hidden=hidden)
+        ruleset = create_ruleset(landlock_abi(), hidden=hidden, writable=writable)
     except OSError as exc:
         return {"error": "sandbox", "detail": str(exc)}
     _checked(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "child subreaper")
@@ -366,13 +444,13 @@ def run(command: list[str], status: socket.socket, *, hidden: list[str] = ()) ->
     return {"exit_code": child.returncode}
 
 
-def exec_in_sandbox(command: list[str], *, hidden: list[str] = ()) -> int:
+def exec_in_sandbox(command: list[str], *, hidden: list[str] = (), writable: list[str] = ()) -> int:
     """Enter the sandbox and become ``command``; returns (an exit code) only when that fails."""
     if (problem := sandbox_problem()) is not None:
         print(f"the sandbox is not available: {problem}", file=sys.stderr)
         return 126
     try:
-        ruleset = create_ruleset(landlock_abi(), hidden=hidden)
+        ruleset = create_ruleset(landlock_abi(), hidden=hidden, writable=writable)
     except OSError as exc:
         print(f"the sandbox is not available: {exc}", file=sys.stderr)
         return 126
@@ -390,31 +468,36 @@ def exec_in_sandbox(command: list[str], *, hidden: list[str] = ()) -> int:
         return 126
 
 
-def parse_arguments(argv: list[str]) -> tuple[int | None, list[str], list[str]]:
-    """``STATUS_FD [--hide PATH]... -- ARGV...`` or ``exec [--hide PATH]... -- ARGV...``.
+class Arguments(NamedTuple):
+    status_fd: int | None  # None for ``exec``
+    hidden: list[str]
+    writable: list[str]
+    command: list[str]
 
-    Returns (the status fd, None for ``exec``; the hidden paths; the command).
-    """
-    usage = f"usage: {argv[0]} STATUS_FD|exec [--hide PATH]... -- ARGV..."
+
+def parse_arguments(argv: list[str]) -> Arguments:
+    """``STATUS_FD [--hide PATH]... [--write PATH]... -- ARGV...`` or the same with ``exec`` for ``STATUS_FD``."""
+    usage = f"usage: {argv[0]} STATUS_FD|exec [--hide PATH]... [--write PATH]... -- ARGV..."
     if len(argv) < 2:
         raise SystemExit(usage)
-    first, rest, hidden = argv[1], argv[2:], []
-    while rest[:1] == ["--hide"] and len(rest) >= 2:
-        hidden.append(rest[1])
+    first, rest = argv[1], argv[2:]
+    paths: dict[str, list[str]] = {"--hide": [], "--write": []}
+    while rest[:1] and rest[0] in paths and len(rest) >= 2 and rest[1] != "--":
+        paths[rest[0]].append(rest[1])
         rest = rest[2:]
     if rest[:1] != ["--"] or len(rest) < 2:
         raise SystemExit(usage)
-    return (None if first == "exec" else int(first)), hidden, rest[1:]
+    return Arguments(None if first == "exec" else int(first), paths["--hide"], paths["--write"], rest[1:])
 
 
 def main(argv: list[str]) -> int:
-    status_fd, hidden, command = parse_arguments(argv)
+    status_fd, hidden, writable, command = parse_arguments(argv)
     if status_fd is None:
-        return exec_in_sandbox(command, hidden=hidden)
+        return exec_in_sandbox(command, hidden=hidden, writable=writable)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _stop)
     with socket.socket(fileno=status_fd) as status:
-        report = run(command, status, hidden=hidden)
+        report = run(command, status, hidden=hidden, writable=writable)
         with contextlib.suppress(OSError):  # the server is gone: nobody to tell
             status.sendall(json.dumps(report).encode() + b"\n")
     return 0

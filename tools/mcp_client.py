@@ -9,7 +9,8 @@ process (``_Runner``), where a kept-alive session per server waits for the
 next call.
 
 Processes. A stdio server starts with ``shell.run``'s minimal environment
-(``PATH``, ``LANG``, ``HOME`` = the workspace) plus its configured variables,
+(``PATH``, ``LANG``; ``HOME``, ``XDG_CACHE_HOME`` and ``TMPDIR`` in folders of
+its own outside the workspace, ``OwnFolders``) plus its configured variables,
 never the server's own environment. (The SDK adds the handful of variables
 it always passes on, ``USER``, ``LOGNAME``, ``SHELL``, ``TERM``, which hold
 no secret.) The SDK starts it in a process group of its own
@@ -21,7 +22,7 @@ environment or memory of the Conductor process that started it. Without
 Landlock the launcher refuses, and the server's page says why. Its
 stderr is drained and only its last lines kept, so a flooding server neither
 blocks on a full pipe nor fills memory or the logs; they explain a server
-that fails to start.
+that fails to start. It may write only in the workspace and its own folders.
 
 A session that dies during a call (the process exited, the connection
 dropped) fails that call as interrupted (``McpInterrupted``); one whose call
@@ -47,9 +48,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 
 from core.logfmt import log_event
-from tools.mcp_processes import MARKER_VARIABLE, StderrTail, child_with_marker
+from tools.mcp_processes import MARKER_VARIABLE, OwnFolders, StderrTail, child_with_marker
 from tools.registry import ToolError, ToolRetryableError
-from tools.shell import LAUNCHER, SAFE_PATH
+from tools.shell import LAUNCHER, SAFE_PATH, launcher_paths
 from tools.workspace import workspace_root
 
 if TYPE_CHECKING:
@@ -109,16 +110,24 @@ class McpProtocolError(ToolError):
     """The server answered the request with an MCP error (an unknown tool, bad arguments)."""
 
 
-def server_environment(endpoint: McpEndpoint, workspace: Path) -> dict[str, str]:
-    """A stdio server's environment: ``shell.run``'s minimal one, then its configured variables."""
-    return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": str(workspace_root(workspace)), **dict(endpoint.env)}
+def server_environment(
+    endpoint: McpEndpoint, workspace: Path, own: dict[str, str] | None = None
+) -> dict[str, str]:
+    """A stdio server's environment: ``shell.run``'s minimal one, its ``own`` folders', then its configured variables."""
+    return {
+        "PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": str(workspace_root(workspace)), **(own or {}),
+        **dict(endpoint.env),
+    }
 
 
-def sandboxed_argv(endpoint: McpEndpoint) -> list[str]:
-    """The interpreter's arguments that start a stdio server's command in the sandbox (``launcher.py exec``)."""
+def sandboxed_argv(endpoint: McpEndpoint, writable: tuple[Path, ...] = ()) -> list[str]:
+    """The interpreter's arguments that start a stdio server's command in the sandbox (``launcher.py exec``).
+
+    The server may write only beneath ``writable`` (the workspace and its own folders).
+    """
     # -I -S: the launcher sees neither PYTHON* variables nor site-packages (as shell.run's).
-    hide = [part for path in endpoint.hidden_files for part in ("--hide", path)]
-    return ["-I", "-S", str(LAUNCHER), "exec", *hide, "--", endpoint.command, *endpoint.args]
+    paths = launcher_paths(hidden=endpoint.hidden_files, writable=writable)
+    return ["-I", "-S", str(LAUNCHER), "exec", *paths, "--", endpoint.command, *endpoint.args]
 
 
 def server_folder(endpoint: McpEndpoint, workspace: Path) -> Path:
@@ -143,6 +152,7 @@ class _Connection:
         self.gone = asyncio.Event()
         self.error: BaseException | None = None
         self.stderr: StderrTail | None = None
+        self.folders: OwnFolders | None = None
         self.task: asyncio.Task | None = None
         # A stdio server's process group (its pid: the SDK starts it with
         # start_new_session), found by the marker in its environment.
@@ -160,11 +170,14 @@ class _Connection:
         endpoint = self.endpoint
         if endpoint.is_stdio:
             self.stderr = StderrTail()
+            self.folders = OwnFolders()
             folder = server_folder(endpoint, self.workspace)
+            writable = (workspace_root(self.workspace), self.folders.root)
+            own = self.folders.environment()
             return stdio_client(
                 StdioServerParameters(
-                    command=sys.executable, args=sandboxed_argv(endpoint), cwd=folder,
-                    env={**server_environment(endpoint, self.workspace), MARKER_VARIABLE: self.marker},
+                    command=sys.executable, args=sandboxed_argv(endpoint, writable), cwd=folder,
+                    env={**server_environment(endpoint, self.workspace, own), MARKER_VARIABLE: self.marker},
                 ),
                 errlog=self.stderr.writer,
             )
@@ -198,6 +211,8 @@ class _Connection:
             self.ready.set()
             if self.stderr is not None:
                 self.stderr.close()
+            if self.folders is not None:
+                self.folders.remove()
 
     def why_gone(self) -> str:
         """What ended the session, in one line, with the last words of the server's stderr."""

@@ -1,10 +1,13 @@
-"""A stdio MCP server's process, seen from the server that started it: its stderr's last lines, its pid."""
+"""A stdio MCP server's process, seen from the server that started it: its stderr's last lines, its pid, its own folders."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
+import tempfile
 import threading
+from pathlib import Path
 
 # How much of a server's stderr is kept to explain a failure.
 STDERR_TAIL_BYTES = 2048
@@ -56,3 +59,28 @@ def child_with_marker(marker: str) -> int | None:
         except (OSError, ValueError, IndexError):
             continue
     return None
+
+
+class OwnFolders:
+    """A stdio server's own home (its cache in it) and temp folder, outside the workspace, for one session.
+
+    Made private (0700) in the system's temp folder when the session starts,
+    removed when it ends. The sandbox lets the server write only in these and
+    in the workspace (``launcher.writable_rules``), so ``HOME``,
+    ``XDG_CACHE_HOME`` and ``TMPDIR`` point here: what a package runner
+    caches (``npx``'s ``~/.npm``, ``uvx``'s ``~/.cache/uv``) lands here, not
+    in the user's workspace, and is fetched again by the next session.
+    """
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="conductor-mcp-"))
+        self.home = self.root / "home"
+        self.temp = self.root / "tmp"
+        for folder in (self.home, self.temp):
+            folder.mkdir(mode=0o700)
+
+    def environment(self) -> dict[str, str]:
+        return {"HOME": str(self.home), "XDG_CACHE_HOME": str(self.home / ".cache"), "TMPDIR": str(self.temp)}
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)

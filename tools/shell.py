@@ -44,8 +44,19 @@ out: it protects the one process that calls it, not its parents or the other
 server processes, and not from root, while costing core dumps and same-user
 debugging.
 
-Either way a command runs with the server user's rights on everything else
-(its files, the data folder): that is why ``shell.run`` needs approval.
+Writing only in the workspace. The same Landlock domain handles every right
+that changes the file system (writing a file, truncating it, making,
+removing, renaming or linking an entry) and grants them only beneath the
+workspace and a temp folder of the command's own (``TMPDIR``: made private
+for each command in the system's temp folder, removed after it), and
+writing on the devices programs write to (``/dev/null``, ``/dev/tty``, the
+pseudo-terminals; ``launcher.WRITABLE_DEVICES``). So a command changes
+nothing in the data folder around the workspace (the databases, the channel
+layer's doorbell registry), in ``/tmp`` beyond its own folder, or anywhere
+else; what fails says "Permission denied". Device nodes are made nowhere.
+
+Otherwise a command reads with the server user's rights (its files, the
+data folder but the secret key): that is why ``shell.run`` needs approval.
 
 Ending the whole tree. The launcher is a child subreaper: an orphan below
 it (``setsid``, a double fork) is re-parented to the launcher instead of
@@ -64,14 +75,18 @@ on a full pipe nor fills memory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import selectors
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -97,8 +112,22 @@ DRAIN_SECONDS = 2.0
 READ_CHUNK = 65536
 
 
-def shell_environment(call: ToolCall) -> dict[str, str]:
-    return {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": str(workspace_root(call.workspace))}
+def shell_environment(call: ToolCall, *, temp: Path | None = None) -> dict[str, str]:
+    """A command's whole environment: ``PATH``, ``LANG``, ``HOME`` (the workspace), and ``TMPDIR``, its own ``temp``."""
+    environment = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": str(workspace_root(call.workspace))}
+    if temp is not None:
+        environment["TMPDIR"] = str(temp)
+    return environment
+
+
+@contextlib.contextmanager
+def own_temp_folder(prefix: str) -> Iterator[Path]:
+    """A new private (0700) folder in the system's temp folder, for one command (its ``TMPDIR``), removed after it."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class _CappedOutput:
@@ -122,7 +151,8 @@ class _CappedOutput:
 
 
 def _start_launcher(
-    argv: list[str], cwd: Path, env: dict[str, str], status_fd: int, *, hidden: tuple[Path, ...] = ()
+    argv: list[str], cwd: Path, env: dict[str, str], status_fd: int, *,
+    hidden: tuple[Path, ...] = (), writable: tuple[Path, ...] = (),
 ) -> subprocess.Popen:
     if sys.platform != "linux":
         raise ToolError(f"shell.run needs Linux (its sandbox uses prctl and Landlock); this is {sys.platform}")
@@ -133,7 +163,7 @@ def _start_launcher(
             # -I -S: the launcher sees neither PYTHON* variables nor site-packages.
             [
                 sys.executable, "-I", "-S", str(LAUNCHER), str(status_fd),
-                *(part for path in hidden for part in ("--hide", str(path))), "--", *argv,
+                *launcher_paths(hidden=hidden, writable=writable), "--", *argv,
             ],
             cwd=cwd,
             env=env,
@@ -150,6 +180,14 @@ def _start_launcher(
         raise ToolError(f"argv cannot be passed to a command: {exc}") from exc
     except OSError as exc:
         raise ToolError(f"could not start the launcher: {exc.strerror or exc}") from exc
+
+
+def launcher_paths(*, hidden: Iterable[Path | str] = (), writable: Iterable[Path | str] = ()) -> list[str]:
+    """The launcher's arguments naming the files a command may not read and the folders it may write in."""
+    return [
+        *(part for path in hidden for part in ("--hide", str(path))),
+        *(part for path in writable for part in ("--write", str(path))),
+    ]
 
 
 # The launcher's start-up error codes (automation/tools/launcher.py) and what they mean.
@@ -269,28 +307,30 @@ def shell_run(call: ToolCall) -> dict[str, Any]:
     cwd, timeout = _resolve(call)
 
     started = time.monotonic()
-    status, launcher_end = socket.socketpair()
-    try:
-        launcher = _start_launcher(
-            argv, cwd, shell_environment(call), launcher_end.fileno(), hidden=call.secret_files
-        )
-    except BaseException:
-        status.close()
-        raise
-    finally:
-        launcher_end.close()
-    try:
-        watched = _watch(launcher, status, deadline=started + timeout, call=call)
-    finally:
-        # On any way out, a closed socket tells the launcher to end the tree.
-        status.close()
+    with own_temp_folder("conductor-shell-") as temp:
+        status, launcher_end = socket.socketpair()
         try:
-            launcher.wait(STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            launcher.kill()
-            launcher.wait()
-        launcher.stdout.close()
-        launcher.stderr.close()
+            launcher = _start_launcher(
+                argv, cwd, shell_environment(call, temp=temp), launcher_end.fileno(),
+                hidden=call.secret_files, writable=(workspace_root(call.workspace), temp),
+            )
+        except BaseException:
+            status.close()
+            raise
+        finally:
+            launcher_end.close()
+        try:
+            watched = _watch(launcher, status, deadline=started + timeout, call=call)
+        finally:
+            # On any way out, a closed socket tells the launcher to end the tree.
+            status.close()
+            try:
+                launcher.wait(STOP_GRACE_SECONDS)
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                launcher.wait()
+            launcher.stdout.close()
+            launcher.stderr.close()
 
     if "error" in watched.report:
         raise _start_error(watched.report, argv)

@@ -125,7 +125,7 @@ def test_is_error_is_a_failed_block_with_the_servers_text(dispatcher):
 
 
 def test_a_server_that_exits_mid_call_fails_the_call_as_interrupted_and_it_is_not_run_again(dispatcher, tmp_path):
-    log = tmp_path / "calls.log"
+    log = tmp_path / "workspace" / "calls.log"  # a stdio server writes only in the workspace and its own folders
     own_stdio_server(log=log)
     allow("own")
     result = ingest(("own::crash", {}), ("own::add", {"a": 1, "b": 1}))
@@ -139,7 +139,7 @@ def test_a_server_that_exits_mid_call_fails_the_call_as_interrupted_and_it_is_no
 
 
 def test_a_hanging_call_times_out_and_its_whole_process_group_is_killed(dispatcher, tmp_path):
-    log = tmp_path / "calls.log"
+    log = tmp_path / "workspace" / "calls.log"  # a stdio server writes only in the workspace and its own folders
     own_stdio_server(log=log, timeout_seconds=2)
     allow("own")
     started = time.monotonic()
@@ -178,7 +178,7 @@ def test_a_flooding_server_neither_blocks_nor_breaks_the_delivery_limit(dispatch
 
 
 def test_an_interrupted_idempotent_tool_runs_again(dispatcher, tmp_path):
-    log = tmp_path / "calls.log"
+    log = tmp_path / "workspace" / "calls.log"  # a stdio server writes only in the workspace and its own folders
     server = own_stdio_server(log=log)
     # The server says its crash tool is idempotent: then an interruption is worth another attempt.
     server.tools.filter(name="crash").update(annotations={"idempotentHint": True})

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 
 def test_twenty_calls_across_two_servers_and_two_dispatchers_each_run_once(tmp_path, workspace):
-    logs = {name: tmp_path / f"{name}.log" for name in ("alpha", "beta")}
+    logs = {name: workspace / f"{name}.log" for name in ("alpha", "beta")}  # where a stdio server may write
     for name, log in logs.items():
         own_stdio_server(name, log=log)
         ToolPolicy.objects.create(target=name, tool="", policy=Policy.ALLOW)

@@ -22,7 +22,7 @@ from pathlib import Path
 from tools import mcp_client
 from tools.mcp_client import McpEndpoint, mcp_sessions_close, mcp_tool_call
 if sys.argv[4] == "plain":  # the server started as the command itself, outside the sandbox
-    mcp_client.sandboxed_argv = lambda endpoint: [endpoint.command, *endpoint.args][1:]
+    mcp_client.sandboxed_argv = lambda endpoint, *_: [endpoint.command, *endpoint.args][1:]
 workspace = Path(sys.argv[1])
 endpoint = McpEndpoint(name="own", command=sys.executable, args=(sys.argv[2], "stdio"))
 result = mcp_tool_call(endpoint, tool="peek", arguments={"text": sys.argv[3]}, workspace=workspace, keep_alive=False)

@@ -471,8 +471,9 @@ def test_the_environment_is_minimal_and_holds_no_server_secret(workspace, monkey
     assert str(printed) == "exited with code 1" and printed.result["stdout"] == ""
     result = run(workspace, "shell.run", {"argv": ["env"]})
     lines = sorted(result["stdout"].splitlines())
+    temp = next(line for line in lines if line.startswith("TMPDIR="))
     assert lines == sorted([
-        "HOME=" + str(workspace.resolve()), "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin",
+        "HOME=" + str(workspace.resolve()), "LANG=C.UTF-8", "PATH=/usr/local/bin:/usr/bin:/bin", temp,
     ])
     for secret in ("server-secret-value", "db-password", "conductor-test-secret-value", settings.SECRET_KEY):
         assert secret not in result["stdout"]
@@ -801,15 +802,17 @@ def test_the_launcher_grants_around_the_hidden_paths_only(tmp_path):
 
 
 @pytest.mark.parametrize("argv,parsed", [
-    (["l", "5", "--", "ls"], (5, [], ["ls"])),
-    (["l", "5", "--hide", "/a", "--hide", "/b c", "--", "cat", "--hide"], (5, ["/a", "/b c"], ["cat", "--hide"])),
-    (["l", "exec", "--hide", "/a", "--", "server", "stdio"], (None, ["/a"], ["server", "stdio"])),
+    (["l", "5", "--", "ls"], (5, [], [], ["ls"])),
+    (["l", "5", "--hide", "/a", "--hide", "/b c", "--", "cat", "--hide"], (5, ["/a", "/b c"], [], ["cat", "--hide"])),
+    (["l", "exec", "--hide", "/a", "--write", "/w", "--", "server", "stdio"], (None, ["/a"], ["/w"], ["server", "stdio"])),
 ])
 def test_the_launcher_reads_its_hidden_paths_before_the_command(argv, parsed):
     assert launcher.parse_arguments(argv) == parsed
 
 
-@pytest.mark.parametrize("argv", [["l"], ["l", "5"], ["l", "5", "--"], ["l", "5", "--hide", "--"], ["l", "5", "ls"]])
+@pytest.mark.parametrize("argv", [
+    ["l"], ["l", "5"], ["l", "5", "--"], ["l", "5", "--hide", "--"], ["l", "5", "--write", "--"], ["l", "5", "ls"],
+])
 def test_the_launcher_refuses_arguments_it_cannot_read(argv):
     with pytest.raises(SystemExit):
         launcher.parse_arguments(argv)
