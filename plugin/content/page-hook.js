@@ -13,9 +13,32 @@
  * The two sides talk over a MessageChannel whose port is handed over once,
  * at document_start, before the page's own scripts run. The hook never sees
  * the plugin's token or settings: nothing of them crosses to this world.
+ *
+ * The page shares this world: after this script, its scripts may replace any
+ * built-in, and a method the hook looked up on its port when it posts (say
+ * `MessagePort.prototype.postMessage`) would be the page's, which would then
+ * hold the port and could read what crosses it, answer the isolated side's
+ * calls (a proxy delivery's "200") or forge stream events. So the hook takes
+ * every built-in it uses on the port and on the events that arrive there
+ * first thing, while only the browser's own exist (the manifest injects this
+ * file at document_start in the MAIN world: Chrome runs it before any script
+ * of the page), and calls only those references afterwards. What a request
+ * made in the page answers is not guarded that way: the page's own service
+ * worker may answer it whatever the hook does; the port is what it keeps.
  */
 (() => {
   "use strict";
+
+  const apply = Reflect.apply;
+  /** `method` as a function taking its `this` first, immune to later changes of `Function.prototype.call`. */
+  const uncurried = (method) => Function.prototype.call.bind(method);
+  const hasOwn = Object.hasOwn;
+  const channel = new MessageChannel();
+  const port = channel.port1;
+  const postOnPort = MessagePort.prototype.postMessage.bind(port);
+  const listenOnPort = EventTarget.prototype.addEventListener.bind(port);
+  const startPort = MessagePort.prototype.start.bind(port);
+  const messageData = uncurried(Object.getOwnPropertyDescriptor(MessageEvent.prototype, "data").get);
 
   const HANDSHAKE = "conductor:hook-port";
   /** The result body handed back is bounded; the server refuses frames over 1 MiB. */
@@ -25,8 +48,6 @@
   const pageFetch = window.fetch;
   const xhrOpen = XMLHttpRequest.prototype.open;
   const xhrSend = XMLHttpRequest.prototype.send;
-  const channel = new MessageChannel();
-  const port = channel.port1;
   /** @type {{method: string, pattern: RegExp}[]} */
   let watched = [];
   let nextStreamId = 1;
@@ -46,7 +67,7 @@
 
   function post(message) {
     try {
-      port.postMessage(message);
+      postOnPort(message);
     } catch {
       // A value that cannot be cloned is dropped rather than breaking the page.
     }
@@ -87,7 +108,7 @@
     const request = input instanceof Request ? input : null;
     const url = absoluteUrl(request ? request.url : input);
     const method = init?.method || request?.method || "GET";
-    if (!watched.length || !isWatched(method, url)) return pageFetch.apply(this ?? window, arguments);
+    if (!watched.length || !isWatched(method, url)) return apply(pageFetch, this ?? window, arguments);
     const streamId = nextStreamId++;
     let body = bodyText(init?.body);
     if (body === null && request && init?.body === undefined) {
@@ -96,7 +117,7 @@
     post({ kind: "stream", phase: "start", id: streamId, url, body, page_url: location.href });
     let response;
     try {
-      response = await pageFetch.apply(this ?? window, arguments);
+      response = await apply(pageFetch, this ?? window, arguments);
     } catch (error) {
       post({ kind: "stream", phase: "abort", id: streamId, reason: String(error?.name || error) });
       throw error;
@@ -118,13 +139,13 @@
 
   XMLHttpRequest.prototype.open = function open(method, url) {
     this.__conductorRequest = { method: String(method || "GET"), url: absoluteUrl(url) };
-    return xhrOpen.apply(this, arguments);
+    return apply(xhrOpen, this, arguments);
   };
 
   XMLHttpRequest.prototype.send = function send(body) {
     const request = this.__conductorRequest;
     if (request && watched.length && isWatched(request.method, request.url)) followXhr(this, request, body);
-    return xhrSend.apply(this, arguments);
+    return apply(xhrSend, this, arguments);
   };
 
   /** The same events for a request made with XMLHttpRequest (Gemini's page library uses it). */
@@ -231,7 +252,8 @@
     return pieces.join("").slice(0, MAX_RESULT_BODY_CHARS);
   }
 
-  const CALLS = {
+  // Frozen: a page that got hold of it still could not swap in calls of its own.
+  const CALLS = Object.freeze({
     watch({ requests }) {
       watched = (Array.isArray(requests) ? requests : []).map((request) => ({
         method: String(request.method).toUpperCase(),
@@ -245,18 +267,19 @@
     fetch(request) {
       return proxyFetch(request);
     },
-  };
+  });
 
-  port.onmessage = async (event) => {
-    const message = event.data;
-    if (!message || message.kind !== "call" || !Object.hasOwn(CALLS, message.method)) return;
+  listenOnPort("message", async (event) => {
+    const message = messageData(event);
+    if (!message || message.kind !== "call" || !hasOwn(CALLS, message.method)) return;
     try {
       const value = await CALLS[message.method](message.args || {});
       post({ kind: "reply", id: message.id, value });
     } catch (error) {
       post({ kind: "reply", id: message.id, error: String(error?.message || error) });
     }
-  };
+  });
+  startPort();
 
   window.postMessage({ type: HANDSHAKE }, location.origin, [channel.port2]);
 })();
