@@ -42,6 +42,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import errno
+import functools
 import hmac
 import logging
 import os
@@ -49,6 +51,7 @@ import random
 import secrets
 import select
 import socket
+import stat
 import struct
 import time
 from collections.abc import Iterable
@@ -63,9 +66,9 @@ from channels_lite.models import Event, GroupMembership
 from django.conf import settings
 from django.utils import timezone
 
-from conductor_site.layer_messages import RefusedMessage, RefusesForgedMessages
-from conductor_site.private_files import private_folder
-from core.logfmt import log_event
+from conductor_site.layer_messages import RefusesForgedMessages
+from conductor_site.private_files import not_private, private_folder
+from core.logfmt import CountedLines, log_event
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,8 @@ REFUSED_LOG_INTERVAL_SECONDS = 60.0
 # Linux's <asm-generic/socket.h>; Python's socket module names neither.
 SO_ATTACH_FILTER, SO_DETACH_FILTER = 26, 27
 UDP_HEADER_BYTES = 8  # a UDP socket's filter sees the datagram from its UDP header on
+# An entry is "PORT PID SECRET": 5 + 1 + 10 + 1 + 32 characters; anything much longer is not one.
+ENTRY_MAX_BYTES = 256
 
 
 def doorbell_filter(secret: bytes) -> bytes:
@@ -145,8 +150,12 @@ class Doorbell(asyncio.DatagramProtocol):
         self.secret = secret or new_secret()
         self.rung = asyncio.Event()
         self.transport: asyncio.DatagramTransport | None = None
-        self.refused = 0  # since the last doorbell_refused line
-        self._refused_logged_at: float | None = None
+        self._refusals = CountedLines(REFUSED_LOG_INTERVAL_SECONDS)
+
+    @property
+    def refused(self) -> int:
+        """Datagrams refused since the last ``doorbell_refused`` line."""
+        return self._refusals.pending
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -156,14 +165,11 @@ class Doorbell(asyncio.DatagramProtocol):
             self.rung.set()
             return
         # Kept as cheap as a flood needs: a count, and a line once a minute.
-        self.refused += 1
-        now = time.monotonic()
-        if self._refused_logged_at is None or now - self._refused_logged_at >= REFUSED_LOG_INTERVAL_SECONDS:
+        if (count := self._refusals.add()) is not None:
             log_event(
-                logger, "doorbell_refused", level=logging.WARNING, prefix=self.prefix, datagrams=self.refused,
+                logger, "doorbell_refused", level=logging.WARNING, prefix=self.prefix, datagrams=count,
                 sender=f"{addr[0]}:{addr[1]}" if addr else None, reason="not this doorbell's secret",
             )
-            self._refused_logged_at, self.refused = now, 0
 
     def error_received(self, exc: Exception) -> None:
         pass  # nothing is sent on this socket; a stray error changes nothing
@@ -209,9 +215,51 @@ class Entry(NamedTuple):
 
 
 def _read_entry(path: Path) -> Entry:
-    """A registry entry; raises OSError or ValueError when there is none."""
-    port, pid, *secret = path.read_text().split()
+    """A registry entry; raises OSError or ValueError when there is none, or it is not one this user wrote.
+
+    Whatever else sits in the folder is read without blocking and never
+    followed: a FIFO or a device is opened without waiting for a writer and
+    refused unread, a symlink is not opened, a file of another user or
+    larger than an entry can be is refused (``NotAnEntry``).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotAnEntry(f"{path.name}: a symbolic link") from None
+        raise
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAnEntry(f"{path.name}: not a regular file")
+        if info.st_uid != os.geteuid():
+            raise NotAnEntry(f"{path.name}: owned by another user (uid {info.st_uid})")
+        if info.st_size > ENTRY_MAX_BYTES:
+            raise NotAnEntry(f"{path.name}: {info.st_size} bytes, more than an entry")
+        text = os.read(fd, ENTRY_MAX_BYTES + 1).decode("ascii")
+    finally:
+        os.close(fd)
+    port, pid, *secret = text.split()
     return Entry(int(port), int(pid), secret[0].encode() if secret else b"")
+
+
+def _write_entry(path: Path, entry: Entry) -> None:
+    """Write ``entry`` at ``path``, 0600, whole: written beside it, then renamed into place.
+
+    A sender never reads half an entry, and a name planted where the staging
+    file goes (a symlink, a FIFO) is replaced, never followed.
+    """
+    staging = path.with_name(f".{path.name}.{os.getpid()}")
+    with contextlib.suppress(FileNotFoundError):
+        staging.unlink()
+    fd = os.open(staging, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(f"{entry.port} {entry.pid} {entry.secret.decode()}")
+    os.replace(staging, path)
+
+
+class NotAnEntry(ValueError):
+    """Something in the registry folder that is not an entry this user wrote: skipped."""
 
 
 class DoorbellSQLiteChannelLayer(RefusesForgedMessages, SQLiteChannelLayer):
@@ -281,12 +329,8 @@ class DoorbellSQLiteChannelLayer(RefusesForgedMessages, SQLiteChannelLayer):
 
     async def _receive_single_from_db(self, channel):
         # channels-lite marks a message delivered, then decodes it: one that
-        # cannot be opened is dropped (and logged), and the next one is read.
-        while True:
-            try:
-                return await super()._receive_single_from_db(channel)
-            except RefusedMessage:
-                continue
+        # cannot be opened is dropped (and counted), and the next one is read.
+        return await self._skipping_refused(functools.partial(super()._receive_single_from_db, channel))
 
     async def _poll_and_distribute(self, prefix):
         """channels-lite's poller for ``prefix``, sleeping on the doorbell between empty polls.
@@ -349,7 +393,9 @@ class DoorbellSQLiteChannelLayer(RefusesForgedMessages, SQLiteChannelLayer):
             )
             return None
         try:
-            self._register(folder, prefix, bell.port, bell.secret)
+            # Off the event loop: the folder may hold many entries, or what a
+            # slow disk takes long to read; the loop serves every socket.
+            await asyncio.to_thread(self._register, folder, prefix, bell.port, bell.secret)
         except OSError:
             log_event(
                 logger, "doorbell_unavailable", level=logging.WARNING, exc_info=True, prefix=prefix,
@@ -360,17 +406,34 @@ class DoorbellSQLiteChannelLayer(RefusesForgedMessages, SQLiteChannelLayer):
         return bell
 
     def _register(self, folder: Path, prefix: str, port: int, secret: bytes) -> None:
-        # The folder is private (0700): only this user's processes read the secret.
+        """Register this process's doorbell for ``prefix`` in ``folder``; removes dead processes' entries.
+
+        The folder is private (0700, this user's): only this user's processes
+        read the secrets. One that is not (``not_private``) is refused
+        (``OSError``): the caller polls instead. What is in it but is no
+        entry of this user's is skipped, said in one ``doorbell_registry_skipped`` line.
+        """
         private_folder(folder)
+        if (problem := not_private(folder)) is not None:
+            raise PermissionError(f"the doorbell registry {folder} {problem}")
+        skipped = []
         for path in folder.iterdir():
-            with contextlib.suppress(OSError, ValueError):
+            try:
                 pid = _read_entry(path).pid
-                if pid != os.getpid() and not _is_alive(pid):
+            except NotAnEntry as exc:
+                skipped.append(str(exc))
+                continue
+            except (OSError, ValueError):
+                continue  # gone meanwhile, being written, or not an entry's text
+            if pid != os.getpid() and not _is_alive(pid):
+                with contextlib.suppress(OSError):
                     path.unlink(missing_ok=True)
-        # Written whole, then renamed into place: a sender never reads half an entry.
-        staging = folder / f".{prefix}.{os.getpid()}"
-        staging.write_text(f"{port} {os.getpid()} {secret.decode()}")
-        os.replace(staging, folder / prefix)
+        if skipped:
+            log_event(
+                logger, "doorbell_registry_skipped", level=logging.WARNING, folder=str(folder),
+                entries=len(skipped), first="; ".join(skipped[:3]), reason="not an entry this user wrote",
+            )
+        _write_entry(folder / prefix, Entry(port, os.getpid(), secret))
 
     def _doorbell_close(self, prefix: str, bell: Doorbell) -> None:
         bell.close()

@@ -6,7 +6,9 @@ file) seal each message with Fernet (AES-CBC and an HMAC-SHA256 over it,
 from ``SECRET_KEY``. Whoever can write to Redis or to the layer's file but
 does not know the key cannot make a message a consumer acts on: the receiving
 layer drops what it cannot open (``RefusesForgedMessages``) and logs
-``channel_message_refused``. A sealed message also expires: one older than
+``channel_message_refused``: at most once a minute per layer, with the count
+of messages refused since the last line, so that a flood of forged rows
+costs their reading, not a log line each. A sealed message also expires: one older than
 the layer's ``expiry`` plus 10 s is refused as well.
 
 Rotation: messages are sealed with the key of ``SECRET_KEY`` and opened with
@@ -17,19 +19,28 @@ rotation setting), so processes can be restarted one by one onto a new key
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TypeVar
 
 from cryptography.fernet import InvalidToken
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.core.exceptions import ImproperlyConfigured
 
-from core.logfmt import log_event
+from core.logfmt import CountedLines, log_event
 
 logger = logging.getLogger(__name__)
 
 KDF_INFO = b"conductor channel layer"
+# At most one channel_message_refused line per layer in this many seconds, however many messages.
+REFUSED_LOG_INTERVAL_SECONDS = 60.0
+# Refused messages read less than this many seconds apart are one run, counted in one line.
+REFUSED_RUN_GAP_SECONDS = 0.1
+
+
+T = TypeVar("T")
 
 
 class RefusedMessage(Exception):
@@ -54,9 +65,10 @@ def channel_layer_keys(secret_key: str, fallbacks: Iterable[str] = ()) -> list[s
 class RefusesForgedMessages:
     """A channel layer mixin: requires keys, and refuses a message none of them opens.
 
-    ``deserialize`` raises ``RefusedMessage`` (after logging it) instead of
-    the serializer's ``InvalidToken``; each layer's receiving loop skips
-    such a message and goes on with the next one.
+    ``deserialize`` raises ``RefusedMessage`` instead of the serializer's
+    ``InvalidToken``; each layer's receiving loop reads through
+    ``_skipping_refused``, which skips such a message, goes on with the next
+    one and counts the refused ones in ``channel_message_refused`` lines.
     """
 
     def __init__(self, *args, symmetric_encryption_keys=None, **kwargs) -> None:
@@ -65,6 +77,45 @@ class RefusesForgedMessages:
                 f"{type(self).__name__} needs symmetric_encryption_keys (conductor_site.layer_messages)"
             )
         super().__init__(*args, symmetric_encryption_keys=symmetric_encryption_keys, **kwargs)
+        self._refusals = CountedLines(REFUSED_LOG_INTERVAL_SECONDS)
+
+    async def _skipping_refused(self, receive_one: Callable[[], Awaitable[T]]) -> T:
+        """``await receive_one()`` until it gives a message this process sealed; the refused ones are counted.
+
+        A run of refused messages makes at most one line, once the run ends
+        (a message that opens, an error, or no message for
+        ``REFUSED_RUN_GAP_SECONDS``: on Redis the next read waits for the
+        next message), with how many were refused since the last line.
+        """
+        refused, reason = 0, ""
+        try:
+            while True:
+                if not refused:
+                    try:
+                        return await receive_one()
+                    except RefusedMessage as exc:
+                        refused, reason = 1, str(exc)
+                        continue
+                attempt = asyncio.ensure_future(receive_one())
+                try:
+                    if not (await asyncio.wait({attempt}, timeout=REFUSED_RUN_GAP_SECONDS))[0]:
+                        self._refused_run_ended(refused, reason)
+                        refused = 0
+                    return await attempt
+                except RefusedMessage as exc:
+                    refused, reason = refused + 1, str(exc)
+                finally:
+                    attempt.cancel()  # only when this task itself was cancelled meanwhile
+        finally:
+            if refused:
+                self._refused_run_ended(refused, reason)
+
+    def _refused_run_ended(self, refused: int, reason: str) -> None:
+        if (count := self._refusals.add(refused)) is not None:
+            log_event(
+                logger, "channel_message_refused", level=logging.WARNING, layer=type(self).__name__,
+                messages=count, reason=reason,
+            )
 
     def deserialize(self, message: bytes) -> dict:
         try:
@@ -76,8 +127,4 @@ class RefusesForgedMessages:
         return decoded
 
     def _refuse(self, message: bytes, *, reason: str):
-        log_event(
-            logger, "channel_message_refused", level=logging.WARNING, layer=type(self).__name__,
-            bytes=len(message), reason=reason,
-        )
         raise RefusedMessage(reason)

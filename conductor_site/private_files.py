@@ -71,3 +71,21 @@ def private_sqlite_database(name: str | Path) -> None:
         companion = path.with_name(path.name + suffix)
         if companion.exists():
             _narrow(companion, FILE_MODE)
+
+
+def not_private(path: Path) -> str | None:
+    """Why ``path`` is not private to this user (owned by another user, or writable by group or others); None when it is, or is missing.
+
+    Such a data folder, channel layer database or doorbell registry lets
+    that user read the doorbells' secrets or replace what this server reads:
+    the server refuses to start on it (``conductor_site.checks``).
+    """
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return None
+    if info.st_uid != os.geteuid():
+        return f"is owned by another user (uid {info.st_uid}, not {os.geteuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by group or others (mode {stat.S_IMODE(info.st_mode):04o})"
+    return None

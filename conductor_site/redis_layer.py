@@ -17,12 +17,14 @@
 
 from __future__ import annotations
 
+import functools
+
 from channels_redis.core import RedisChannelLayer
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 
-from conductor_site.layer_messages import RefusedMessage, RefusesForgedMessages
+from conductor_site.layer_messages import RefusesForgedMessages
 
 
 class SealedRedisChannelLayer(RefusesForgedMessages, RedisChannelLayer):
@@ -33,11 +35,7 @@ class SealedRedisChannelLayer(RefusesForgedMessages, RedisChannelLayer):
     async def receive_single(self, channel):
         # channels_redis reads a message, then decodes it; a message that
         # cannot be opened is already taken off Redis, so the next one is read.
-        while True:
-            try:
-                return await super().receive_single(channel)
-            except RefusedMessage:
-                continue
+        return await self._skipping_refused(functools.partial(super().receive_single, channel))
 
     def create_pool(self, index):
         host = dict(self.hosts[index])

@@ -8,6 +8,8 @@ written with its control characters escaped: one event stays one short line.
 
 import json
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 MAX_VALUE_CHARS = 200
@@ -84,3 +86,26 @@ class OneLineRefusals(logging.Filter):
         record.msg, record.args, record.fields = line, (), present
         record.exc_info = record.exc_text = None
         return True
+
+
+class CountedLines:
+    """When to log an event that may come in floods: the first at once, then at most once per ``interval`` seconds.
+
+    ``add`` counts occurrences and returns the count to put in the line when
+    one is due (every occurrence since the last line, itself included), else
+    None: a flood costs a counter, and the log gets one line a minute.
+    """
+
+    def __init__(self, interval: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self.pending = 0  # counted since the last line
+        self._logged_at: float | None = None
+
+    def add(self, count: int = 1) -> int | None:
+        self.pending += count
+        now = self.clock()
+        if self._logged_at is not None and now - self._logged_at < self.interval:
+            return None
+        due, self.pending, self._logged_at = self.pending, 0, now
+        return due

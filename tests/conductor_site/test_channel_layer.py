@@ -216,3 +216,130 @@ def test_a_doorbell_without_the_kernels_filter_drops_other_datagrams_itself_and_
     assert bell.rung.is_set()
     assert caplog.text.count("action=doorbell_refused") == 1
     assert bell.refused == 999  # counted for the next line
+
+
+# --- the registry: what is planted in it, and whose it is (issue 49) ----------------------------
+
+
+def planted_registry(folder: Path) -> dict[str, Path]:
+    """A registry holding what a command or another user could leave there: none of it an entry to read."""
+    folder.mkdir(mode=0o700)
+    planted = {name: folder / name for name in ("specific.fifo!", "specific.link!", "specific.huge!")}
+    os.mkfifo(planted["specific.fifo!"])
+    planted["specific.link!"].symlink_to("/dev/zero")
+    with open(planted["specific.huge!"], "wb") as huge:
+        huge.truncate(1 << 30)  # sparse: a gigabyte to read, none on disk
+    if os.geteuid() == 0:
+        planted["specific.other!"] = folder / "specific.other!"
+        planted["specific.other!"].write_text(f"9 {os.getpid()} another-users-secret")
+        os.chown(planted["specific.other!"], 65534, 65534)
+    return planted
+
+
+def test_what_is_planted_in_the_registry_neither_blocks_nor_stops_the_layer(tmp_path, caplog):
+    import logging
+
+    from conductor_site.channel_layer import NotAnEntry, _read_entry
+
+    caplog.set_level(logging.WARNING, logger="conductor_site.channel_layer")
+    folder = tmp_path / "channels.sqlite3-doorbells"
+    planted = planted_registry(folder)
+
+    async def main(layer, me):
+        waiting = asyncio.ensure_future(receive(layer, me))
+        await until((folder / layer.non_local_name(me)).exists)
+        # Sends to channels whose entries are what was planted ring nothing and block nothing.
+        for name in planted:
+            await asyncio.wait_for(layer.send(f"{name}x", {"type": "nobody"}), GIVE_UP_SECONDS)
+        await layer.send(me, {"type": "through"})
+        return await waiting
+
+    layer = doorbell_layer(AN_HOUR)
+    layer._doorbell_folder = lambda: folder
+    me = asyncio.run(layer.new_channel())
+    assert asyncio.run(main(layer, me)) == {"type": "through"}  # rung: the poller waits an hour otherwise
+
+    for path in planted.values():
+        assert path.is_symlink() or path.exists()
+        with pytest.raises(NotAnEntry):
+            _read_entry(path)
+    [skipped] = [r.getMessage() for r in caplog.records if "action=doorbell_registry_skipped" in r.getMessage()]
+    assert f"entries={len(planted)}" in skipped
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file to another user needs root")
+def test_an_entry_of_another_user_is_not_read():
+    from conductor_site.channel_layer import NotAnEntry, _read_entry
+
+    folder = registry()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    other = folder / f"specific.other{os.getpid()}!"
+    other.write_text(f"9 {os.getpid()} another-users-secret")
+    os.chown(other, 65534, 65534)
+    try:
+        with pytest.raises(NotAnEntry, match="owned by another user"):
+            _read_entry(other)
+    finally:
+        other.unlink()
+
+
+def test_the_layer_writes_its_entries_0600(tmp_path):
+    from conductor_site.channel_layer import Entry, _read_entry, _write_entry
+
+    folder = tmp_path / "registry"
+    folder.mkdir(mode=0o700)
+    (folder / ".specific.x!.{}".format(os.getpid())).symlink_to(tmp_path / "elsewhere")  # a planted staging name
+    _write_entry(folder / "specific.x!", Entry(5000, os.getpid(), b"s" * 32))
+    assert (folder / "specific.x!").stat().st_mode & 0o777 == 0o600
+    assert _read_entry(folder / "specific.x!") == Entry(5000, os.getpid(), b"s" * 32)
+    assert not (tmp_path / "elsewhere").exists()
+
+
+@pytest.mark.parametrize("problem", ["writable by group or others", "owned by another user"])
+def test_a_registry_folder_that_is_not_private_stops_the_start(tmp_path, monkeypatch, problem):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from conductor_site import checks
+
+    folder = tmp_path / "channels.sqlite3-doorbells"
+    folder.mkdir()
+    if problem == "writable by group or others":
+        folder.chmod(0o777)
+    elif os.geteuid() == 0:
+        os.chown(folder, 65534, 65534)
+    else:
+        pytest.skip("giving a folder to another user needs root")
+    monkeypatch.setattr(checks, "private_paths", lambda: [("the channel layer's doorbell registry", folder)])
+    with pytest.raises(SystemCheckError, match=f"conductor_site.E001.*doorbell registry {folder} is {problem}"):
+        call_command("check")
+    if problem == "owned by another user":
+        # Nor does a running layer register a doorbell in it (its pollers poll instead);
+        # a folder of its own it narrows to 0700 first.
+        from conductor_site.channel_layer import DoorbellSQLiteChannelLayer
+
+        with pytest.raises(PermissionError, match=problem):
+            DoorbellSQLiteChannelLayer._register(None, folder, "specific.x!", 5000, b"s" * 32)
+
+
+def test_twenty_forged_rows_make_one_log_line_that_counts_them(caplog):
+    import logging
+
+    from conductor_site.channel_layer import DoorbellSQLiteChannelLayer
+
+    caplog.set_level(logging.WARNING, logger="conductor_site.layer_messages")
+    forger = DoorbellSQLiteChannelLayer(
+        database="channels", capacity=1000, expiry=60, symmetric_encryption_keys=["not the installation's key"]
+    )
+
+    async def main(layer, me):
+        for n in range(20):
+            await forger.send(me, {"type": "forged", "n": n})
+        await layer.send(me, {"type": "sealed"})
+        return await receive(layer, me)
+
+    layer = doorbell_layer(0.05)
+    me = asyncio.run(layer.new_channel())
+    assert asyncio.run(main(layer, me)) == {"type": "sealed"}
+    lines = [r.getMessage() for r in caplog.records if "action=channel_message_refused" in r.getMessage()]
+    assert len(lines) == 1 and "messages=20" in lines[0], lines
