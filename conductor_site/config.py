@@ -132,6 +132,9 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         "CONDUCTOR_MCP_SERVERS": env.str("CONDUCTOR_MCP_SERVERS", default="").strip(),
         # Keep a stdio server running between calls, one per worker process (off: a fresh one per call).
         "CONDUCTOR_MCP_KEEP_ALIVE": env.bool("CONDUCTOR_MCP_KEEP_ALIVE", default=True),
+        # Whether a Streamable HTTP server's URL may reach loopback, link-local
+        # and private addresses (tools/mcp_addresses.py); off, they are refused.
+        "CONDUCTOR_MCP_ALLOW_PRIVATE_URLS": env.bool("CONDUCTOR_MCP_ALLOW_PRIVATE_URLS", default=False),
         # Beyond SPEC §8: how often a live socket refreshes its client's
         # presence (a client counts as gone after twice this, at most 60 s),
         # how long a new socket may wait before its hello, and the largest

@@ -224,6 +224,13 @@ SECTIONS: tuple[Section, ...] = (
                 "CONDUCTOR_MCP_KEEP_ALIVE", "true",
                 "A stdio MCP server stays up between calls, one per worker process; `false`: a fresh process per call.",
             ),
+            Setting(
+                "CONDUCTOR_MCP_ALLOW_PRIVATE_URLS", "false",
+                "`true`: a Streamable HTTP MCP server's URL may reach loopback, link-local and private addresses "
+                "(`localhost`, `127.0.0.1`, `::1`, `169.254.x.x`, `10.x.x.x`, `192.168.x.x`, `fc00::/7`...). "
+                "Off, such a URL is refused when saved or loaded, and a name that resolves to one is refused "
+                "when connected to.",
+            ),
         ),
     ),
 )

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ INFO_STRING = "baa"
 RESULT_INFO_STRING = "baa-result"
 VERSION_CHARS = 12
 MAX_DESCRIPTION_CHARS = 160  # an MCP server's description can be pages long
+MAX_SIGNATURE_CHARS = 300  # an MCP server's schema can name hundreds of params
 MAX_HANDLES_SHOWN = 50
 # The tools that write to other conversations (``mail.send``): shown with the
 # handles they can write to, and left out when there are none.
@@ -135,11 +137,21 @@ def params_signature(schema: dict[str, Any]) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def _description(text: str) -> str:
-    line = " ".join(text.split())
-    if len(line) > MAX_DESCRIPTION_CHARS:
-        line = line[: MAX_DESCRIPTION_CHARS - 1].rstrip() + "…"
-    return line
+CONTROL_CHARACTERS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def guide_inline(text: str, limit: int) -> str:
+    """``text`` as part of one line of the guide, at most ``limit`` characters before escaping.
+
+    An MCP server's description and schema reach the text the assistant
+    reads: on one line (newlines and control characters as spaces), cut with
+    "…", backslashes and backticks escaped, so that none of it can open a
+    block, a code span or a section of its own.
+    """
+    line = " ".join(CONTROL_CHARACTERS.sub(" ", text[: limit * 8]).split())
+    if len(line) > limit:
+        line = line[: limit - 1].rstrip() + "…"
+    return line.replace("\\", "\\\\").replace("`", "\\`")
 
 
 # --- the text ---------------------------------------------------------------------------------
@@ -165,7 +177,8 @@ def examples(facts: GuideFacts) -> list[tuple[GuideTool, dict[str, Any]]]:
 
 def _tool_lines(tools: list[GuideTool]) -> list[str]:
     return [
-        f"- `{tool.header}` {params_signature(tool.spec.params_schema)}: {_description(tool.spec.description)}"
+        f"- `{tool.header}` {guide_inline(params_signature(tool.spec.params_schema), MAX_SIGNATURE_CHARS)}: "
+        f"{guide_inline(tool.spec.description, MAX_DESCRIPTION_CHARS)}"
         for tool in tools
     ]
 

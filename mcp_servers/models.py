@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
 from django.db import models
+
+from tools.mcp_addresses import url_refusal
 
 TARGET_NAME = r"^[a-z][a-z0-9_-]*\Z"
 RESERVED_TARGETS = ("conductor",)
@@ -58,6 +62,21 @@ class McpServer(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        """A URL to a loopback, link-local or private address is refused unless the setting allows it.
+
+        Only what the URL says is checked here (a literal address,
+        ``localhost``); where a name resolves to is checked at each connection.
+        """
+        refused = self.transport == self.Transport.HTTP and self.url and url_host_refusal(self.url)
+        if refused:
+            raise ValidationError({"url": refused})
+
+
+def url_host_refusal(url: str) -> str:
+    """Why ``url`` may not be a server's ("" when it may), by ``CONDUCTOR_MCP_ALLOW_PRIVATE_URLS``."""
+    return "" if settings.CONDUCTOR_MCP_ALLOW_PRIVATE_URLS else url_refusal(url)
 
 
 class McpTool(models.Model):

@@ -26,7 +26,7 @@ def mcp_endpoint(*, server: McpServer) -> McpEndpoint:
     if server.transport == McpServer.Transport.HTTP:
         headers = secrets_resolve(secrets_open(server.secret_headers))
         return McpEndpoint(name=server.name, url=server.url, headers=tuple(sorted(headers.items())),
-                           timeout_seconds=timeout)
+                           timeout_seconds=timeout, allow_private_urls=settings.CONDUCTOR_MCP_ALLOW_PRIVATE_URLS)
     env = secrets_resolve(secrets_open(server.secret_env))
     return McpEndpoint(
         name=server.name, command=server.command, args=tuple(str(arg) for arg in server.args),

@@ -13,7 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.logfmt import log_event
-from mcp_servers.models import RESERVED_TARGETS, TARGET_NAME, McpServer, McpTool
+from mcp_servers.models import RESERVED_TARGETS, TARGET_NAME, McpServer, McpTool, url_host_refusal
 from mcp_servers.secrets import SecretError, secrets_seal
 from mcp_servers.selectors import mcp_endpoint
 from tools.mcp_client import McpProtocolError, mcp_tool_call, mcp_tools_list
@@ -24,6 +24,14 @@ logger = logging.getLogger(__name__)
 
 # What a block can write as a tool of an MCP target (SPEC §5).
 TOOL_NAME_RE = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+# Bounds of what a listing stores: a server's text is shown on the admin's
+# pages and, cut again and escaped, in the tool guide the assistant reads.
+MAX_DESCRIPTION_CHARS = 4000
+MAX_SCHEMA_CHARS = 65_536  # the input schema as JSON; a tool with a larger one is skipped
+MAX_TITLE_CHARS = 200
+MAX_ERROR_CHARS = 2000
+# The annotations kept (SPEC §5.4): the hints, as booleans, and a title.
+ANNOTATION_HINTS = ("readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint")
 
 
 class ServersFileError(ValueError):
@@ -40,34 +48,69 @@ def mcp_server_secrets_set(
         server.secret_headers, server.header_names = secrets_seal(headers), sorted(headers)
 
 
+def text_bounded(text: str, limit: int) -> str:
+    """``text``, or its first ``limit`` characters and a note that says where it was cut.
+
+    NUL characters, which PostgreSQL's text cannot hold, become U+FFFD.
+    """
+    text = text.replace("\x00", "\ufffd")
+    return text if len(text) <= limit else f"{text[:limit]}… [cut at {limit:,} characters]"
+
+
+def _annotations_kept(annotations: Any) -> dict[str, Any]:
+    if not isinstance(annotations, dict):
+        return {}
+    kept = {hint: annotations[hint] for hint in ANNOTATION_HINTS if isinstance(annotations.get(hint), bool)}
+    if isinstance(annotations.get("title"), str):
+        kept["title"] = text_bounded(annotations["title"], MAX_TITLE_CHARS)
+    return kept
+
+
+def _schema_is_storable(tool: dict[str, Any]) -> bool:
+    """Whether the tool's input schema is at most ``MAX_SCHEMA_CHARS`` of JSON, without NUL (jsonb refuses it)."""
+    text = json.dumps(tool.get("inputSchema") or {}, ensure_ascii=False)
+    return len(text) <= MAX_SCHEMA_CHARS and "\\u0000" not in text
+
+
 def mcp_server_refresh(*, server: McpServer) -> bool:
     """List the server's tools (``tools/list``, every page) and store them; True when it worked.
 
     A fresh process, not a kept-alive session: this runs in the web server
     and commands, which keep none. On failure the tools stay as they were and
-    ``last_error`` says why (the page shows it).
+    ``last_error`` says why (the page shows it). What is stored is bounded: a
+    description is cut at ``MAX_DESCRIPTION_CHARS`` (the cut said at its
+    end), a tool with a bad name or an input schema over
+    ``MAX_SCHEMA_CHARS`` (or holding NUL) is skipped (``last_error`` says how many), and only
+    the annotations' hints and title are kept.
     """
     try:
         listing = mcp_tools_list(mcp_endpoint(server=server), workspace=settings.CONDUCTOR_WORKSPACE,
                                  keep_alive=False)
     except (ToolError, SecretError) as exc:
-        McpServer.objects.filter(pk=server.pk).update(last_error=str(exc), updated_at=timezone.now())
-        server.last_error = str(exc)
-        log_event(logger, "mcp_server_refresh", level=logging.WARNING, server=server.name, ok=False, error=str(exc))
+        error = text_bounded(str(exc), MAX_ERROR_CHARS)
+        McpServer.objects.filter(pk=server.pk).update(last_error=error, updated_at=timezone.now())
+        server.last_error = error
+        log_event(logger, "mcp_server_refresh", level=logging.WARNING, server=server.name, ok=False, error=error)
         return False
-    kept = [tool for tool in listing.tools if TOOL_NAME_RE.fullmatch(tool.get("name", ""))]
-    skipped = len(listing.tools) - len(kept)
+    named = [tool for tool in listing.tools if TOOL_NAME_RE.fullmatch(tool.get("name", ""))]
+    kept = [tool for tool in named if _schema_is_storable(tool)]
     notes = [listing.cut] if listing.cut else []
-    if skipped:
-        notes.append(f"{skipped} listed tool(s) skipped: their names are not [A-Za-z0-9_.-]{{1,128}}")
+    if len(named) < len(listing.tools):
+        notes.append(f"{len(listing.tools) - len(named)} listed tool(s) skipped: their names are not "
+                     "[A-Za-z0-9_.-]{1,128}")
+    if len(kept) < len(named):
+        notes.append(f"{len(named) - len(kept)} listed tool(s) skipped: their input schemas are over "
+                     f"{MAX_SCHEMA_CHARS:,} characters of JSON or hold a NUL character")
     note = "; ".join(notes)
+    skipped = len(listing.tools) - len(kept)
     with transaction.atomic():
         McpTool.objects.filter(server=server).delete()
         McpTool.objects.bulk_create(
             McpTool(
-                server=server, name=tool["name"], description=tool.get("description") or "",
+                server=server, name=tool["name"],
+                description=text_bounded(tool.get("description") or "", MAX_DESCRIPTION_CHARS),
                 input_schema=tool.get("inputSchema") or {"type": "object"},
-                annotations=tool.get("annotations") or {}, position=position,
+                annotations=_annotations_kept(tool.get("annotations")), position=position,
             )
             for position, tool in enumerate(kept)
         )
@@ -122,6 +165,9 @@ def mcp_servers_file_read(path: Path) -> dict[str, dict[str, Any]]:
             raise ServersFileError(f"{path}: server name {name!r} is not a target name ([a-z][a-z0-9_-]*)")
         if not isinstance(entry, dict) or bool(entry.get("command")) == bool(entry.get("url")):
             raise ServersFileError(f"{path}: server {name!r} needs either \"command\" or \"url\"")
+        refused = entry.get("url") and url_host_refusal(str(entry["url"]))
+        if refused:
+            raise ServersFileError(f"{path}: server {name!r}: {refused}")
     return servers
 
 

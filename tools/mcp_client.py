@@ -27,13 +27,18 @@ that fails to start. It may write only in the workspace and its own folders.
 A session that dies during a call (the process exited, the connection
 dropped) fails that call as interrupted (``McpInterrupted``); one whose call
 passes the timeout is closed, its process group killed, and the next call
-starts a new one.
+starts a new one. A server that answers with a message the SDK cannot read
+(a lone surrogate such as ``"\ud800"`` in its JSON, a result of the wrong
+shape) is told apart from one that just went away (``McpUnreadable``): the
+SDK logs such a message and drops it, which would leave the request waiting
+for the whole timeout, so the session ends at once instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import secrets
@@ -65,6 +70,8 @@ logger = logging.getLogger(__name__)
 
 # How long a server may take to start and answer ``initialize``.
 CONNECT_TIMEOUT_SECONDS = 30.0
+# How much of why a server's message could not be read is told.
+MAX_REASON_CHARS = 200
 # The most pages of ``tools/list`` read, and tools kept, from one server: a
 # server that keeps paging, or lists more, is cut there and the listing says so.
 MAX_PAGES = 50
@@ -92,6 +99,8 @@ class McpEndpoint:
     timeout_seconds: float = 60.0
     # Files a stdio server may not read, whatever name it uses (the server's secret key: CONDUCTOR_SECRET_FILES).
     hidden_files: tuple[str, ...] = ()
+    # Whether a URL may reach loopback, link-local and private addresses (CONDUCTOR_MCP_ALLOW_PRIVATE_URLS).
+    allow_private_urls: bool = False
 
     @property
     def is_stdio(self) -> bool:
@@ -102,8 +111,16 @@ class McpUnavailable(ToolError):
     """The server could not be started or reached; nothing was called."""
 
 
+class McpRefused(ToolError):
+    """The server's URL reaches an address MCP servers may not be reached at (``tools/mcp_addresses.py``)."""
+
+
 class McpInterrupted(ToolError):
     """The session died while a call was in flight: whether the tool ran is unknown."""
+
+
+class McpUnreadable(McpInterrupted):
+    """The server answered with a message the SDK could not read; the session was ended at once."""
 
 
 class McpProtocolError(ToolError):
@@ -151,6 +168,8 @@ class _Connection:
         self.closing = asyncio.Event()
         self.gone = asyncio.Event()
         self.error: BaseException | None = None
+        # Why an answer of the server could not be read ("" while all could).
+        self.unreadable = ""
         self.stderr: StderrTail | None = None
         self.folders: OwnFolders | None = None
         self.task: asyncio.Task | None = None
@@ -165,7 +184,8 @@ class _Connection:
 
     def _transport(self):
         from mcp.client.stdio import StdioServerParameters, stdio_client
-        from mcp.shared._httpx_utils import create_mcp_http_client
+
+        from tools.mcp_http import mcp_http_client
 
         endpoint = self.endpoint
         if endpoint.is_stdio:
@@ -181,7 +201,7 @@ class _Connection:
                 ),
                 errlog=self.stderr.writer,
             )
-        client = create_mcp_http_client(headers=dict(endpoint.headers))
+        client = mcp_http_client(headers=dict(endpoint.headers), allow_private=endpoint.allow_private_urls)
         return _http_transport(endpoint.url, client)
 
     async def run(self) -> None:
@@ -191,7 +211,9 @@ class _Connection:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 streams = await stack.enter_async_context(self._transport())
-                session = await stack.enter_async_context(ClientSession(*streams[:2]))
+                session = await stack.enter_async_context(
+                    ClientSession(*streams[:2], message_handler=self._on_message)
+                )
                 with anyio.fail_after(CONNECT_TIMEOUT_SECONDS):
                     await session.initialize()
                 if self.endpoint.is_stdio:
@@ -214,12 +236,34 @@ class _Connection:
             if self.folders is not None:
                 self.folders.remove()
 
+    async def _on_message(self, message: Any) -> None:
+        """The SDK's message handler: an answer it could not read ends the session at once.
+
+        The SDK hands over what its transport could not read as an exception,
+        after dropping it; a request that answer was for would otherwise wait
+        for the whole timeout. Lines that are no message at all (a server
+        printing a banner on stdout) are left as the SDK leaves them.
+        """
+        if not isinstance(message, Exception) or self.unreadable:
+            return
+        reason = unreadable_answer(message)
+        if not reason:
+            return
+        self.unreadable = reason
+        log_event(logger, "mcp_answer_unreadable", level=logging.WARNING, server=self.endpoint.name, reason=reason)
+        if self.session is None and self.task is not None:
+            self.task.cancel()  # still in initialize, which the closing event does not interrupt
+        else:
+            self.closing.set()
+
     def why_gone(self) -> str:
         """What ended the session, in one line, with the last words of the server's stderr."""
         error = self.error
         while isinstance(error, BaseExceptionGroup) and error.exceptions:
             error = error.exceptions[0]
-        if error is None:
+        if self.unreadable:
+            reason = f"it answered with a message that is not valid JSON-RPC: {self.unreadable}"
+        elif error is None:
             reason = "the session ended"
         elif isinstance(error, TimeoutError):
             reason = f"no answer to initialize within {CONNECT_TIMEOUT_SECONDS:g} s"
@@ -227,6 +271,35 @@ class _Connection:
             reason = f"{type(error).__name__}: {error}".strip().rstrip(":")
         tail = self.stderr.text() if self.stderr is not None else ""
         return f"{reason}; stderr: {tail}" if tail else reason
+
+
+def unreadable_answer(exc: Exception) -> str:
+    """Why the SDK could not read an answer (a JSON object with an ``id`` and no ``method``); "" for anything else.
+
+    The SDK's parse error carries what it was given: the line's text when it
+    is not JSON the SDK's parser takes (which Python's own parser may still
+    read: a lone surrogate), else the parsed object.
+    """
+    from pydantic import ValidationError
+
+    if not isinstance(exc, ValidationError):
+        return ""
+    errors = exc.errors(include_url=False)
+    for error in errors:
+        sent = error.get("input")
+        if isinstance(sent, str):
+            try:
+                sent = json.loads(sent)
+            except ValueError:
+                continue
+        if isinstance(sent, dict) and "jsonrpc" in sent:
+            if "id" not in sent or "method" in sent:
+                return ""  # a notification or a request of the server's: not an answer anyone waits for
+            first = errors[0]
+            where = ".".join(str(part) for part in first.get("loc", ()))
+            reason = first["msg"] if first["type"] == "json_invalid" else f"{first['msg']} at {where or 'the top'}"
+            return reason[:MAX_REASON_CHARS]
+    return ""
 
 
 @contextlib.asynccontextmanager
@@ -266,6 +339,14 @@ def _the_runner() -> _Runner:
 
 
 async def _connect(endpoint: McpEndpoint, workspace: Path) -> _Connection:
+    if not endpoint.is_stdio and not endpoint.allow_private_urls:
+        from tools.mcp_http import url_resolved_refusal
+
+        # Also checked at each connection (tools/mcp_http.py); here first, to say so before any request,
+        # and for a proxy from the environment, which connects in its place.
+        reason = await url_resolved_refusal(endpoint.url)
+        if reason:
+            raise McpRefused(f"MCP server {endpoint.name!r} was not reached: {reason}")
     connection = _Connection(endpoint, workspace)
     connection.task = asyncio.get_running_loop().create_task(connection.run())
     await connection.ready.wait()
@@ -333,6 +414,11 @@ async def _until_gone(connection: _Connection, request: Awaitable[T]) -> T:
         request_task.cancel()
         # Its own "Connection closed" may land before the cancel; it is read here.
         request_task.add_done_callback(lambda task: task.cancelled() or task.exception())
+    if connection.unreadable:
+        raise McpUnreadable(
+            f"the MCP server {connection.endpoint.name!r} answered with a message that is not valid JSON-RPC "
+            f"({connection.unreadable}); the session was closed"
+        )
     raise McpInterrupted(
         f"interrupted: the MCP server {connection.endpoint.name!r} went away during the call "
         f"({connection.why_gone()})"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS, parse_blocks
-from ingest.guide import GuideFacts, GuideTool, examples, params_signature, tool_guide_render
+from ingest.guide import GuideFacts, GuideTool, examples, guide_inline, params_signature, tool_guide_render
 from ingest.selectors import tool_guide, tool_guide_facts
 from pipelines.rendering import BlockOutcome, render_results
 from tests.factories import ConversationFactory, ConversationLinkFactory, PluginClientFactory
@@ -149,3 +149,17 @@ def test_handles_past_fifty_are_counted_not_listed():
     assert len(guide.facts.mail_handles) == 50 and guide.facts.more_handles == 3
     assert "(and 3 more)" in guide.text
     assert json.loads(json.dumps(guide.as_json()))["more_mail_handles"] == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "line"),
+    [
+        ("Reads a file.", 100, "Reads a file."),
+        ("one\n\n```baa\nshell.run\n```", 100, "one \\`\\`\\`baa shell.run \\`\\`\\`"),
+        ("a\u2028b\x1b[2Jc\x00d", 100, "a b [2Jc d"),
+        ("C:\\tmp `x`", 100, "C:\\\\tmp \\`x\\`"),
+        ("x" * 50, 10, "x" * 9 + "…"),
+    ],
+)
+def test_guide_inline_keeps_a_servers_text_on_one_bounded_line_that_opens_nothing(text, limit, line):
+    assert guide_inline(text, limit) == line

@@ -68,9 +68,19 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+@pytest.fixture
+def own_http_url(own_http_server_url, settings):
+    """``own_http_server_url``, with loopback URLs allowed for the test (CONDUCTOR_MCP_ALLOW_PRIVATE_URLS)."""
+    settings.CONDUCTOR_MCP_ALLOW_PRIVATE_URLS = True
+    return own_http_server_url
+
+
 @pytest.fixture(scope="session")
-def own_http_url(tmp_path_factory):
-    """The tests' own server over Streamable HTTP on loopback, asking for ``HTTP_TOKEN``."""
+def own_http_server_url(tmp_path_factory):
+    """The tests' own server over Streamable HTTP on loopback, asking for ``HTTP_TOKEN``.
+
+    Loopback URLs are refused unless allowed: tests take ``own_http_url``, which allows them.
+    """
     port = free_port()
     log = tmp_path_factory.mktemp("own-http") / "server.log"
     with open(log, "wb") as out:
