@@ -96,6 +96,10 @@ WRITABLE_DEVICES = (
     "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts",
 )
 
+# unshare(2) flags, from <linux/sched.h>; mount(2) flags, from <linux/mount.h>.
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
+
 # Each of these lets a process read other processes' environment and memory
 # past the checks that stop a plain process (on Linux 6.18, even from inside a
 # Landlock domain). Normally only root holds them.
@@ -174,10 +178,15 @@ def write_access(abi: int) -> int:
     )
 
 
-def create_ruleset(abi: int, *, hidden: list[str] = (), writable: list[str] = ()) -> int:
+class Ruleset(NamedTuple):
+    fd: int
+    handled: int  # the file system rights it handles
+
+
+def create_ruleset(abi: int, *, hidden: list[str] = (), writable: list[str] = ()) -> Ruleset:
     """A Landlock ruleset letting the command write only beneath ``writable`` and read nothing beneath ``hidden``.
 
-    Returns its (close-on-exec) fd. It handles every write right
+    Returns it (its fd is close-on-exec). It handles every write right
     (``write_access``) and grants them beneath each ``writable`` folder (the
     workspace, the command's own temp folder) and on the devices programs
     write to (``writable_rules``): the command creates, changes, renames and
@@ -209,7 +218,7 @@ def create_ruleset(abi: int, *, hidden: list[str] = (), writable: list[str] = ()
     except BaseException:
         os.close(ruleset)
         raise
-    return ruleset
+    return Ruleset(ruleset, handled)
 
 
 def writable_rules(abi: int, writable: list[str], hidden: list[str] = ()) -> list[tuple[str, int]]:
@@ -399,6 +408,63 @@ def _stop(signum: int, frame: object) -> None:
     raise Stop(signal.Signals(signum).name)
 
 
+def own_pid_namespace() -> str | None:
+    """Start this launcher's children in a PID namespace of their own; None when it could, else why not.
+
+    The command becomes the first process of the namespace (its pid 1):
+    when it exits, the kernel kills every process left in it. As root the
+    launcher may make one; another user needs a user namespace around it
+    (mapping the user to itself), which the kernel may refuse (unprivileged
+    user namespaces disabled, a container's seccomp filter, an AppArmor
+    restriction).
+    """
+    try:
+        if os.geteuid() == 0:
+            _checked(_libc.unshare(CLONE_NEWPID), "unshare")
+            return None
+        uid, gid = os.geteuid(), os.getegid()
+        _checked(_libc.unshare(CLONE_NEWUSER | CLONE_NEWPID), "unshare")
+        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+            with open(f"/proc/self/{name}", "w") as file:
+                file.write(text)
+    except OSError as exc:
+        return f"no PID namespace: {exc}"
+    return None
+
+
+def mount_own_proc() -> None:
+    """In the namespace's first process: a mount namespace of its own, with ``/proc`` showing only the namespace.
+
+    The mounts are made private first, so that the new ``/proc`` stays in
+    this namespace. Raises OSError when the kernel refuses (a ``/proc``
+    partly hidden by a container's mounts, say).
+    """
+    _checked(_libc.unshare(CLONE_NEWNS), "unshare")
+    _checked(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make the mounts private")
+    _checked(_libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc")
+
+
+def enter_sandbox_with_own_proc(ruleset: Ruleset, told: int | None) -> None:
+    """``enter_sandbox``, after mounting a ``/proc`` of the command's own when its launcher made a PID namespace.
+
+    ``told``: a pipe's end to write b"1" on once the ``/proc`` is its own.
+    Where it cannot be mounted, the command still runs, seeing every
+    process of the machine in ``/proc`` as before (the launcher reports it).
+    """
+    if told is not None:
+        try:
+            mount_own_proc()
+        except OSError:
+            pass
+        else:
+            if ruleset.handled & LANDLOCK_ACCESS_FS_READ_FILE:
+                # The rules granting reading (around hidden files) name the
+                # /proc that was there; the new one needs its own.
+                _grant(ruleset.fd, "/proc", LANDLOCK_ACCESS_FS_READ_FILE)
+            os.write(told, b"1")
+    enter_sandbox(ruleset.fd)
+
+
 def run(
     command: list[str], status: socket.socket, *, hidden: list[str] = (), writable: list[str] = ()
 ) -> dict[str, object]:
@@ -410,7 +476,9 @@ def run(
     except OSError as exc:
         return {"error": "sandbox", "detail": str(exc)}
     _checked(_libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "child subreaper")
-    child = None
+    namespace_problem = own_pid_namespace()
+    told, tell = os.pipe() if namespace_problem is None else (None, None)
+    child, own_proc = None, False
     try:
         try:
             child = subprocess.Popen(
@@ -418,7 +486,7 @@ def run(
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=lambda: enter_sandbox(ruleset),
+                preexec_fn=lambda: enter_sandbox_with_own_proc(ruleset, tell),
             )
         except FileNotFoundError:
             return {"error": "not_found"}
@@ -429,7 +497,9 @@ def run(
         except subprocess.SubprocessError:
             return {"error": "sandbox", "detail": "the command could not enter the sandbox"}
         finally:
-            os.close(ruleset)
+            os.close(ruleset.fd)
+            if tell is not None:
+                os.close(tell)
         wait_for_exit_or_stop(child.pid, status)
     except Stop:
         pass
@@ -438,10 +508,18 @@ def run(
         for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)
         statuses = end_descendants()
+        if told is not None:
+            own_proc = os.read(told, 1) == b"1"  # the child wrote it before exec, or never will
+            os.close(told)
     if child is None:
         return {"error": "start", "detail": "the launcher was stopped before the command started"}
     child.returncode = os.waitstatus_to_exitcode(statuses[child.pid])
-    return {"exit_code": child.returncode}
+    if namespace_problem is None and not own_proc:
+        namespace_problem = "no /proc of its own: the kernel refused to mount one"
+    report: dict[str, object] = {"exit_code": child.returncode}
+    if namespace_problem is not None:
+        report["processes_visible"] = namespace_problem
+    return report
 
 
 def exec_in_sandbox(command: list[str], *, hidden: list[str] = (), writable: list[str] = ()) -> int:
@@ -455,9 +533,9 @@ def exec_in_sandbox(command: list[str], *, hidden: list[str] = (), writable: lis
         print(f"the sandbox is not available: {exc}", file=sys.stderr)
         return 126
     try:
-        enter_sandbox(ruleset)
+        enter_sandbox(ruleset.fd)
     finally:
-        os.close(ruleset)
+        os.close(ruleset.fd)
     try:
         os.execvp(command[0], command)
     except FileNotFoundError:

@@ -55,6 +55,19 @@ nothing in the data folder around the workspace (the databases, the channel
 layer's doorbell registry), in ``/tmp`` beyond its own folder, or anywhere
 else; what fails says "Permission denied". Device nodes are made nowhere.
 
+Other processes out of sight. ``/proc`` lists every process of the machine,
+and a process's command line (``/proc/<pid>/cmdline``, a secret passed as an
+argument) is readable by any process of the same user, Landlock domain or
+not; ``hidepid`` hides other users' processes only. So the launcher starts
+the command in a PID namespace of its own (as root directly, as another
+user inside a user namespace mapping the user to itself) and the command
+mounts a ``/proc`` of that namespace over its own view (``launcher.mount_own_proc``):
+it sees itself and its children, and the command is the namespace's first
+process, whose exit kills every process left in it. Where the kernel refuses
+either (unprivileged user namespaces disabled, a container's ``/proc``),
+the command runs as before, seeing every process, and the server logs
+``shell_processes_visible`` once; ``manage.py doctor`` says which.
+
 Otherwise a command reads with the server user's rights (its files, the
 data folder but the secret key): that is why ``shell.run`` needs approval.
 
@@ -270,6 +283,20 @@ def _watch(launcher: subprocess.Popen, status: socket.socket, *, deadline: float
     return _Watched(parsed, stdout, stderr, timed_out=timed_out, cancelled=cancelled)
 
 
+_processes_visible_said = False
+
+
+def _processes_visible(reason: str) -> None:
+    """Say once per process that commands here see the other processes in ``/proc`` (their command lines)."""
+    global _processes_visible_said
+    if not _processes_visible_said:
+        _processes_visible_said = True
+        log_event(
+            logger, "shell_processes_visible", level=logging.WARNING, reason=reason,
+            effect="commands can read the command lines of this user's other processes in /proc",
+        )
+
+
 def _resolve(call: ToolCall) -> tuple[Path, float]:
     """The folder the command runs in and its timeout in seconds, as ``shell_run`` uses them."""
     cwd_name = call.params.get("cwd", ".")
@@ -334,6 +361,8 @@ def shell_run(call: ToolCall) -> dict[str, Any]:
 
     if "error" in watched.report:
         raise _start_error(watched.report, argv)
+    if "processes_visible" in watched.report:
+        _processes_visible(watched.report["processes_visible"])
     result = {
         "argv": argv,
         "cwd": cwd_name,

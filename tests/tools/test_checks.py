@@ -41,6 +41,7 @@ def test_doctor_runs_a_command_in_the_sandbox(tmp_path):
     call_command("doctor", stdout=out)
     assert "shell.run: can run commands here (Landlock ABI" in out.getvalue()
     assert "`true` ran in the sandbox" in out.getvalue()
+    assert "commands see only their own processes" in out.getvalue()
 
 
 def test_doctor_says_why_not(monkeypatch):

@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -187,3 +188,35 @@ def test_a_stdio_server_writes_only_in_the_workspace_and_its_own_folders(data):
     finally:
         own.remove()
     assert not own.root.exists()
+
+
+# --- other processes out of sight: a PID namespace and a /proc of the command's own ----------------
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user the PID namespace needs unprivileged user namespaces, "
+                                              "which a machine may refuse (then commands see every process)")
+def test_a_command_cannot_read_the_command_line_of_the_server_or_its_other_processes(data, marker_process):
+    server, other = os.getpid(), marker_process
+    assert b"conductor-wsh-canary" in Path(f"/proc/{other.pid}/cmdline").read_bytes()  # as the command once could
+    result = shell(data, f"cat /proc/{server}/cmdline; cat /proc/{other.pid}/cmdline; ls /proc | grep -c '^[0-9]'")
+    assert result["stdout"].splitlines()[-1] in ("2", "3")  # sh, ls, grep: the command's own, nothing else
+    assert "conductor-wsh-canary" not in result["stdout"] and "pytest" not in result["stdout"]
+    assert result["stderr"].count("No such file or directory") == 2
+    # Ordinary commands still see their own processes.
+    result = shell(data, "echo $$; readlink /proc/self; ps -o pid=,comm= | head -2; tr '\\0' ' ' < /proc/1/cmdline")
+    assert result["exit_code"] == 0, result["stderr"]
+    assert result["stdout"].splitlines()[:2] == ["1", "2"]
+    assert result["stdout"].splitlines()[2].split() == ["1", "sh"]
+
+
+@pytest.fixture
+def marker_process():
+    """A process of this user with a secret in its command line, as a server's worker might have."""
+    process = subprocess.Popen(["sh", "-c", "sleep 60", "conductor-wsh-canary"])
+    deadline = time.monotonic() + 10
+    while b"conductor-wsh-canary" not in Path(f"/proc/{process.pid}/cmdline").read_bytes():  # until it has exec'd
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    yield process
+    process.kill()
+    process.wait()

@@ -479,19 +479,19 @@ def test_the_environment_is_minimal_and_holds_no_server_secret(workspace, monkey
         assert secret not in result["stdout"]
 
 
-def test_a_command_that_outlives_its_timeout_is_killed_with_its_children(workspace):
-    argv = ["sh", "-c", "sleep 60 & echo $! > child.pid; echo started; sleep 60"]
+def test_a_command_that_outlives_its_timeout_is_killed_with_its_children(workspace, marker):
+    # The command's pids are its own namespace's: the child is found by its argument.
+    argv = ["sh", "-c", f"sleep {marker} & echo started; sleep 60"]
     started = time.monotonic()
     error = refused(workspace, "shell.run", {"argv": argv, "timeout_s": 0.5})
     assert time.monotonic() - started < 10
     assert str(error).startswith("timed out after 0.5 s")
     assert error.result["timed_out"] is True
     assert error.result["stdout"] == "started\n"
-    child = int((workspace / "child.pid").read_text())
     deadline = time.monotonic() + 5
-    while is_alive(child) and time.monotonic() < deadline:
+    while pids_with_argument(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not is_alive(child)
+    assert pids_with_argument(marker) == []
 
 
 def test_the_timeout_is_capped_by_the_servers_maximum(workspace):
@@ -571,7 +571,6 @@ def test_a_command_that_exits_while_a_detached_child_holds_its_output_returns_at
     assert result["stdout"] == "started\n"
     assert time.monotonic() - started < 2
     assert pids_with_argument(marker) == []
-    assert not is_alive(int((workspace / "detached.pid").read_text()))
 
 
 def test_a_cancel_kills_detached_children_too(workspace, marker):
@@ -586,11 +585,22 @@ def test_a_cancel_kills_detached_children_too(workspace, marker):
 @pytest.mark.skipif(launcher.landlock_abi() < 6, reason="signal scoping needs Landlock ABI 6 (Linux 6.12)")
 def test_a_command_cannot_signal_its_launcher_or_the_server(workspace):
     # Killing the launcher would let the command's children escape its clean-up.
-    # kill -0 only asks whether a signal would be allowed.
+    # kill -0 only asks whether a signal would be allowed. In a PID namespace of
+    # its own the command cannot even name them: its parent's pid is 0 to it.
+    if processes_hidden(workspace):
+        argv = ["sh", "-c", f"echo $PPID; kill -0 {os.getpid()}; echo $?"]
+        result = run(workspace, "shell.run", {"argv": argv})
+        assert result["stdout"] == "0\n1\n"
+        return
     argv = ["sh", "-c", f"kill -0 $PPID; echo $?; kill -0 {os.getpid()}; echo $?"]
     result = run(workspace, "shell.run", {"argv": argv})
     assert result["stdout"] == "1\n1\n"
     assert "Operation not permitted" in result["stderr"]
+
+
+def processes_hidden(workspace: Path) -> bool:
+    """Whether shell.run's commands get a PID namespace and a /proc of their own here (in it, a shell is pid 1)."""
+    return run(workspace, "shell.run", {"argv": ["sh", "-c", "echo $$; readlink /proc/self"]})["stdout"] == "1\n2\n"
 
 
 # A stand-in for the server (or a worker): runs one shell.run and prints its pid and the outcome.
@@ -685,9 +695,13 @@ def test_no_process_within_the_commands_reach_holds_the_servers_environment(work
     server_pid, found = probe_from_server(workspace, canary, "plain")
     assert server_pid in found["leaks"]
 
-    # Through shell.run, the server is still an ancestor, and still unreadable.
+    # Through shell.run, the server is still an ancestor, and still unreadable;
+    # in a PID namespace of its own, the command sees no ancestor at all.
     server_pid, found = probe_from_server(workspace, canary, "shell.run")
-    assert server_pid in found["ancestors"]
+    if processes_hidden(workspace):
+        assert found["ancestors"] == []
+    else:
+        assert server_pid in found["ancestors"]
     assert found["leaks"] == []
 
 
