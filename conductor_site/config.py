@@ -6,6 +6,7 @@ and validation can be tested without re-importing Django's settings module.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +82,35 @@ def _delivery_methods(env: environ.Env) -> dict[str, tuple[str, ...]]:
     return methods
 
 
+# An owner's name, as ``conversations.models.validate_owner`` checks it (the
+# models cannot be imported while settings load; a test keeps the two equal).
+OWNER_NAME = re.compile(r"\A[a-z0-9][a-z0-9_.-]*\Z")
+
+
+def _mail_between_owners(env: environ.Env) -> frozenset[frozenset[str]]:
+    """``alice:bob,alice:carol`` as ``{{"alice", "bob"}, {"alice", "carol"}}``.
+
+    Each pair's owners may mail each other, both ways. Unset or empty: no
+    pair, mail stays within each owner.
+    """
+    name = "CONDUCTOR_MAIL_BETWEEN_OWNERS"
+    raw = env.str(name, default="")
+    pairs: set[frozenset[str]] = set()
+    for entry in (part.strip() for part in raw.split(",")):
+        if not entry:
+            continue
+        owners = [owner.strip() for owner in entry.split(":")]
+        if len(owners) != 2 or not all(OWNER_NAME.match(owner) for owner in owners):
+            raise ImproperlyConfigured(
+                f"{name}: {entry!r} is not a pair of owners such as alice:bob "
+                "(each a lowercase letter or digit, then lowercase letters, digits, '_', '.' or '-')"
+            )
+        if owners[0] == owners[1]:
+            raise ImproperlyConfigured(f"{name}: {entry!r} pairs an owner with itself, whose mail needs no pair")
+        pairs.add(frozenset(owners))
+    return frozenset(pairs)
+
+
 def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
     """Return every ``CONDUCTOR_*`` setting of SPEC §8, read from ``env``.
 
@@ -116,6 +146,9 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": _positive_int(
             env, "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR", 120
         ),
+        # Mail stays within an owner (SPEC §5.1) except between the pairs of
+        # owners an operator names here, both ways.
+        "CONDUCTOR_MAIL_BETWEEN_OWNERS": _mail_between_owners(env),
         "CONDUCTOR_MAX_FRAMES_PER_SECOND": _positive_int(
             env, "CONDUCTOR_MAX_FRAMES_PER_SECOND", 50
         ),

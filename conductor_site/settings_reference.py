@@ -205,6 +205,12 @@ SECTIONS: tuple[Section, ...] = (
                 "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR", "120",
                 "Valid blocks per conversation in a rolling hour; also paces mail (three back to back, then one per interval).",
             ),
+            Setting(
+                "CONDUCTOR_MAIL_BETWEEN_OWNERS", "",
+                "Pairs of owners whose conversations may mail each other (both ways), comma-separated, "
+                "e.g. `alice:bob,alice:carol`. Empty: mail stays within each owner, and another owner's handle "
+                "is answered as an unknown one ([Mail](mail.md#whose-handles)).",
+            ),
             Setting("CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS", "300", "The longest `timeout_s` a `shell.run` may ask for."),
             Setting("CONDUCTOR_RESULT_MAX_CHARS", "20000", "The longest results text posted back to a chat; the largest results give way to previews."),
             Setting(

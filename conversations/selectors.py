@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from django.conf import settings
 from django.db.models import Count, Exists, F, OuterRef, QuerySet
 
 from conversations.models import Conversation, ConversationLink, Message
@@ -63,8 +64,77 @@ def conversation_by_reference(*, reference: str, platform: str | None = None) ->
     return found[0]
 
 
+def conversation_get(*, conversation_id: int) -> Conversation:
+    """The conversation with this id; raises ``Conversation.DoesNotExist`` when there is none."""
+    return Conversation.objects.get(pk=conversation_id)
+
+
 def conversations_with_link_flag(*fields: str) -> QuerySet[Conversation]:
     """Conversations annotated with ``has_link`` (seen through some plugin client), loading only ``fields``."""
     return Conversation.objects.annotate(
         has_link=Exists(ConversationLink.objects.filter(conversation=OuterRef("pk")))
     ).only(*fields)
+
+
+# --- mail (SPEC §5.1): within an owner, or between two owners an operator paired ---------------
+
+
+def mail_owners(*, owner: str) -> frozenset[str]:
+    """The owners whose conversations a conversation of ``owner`` may mail.
+
+    Its own, and each owner an operator paired with it
+    (``CONDUCTOR_MAIL_BETWEEN_OWNERS``, both ways). None for a conversation
+    with no owner yet (stored without a client): it can mail no one.
+    """
+    if not owner:
+        return frozenset()
+    paired = (other for pair in settings.CONDUCTOR_MAIL_BETWEEN_OWNERS if owner in pair for other in pair)
+    return frozenset({owner, *paired})
+
+
+def _owners_mailed_by(sender_id: int | None) -> list[str]:
+    """``mail_owners`` of conversation ``sender_id``'s owner (none for no conversation), sorted."""
+    sender_owner = Conversation.objects.filter(pk=sender_id).values_list("owner", flat=True).first()
+    return sorted(mail_owners(owner=sender_owner or ""))
+
+
+def mail_recipient(*, handle: str, sender_id: int | None) -> Conversation | None:
+    """The conversation that receives mail as ``handle`` from conversation ``sender_id``, or None.
+
+    None alike when no conversation has the handle and when it belongs to an
+    owner the sender's may not mail: the same queries, the same answer, so a
+    sender cannot tell another owner's handle from one that does not exist.
+    """
+    return Conversation.objects.filter(handle=handle, owner__in=_owners_mailed_by(sender_id)).first()
+
+
+def mail_handles(*, owner: str, excluding_id: int | None = None) -> QuerySet:
+    """The handles a conversation of ``owner`` can write to, in order (a ``values_list`` of strings).
+
+    Only conversations of the owners it may mail (``mail_owners``) that were
+    seen through a plugin: mail to one never seen has nowhere to go.
+    """
+    return (
+        Conversation.objects.filter(
+            handle__isnull=False, links__isnull=False, owner__in=sorted(mail_owners(owner=owner))
+        )
+        .exclude(pk=excluding_id)
+        .order_by("handle")
+        .values_list("handle", flat=True)
+        .distinct()
+    )
+
+
+def conversation_has_handle(*, conversation_id: int) -> bool:
+    """Whether the conversation has a handle: whether it receives mail at all."""
+    return Conversation.objects.filter(pk=conversation_id, handle__isnull=False).exists()
+
+
+def mail_is_allowed(*, sender_id: int | None, recipient_id: int) -> bool:
+    """Whether conversation ``sender_id``'s owner may mail conversation ``recipient_id``'s, as the owners are now."""
+    return Conversation.objects.filter(pk=recipient_id, owner__in=_owners_mailed_by(sender_id)).exists()
+
+
+def conversation_has_link(*, conversation_id: int) -> bool:
+    """Whether the conversation was ever seen through a plugin client."""
+    return ConversationLink.objects.filter(conversation_id=conversation_id).exists()

@@ -12,7 +12,8 @@ from django.db.models import Case, Count, Q, QuerySet, Subquery, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
-from conversations.models import Conversation, ConversationLink, Message
+from conversations.models import DEFAULT_OWNER, Conversation, ConversationLink, Message
+from conversations.selectors import mail_handles
 from core.clock import datetime_from_ms
 from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS
 from ingest.guide import MAX_HANDLES_SHOWN, GuideFacts, GuideTool, ToolGuide, tool_guide_render
@@ -292,14 +293,16 @@ def tool_policies_current(
 def tool_guide_facts(
     *, platform: str, conversation: Conversation | None = None, client_pk: int | None = None
 ) -> GuideFacts:
-    """What the tool guide of a conversation (or of a new one on ``platform``) says. Four queries.
+    """What the tool guide of a conversation (or of a new one on ``platform``) says. At most five queries.
 
     Its tools are Conductor's and those of every enabled MCP server (SPEC §5.5).
 
     The policies are those ingest would apply to a block of this conversation
     from this client (``ToolPolicies``); denied tools are left out. The mail
-    handles are the other conversations that receive mail and were seen
-    through a plugin (mail to one never seen has nowhere to go).
+    handles are those of the other conversations it can write to: of its
+    owner (or of an owner paired with it, ``CONDUCTOR_MAIL_BETWEEN_OWNERS``),
+    receiving mail, and seen through a plugin (mail to one never seen has
+    nowhere to go). Another owner's handles are never listed.
     """
     mcp_specs = mcp_tool_specs()
     specs = [*tools, *mcp_specs]
@@ -316,13 +319,8 @@ def tool_guide_facts(
         )
         if policy != Policy.DENY:
             callable_tools.append(GuideTool(spec=spec, policy=policy))
-    recipients = (
-        Conversation.objects.filter(handle__isnull=False, links__isnull=False)
-        .exclude(pk=conversation_pk)
-        .order_by("handle")
-        .values_list("handle", flat=True)
-        .distinct()
-    )
+    recipients = mail_handles(owner=_guide_owner(conversation=conversation, client_pk=client_pk),
+                              excluding_id=conversation_pk)
     handles = list(recipients[: MAX_HANDLES_SHOWN + 1])
     more = recipients.count() - MAX_HANDLES_SHOWN if len(handles) > MAX_HANDLES_SHOWN else 0
     return GuideFacts(
@@ -335,6 +333,22 @@ def tool_guide_facts(
         per_hour=settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR,
         result_max_chars=settings.CONDUCTOR_RESULT_MAX_CHARS,
     )
+
+
+def _guide_owner(*, conversation: Conversation | None, client_pk: int | None) -> str:
+    """Whose handles a guide lists: the conversation's owner; for a new or unclaimed one, its client's.
+
+    A conversation not yet seen through a client becomes its first client's
+    when that client sends its message, before any block of it runs. With
+    neither, the owner a conversation has by default.
+    """
+    if conversation is not None and conversation.owner:
+        return conversation.owner
+    if client_pk is not None:
+        owner = PluginClient.objects.filter(pk=client_pk).values_list("owner", flat=True).first()
+        if owner:
+            return owner
+    return DEFAULT_OWNER
 
 
 def conversation_guide_client_pk(*, conversation: Conversation) -> int | None:

@@ -2,7 +2,12 @@
 
 ``mail.send {"to": "<handle>", "text": "..."}`` is a tool like any other:
 checked at ingest (an unknown handle rejects the block, naming no other
-handle), held by tool policies and approval like any tool. Running it
+handle), held by tool policies and approval like any tool. Mail stays
+within an owner: a handle of another owner's conversation is answered
+exactly as an unknown one, at ingest and when the tool runs, so a sender
+cannot probe which handles exist; only a pair of owners an operator named
+in ``CONDUCTOR_MAIL_BETWEEN_OWNERS`` mail each other
+(``conversations.selectors.mail_recipient``). Running it
 creates exactly one ``mail.deliver`` task (its dedupe key is the
 instruction's), and its result names the mail and its recipient.
 
@@ -43,11 +48,13 @@ from automation.models import AutomationTask
 from automation.selectors import task_times_between
 from automation.outcomes import ExecutionContext, Outcome, TerminalFailure
 from automation.services.tasks import task_create
-from conversations.models import (
-    HANDLE_PATTERN,
-    MAX_HANDLE_CHARS,
-    Conversation,
-    ConversationLink,
+from conversations.models import HANDLE_PATTERN, MAX_HANDLE_CHARS, Conversation
+from conversations.selectors import (
+    conversation_get,
+    conversation_has_handle,
+    conversation_has_link,
+    mail_is_allowed,
+    mail_recipient,
 )
 from core.clock import now_ms
 from pipelines.deliveries import deliver_text, outbound_kind
@@ -76,13 +83,21 @@ def mail_text(*, sender: Conversation, text: str) -> str:
     )
 
 
+def unknown_recipient(to: str) -> str:
+    """The one answer for a handle the sender cannot write to: none has it, or another owner's conversation does.
+
+    It names the handle as the sender wrote it and nothing else (no other
+    handle is listed), and is the same for both, so handles cannot be probed.
+    """
+    return f"no conversation receives mail as {to!r}"
+
+
 def mail_send_check(params: dict[str, Any], *, conversation_id: int | None = None) -> str | None:
-    """An unknown recipient, named as the sender wrote it and nothing else (no other handle is listed),
-    or the sending conversation itself."""
-    recipient_pk = Conversation.objects.filter(handle=params["to"]).values_list("pk", flat=True).first()
-    if recipient_pk is None:
-        return f"params.to: no conversation receives mail as {params['to']!r}"
-    if recipient_pk == conversation_id:
+    """A recipient the sender cannot write to (``unknown_recipient``), or the sending conversation itself."""
+    recipient = mail_recipient(handle=params["to"], sender_id=conversation_id)
+    if recipient is None:
+        return f"params.to: {unknown_recipient(params['to'])}"
+    if recipient.pk == conversation_id:
         return f"params.to: {params['to']!r} is this conversation's own handle; a conversation cannot mail itself"
     return None
 
@@ -131,14 +146,16 @@ def mail_send(call: ToolCall) -> dict[str, Any]:
     if origin is None:
         raise ToolError(f"{MAIL_SEND} runs only as a block of a conversation's message")
     to, text = call.params["to"], call.params["text"]
-    recipient = Conversation.objects.filter(handle=to).first()
+    # Read again when it runs: an owner, a handle or CONDUCTOR_MAIL_BETWEEN_OWNERS may have changed
+    # since ingest (or since the block waited for approval).
+    recipient = mail_recipient(handle=to, sender_id=origin.conversation_id)
     if recipient is None:
-        raise ToolError(f"no conversation receives mail as {to!r}")
-    if not ConversationLink.objects.filter(conversation=recipient).exists():
+        raise ToolError(unknown_recipient(to))
+    if not conversation_has_link(conversation_id=recipient.pk):
         raise ToolError(f"{to!r} was never seen through a plugin: its mail has nowhere to go")
     if recipient.pk == origin.conversation_id:
         raise ToolError(f"{to!r} is this conversation's own handle; a conversation cannot mail itself")
-    sender = Conversation.objects.get(pk=origin.conversation_id)
+    sender = conversation_get(conversation_id=origin.conversation_id)
     if error := mail_pace_error(sender=sender, recipient=recipient, instruction_id=origin.instruction_id):
         raise ToolError(error)
     task, _ = task_create(
@@ -160,9 +177,16 @@ def mail_deliver(ctx: ExecutionContext) -> Outcome:
     text = ctx.task.payload.get("text")
     if not isinstance(text, str) or not text:
         return TerminalFailure("payload missing: no mail text")
-    accepts = Conversation.objects.filter(pk=ctx.task.conversation_id, handle__isnull=False).exists()
-    if not accepts:
+    if not conversation_has_handle(conversation_id=ctx.task.conversation_id):
         return TerminalFailure("the recipient no longer accepts mail: its handle was removed")
+    # A mail sent while its owners could mail each other, delivered only while they still can.
+    sender = ctx.task.payload.get("from_conversation_id")
+    if not mail_is_allowed(sender_id=sender if isinstance(sender, int) else None,
+                           recipient_id=ctx.task.conversation_id):
+        return TerminalFailure(
+            "the recipient no longer accepts mail from the sender: their owners may not mail each other "
+            "(CONDUCTOR_MAIL_BETWEEN_OWNERS)"
+        )
     return deliver_text(ctx, text=text)
 
 

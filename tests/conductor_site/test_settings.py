@@ -8,7 +8,7 @@ import environ
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from conductor_site.config import conductor_settings
+from conductor_site.config import OWNER_NAME, conductor_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path("/srv/conductor-data")
@@ -36,11 +36,13 @@ def test_defaults_match_the_spec():
         "CONDUCTOR_RESULT_STORE_MAX_BYTES": 1024 * 1024,
         "CONDUCTOR_PLUGIN_ORIGINS": (),
         "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": 120,
+        "CONDUCTOR_MAIL_BETWEEN_OWNERS": frozenset(),
         "CONDUCTOR_MAX_FRAMES_PER_SECOND": 50,
         "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS": 300,
         "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS": 300,
         "CONDUCTOR_MCP_SERVERS": "",
         "CONDUCTOR_MCP_KEEP_ALIVE": True,
+        "CONDUCTOR_MCP_ALLOW_PRIVATE_URLS": False,
         "CONDUCTOR_RETENTION_DAYS": 30,
         "CONDUCTOR_PING_INTERVAL_SECONDS": 20.0,
         "CONDUCTOR_HELLO_TIMEOUT_SECONDS": 10.0,
@@ -76,6 +78,37 @@ def test_a_wrong_delivery_method_setting_names_what_is_wrong(value, error):
     with pytest.raises(ImproperlyConfigured, match="CONDUCTOR_DELIVERY_METHODS") as raised:
         parse(CONDUCTOR_DELIVERY_METHODS=value)
     assert error in str(raised.value)
+
+
+@pytest.mark.parametrize("value,pairs", [
+    ("alice:bob", {("alice", "bob")}),
+    (" alice : bob , carol.c:alice-2 ,", {("alice", "bob"), ("alice-2", "carol.c")}),
+    ("bob:alice,alice:bob", {("alice", "bob")}),  # a pair has no direction
+    ("", set()),
+])
+def test_mail_between_owners_is_read_as_unordered_pairs(value, pairs):
+    parsed = parse(CONDUCTOR_MAIL_BETWEEN_OWNERS=value)["CONDUCTOR_MAIL_BETWEEN_OWNERS"]
+    assert parsed == {frozenset(pair) for pair in pairs}
+
+
+@pytest.mark.parametrize("value,error", [
+    ("alice", "'alice' is not a pair of owners such as alice:bob"),
+    ("alice:bob:carol", "'alice:bob:carol' is not a pair"),
+    ("alice:", "'alice:' is not a pair"),
+    ("Alice:bob", "'Alice:bob' is not a pair"),
+    ("alice bob", "'alice bob' is not a pair"),
+    ("alice:alice", "'alice:alice' pairs an owner with itself"),
+])
+def test_a_wrong_mail_between_owners_setting_names_what_is_wrong(value, error):
+    with pytest.raises(ImproperlyConfigured, match="CONDUCTOR_MAIL_BETWEEN_OWNERS") as raised:
+        parse(CONDUCTOR_MAIL_BETWEEN_OWNERS=value)
+    assert error in str(raised.value)
+
+
+def test_the_settings_owner_names_are_the_ones_a_client_may_have():
+    from conversations.models import validate_owner
+
+    assert OWNER_NAME.pattern == validate_owner.regex.pattern
 
 
 def test_values_come_from_the_environment(tmp_path):
