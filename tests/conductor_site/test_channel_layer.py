@@ -343,3 +343,35 @@ def test_twenty_forged_rows_make_one_log_line_that_counts_them(caplog):
     assert asyncio.run(main(layer, me)) == {"type": "sealed"}
     lines = [r.getMessage() for r in caplog.records if "action=channel_message_refused" in r.getMessage()]
     assert len(lines) == 1 and "messages=20" in lines[0], lines
+
+
+def test_a_server_with_junk_in_its_registry_starts_and_answers_healthz_and_a_hello(tmp_path):
+    """The issue's FIFO: planted by hand, it once blocked the first hello's registration, /healthz with it."""
+    import json
+
+    import requests
+    from websockets.sync.client import connect
+
+    from tests.factories import TEST_TOKEN, PluginClientFactory
+    from tests.server import running_server
+
+    folder = registry()
+    folder.mkdir(mode=0o700, exist_ok=True)
+    junk = {kind: folder / f"specific.junk-{kind}-{os.getpid()}!" for kind in ("fifo", "link", "huge")}
+    os.mkfifo(junk["fifo"])
+    junk["link"].symlink_to(junk["fifo"])
+    with open(junk["huge"], "wb") as huge:
+        huge.truncate(1 << 30)
+    PluginClientFactory(client_id="laptop-chrome")
+    try:
+        with running_server(tmp_path) as server:
+            with connect(server.ws_url) as ws:
+                ws.send(json.dumps({"type": "hello", "client_id": "laptop-chrome", "token": TEST_TOKEN}))
+                assert json.loads(ws.recv(timeout=GIVE_UP_SECONDS))["type"] == "hello.ok"
+                assert requests.get(f"{server.base_url}/healthz", timeout=10).status_code == 200
+                ws.send(json.dumps({"type": "ping"}))
+                assert json.loads(ws.recv(timeout=GIVE_UP_SECONDS)) == {"type": "pong"}
+            assert "action=doorbell_registry_skipped" in server.log()  # the hello's poller read past the junk
+    finally:
+        for path in junk.values():
+            path.unlink(missing_ok=True)
