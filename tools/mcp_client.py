@@ -229,12 +229,13 @@ class _Connection:
             if self.process_group is not None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(self.process_group, signal.SIGKILL)
+            # Before gone: a caller that returns then may end the process, and this thread with it.
+            if self.folders is not None:
+                self.folders.remove()
             self.gone.set()
             self.ready.set()
             if self.stderr is not None:
                 self.stderr.close()
-            if self.folders is not None:
-                self.folders.remove()
 
     async def _on_message(self, message: Any) -> None:
         """The SDK's message handler: an answer it could not read ends the session at once.

@@ -220,3 +220,22 @@ def marker_process():
     yield process
     process.kill()
     process.wait()
+
+
+def test_a_stdio_servers_own_folders_are_removed_when_its_session_ends(tmp_path, monkeypatch):
+    from tools import mcp_client
+
+    made = []
+
+    class Recorded(OwnFolders):
+        def __init__(self) -> None:
+            super().__init__()
+            made.append(self)
+
+    monkeypatch.setattr(mcp_client, "OwnFolders", Recorded)
+    server = Path(__file__).resolve().parents[1] / "mcp_servers" / "own_server.py"
+    endpoint = McpEndpoint(name="own", command=sys.executable, args=(str(server), "stdio"))
+    result = mcp_client.mcp_tool_call(endpoint, tool="add", arguments={"a": 1, "b": 2}, workspace=tmp_path,
+                                      keep_alive=False)
+    assert result["structuredContent"] == {"result": 3}
+    assert len(made) == 1 and not made[0].root.exists()
