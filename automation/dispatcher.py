@@ -30,7 +30,7 @@ from django.db import (
 )
 
 from automation.kinds import KindSpec, kinds
-from automation.models import AutomationTask, FinishReason, TaskStatus
+from automation.models import AutomationTask, FinishReason, Lease, TaskStatus
 from automation.outcomes import (
     ExecutionContext,
     Outcome,
@@ -41,7 +41,7 @@ from automation.outcomes import (
 )
 from automation.retry import RetryPolicy, outbound_jitter_ms
 from automation.services.claim import tasks_claim, tasks_reclaim_expired
-from automation.services.dispatcher_state import dispatcher_tick_record
+from automation.services.dispatcher_state import dispatcher_tick_record, lease_loss_record
 from automation.services.steps import transition_and_follow_up
 from automation.services.transitions import (
     LeaseLost,
@@ -74,13 +74,17 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
 
-def execution_context(task: AutomationTask, *, lease_owner: str) -> ExecutionContext:
-    """The context an executor runs in: its steps go on the task's timeline through ``task_progress``."""
+def execution_context(task: AutomationTask, *, lease: Lease | None = None) -> ExecutionContext:
+    """The context a leased task's executor runs in, under ``lease`` (the task's own when not given):
+    its steps go on the task's timeline through ``task_progress``, fenced by that lease."""
+    lease = lease or task.lease
+    if lease is None:
+        raise ValueError(f"task {task.pk} is not leased: it has no lease to run under")
 
     def record_step(action: str, detail: dict[str, Any]) -> None:
-        task_progress(task.pk, lease_owner=lease_owner, action=action, detail=detail)
+        task_progress(task.pk, lease=lease, action=action, detail=detail)
 
-    return ExecutionContext(task=task, lease_owner=lease_owner, record_step=record_step)
+    return ExecutionContext(task=task, lease=lease, record_step=record_step)
 
 
 @dataclass(frozen=True)
@@ -162,7 +166,7 @@ class Dispatcher:
             start_at_once=True, outbound_jitter=self.config.outbound_jitter_max_ms > 0,
         )
         for task in claimed:
-            ctx = execution_context(task, lease_owner=self.owner)
+            ctx = execution_context(task)
             with self._lock:
                 self._running[task.pk] = (self._pool.submit(self._run, ctx), ctx)
         # After the tasks are on their way: the record delays none of them.
@@ -249,7 +253,7 @@ class Dispatcher:
             self.wake.set()
         if not leased:
             return None
-        ctx = execution_context(leased[0], lease_owner=self.owner)
+        ctx = execution_context(leased[0])
         with self._lock:
             future, _ = self._running.pop(previous.task.pk)
             self._running[ctx.task.pk] = (future, ctx)
@@ -268,10 +272,12 @@ class Dispatcher:
                 log_event(logger, "outcome_discarded", task_id=task.pk, kind=task.kind, lease_owner=self.owner)
                 return
             with wakes.held():
-                self._record(task, outcome)
+                self._record(ctx, outcome)
+        except LeaseLost as exc:
+            # Fencing: the task was cancelled, reclaimed or finished under another lease.
+            self._lease_lost(ctx, exc)
         except TransitionError as exc:
-            # Fencing: the task was cancelled, reclaimed or finished elsewhere.
-            log_event(logger, "lease_lost", level=logging.WARNING, task_id=task.pk, kind=task.kind,
+            log_event(logger, "transition_refused", level=logging.WARNING, task_id=task.pk, kind=task.kind,
                       lease_owner=self.owner, error=str(exc))
         except Exception:
             log_event(logger, "task_run_failed", level=logging.ERROR, exc_info=True, task_id=task.pk, kind=task.kind,
@@ -287,7 +293,7 @@ class Dispatcher:
         task = ctx.task
         jitter = self._wait_jitter(spec)
         if jitter is None:
-            task_release(task.pk, lease_owner=self.owner, reason="dispatcher stopping", now=self.clock())
+            task_release(task.pk, lease=ctx.lease, reason="dispatcher stopping", now=self.clock())
             return None
         if (
             spec.targets is not None
@@ -296,10 +302,10 @@ class Dispatcher:
         ):
             # Gone since the claim: the task waits for its hello, using no attempt.
             # (A task with no route at all runs, and its executor fails it.)
-            task_release(task.pk, lease_owner=self.owner, reason="client offline", now=self.clock())
+            task_release(task.pk, lease=ctx.lease, reason="client offline", now=self.clock())
             return None
         ctx.task = task_start(
-            task.pk, lease_owner=self.owner, lease_until=self.clock() + self.config.lease_ms,
+            task.pk, lease=ctx.lease, lease_until=self.clock() + self.config.lease_ms,
             jitter_ms=jitter if spec.is_outbound else None, now=self.clock(),
         )
         return ctx.task
@@ -351,9 +357,12 @@ class Dispatcher:
             for task_id, ctx in beating:
                 try:
                     task_heartbeat(
-                        task_id, lease_owner=self.owner,
+                        task_id, lease=ctx.lease,
                         lease_until=self.clock() + self.config.lease_ms, now=self.clock(),
                     )
+                except LeaseLost as exc:
+                    self._lease_lost(ctx, exc)
+                    ctx.cancelled.set()
                 except TransitionError:
                     ctx.cancelled.set()
                 except Exception:
@@ -362,7 +371,31 @@ class Dispatcher:
                               detail="the lease has two more beats of slack")
             close_old_connections()
 
-    def _record(self, task: AutomationTask, outcome: Outcome) -> None:
+    def _lease_lost(self, ctx: ExecutionContext, exc: LeaseLost) -> None:
+        """The task's lease no longer holds it: log it, and count it (once a run) unless an operator cancelled it.
+
+        An operator's cancel ends a lease on purpose; anything else (a lease
+        that expired under a live worker and was reclaimed, a task another
+        lease ran) is what ``conductor_leases_lost_total`` counts, and stays 0
+        on a healthy system.
+        """
+        with self._lock:
+            if ctx.lease_lost:
+                return
+            ctx.lease_lost = True
+        is_cancel = exc.status == TaskStatus.CANCELLED
+        log_event(logger, "lease_ended_by_cancel" if is_cancel else "lease_lost",
+                  level=logging.INFO if is_cancel else logging.WARNING, task_id=ctx.task.pk, kind=ctx.task.kind,
+                  lease_owner=self.owner, lease_token=f"{ctx.lease.token:016x}", error=str(exc))
+        if not is_cancel:
+            try:
+                lease_loss_record(kind=ctx.task.kind)
+            except Exception:
+                log_event(logger, "lease_loss_record_failed", level=logging.ERROR, exc_info=True,
+                          task_id=ctx.task.pk, kind=ctx.task.kind)
+                close_old_connections()
+
+    def _record(self, ctx: ExecutionContext, outcome: Outcome) -> None:
         """Turn the outcome into the task's next state; the kind's follow-up commits with it.
 
         The outcome is known, only its write failed: when the database
@@ -373,9 +406,12 @@ class Dispatcher:
         applied twice: the next finds the task finished and raises
         ``TransitionError``.
         """
+        task = ctx.task
         for attempt in range(1, RECORD_ATTEMPTS + 1):
             try:
-                transition_and_follow_up(lambda: self._record_outcome(task, outcome, self.clock()), actor=self.owner)
+                transition_and_follow_up(
+                    lambda: self._record_outcome(task, ctx.lease, outcome, self.clock()), actor=self.owner
+                )
                 return
             except CONNECTION_ERRORS as exc:
                 if attempt == RECORD_ATTEMPTS:
@@ -385,24 +421,24 @@ class Dispatcher:
                 close_old_connections()
                 time.sleep(RECORD_RETRY_SECONDS)
 
-    def _record_outcome(self, task: AutomationTask, outcome: Outcome, now: int) -> AutomationTask:
+    def _record_outcome(self, task: AutomationTask, lease: Lease, outcome: Outcome, now: int) -> AutomationTask:
         match outcome:
             case Success(result=result):
-                return task_succeed(task.pk, lease_owner=self.owner, result=result, now=now)
+                return task_succeed(task.pk, lease=lease, result=result, now=now)
             case RetryableFailure(error=error, result=result):
                 delay = self.retry.next_delay(attempt_count=task.attempt_count, max_attempts=task.max_attempts)
                 if delay is not None:
                     return task_retry_later(
-                        task.pk, lease_owner=self.owner, error=error, retry_at=now + delay.total_ms,
+                        task.pk, lease=lease, error=error, retry_at=now + delay.total_ms,
                         backoff_ms=delay.backoff_ms, jitter_ms=delay.jitter_ms, now=now,
                     )
                 return task_fail(
-                    task.pk, lease_owner=self.owner, now=now, result=result,
+                    task.pk, lease=lease, now=now, result=result,
                     error=f"{error} (attempt {task.attempt_count} of {task.max_attempts}, none left)",
                 )
             case TerminalFailure(error=error, result=result):
-                return task_fail(task.pk, lease_owner=self.owner, error=error, result=result, now=now)
+                return task_fail(task.pk, lease=lease, error=error, result=result, now=now)
             case Refused(error=error):
-                return task_fail(task.pk, lease_owner=self.owner, error=error, now=now,
+                return task_fail(task.pk, lease=lease, error=error, now=now,
                                  reason=FinishReason.REJECTED)
         raise TypeError(f"an executor returned {outcome!r}, not an Outcome")

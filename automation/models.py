@@ -1,5 +1,7 @@
 import json
+import secrets
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import models
@@ -12,6 +14,28 @@ APPROVE_CODE_PERMISSION = f"automation.{APPROVE_CODE_CODENAME}"
 
 def new_task_id() -> str:
     return uuid.uuid4().hex
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One lease of one task (SPEC §4.4): who holds it, and its fencing token.
+
+    ``token`` is fresh at every lease (``new_lease_token``), so two threads of
+    one process, two claims in the same millisecond, or a task leased again
+    after a reclaim hold different leases; every write of a held task is
+    conditioned on it. ``owner`` names the dispatcher process, for people and logs.
+    """
+
+    owner: str
+    token: int
+
+    def __str__(self) -> str:
+        return f"{self.owner}#{self.token:016x}"
+
+
+def new_lease_token() -> int:
+    """A fencing token: a random positive 63-bit value (a signed 64-bit column holds it on every database)."""
+    return secrets.randbits(63) or 1
 
 
 class TaskStatus(models.TextChoices):
@@ -99,6 +123,9 @@ class AutomationTask(models.Model):
     max_attempts = models.PositiveIntegerField()
     lease_owner = models.CharField(max_length=128, null=True, blank=True)
     lease_until = models.BigIntegerField(null=True, blank=True)
+    # The fencing token of the current lease (``Lease``): set by the claim,
+    # cleared with the lease; a held task's every change is conditioned on it.
+    lease_token = models.BigIntegerField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     # Why a failed task ended when it was a decision, not a fault (FinishReason);
     # set by the reject transition, cleared by an operator's retry.
@@ -208,6 +235,13 @@ class AutomationTask(models.Model):
         return task_outcome(self.status, self.finish_reason)
 
     @property
+    def lease(self) -> Lease | None:
+        """The lease that holds the task now, or None."""
+        if self.lease_owner is None or self.lease_token is None:
+            return None
+        return Lease(owner=self.lease_owner, token=self.lease_token)
+
+    @property
     def is_awaiting_approval_again(self) -> bool:
         """Whether an operator's retry puts the task back to ``blocked``: it needs approval and never had it."""
         return self.needs_approval and self.approved_at is None
@@ -256,6 +290,25 @@ class KindPause(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} (paused by {self.paused_by})"
+
+
+class LeaseLoss(models.Model):
+    """How often a worker found, at a write, that its lease no longer held its task (SPEC §4.4), per kind.
+
+    A counter no prune touches (``/metrics``: ``conductor_leases_lost_total``).
+    Healthy, it stays 0: a task cancelled by an operator under its worker is
+    not counted, everything else is (a lease that expired under a live
+    worker, a task run by two workers).
+    """
+
+    kind = models.CharField(max_length=64, unique=True)
+    count = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        db_table = "automation_lease_losses"
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.count} lost"
 
 
 class TaskEvent(models.Model):

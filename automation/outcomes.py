@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from automation.models import AutomationTask
+    from automation.models import AutomationTask, Lease
 
 
 @dataclass(frozen=True)
@@ -56,12 +56,16 @@ class ExecutionContext:
     """
 
     task: AutomationTask
-    lease_owner: str
+    # The lease the task runs under (its fencing token): every write the
+    # worker makes for this run is conditioned on it.
+    lease: Lease
     # Puts a step on the task's timeline, fenced by the lease: given by the
     # dispatcher (``automation.dispatcher.execution_context``), which knows
     # the transition services; this module does not.
     record_step: Callable[[str, dict[str, Any]], None]
     cancelled: threading.Event = field(default_factory=threading.Event)
+    # Set once the worker found its lease gone (the dispatcher counts a run's loss once).
+    lease_lost: bool = False
 
     def is_cancelled(self) -> bool:
         return self.cancelled.is_set()

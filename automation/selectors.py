@@ -18,6 +18,7 @@ from automation.models import (
     DispatcherState,
     FinishReason,
     KindPause,
+    LeaseLoss,
     Outcome,
     TaskEvent,
     TaskStatus,
@@ -103,6 +104,11 @@ def task_event_counts(*, actions: Collection[str]) -> dict[tuple[str, str, str],
         .order_by()
     )
     return {(action, kind, status_to): n for action, kind, status_to, n in rows}
+
+
+def lease_losses_by_kind() -> dict[str, int]:
+    """How many times a worker found its lease gone, per task kind (``LeaseLoss``): never pruned, so a counter."""
+    return dict(LeaseLoss.objects.values_list("kind", "count"))
 
 
 # --- the admin's overview and task pages ----------------------------------------

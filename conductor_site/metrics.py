@@ -6,7 +6,7 @@ django-q2 clusters), so a counter kept in one process's memory would see
 only that process's share. The collector is registered on a registry of
 our own, not prometheus_client's global one, so the client's process and
 platform collectors (this process only) stay out. A scrape costs one
-aggregated query per family (nine), whatever the number of rows, and one
+aggregated query per family (ten), whatever the number of rows, and one
 bounded read of the tasks finished in the last hour for the three duration
 histograms. Those histograms describe that window, recomputed at each scrape
 from the tasks' times, so every server reports the same figures: an
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from enum import StrEnum
 
-from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from automation.kinds import kinds
@@ -36,6 +36,7 @@ from automation.selectors import (
     DURATION_WINDOW_MS,
     TaskTimes,
     dispatcher_last_tick_age_seconds,
+    lease_losses_by_kind,
     task_counts_by_kind_status_and_outcome,
     task_event_counts,
     task_times_finished_since,
@@ -154,6 +155,7 @@ class ConductorCollector(Collector):
         yield self._tasks()
         yield from self._durations()
         yield from self._lease_events()
+        yield self._lease_losses()
         yield self._deliveries()
         yield self._messages()
         yield self._instructions()
@@ -218,6 +220,19 @@ class ConductorCollector(Collector):
                 expiries.add_metric([kind, status], reclaimed.get((kind, status), 0))
         yield claims
         yield expiries
+
+    def _lease_losses(self) -> Metric:
+        family = CounterMetricFamily(
+            "conductor_leases_lost",
+            "Times a worker found, at a write, that its lease no longer held its task (SPEC 4.4: a lease "
+            "that expired under a live worker and was taken again), by task kind. An operator's cancel is "
+            "not counted. A true counter, never pruned: 0 on a healthy system.",
+            labels=["kind"],
+        )
+        losses = lease_losses_by_kind()
+        for kind in sorted(set(kinds.names()) | losses.keys()):
+            family.add_metric([kind], losses.get(kind, 0))
+        return family
 
     def _deliveries(self) -> Metric:
         family = GaugeMetricFamily(

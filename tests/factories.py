@@ -15,7 +15,7 @@ from django.db import DataError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from automation.models import AutomationTask, TaskStatus
+from automation.models import AutomationTask, Lease, TaskStatus
 from automation.services import transitions as tr
 from automation.services.tasks import task_create
 from conversations.models import Conversation, ConversationLink, Message
@@ -83,6 +83,16 @@ class InstructionFactory(factory.django.DjangoModelFactory):
     status = Instruction.Status.PENDING
 
 
+def lease_of(task_id: str) -> Lease:
+    """The lease that holds the task now, as its worker holds it: tests act as that worker.
+
+    A task no lease holds gives a lease that holds nothing, so a fenced
+    transition with it is refused (``LeaseLost``) as a stale worker's would be.
+    """
+    task = AutomationTask.objects.filter(pk=task_id).only("lease_owner", "lease_token").first()
+    return (task.lease if task is not None else None) or Lease(owner="nobody", token=0)
+
+
 def task_lease(task_id: str, *, lease_owner: str, lease_until: int, now: int | None = None) -> AutomationTask:
     """pending / retry_wait -> leased for one due task, through the claim's own ``tasks_lease``.
 
@@ -126,13 +136,14 @@ def make_task(
     task = task_lease(task.pk, lease_owner=owner, lease_until=now + LEASE_MS, now=now)
     if status == TaskStatus.LEASED:
         return task
-    task = tr.task_start(task.pk, lease_owner=owner, lease_until=now + LEASE_MS, now=now)
+    lease = task.lease
+    task = tr.task_start(task.pk, lease=lease, lease_until=now + LEASE_MS, now=now)
     outcomes = {
         TaskStatus.RUNNING: lambda: task,
-        TaskStatus.SUCCEEDED: lambda: tr.task_succeed(task.pk, lease_owner=owner, result={"ok": 1}, now=now),
-        TaskStatus.FAILED: lambda: tr.task_fail(task.pk, lease_owner=owner, error="boom", now=now),
+        TaskStatus.SUCCEEDED: lambda: tr.task_succeed(task.pk, lease=lease, result={"ok": 1}, now=now),
+        TaskStatus.FAILED: lambda: tr.task_fail(task.pk, lease=lease, error="boom", now=now),
         TaskStatus.RETRY_WAIT: lambda: tr.task_retry_later(
-            task.pk, lease_owner=owner, error="flaky", retry_at=now + 5000,
+            task.pk, lease=lease, error="flaky", retry_at=now + 5000,
             backoff_ms=5000, jitter_ms=0, now=now,
         ),
     }

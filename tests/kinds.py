@@ -35,7 +35,7 @@ def execute_test_task(ctx: ExecutionContext):
     if payload.get("record"):
         from tests.side_effects import record
 
-        record(ctx.task, ctx.lease_owner, started, time.time_ns() // 1_000_000)
+        record(ctx.task, ctx.lease.owner, started, time.time_ns() // 1_000_000)
     return OUTCOMES[payload.get("outcome", "success")](payload)
 
 

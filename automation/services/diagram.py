@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from django.db.models import F, Q
 
-from automation.models import LEASE_HOLDING_STATUSES, AutomationTask, TaskStatus
+from automation.models import LEASE_HOLDING_STATUSES, AutomationTask, Lease, TaskStatus
 
 S = TaskStatus
 
@@ -47,10 +47,10 @@ class LeaseLost(TransitionError):
     A worker that sees this must stop and write nothing more.
     """
 
-    def __init__(self, task_id: str, lease_owner: str, holder: str | None, status: str) -> None:
+    def __init__(self, task_id: str, lease: Lease, holder: Lease | None, status: str) -> None:
         super().__init__(
             task_id,
-            f"lease not held by {lease_owner} (status {status}, holder {holder or 'none'})",
+            f"lease {lease} no longer holds it (status {status}, held by {holder or 'no lease'})",
         )
         self.status = status
 

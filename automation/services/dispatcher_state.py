@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 
-from django.db.models import Q
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
 from django.utils import timezone
 
-from automation.models import DispatcherState, KindPause
+from automation.models import DispatcherState, KindPause, LeaseLoss
 from automation.wake import dispatcher_wake_on_commit
 from core.logfmt import log_event
 
@@ -20,6 +21,18 @@ def dispatcher_tick_record(*, lease_owner: str, now: int) -> None:
         DispatcherState.objects.get_or_create(
             pk=1, defaults={"last_tick_at": now, "last_tick_owner": lease_owner}
         )
+
+
+def lease_loss_record(*, kind: str) -> None:
+    """Count one lost lease of a ``kind`` task (``LeaseLoss``): a worker found, at a write, that its lease was gone."""
+    if LeaseLoss.objects.filter(kind=kind).update(count=F("count") + 1):
+        return
+    try:
+        with transaction.atomic():
+            LeaseLoss.objects.create(kind=kind, count=1)
+    except IntegrityError:
+        # Another worker counted this kind's first loss at the same moment.
+        LeaseLoss.objects.filter(kind=kind).update(count=F("count") + 1)
 
 
 def dispatcher_pause_set(*, is_paused: bool, actor: str) -> bool:

@@ -2,7 +2,8 @@
 
 One function per edge of the state diagram. Each runs in a transaction, checks
 the starting state, applies fencing when the task leaves ``leased`` or
-``running`` (only the holding ``lease_owner`` may move it), writes one
+``running`` (only the lease that holds it, by its fencing token, may move it:
+``Lease``), writes one
 ``TaskEvent`` with its actor and one structured log line, and raises a
 ``TransitionError`` subclass when the move is not allowed. Nothing else in the
 code base assigns ``status``.
@@ -12,7 +13,9 @@ change) is one conditional ``UPDATE … RETURNING``: the starting state, the
 fence and the guards are its ``WHERE``, so no row is read or locked first,
 and only a refused update reads the task to say why. An edge from several
 states reads and locks the task first, to record which state it left.
-``tasks_lease`` leases the dispatcher's whole claim in one such statement.
+``tasks_lease`` leases the dispatcher's whole claim in one such statement,
+giving each task a fencing token of its own, and learns what it leased
+from the statement itself (``RETURNING``).
 A heartbeat is not a change of state and writes no event. The state machine knows no kind and decides
 nothing: what follows a change is the kind's ``follow_up``, which the callers
 (the dispatcher, the reclaim, the operator services) run in the same
@@ -34,15 +37,16 @@ from operator import or_
 from typing import Any
 
 from django.db import connection, transaction
-from django.db import models
-from django.db.models import Case, F, Q, QuerySet, Subquery, Value, When
+from django.db.models import F, Q, QuerySet
 
 from automation.models import (
     LEASE_HOLDING_STATUSES,
     ROUTING_FIELDS,
     AutomationTask,
     FinishReason,
+    Lease,
     TaskEvent,
+    new_lease_token,
 )
 # The diagram's edges, guards and errors: callers reach them through this module too.
 from automation.services.diagram import (  # noqa: F401
@@ -83,32 +87,30 @@ from core.logfmt import log_event
 logger = logging.getLogger(__name__)
 
 
-def _update_then_read(tasks: QuerySet, values: dict[str, Any], *, read_back: Q) -> list[AutomationTask]:
-    """Apply ``values`` (plain values or expressions) to ``tasks`` and return the rows it changed, as they are now.
+def _update_one(task: QuerySet, values: dict[str, Any], *, task_id: str) -> AutomationTask | None:
+    """Apply ``values`` (plain values or expressions) to ``task``, one row at most; return it as it is now, or None.
 
-    A conditional ``UPDATE`` through the ORM's public ``update()``, then one
-    read of ``read_back``: the rows this update leaves in a state no other
-    writer can have given them (its status and lease owner, its ``updated_at``).
-    Both run in the caller's transaction, and the updated rows stay locked
-    until it ends (a row lock on PostgreSQL, the write lock on SQLite), so
-    the read sees exactly what this update wrote.
+    A conditional ``UPDATE`` through the ORM's public ``update()``, then a
+    read of that one row by its primary key. Both run in the caller's
+    transaction, and a row the update changed stays locked until it ends (a
+    row lock on PostgreSQL, the write lock on SQLite), so the read sees
+    exactly what this update wrote: it names the row, it does not look for
+    rows that resemble it.
     """
-    if not tasks.update(**values):
-        return []
-    return list(AutomationTask.objects.filter(read_back))
+    if not task.update(**values):
+        return None
+    return AutomationTask.objects.get(pk=task_id)
 
 
 def _refusal(
-    task_id: str, edge: Edge, task: AutomationTask | None, fenced_owner: str | None,
+    task_id: str, edge: Edge, task: AutomationTask | None, fenced: Lease | None,
     guards: Collection[Guard], now: int,
 ) -> TransitionError:
     """Why ``edge`` does not apply to ``task`` as it is now."""
     if task is None:
         return TaskNotFound(task_id)
-    if fenced_owner is not None and (
-        task.status not in LEASE_HOLDING_STATUSES or task.lease_owner != fenced_owner
-    ):
-        return LeaseLost(task_id, fenced_owner, task.lease_owner, task.status)
+    if fenced is not None and (task.status not in LEASE_HOLDING_STATUSES or task.lease != fenced):
+        return LeaseLost(task_id, fenced, task.lease, task.status)
     if task.status not in edge.allowed_from:
         return InvalidTransition(task_id, edge.action, task.status)
     for guard in guards:
@@ -123,7 +125,7 @@ def _transition(
     *,
     actor: str,
     now: int | None,
-    fenced_owner: str | None = None,
+    fenced: Lease | None = None,
     guards: Collection[Guard] = (),
     changes: dict[str, Any] | None = None,
     error: str | None = None,
@@ -133,8 +135,8 @@ def _transition(
 ) -> AutomationTask:
     """Apply one transition; the single place where ``status`` is written after creation.
 
-    ``fenced_owner``: the transition applies only while that owner holds the
-    lease. ``guards``: what else the task must meet. ``changes``: the other
+    ``fenced``: the transition applies only while that lease (its fencing
+    token) holds the task. ``guards``: what else the task must meet. ``changes``: the other
     field updates (values or expressions of the row's own fields).
     """
     now = now_ms() if now is None else now
@@ -148,8 +150,8 @@ def _transition(
     if error is not None:
         values["last_error"] = error
     where = Q(pk=task_id, status__in=edge.allowed_from)
-    if fenced_owner is not None:
-        where &= Q(lease_owner=fenced_owner)
+    if fenced is not None:
+        where &= Q(lease_token=fenced.token, lease_owner=fenced.owner)
     for guard in guards:
         where &= guard.holds(now)
 
@@ -161,15 +163,12 @@ def _transition(
             # already holds the write lock.)
             found = AutomationTask.objects.select_for_update().filter(pk=task_id).first()
             if found is None or found.status not in edge.allowed_from:
-                raise _refusal(task_id, edge, found, fenced_owner, guards, now)
+                raise _refusal(task_id, edge, found, fenced, guards, now)
             status_from = found.status
             where &= Q(status=status_from)
-        updated = _update_then_read(AutomationTask.objects.filter(where), values, read_back=Q(pk=task_id))
-        if not updated:
-            raise _refusal(
-                task_id, edge, AutomationTask.objects.filter(pk=task_id).first(), fenced_owner, guards, now
-            )
-        task = updated[0]
+        task = _update_one(AutomationTask.objects.filter(where), values, task_id=task_id)
+        if task is None:
+            raise _refusal(task_id, edge, AutomationTask.objects.filter(pk=task_id).first(), fenced, guards, now)
         status_from = status_from or task.status
         if edge.recorded:
             TaskEvent.objects.create(
@@ -190,12 +189,13 @@ def _log(task: AutomationTask, action: str, status_from: str, actor: str, **extr
         status_to=task.status,
         actor=actor,
         lease_owner=task.lease_owner,
+        lease_token=f"{task.lease_token:016x}" if task.lease_token is not None else None,
         attempt=task.attempt_count,
         **extra,
     )
 
 
-_CLEAR_LEASE = {"lease_owner": None, "lease_until": None}
+_CLEAR_LEASE = {"lease_owner": None, "lease_until": None, "lease_token": None}
 
 
 
@@ -205,10 +205,17 @@ def tasks_lease(
 ) -> list[AutomationTask]:
     """pending / retry_wait -> leased for the dispatcher's claim: every task of
     ``seen`` (task id -> the status it was read in) that is still in that status,
-    due and ``still_claimable``, in one conditional update; returns those leased.
+    due and ``still_claimable``, each under a lease of its own; returns those leased.
 
-    On PostgreSQL the rows are locked with ``SKIP LOCKED``, so a task another
-    dispatcher is leasing at this moment is skipped, not waited for. Raises
+    Two statements in one transaction. The first reads which tasks of
+    ``seen`` may be leased now: on PostgreSQL it locks them with ``SKIP
+    LOCKED``, so a task another dispatcher is leasing at this moment is
+    skipped, not waited for; on SQLite the transaction holds the write lock
+    from its start. The second leases exactly those rows, each with a fencing
+    token of its own (``Lease``), and returns them as it wrote them
+    (``UPDATE … RETURNING``): the claim learns what it leased from the update
+    itself, never from rows that look like its own (two threads of one process
+    leasing in the same millisecond write the same owner and times). Raises
     ``IntegrityError`` when an in-flight limit's unique index refuses the batch
     (another dispatcher leased a task of the same target or lane meanwhile):
     the caller then leases one task at a time. ``detail`` goes on each lease event.
@@ -223,27 +230,14 @@ def tasks_lease(
     if not seen:
         return []
     where = reduce(or_, (Q(pk=task_id, status=status) for task_id, status in seen.items())) & DUE.holds(now)
-    tasks = AutomationTask.objects.filter(where).filter(still_claimable)
+    claimable = AutomationTask.objects.filter(where).filter(still_claimable)
     if connection.features.has_select_for_update_skip_locked:
-        unlocked = AutomationTask.objects.filter(pk__in=list(seen)).select_for_update(skip_locked=True)
-        tasks = tasks.filter(pk__in=Subquery(unlocked.values("pk")))
-    values: dict[str, Any] = {"status": S.LEASED, "lease_owner": lease_owner, "lease_until": lease_until,
-                              "updated_at": now}
-    if start_kinds:
-        starts = Q(kind__in=list(start_kinds))
-        values |= {
-            "status": Case(When(starts, then=Value(S.RUNNING)), default=Value(S.LEASED),
-                           output_field=models.CharField()),
-            "attempt_count": Case(When(starts, then=F("attempt_count") + 1), default=F("attempt_count"),
-                                  output_field=models.PositiveIntegerField()),
-            "started_at": Case(When(starts, then=Value(now)), default=F("started_at"),
-                               output_field=models.BigIntegerField()),
-        }
+        of = ("self",) if connection.features.has_select_for_update_of else ()
+        claimable = claimable.select_for_update(skip_locked=True, of=of)
     with transaction.atomic():
-        leased = _update_then_read(
-            tasks, values,
-            read_back=Q(pk__in=list(seen), status__in=[S.LEASED, S.RUNNING], lease_owner=lease_owner,
-                        lease_until=lease_until, updated_at=now),
+        task_ids = list(claimable.values_list("pk", flat=True))
+        leased = _lease_rows(
+            task_ids, lease_owner=lease_owner, lease_until=lease_until, now=now, start_kinds=start_kinds
         )
         events = []
         for task in leased:
@@ -261,13 +255,65 @@ def tasks_lease(
     return leased
 
 
+def _lease_rows(
+    task_ids: list[str], *, lease_owner: str, lease_until: int, now: int, start_kinds: Collection[str],
+) -> list[AutomationTask]:
+    """Lease the rows ``task_ids`` (read and held by the caller's transaction) and return them as leased.
+
+    One ``UPDATE … RETURNING`` written here, through the connection's cursor
+    (the ORM's ``update()`` returns a count, not rows): PostgreSQL and SQLite
+    3.35+ both answer it. Each row gets a fresh fencing token; the rows of
+    ``start_kinds`` are started too. The returned tasks are what this
+    statement changed, and nothing else.
+    """
+    if not task_ids:
+        return []
+    quote = connection.ops.quote_name
+    fields = AutomationTask._meta.concrete_fields
+    column = {field.name: quote(field.column) for field in fields}
+    tokens = [(task_id, new_lease_token()) for task_id in task_ids]
+    assignments: list[tuple[str, str, list[Any]]] = [
+        ("lease_owner", "%s", [lease_owner]),
+        ("lease_until", "%s", [lease_until]),
+        ("updated_at", "%s", [now]),
+        ("lease_token", f"CASE {column['task_id']} {' '.join(['WHEN %s THEN %s'] * len(tokens))} END",
+         [value for pair in tokens for value in pair]),
+    ]
+    if start_kinds:
+        kinds_in = f"{column['kind']} IN ({', '.join(['%s'] * len(start_kinds))})"
+        starts = list(start_kinds)
+        assignments += [
+            ("status", f"CASE WHEN {kinds_in} THEN %s ELSE %s END", [*starts, S.RUNNING, S.LEASED]),
+            ("attempt_count",
+             f"CASE WHEN {kinds_in} THEN {column['attempt_count']} + 1 ELSE {column['attempt_count']} END", starts),
+            ("started_at", f"CASE WHEN {kinds_in} THEN %s ELSE {column['started_at']} END", [*starts, now]),
+        ]
+    else:
+        assignments.append(("status", "%s", [S.LEASED]))
+    sql = (
+        f"UPDATE {quote(AutomationTask._meta.db_table)} SET "
+        + ", ".join(f"{column[name]} = {expression}" for name, expression, _ in assignments)
+        + f" WHERE {column['task_id']} IN ({', '.join(['%s'] * len(task_ids))})"
+        + f" RETURNING {', '.join(column[field.name] for field in fields)}"
+    )
+    params = [param for _, _, values in assignments for param in values] + task_ids
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    names = [field.attname for field in fields]
+    return [
+        AutomationTask.from_db(connection.alias, names, [field.to_python(value) for field, value in zip(fields, row)])
+        for row in rows
+    ]
+
+
 def task_release(
-    task_id: str, *, lease_owner: str, reason: str, now: int | None = None
+    task_id: str, *, lease: Lease, reason: str, now: int | None = None
 ) -> AutomationTask:
     """leased -> pending, using no attempt: the holder gives the task back unstarted."""
     return _transition(
-        task_id, RELEASE, actor=lease_owner, now=now,
-        fenced_owner=lease_owner,
+        task_id, RELEASE, actor=lease.owner, now=now,
+        fenced=lease,
         changes=_CLEAR_LEASE,
         detail={"reason": reason},
     )
@@ -276,7 +322,7 @@ def task_release(
 def task_start(
     task_id: str,
     *,
-    lease_owner: str,
+    lease: Lease,
     lease_until: int,
     jitter_ms: int | None = None,
     now: int | None = None,
@@ -284,15 +330,15 @@ def task_start(
     """leased -> running; counts the run as an attempt. ``jitter_ms``: the wait before it."""
     now = now_ms() if now is None else now
     return _transition(
-        task_id, START, actor=lease_owner, now=now,
-        fenced_owner=lease_owner,
+        task_id, START, actor=lease.owner, now=now,
+        fenced=lease,
         changes={"attempt_count": F("attempt_count") + 1, "started_at": now, "lease_until": lease_until},
         jitter_ms=jitter_ms,
     )
 
 
 def task_heartbeat(
-    task_id: str, *, lease_owner: str, lease_until: int, now: int | None = None
+    task_id: str, *, lease: Lease, lease_until: int, now: int | None = None
 ) -> AutomationTask:
     """Renew the lease of a task its owner still holds; the status does not change.
 
@@ -301,14 +347,14 @@ def task_heartbeat(
     the worker must then stop the task's work.
     """
     return _transition(
-        task_id, HEARTBEAT, actor=lease_owner, now=now,
-        fenced_owner=lease_owner,
+        task_id, HEARTBEAT, actor=lease.owner, now=now,
+        fenced=lease,
         changes={"lease_until": lease_until},
     )
 
 
 def task_progress(
-    task_id: str, *, lease_owner: str, action: str, detail: dict[str, Any], now: int | None = None
+    task_id: str, *, lease: Lease, action: str, detail: dict[str, Any], now: int | None = None
 ) -> AutomationTask:
     """Put a step of a running attempt on the task's timeline; the status does not change.
 
@@ -321,19 +367,19 @@ def task_progress(
     if action in EDGE_ACTIONS:
         raise ValueError(f"{action!r} is a transition, not a step")
     return _transition(
-        task_id, edge(action, {S.RUNNING}, None), actor=lease_owner, now=now,
-        fenced_owner=lease_owner, detail=detail,
+        task_id, edge(action, {S.RUNNING}, None), actor=lease.owner, now=now,
+        fenced=lease, detail=detail,
     )
 
 
 def task_succeed(
-    task_id: str, *, lease_owner: str, result: Any, now: int | None = None
+    task_id: str, *, lease: Lease, result: Any, now: int | None = None
 ) -> AutomationTask:
     """running -> succeeded, storing the executor's result."""
     now = now_ms() if now is None else now
     return _transition(
-        task_id, SUCCEED, actor=lease_owner, now=now,
-        fenced_owner=lease_owner,
+        task_id, SUCCEED, actor=lease.owner, now=now,
+        fenced=lease,
         changes={**_CLEAR_LEASE, "result_json": json.dumps(result), "finished_at": now},
     )
 
@@ -341,7 +387,7 @@ def task_succeed(
 def task_retry_later(
     task_id: str,
     *,
-    lease_owner: str,
+    lease: Lease,
     error: str,
     retry_at: int,
     backoff_ms: int,
@@ -353,8 +399,8 @@ def task_retry_later(
     Refused when the task has used all its attempts: the caller must fail it.
     """
     return _transition(
-        task_id, RETRY_LATER, actor=lease_owner, now=now,
-        fenced_owner=lease_owner,
+        task_id, RETRY_LATER, actor=lease.owner, now=now,
+        fenced=lease,
         guards=(ATTEMPTS_LEFT,),
         changes={**_CLEAR_LEASE, "execute_after": retry_at},
         error=error,
@@ -366,7 +412,7 @@ def task_retry_later(
 def task_fail(
     task_id: str,
     *,
-    lease_owner: str,
+    lease: Lease,
     error: str,
     result: Any = None,
     now: int | None = None,
@@ -381,8 +427,8 @@ def task_fail(
     if result is not None:
         changes["result_json"] = json.dumps(result)
     return _transition(
-        task_id, FAIL, actor=lease_owner, now=now,
-        fenced_owner=lease_owner,
+        task_id, FAIL, actor=lease.owner, now=now,
+        fenced=lease,
         changes=changes,
         error=error,
     )

@@ -12,7 +12,7 @@ from automation.services.claim import tasks_claim, tasks_reclaim_expired
 from automation.services.dispatcher_state import dispatcher_pause_set, kind_pause_set
 from automation.services.tasks import task_create
 from core.clock import now_ms
-from tests.factories import ConversationFactory, PluginClientFactory, retry_policy, task_lease
+from tests.factories import ConversationFactory, PluginClientFactory, lease_of, retry_policy, task_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -46,8 +46,8 @@ def outbound(conversation, client_id="laptop", now=None, target_platform="claude
 
 
 def finish(task_id, now, owner="d1"):
-    tr.task_start(task_id, lease_owner=owner, lease_until=now + LEASE, now=now)
-    return tr.task_succeed(task_id, lease_owner=owner, result=None, now=now)
+    tr.task_start(task_id, lease=lease_of(task_id), lease_until=now + LEASE, now=now)
+    return tr.task_succeed(task_id, lease=lease_of(task_id), result=None, now=now)
 
 
 def test_claims_due_tasks_only_and_leases_them(now):
@@ -93,8 +93,8 @@ def test_instructions_of_a_conversation_run_one_at_a_time_in_arrival_order(now):
     other = create("test.instruction", now=now, conversation_id=ConversationFactory().pk)
 
     assert claim(now) == [first.pk, other.pk]
-    tr.task_start(first.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
-    tr.task_fail(first.pk, lease_owner="d1", error="tool error", now=now)
+    tr.task_start(first.pk, lease=lease_of(first.pk), lease_until=now + LEASE, now=now)
+    tr.task_fail(first.pk, lease=lease_of(first.pk), error="tool error", now=now)
     assert claim(now) == [second.pk]  # a failed block does not stop the later ones
 
 
@@ -128,8 +128,8 @@ def test_a_delivery_waiting_to_retry_holds_back_later_deliveries_of_its_conversa
     conversation = ConversationFactory()
     first, second = outbound(conversation, now=now), outbound(conversation, now=now)
     assert claim(now) == [first.pk]
-    tr.task_start(first.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
-    tr.task_retry_later(first.pk, lease_owner="d1", error="HTTP 502", retry_at=now + 5000,
+    tr.task_start(first.pk, lease=lease_of(first.pk), lease_until=now + LEASE, now=now)
+    tr.task_retry_later(first.pk, lease=lease_of(first.pk), error="HTTP 502", retry_at=now + 5000,
                         backoff_ms=5000, jitter_ms=0, now=now)
 
     assert claim(now + 1000) == []  # `second` waits behind the retry
@@ -143,8 +143,8 @@ def test_a_retry_never_bypasses_the_per_target_limit(now):
     waiting = outbound(ConversationFactory(), now=now)
     busy = outbound(ConversationFactory(), now=now)
     claim(now, limit=1)  # takes `waiting`
-    tr.task_start(waiting.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
-    tr.task_retry_later(waiting.pk, lease_owner="d1", error="timeout", retry_at=now + 5000,
+    tr.task_start(waiting.pk, lease=lease_of(waiting.pk), lease_until=now + LEASE, now=now)
+    tr.task_retry_later(waiting.pk, lease=lease_of(waiting.pk), error="timeout", retry_at=now + 5000,
                         backoff_ms=5000, jitter_ms=0, now=now)
     assert claim(now) == [busy.pk]
     assert claim(now + 5000) == []  # due again, but its target is busy
@@ -236,7 +236,7 @@ def test_a_task_started_by_the_claim_whose_dispatcher_died_is_reclaimed_as_inter
 def test_reclaim_of_an_interrupted_run_retries_only_idempotent_work(now, idempotent, status):
     task = create(now=now, payload={"idempotent": idempotent})
     claim(now)
-    tr.task_start(task.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
+    tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=now + LEASE, now=now)
 
     assert tasks_reclaim_expired(actor="d2", now=now + LEASE - 1, retry=retry_policy(random.Random())) == []
     [reclaimed] = tasks_reclaim_expired(actor="d2", now=now + LEASE + 1, retry=retry_policy(random.Random(4)))

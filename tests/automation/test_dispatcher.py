@@ -10,12 +10,12 @@ from django.db import OperationalError
 from django.utils import timezone
 
 from automation.dispatcher import Dispatcher, DispatcherConfig
-from automation.models import AutomationTask, TaskStatus
+from automation.models import AutomationTask, LeaseLoss, TaskStatus
 from automation.services import transitions as tr
 from automation.services.dispatcher_state import kind_pause_set
 from automation.services.tasks import task_create
 from core.clock import now_ms
-from tests.factories import ConversationFactory, MessageFactory, PluginClientFactory, task_lease
+from tests.factories import ConversationFactory, MessageFactory, PluginClientFactory, lease_of, task_lease
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -216,6 +216,44 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_outcome():
     assert final.events.filter(action="succeed").get().actor == "other"
 
 
+def test_a_stale_worker_of_the_same_process_is_fenced_off_and_its_loss_counted():
+    """Two workers of one process (one owner) hold two leases: only the current one finishes the task."""
+    clock = Clock()
+    task = create(sleep=1.0, n=1, now=clock.now)
+    first = make_dispatcher(clock, owner="vm:1:a")  # heartbeat every 20 s: none before it ends
+    first.tick()
+    while reload(task).status != S.RUNNING:
+        time.sleep(0.02)
+    stale = reload(task).lease
+
+    # Its lease expires (on the injected clock); the same process reclaims and leases it again.
+    clock.now += 61_000
+    second = make_dispatcher(clock, owner="vm:1:a")
+    second.tick()
+    clock.now += 10 * 60_000
+    # The second run outlasts the first, so the stale worker writes its outcome first.
+    AutomationTask.objects.filter(pk=task.pk).update(payload_json='{"n": 2, "sleep": 2.0}')
+    assert second.tick().claimed == [task.pk]
+    assert reload(task).lease.token != stale.token
+    assert second.wait_idle(10) and first.wait_idle(10)
+
+    final = reload(task)
+    assert (final.status, final.result_json) == (S.SUCCEEDED, '{"echo": 2}')
+    assert final.events.filter(action="succeed").count() == 1
+    assert dict(LeaseLoss.objects.values_list("kind", "count")) == {"test.local": 1}
+
+
+def test_an_operators_cancel_under_a_running_worker_is_not_a_lost_lease():
+    task = create(sleep=30)
+    dispatcher = make_dispatcher(lease_ms=600)
+    dispatcher.tick()
+    while reload(task).status != S.RUNNING:
+        time.sleep(0.02)
+    tr.task_cancel(task.pk, actor="alice")
+    assert dispatcher.wait_idle(5)
+    assert not LeaseLoss.objects.exists()
+
+
 def test_stop_gives_back_tasks_waiting_out_their_jitter():
     PluginClientFactory(client_id="laptop", connected=True, last_seen_at=timezone.now() + dt.timedelta(hours=1))
     task = create("test.outbound", target_client_id="laptop", target_platform="claude",
@@ -277,7 +315,7 @@ def test_the_reclaim_of_an_interrupted_run_waits_the_injected_configs_backoff(se
     clock = Clock()
     task = create(kind="test.local", sleep=0, now=clock.now)
     task_lease(task.pk, lease_owner="gone", lease_until=clock.now + 1000, now=clock.now)
-    tr.task_start(task.pk, lease_owner="gone", lease_until=clock.now + 1000, now=clock.now)
+    tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=clock.now + 1000, now=clock.now)
     clock.now += 2000
     dispatcher = make_dispatcher(clock, retry_backoff_seconds=(7,), retry_jitter_max_ms=0)
     try:

@@ -3,9 +3,9 @@ import logging
 import pytest
 from django.db.models import F
 
-from automation.models import AutomationTask, TaskEvent, TaskStatus
+from automation.models import AutomationTask, Lease, TaskEvent, TaskStatus
 from automation.services import transitions as tr
-from tests.factories import LEASE_MS, OWNER, T0, make_task, task_lease
+from tests.factories import LEASE_MS, OWNER, T0, lease_of, make_task, task_lease
 
 S = TaskStatus
 LATER = T0 + 10 * LEASE_MS  # every lease and retry time of make_task has passed
@@ -23,35 +23,35 @@ TRANSITIONS = {
         S.LEASED,
     ),
     "release": (
-        lambda t: tr.task_release(t, lease_owner=OWNER, reason="client offline", now=LATER),
+        lambda t, lease=None: tr.task_release(t, lease=lease or lease_of(t), reason="client offline", now=LATER),
         {S.LEASED},
         S.PENDING,
     ),
     "start": (
-        lambda t: tr.task_start(t, lease_owner=OWNER, lease_until=LATER + LEASE_MS, now=LATER),
+        lambda t, lease=None: tr.task_start(t, lease=lease or lease_of(t), lease_until=LATER + LEASE_MS, now=LATER),
         {S.LEASED},
         S.RUNNING,
     ),
     "heartbeat": (
-        lambda t: tr.task_heartbeat(t, lease_owner=OWNER, lease_until=LATER + LEASE_MS, now=LATER),
+        lambda t, lease=None: tr.task_heartbeat(t, lease=lease or lease_of(t), lease_until=LATER + LEASE_MS, now=LATER),
         {S.LEASED, S.RUNNING},
         None,  # unchanged
     ),
     "succeed": (
-        lambda t: tr.task_succeed(t, lease_owner=OWNER, result={"answer": 42}, now=LATER),
+        lambda t, lease=None: tr.task_succeed(t, lease=lease or lease_of(t), result={"answer": 42}, now=LATER),
         {S.RUNNING},
         S.SUCCEEDED,
     ),
     "retry_later": (
-        lambda t: tr.task_retry_later(
-            t, lease_owner=OWNER, error="timeout", retry_at=LATER + 5000,
+        lambda t, lease=None: tr.task_retry_later(
+            t, lease=lease or lease_of(t), error="timeout", retry_at=LATER + 5000,
             backoff_ms=5000, jitter_ms=120, now=LATER,
         ),
         {S.RUNNING},
         S.RETRY_WAIT,
     ),
     "fail": (
-        lambda t: tr.task_fail(t, lease_owner=OWNER, error="tool error", now=LATER),
+        lambda t, lease=None: tr.task_fail(t, lease=lease or lease_of(t), error="tool error", now=LATER),
         {S.RUNNING},
         S.FAILED,
     ),
@@ -148,15 +148,18 @@ def test_transition_keeps_routing_fields(name, status):
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("name", sorted(FENCED))
-def test_stale_lease_owner_changes_nothing(name):
+@pytest.mark.parametrize("stale", ["another owner", "an earlier lease of the same owner"])
+def test_a_stale_lease_changes_nothing(name, stale):
     call, allowed, _ = TRANSITIONS[name]
     status = S.RUNNING if S.RUNNING in allowed else S.LEASED
     task = make_task(status, owner="dispatcher-other")
+    held = task.lease
+    lease = Lease(OWNER, held.token) if stale == "another owner" else Lease(held.owner, held.token + 1)
     before = _snapshot(task.pk)
     events_before = TaskEvent.objects.filter(task=task).count()
 
     with pytest.raises(tr.LeaseLost):
-        call(task.pk)
+        call(task.pk, lease=lease)
 
     assert _snapshot(task.pk) == before
     assert TaskEvent.objects.filter(task=task).count() == events_before
@@ -165,12 +168,13 @@ def test_stale_lease_owner_changes_nothing(name):
 @pytest.mark.django_db
 def test_worker_that_lost_its_lease_cannot_overwrite_the_new_holder():
     task = make_task(S.LEASED, owner="dispatcher-a")
+    stale = task.lease
     tr.task_reclaim_unstarted(task.pk, actor="dispatcher-b", now=LATER)
     task_lease(task.pk, lease_owner="dispatcher-b", lease_until=LATER + LEASE_MS, now=LATER)
-    tr.task_start(task.pk, lease_owner="dispatcher-b", lease_until=LATER + LEASE_MS, now=LATER)
+    tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=LATER + LEASE_MS, now=LATER)
 
     with pytest.raises(tr.LeaseLost):
-        tr.task_succeed(task.pk, lease_owner="dispatcher-a", result="stale", now=LATER)
+        tr.task_succeed(task.pk, lease=stale, result="stale", now=LATER)
 
     task.refresh_from_db()
     assert (task.status, task.lease_owner, task.result_json) == (S.RUNNING, "dispatcher-b", None)
@@ -182,7 +186,7 @@ def test_heartbeat_after_cancel_tells_the_worker_to_stop():
     tr.task_cancel(task.pk, actor="alice", now=T0 + 1000)
 
     with pytest.raises(tr.LeaseLost) as excinfo:
-        tr.task_heartbeat(task.pk, lease_owner=OWNER, lease_until=T0 + 2 * LEASE_MS, now=T0 + 2000)
+        tr.task_heartbeat(task.pk, lease=lease_of(task.pk), lease_until=T0 + 2 * LEASE_MS, now=T0 + 2000)
     assert excinfo.value.status == S.CANCELLED
 
 
@@ -200,11 +204,11 @@ def test_lease_writes_owner_and_until_and_refuses_a_task_not_yet_due():
 def test_start_counts_an_attempt_and_release_does_not():
     task = make_task(S.LEASED)
     assert task.attempt_count == 0
-    released = tr.task_release(task.pk, lease_owner=OWNER, reason="client offline", now=T0)
+    released = tr.task_release(task.pk, lease=lease_of(task.pk), reason="client offline", now=T0)
     assert (released.attempt_count, released.lease_owner, released.lease_until) == (0, None, None)
 
     task_lease(task.pk, lease_owner=OWNER, lease_until=T0 + LEASE_MS, now=T0)
-    started = tr.task_start(task.pk, lease_owner=OWNER, lease_until=T0 + LEASE_MS, now=T0 + 10)
+    started = tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=T0 + LEASE_MS, now=T0 + 10)
     assert (started.attempt_count, started.started_at) == (1, T0 + 10)
 
 
@@ -213,10 +217,10 @@ def test_retry_later_is_refused_when_no_attempts_are_left():
     task = make_task(S.RUNNING, max_attempts=1)
     with pytest.raises(tr.InvalidTransition, match="no attempts left"):
         tr.task_retry_later(
-            task.pk, lease_owner=OWNER, error="e", retry_at=T0 + 5000, backoff_ms=5000,
+            task.pk, lease=lease_of(task.pk), error="e", retry_at=T0 + 5000, backoff_ms=5000,
             jitter_ms=0, now=T0,
         )
-    failed = tr.task_fail(task.pk, lease_owner=OWNER, error="e", now=T0)
+    failed = tr.task_fail(task.pk, lease=lease_of(task.pk), error="e", now=T0)
     assert failed.status == S.FAILED
 
 
@@ -224,7 +228,7 @@ def test_retry_later_is_refused_when_no_attempts_are_left():
 def test_retry_later_records_backoff_jitter_and_error():
     task = make_task(S.RUNNING)
     waiting = tr.task_retry_later(
-        task.pk, lease_owner=OWNER, error="timeout", retry_at=T0 + 5321, backoff_ms=5000,
+        task.pk, lease=lease_of(task.pk), error="timeout", retry_at=T0 + 5321, backoff_ms=5000,
         jitter_ms=321, now=T0,
     )
     assert (waiting.execute_after, waiting.last_error, waiting.lease_owner) == (T0 + 5321, "timeout", None)
@@ -235,7 +239,7 @@ def test_retry_later_records_backoff_jitter_and_error():
 @pytest.mark.django_db
 def test_succeed_stores_the_result_and_finish_time():
     task = make_task(S.RUNNING)
-    done = tr.task_succeed(task.pk, lease_owner=OWNER, result={"text": "hi"}, now=T0 + 7)
+    done = tr.task_succeed(task.pk, lease=lease_of(task.pk), result={"text": "hi"}, now=T0 + 7)
     assert (done.result_json, done.finished_at, done.lease_owner) == ('{"text": "hi"}', T0 + 7, None)
 
 
@@ -336,7 +340,7 @@ def test_each_transition_logs_one_structured_line(caplog):
     task = make_task(S.LEASED)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="automation.services.transitions"):
-        tr.task_start(task.pk, lease_owner=OWNER, lease_until=LATER, now=T0)
+        tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=LATER, now=T0)
 
     lines = [r.getMessage() for r in caplog.records if r.name == "automation.services.transitions"]
     assert len(lines) == 1

@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from automation.kinds import kinds
 from automation.models import TaskStatus
 from automation.services import transitions as tr
-from automation.services.dispatcher_state import dispatcher_tick_record
+from automation.services.dispatcher_state import dispatcher_tick_record, lease_loss_record
 from conductor_site.metrics import DeliveryOutcome, delivery_outcome
 from console.views import OVERVIEW_PERMISSION
 from conversations.models import Message
@@ -34,7 +34,7 @@ TOKEN = "scrape-" + "s" * 40
 BROWSER_ACCEPT = "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"
 PROMETHEUS_ACCEPT = "application/openmetrics-text;version=1.0.0;q=0.5,text/plain;version=0.0.4;q=0.4,*/*;q=0.1"
 # One aggregated query per family that reads the database (see conductor_site.metrics).
-QUERIES_PER_SCRAPE = 10  # one a family, and one read of the last hour's finished tasks
+QUERIES_PER_SCRAPE = 11  # one a family, and one read of the last hour's finished tasks
 
 
 @pytest.fixture
@@ -403,3 +403,15 @@ def test_duration_histograms_cover_the_last_hour_of_finished_tasks(client, token
     assert bucket("conductor_task_run_seconds", "0.5") == 0
     assert bucket("conductor_task_run_seconds", "1.0") == 1
     assert bucket("conductor_task_run_seconds", "+Inf") == 1
+
+
+@pytest.mark.django_db
+def test_lost_leases_are_a_counter_per_kind_with_zeros_for_every_kind(client, token):
+    lease_loss_record(kind="test.local")
+    lease_loss_record(kind="test.local")
+    families = {
+        family.name: family for family in text_string_to_metric_families(scrape(client).content.decode())
+    }
+    lost = {s.labels["kind"]: s.value for s in families["conductor_leases_lost"].samples if s.name.endswith("_total")}
+    assert families["conductor_leases_lost"].type == "counter"
+    assert lost["test.local"] == 2 and lost["instruction.deliver"] == 0

@@ -32,12 +32,12 @@ def write_rows(writer: int, rows: int) -> int:
     rng = random.Random(writer)
     for n in range(rows):
         task, _ = task_create(kind="test.local", payload={"n": n}, actor=owner, now=1)
-        task_lease(task.pk, lease_owner=owner, lease_until=10**13, now=2)
-        tr.task_start(task.pk, lease_owner=owner, lease_until=10**13, now=3)
+        lease = task_lease(task.pk, lease_owner=owner, lease_until=10**13, now=2).lease
+        tr.task_start(task.pk, lease=lease, lease_until=10**13, now=3)
         if rng.random() < 0.5:
-            tr.task_succeed(task.pk, lease_owner=owner, result={"n": n}, now=4)
+            tr.task_succeed(task.pk, lease=lease, result={"n": n}, now=4)
         else:
-            tr.task_fail(task.pk, lease_owner=owner, error="no", now=4)
+            tr.task_fail(task.pk, lease=lease, error="no", now=4)
     return rows
 
 

@@ -29,7 +29,7 @@ from ingest.simulator import SimulatedPlugin
 from pipelines.rendering import parse_results
 from tests import factories
 from tests.browser import CHROMIUM_ARGS, require_chromium
-from tests.factories import TEST_TOKEN, PluginClientFactory, task_lease
+from tests.factories import PluginClientFactory, TEST_TOKEN, lease_of, task_lease
 from tests.server import ROOT, running_server, server_env, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -349,11 +349,11 @@ def test_an_operator_reads_a_conversations_story_and_approves_from_it(
         kind=INSTRUCTION_EXECUTE, message_id=ingested.message_id)}
     for tool, outcome in (("echo", {"result": {"step": 1}}), ("files.read", {"error": "missing.md: no such file"})):
         task = task_lease(tasks[tool].pk, lease_owner="d1", lease_until=now_ms() + 60_000)
-        task = tr.task_start(task.pk, lease_owner="d1", lease_until=now_ms() + 60_000)
+        task = tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=now_ms() + 60_000)
         if "error" in outcome:
-            task = tr.task_fail(task.pk, lease_owner="d1", error=outcome["error"])
+            task = tr.task_fail(task.pk, lease=lease_of(task.pk), error=outcome["error"])
         else:
-            task = tr.task_succeed(task.pk, lease_owner="d1", result=outcome["result"])
+            task = tr.task_succeed(task.pk, lease=lease_of(task.pk), result=outcome["result"])
         kinds.follow_up(task, actor="d1")
     conversation = Conversation.objects.get(remote_id="conv-story")
     with (
@@ -419,8 +419,8 @@ def test_an_operator_resumes_from_the_story_and_sees_only_the_actions_a_task_all
     recovered = factories.make_task(TaskStatus.RETRY_WAIT)  # attempt 1 failed: "flaky"
     later = now_ms()
     task_lease(recovered.pk, lease_owner="d1", lease_until=later + 60_000, now=later)
-    tr.task_start(recovered.pk, lease_owner="d1", lease_until=later + 60_000, now=later)
-    tr.task_succeed(recovered.pk, lease_owner="d1", result={"ok": 1}, now=later)
+    tr.task_start(recovered.pk, lease=lease_of(recovered.pk), lease_until=later + 60_000, now=later)
+    tr.task_succeed(recovered.pk, lease=lease_of(recovered.pk), result={"ok": 1}, now=later)
     with running_server(served_dir) as server, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1280, "height": 900})

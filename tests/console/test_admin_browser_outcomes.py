@@ -22,7 +22,7 @@ from ingest.services.instructions import INSTRUCTION_EXECUTE
 from tests.browser import CHROMIUM_ARGS, require_chromium
 from tests.console.test_admin_browser import PASSWORD, TASKS, collect_static, log_in
 from tests.server import ROOT, running_server
-from tests.factories import task_lease
+from tests.factories import lease_of, task_lease
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -47,8 +47,8 @@ def failed_call(tool, params, error, *, retried=False):
     task, _ = task_create(kind=INSTRUCTION_EXECUTE, payload={"tool": tool, "params": params}, actor="test", now=now)
     for _ in range(2 if retried else 1):
         task_lease(task.pk, lease_owner="d1", lease_until=now + 60_000, now=now)
-        tr.task_start(task.pk, lease_owner="d1", lease_until=now + 60_000, now=now)
-        task = tr.task_fail(task.pk, lease_owner="d1", error=error, now=now)
+        tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=now + 60_000, now=now)
+        task = tr.task_fail(task.pk, lease=lease_of(task.pk), error=error, now=now)
         if retried and task.retry_count == 0:
             tr.task_retry(task.pk, actor="operator", now=now)
     return task

@@ -19,6 +19,7 @@ from tests.factories import (
     make_staff,
     make_task,
     task_lease,
+    lease_of,
 )
 
 pytestmark = pytest.mark.django_db
@@ -373,8 +374,8 @@ def test_the_list_filters_outbound_tasks_by_the_method_that_delivered(admin_clie
 
 def test_the_task_page_shows_each_method_tried_and_why_it_fell_back(admin_client):
     task = make_task(S.RUNNING, kind="test.outbound")
-    tr.task_progress(task.pk, lease_owner=task.lease_owner, action="deliver", detail={"method": "http"})
-    tr.task_progress(task.pk, lease_owner=task.lease_owner, action="fallback", detail={
+    tr.task_progress(task.pk, lease=lease_of(task.pk), action="deliver", detail={"method": "http"})
+    tr.task_progress(task.pk, lease=lease_of(task.pk), action="fallback", detail={
         "method": "http", "error_code": "blocked", "reason": "<b>403</b> Unusual activity",
     })
     _delivery_request(task, "http", delivered=False, result={
@@ -414,8 +415,8 @@ def succeed_after_a_retryable_failure():
     task = make_task(S.RETRY_WAIT)  # attempt 1 failed: "flaky"
     later = T0 + 10_000
     task_lease(task.pk, lease_owner=OWNER, lease_until=later + LEASE_MS, now=later)
-    tr.task_start(task.pk, lease_owner=OWNER, lease_until=later + LEASE_MS, now=later)
-    return tr.task_succeed(task.pk, lease_owner=OWNER, result={"ok": 1}, now=later)
+    tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=later + LEASE_MS, now=later)
+    return tr.task_succeed(task.pk, lease=lease_of(task.pk), result={"ok": 1}, now=later)
 
 
 def test_a_succeeded_tasks_page_shows_its_error_as_a_previous_attempts(admin_client):
@@ -461,7 +462,7 @@ def test_call_summary_reads_a_cut_payload_for_its_tool_and_params():
 def test_the_failures_page_groups_faults_and_leaves_rejections_out(admin_client):
     for n in range(3):
         task = make_task(S.RUNNING)
-        tr.task_fail(task.pk, lease_owner=task.lease_owner, error=f"HTTP 50{n} from request {n}")
+        tr.task_fail(task.pk, lease=lease_of(task.pk), error=f"HTTP 50{n} from request {n}")
     tr.task_reject(make_task(S.BLOCKED).pk, actor="alice", reason="no")
     page = admin_client.get("/admin/failures/").content.decode()
     assert page.count('class="failure-group"') == 1

@@ -35,6 +35,7 @@ from tests.factories import (
     make_staff,
     make_task,
     task_lease,
+    lease_of,
 )
 
 pytestmark = pytest.mark.django_db
@@ -94,12 +95,12 @@ def ingest(text, message_id="m1", client_id="laptop"):
 def run(task, *, result=None, error=None, owner="d1"):
     """Run the task as the dispatcher does: its outcome, then its kind's follow-up."""
     task_lease(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
-    tr.task_start(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
+    tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=NOW + 60_000, now=NOW)
     if error is None:
-        task = tr.task_succeed(task.pk, lease_owner=owner, result=result, now=NOW)
+        task = tr.task_succeed(task.pk, lease=lease_of(task.pk), result=result, now=NOW)
     else:
         task = tr.task_fail(
-            task.pk, lease_owner=owner, error=error, result=result, now=NOW
+            task.pk, lease=lease_of(task.pk), error=error, result=result, now=NOW
         )
     kinds.follow_up(task, actor=owner)
     return task
@@ -177,10 +178,10 @@ def delivered(conversation, message):
         remote_message_id="",
     )
     task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
-    tr.task_start(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
+    tr.task_start(delivery.pk, lease=lease_of(delivery.pk), lease_until=NOW + 60_000, now=NOW)
     tr.task_succeed(
         delivery.pk,
-        lease_owner="d1",
+        lease=lease_of(delivery.pk),
         result={"method": "http", "status": 200, "message_id": sent.pk},
         now=NOW,
     )
@@ -899,12 +900,12 @@ def test_a_task_that_succeeded_after_a_failure_shows_that_error_as_a_previous_on
     run(block_tasks(message)["echo"], result={"n": 1})
     delivery = AutomationTask.objects.get(kind=INSTRUCTION_DELIVER, message=message)
     task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
-    tr.task_start(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW)
-    tr.task_retry_later(delivery.pk, lease_owner="d1", error="claude answered HTTP 502", retry_at=NOW,
+    tr.task_start(delivery.pk, lease=lease_of(delivery.pk), lease_until=NOW + 60_000, now=NOW)
+    tr.task_retry_later(delivery.pk, lease=lease_of(delivery.pk), error="claude answered HTTP 502", retry_at=NOW,
                         backoff_ms=0, jitter_ms=0, now=NOW)
     task_lease(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW + 1)
-    tr.task_start(delivery.pk, lease_owner="d1", lease_until=NOW + 60_000, now=NOW + 1)
-    tr.task_succeed(delivery.pk, lease_owner="d1", result={"method": "http", "status": 200}, now=NOW + 2)
+    tr.task_start(delivery.pk, lease=lease_of(delivery.pk), lease_until=NOW + 60_000, now=NOW + 1)
+    tr.task_succeed(delivery.pk, lease=lease_of(delivery.pk), result={"method": "http", "status": 200}, now=NOW + 2)
 
     entry = section(page_of(admin_client, message.conversation), f"task-{delivery.pk}")
     assert "succeeded" in entry and "claude answered HTTP 502" in entry

@@ -19,7 +19,7 @@ from core.clock import now_ms
 from ingest.models import Instruction
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from pipelines.deliveries import instruction_deliver
-from tests.factories import TEST_TOKEN, PluginClientFactory, task_lease
+from tests.factories import PluginClientFactory, TEST_TOKEN, lease_of, task_lease
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -74,8 +74,8 @@ def run_delivery(task_id: str):
     """Run the delivery as the dispatcher would: it sends to the task's target client and waits 1 s for an answer."""
     now = now_ms()
     task_lease(task_id, lease_owner="test", lease_until=now + 60_000, now=now)
-    task = transitions.task_start(task_id, lease_owner="test", lease_until=now + 60_000, now=now)
-    return instruction_deliver(execution_context(task, lease_owner="test"))
+    task = transitions.task_start(task_id, lease=lease_of(task_id), lease_until=now + 60_000, now=now)
+    return instruction_deliver(execution_context(task))
 
 
 async def test_another_owners_client_naming_a_conversation_gets_none_of_its_results(clients):

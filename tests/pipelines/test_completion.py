@@ -12,7 +12,7 @@ from ingest.frames import parse_final_message
 from ingest.models import Instruction
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
-from tests.factories import PluginClientFactory, task_lease
+from tests.factories import PluginClientFactory, lease_of, task_lease
 
 pytestmark = pytest.mark.django_db
 
@@ -43,11 +43,11 @@ def deliveries():
 def run(task, outcome="succeed", owner="d1"):
     """Run the task as the dispatcher does: the outcome, then the kind's follow-up."""
     task_lease(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
-    tr.task_start(task.pk, lease_owner=owner, lease_until=NOW + 60_000, now=NOW)
+    tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=NOW + 60_000, now=NOW)
     if outcome == "succeed":
-        task = tr.task_succeed(task.pk, lease_owner=owner, result={"ok": True}, now=NOW)
+        task = tr.task_succeed(task.pk, lease=lease_of(task.pk), result={"ok": True}, now=NOW)
     else:
-        task = tr.task_fail(task.pk, lease_owner=owner, error="tool error", now=NOW)
+        task = tr.task_fail(task.pk, lease=lease_of(task.pk), error="tool error", now=NOW)
     kinds.follow_up(task, actor=owner)
     return task
 

@@ -25,6 +25,7 @@ from tests.factories import (
     MessageFactory,
     PluginClientFactory,
     task_lease,
+    lease_of,
 )
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -50,8 +51,8 @@ def running(task):
     task.refresh_from_db()
     if task.status != "running":  # else a second run within the same attempt
         task_lease(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
-        task = transitions.task_start(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
-    return execution_context(task, lease_owner="test")
+        task = transitions.task_start(task.pk, lease=lease_of(task.pk), lease_until=now + 60_000, now=now)
+    return execution_context(task)
 
 
 def renewal_task(conversation, text="Please continue."):

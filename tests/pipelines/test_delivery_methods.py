@@ -22,7 +22,7 @@ from ingest.services.deliveries import delivery_result_record
 from pipelines.delivery_methods import delivery_methods, method_names_for
 from pipelines.renewal import RENEWAL_DELIVER, renewal_deliver
 from platforms import DELIVERY_METHODS, platforms
-from tests.factories import ConversationFactory, ConversationLinkFactory, PluginClientFactory, task_lease
+from tests.factories import ConversationFactory, ConversationLinkFactory, PluginClientFactory, lease_of, task_lease
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -54,7 +54,7 @@ def running_task(conversation_link):
     )
     now = now_ms()
     task_lease(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
-    return transitions.task_start(task.pk, lease_owner="test", lease_until=now + 60_000, now=now)
+    return transitions.task_start(task.pk, lease=lease_of(task.pk), lease_until=now + 60_000, now=now)
 
 
 class Plugin(threading.Thread):
@@ -86,7 +86,7 @@ class Plugin(threading.Thread):
 def deliver(task, *answers, before_answer=None):
     plugin = Plugin(*answers, before_answer=before_answer)
     plugin.start()
-    outcome = renewal_deliver(execution_context(task, lease_owner="test"))
+    outcome = renewal_deliver(execution_context(task))
     plugin.join()
     assert not plugin.answers, f"requests never sent: {plugin.answers}"
     return outcome

@@ -15,7 +15,7 @@ import pytest
 from django.utils import timezone
 
 from automation.dispatcher import Dispatcher, DispatcherConfig, execution_context
-from automation.models import AutomationTask, TaskStatus
+from automation.models import AutomationTask, Lease, TaskStatus
 from automation.outcomes import Success
 from automation.services import operator
 from automation.services import transitions as tr
@@ -30,7 +30,7 @@ from ingest.services.messages import message_ingest
 from pipelines.instructions import instruction_execute
 from pipelines.mail import MAIL_BURST, MAIL_DELIVER, mail_pace_error
 from pipelines.results import message_results_text
-from tests.factories import PluginClientFactory, retry_policy, task_lease
+from tests.factories import PluginClientFactory, lease_of, retry_policy, task_lease
 from tools.registry import Policy
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -143,7 +143,7 @@ def test_running_mail_send_again_makes_no_second_mail(pair):
     run_instructions()
     execute = AutomationTask.objects.get(kind=INSTRUCTION_EXECUTE)
     # The tool runs again (a worker that died after sending it, say).
-    again = instruction_execute(execution_context(execute, lease_owner="d2"))
+    again = instruction_execute(execution_context(execute, lease=Lease(owner="d2", token=1)))
     assert len(mails()) == 1
     assert again == Success({"mail": mails()[0].pk, "to": "reviewer"})
     assert json.loads(AutomationTask.objects.get(pk=execute.pk).result_json)["mail"] == mails()[0].pk
@@ -213,11 +213,11 @@ def test_seed_bug_1_a_mail_keeps_its_recipient_through_requeue_reclaim_retries_a
 
     # Requeued: leased, then released unstarted.
     task_lease(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
-    tr.task_release(mail.pk, lease_owner="d1", reason="client offline", now=now)
+    tr.task_release(mail.pk, lease=lease_of(mail.pk), reason="client offline", now=now)
     assert _route(mail) == route
     # Reclaimed after a crash: a worker died running it.
     task_lease(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
-    tr.task_start(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
+    tr.task_start(mail.pk, lease=lease_of(mail.pk), lease_until=now + LEASE, now=now)
     assert tasks_reclaim_expired(now=now + LEASE + 1, retry=policy, actor="d2")
     assert _route(mail) == route
     # Retried after failures until its attempts ran out, then retried by an operator.
@@ -227,12 +227,12 @@ def test_seed_bug_1_a_mail_keeps_its_recipient_through_requeue_reclaim_retries_a
             break
         later = max(now, task.execute_after)
         task_lease(mail.pk, lease_owner="d1", lease_until=later + LEASE, now=later)
-        tr.task_start(mail.pk, lease_owner="d1", lease_until=later + LEASE, now=later)
+        tr.task_start(mail.pk, lease=lease_of(mail.pk), lease_until=later + LEASE, now=later)
         if task.attempt_count + 1 < task.max_attempts:
-            tr.task_retry_later(mail.pk, lease_owner="d1", error="HTTP 500", retry_at=later, backoff_ms=0,
+            tr.task_retry_later(mail.pk, lease=lease_of(mail.pk), error="HTTP 500", retry_at=later, backoff_ms=0,
                                 jitter_ms=0, now=later)
         else:
-            tr.task_fail(mail.pk, lease_owner="d1", error="HTTP 500", now=later)
+            tr.task_fail(mail.pk, lease=lease_of(mail.pk), error="HTTP 500", now=later)
         assert _route(mail) == route
     assert AutomationTask.objects.get(pk=mail.pk).status == S.FAILED
     operator.tasks_retry(task_ids=[mail.pk], actor="operator", has_perm=operator.has_every_permission)
@@ -325,8 +325,8 @@ def test_seed_bug_4_a_retrying_mail_takes_its_recipients_per_target_slot(pair, r
     now = now_ms()
     # The mail's first attempt failed; it waits to retry.
     task_lease(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
-    tr.task_start(mail.pk, lease_owner="d1", lease_until=now + LEASE, now=now)
-    tr.task_retry_later(mail.pk, lease_owner="d1", error="timeout", retry_at=now + LEASE, backoff_ms=LEASE,
+    tr.task_start(mail.pk, lease=lease_of(mail.pk), lease_until=now + LEASE, now=now)
+    tr.task_retry_later(mail.pk, lease=lease_of(mail.pk), error="timeout", retry_at=now + LEASE, backoff_ms=LEASE,
                         jitter_ms=0, now=now)
     # Meanwhile another conversation of the same client gets a delivery in flight.
     connect(reviewer)
@@ -338,8 +338,8 @@ def test_seed_bug_4_a_retrying_mail_takes_its_recipients_per_target_slot(pair, r
 
     later = now + LEASE  # the mail is due again, but its client's slot is taken
     assert mail.pk not in [t.pk for t in tasks_claim(lease_owner="d1", now=later, limit=20, lease_ms=LEASE)]
-    tr.task_start(in_flight.pk, lease_owner="d1", lease_until=later + LEASE, now=later)
-    tr.task_succeed(in_flight.pk, lease_owner="d1", result=None, now=later)
+    tr.task_start(in_flight.pk, lease=lease_of(in_flight.pk), lease_until=later + LEASE, now=later)
+    tr.task_succeed(in_flight.pk, lease=lease_of(in_flight.pk), result=None, now=later)
     assert [t.pk for t in tasks_claim(lease_owner="d1", now=later, limit=20, lease_ms=LEASE)] == [mail.pk]
 
 

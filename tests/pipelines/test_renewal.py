@@ -27,6 +27,7 @@ from tests.factories import (
     make_renewable_conversation,
     make_task,
     task_lease,
+    lease_of,
 )
 
 pytestmark = pytest.mark.django_db
@@ -55,8 +56,8 @@ def earlier_renewal(conversation, status, at):
 def finish(task_id, at):
     now = ms(at)
     task_lease(task_id, lease_owner="d", lease_until=now + 60_000, now=now)
-    tr.task_start(task_id, lease_owner="d", lease_until=now + 60_000, now=now)
-    tr.task_succeed(task_id, lease_owner="d", result={"ok": True}, now=now)
+    tr.task_start(task_id, lease=lease_of(task_id), lease_until=now + 60_000, now=now)
+    tr.task_succeed(task_id, lease=lease_of(task_id), result={"ok": True}, now=now)
 
 
 def renew(*args):
