@@ -361,8 +361,13 @@ class Dispatcher:
                         lease_until=self.clock() + self.config.lease_ms, now=self.clock(),
                     )
                 except LeaseLost as exc:
-                    self._lease_lost(ctx, exc)
-                    ctx.cancelled.set()
+                    with self._lock:
+                        # The list was read before this beat: a task whose executor has
+                        # returned since is no longer beating, and its worker records it.
+                        still_running = task_id in self._heartbeat_due
+                    if still_running:
+                        self._lease_lost(ctx, exc)
+                        ctx.cancelled.set()
                 except TransitionError:
                     ctx.cancelled.set()
                 except Exception:
