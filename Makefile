@@ -46,8 +46,9 @@ tests/mcp_servers/node_modules/.installed: tests/mcp_servers/package-lock.json
 	touch $@
 
 # The layers contract first (pyproject.toml, ARCHITECTURE.md), then the
-# plugin's pure modules (Node 20+), then the Python suite; at the end, how
-# long it all took. The shell expands the glob: Node 20 also searches a
+# plugin's pure modules (Node 20+), then the Python suite (the tests marked
+# `alone`, which load the whole machine, last and by themselves); at the end,
+# how long it all took. The shell expands the glob: Node 20 also searches a
 # directory argument for *.test.js, later versions read arguments as globs,
 # and the explicit list means the same to both.
 test: install
@@ -56,7 +57,8 @@ test: install
 	@start=$$(date +%s); \
 	$(UV) run --frozen lint-imports --no-cache && \
 	$(NODE_TESTS) && \
-	$(UV) run --frozen pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS); \
+	$(UV) run --frozen pytest -n $(PYTEST_WORKERS) -m "not alone" $(PYTEST_ARGS) && \
+	$(UV) run --frozen pytest -p no:cacheprovider -m alone $(PYTEST_ARGS); \
 	status=$$?; bin/took "make test" $$start $$status
 
 test-fast: install

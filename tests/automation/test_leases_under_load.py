@@ -32,6 +32,7 @@ pytestmark = [
         reason="the load of the finding, on PostgreSQL and Redis: the PostgreSQL + Redis configuration runs it",
     ),
     pytest.mark.timeout(600),
+    pytest.mark.alone,
 ]
 
 PLUGINS = 100
