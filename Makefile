@@ -8,6 +8,9 @@ ifeq ($(UV),)
 $(error uv is missing and could not be installed)
 endif
 
+# The app's own commands run without the test and docs groups (uv run would install them).
+APP_RUN := $(UV) run --frozen --no-default-groups
+
 PYTEST_WORKERS ?= 2
 PYTEST_ARGS ?= --durations=25
 BENCH_ARGS ?=
@@ -34,9 +37,18 @@ FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 # The plugin's unit tests, a dot each (failures in full at the end).
 NODE_TESTS = $(NODE) --test --test-reporter=dot plugin/tests/*.test.js
 
-.PHONY: install test test-fast migrate run user check doctor bench soak deploy-check plugin docs screenshots
+.PHONY: install install-test test test-fast migrate run user check doctor bench soak deploy-check plugin docs screenshots
 
-install: tests/mcp_servers/node_modules/.installed
+# What the app needs (`make run`, `make check`, `make doctor`): the project's
+# Python packages, without the test and docs tools, and nothing from npm.
+# --inexact keeps what `make install-test` added.
+install:
+	$(UV) sync --frozen --no-default-groups --inexact
+
+# What the tests, the docs and the benchmarks need besides: the dev and docs
+# groups (pytest, Playwright's driver, mkdocs, ...) and the MCP servers the
+# tests call.
+install-test: tests/mcp_servers/node_modules/.installed
 	$(UV) sync --frozen
 
 # The MCP servers the tests call (tests/mcp_servers/package.json), from its
@@ -51,7 +63,7 @@ tests/mcp_servers/node_modules/.installed: tests/mcp_servers/package-lock.json
 # how long it all took. The shell expands the glob: Node 20 also searches a
 # directory argument for *.test.js, later versions read arguments as globs,
 # and the explicit list means the same to both.
-test: install
+test: install-test
 	@echo "make test: the layers, the plugin's unit tests, then the whole Python suite" \
 		"(10 to 20 minutes on two cores; make test-fast checks the core in under one)"
 	@start=$$(date +%s); \
@@ -61,7 +73,7 @@ test: install
 	$(UV) run --frozen pytest -p no:cacheprovider -m alone $(PYTEST_ARGS); \
 	status=$$?; bin/took "make test" $$start $$status
 
-test-fast: install
+test-fast: install-test
 	@start=$$(date +%s); \
 	$(UV) run --frozen lint-imports --no-cache >/dev/null && \
 	$(NODE_TESTS) && \
@@ -69,17 +81,17 @@ test-fast: install
 	status=$$?; bin/took "make test-fast" $$start $$status
 
 migrate: install
-	$(UV) run --frozen python manage.py migrate_all
+	$(APP_RUN) python manage.py migrate_all
 
 # On a first run (no admin user yet) it first prints one line saying how to make one.
 run: migrate
-	$(UV) run --frozen python manage.py collectstatic --noinput --verbosity 0
-	$(UV) run --frozen python manage.py first_run_hint --host $(HOST) --port $(PORT)
-	$(UV) run --frozen python manage.py serve --host $(HOST) --port $(PORT)
+	$(APP_RUN) python manage.py collectstatic --noinput --verbosity 0
+	$(APP_RUN) python manage.py first_run_hint --host $(HOST) --port $(PORT)
+	$(APP_RUN) python manage.py serve --host $(HOST) --port $(PORT)
 
 # The first admin user (Django's createsuperuser, asking for a name and a password).
 user: migrate
-	$(UV) run --frozen python manage.py createsuperuser
+	$(APP_RUN) python manage.py createsuperuser
 
 # The plugin as a person or a store installs it: dist/conductor-plugin-<version>.zip,
 # the version from plugin/manifest.json, without the plugin's tests.
@@ -90,39 +102,40 @@ plugin:
 # link, an anchor that is gone or a page outside the nav; first, whether
 # docs/configuration.md is still what the settings table gives (rewrite it
 # with `.venv/bin/python manage.py configuration_doc`).
-docs: install
+docs: install-test
 	$(UV) run --frozen python manage.py configuration_doc --check
 	NO_MKDOCS_2_WARNING=1 $(UV) run --frozen mkdocs build --strict --quiet
 
 # The docs' pictures of the console and the plugin (docs/img), as the browser
 # tests take them in Debian's Chromium; commit the ones that changed.
-screenshots: install
+screenshots: install-test
 	CONDUCTOR_SCREENSHOT_DIR=docs/img $(UV) run --frozen pytest -q -p no:cacheprovider \
-		tests/console/test_admin_browser_outcomes.py tests/console/test_admin_browser.py tests/plugin/test_pairing.py
+		tests/console/test_admin_browser_outcomes.py tests/console/test_admin_browser.py tests/plugin/test_pairing.py \
+		tests/plugin/test_side_panel.py
 
 check: install
-	$(UV) run --frozen python manage.py check
-	$(UV) run --frozen python manage.py makemigrations --check --dry-run
+	$(APP_RUN) python manage.py check
+	$(APP_RUN) python manage.py makemigrations --check --dry-run
 
 # Whether this machine can run what Conductor needs: shell.run's sandbox
 # (the launcher's own test of the kernel, then a command in the sandbox).
 doctor: install
-	$(UV) run --frozen python manage.py doctor
+	$(APP_RUN) python manage.py doctor
 
 # The issue's goals in both configurations, as one table (bench/README.md);
 # PostgreSQL + Redis are skipped when they do not answer. About ten minutes, half of
 # it the scale phase on PostgreSQL, whose chart needs the bench group (matplotlib).
-bench: install
+bench: install-test
 	$(UV) run --frozen --group bench python bench/suite.py $(BENCH_ARGS)
 
 # Simulated plugins on two servers and two clusters on PostgreSQL + Redis for
 # MINUTES minutes (bench/README.md); fails when a message was lost or duplicated.
-soak: install
+soak: install-test
 	$(UV) run --frozen python bench/soak.py --minutes $(MINUTES) $(SOAK_ARGS)
 
 # The operator's kit in deploy/, checked by the programs that read it
 # (tests/deploy): promtool check rules, promtool test rules and promtool check
 # metrics over a live /metrics; nginx -t on the site, then nginx with it in
 # front of a running server. Needs Debian's prometheus and nginx packages.
-deploy-check: install
+deploy-check: install-test
 	CONDUCTOR_REQUIRE_TOOLS=1 $(UV) run --frozen pytest -q tests/deploy

@@ -408,8 +408,8 @@ class Dispatcher:
         (``RECORD_ATTEMPTS`` times), rather than left for the reclaim, which
         would fail a non-idempotent task that did run as interrupted. The write
         is fenced, so one that committed before the connection died is not
-        applied twice: the next finds the task finished and raises
-        ``TransitionError``.
+        applied twice: the next finds the lease ended (``LeaseLost``), which
+        after a cut write is the earlier write's own doing, not a lost lease.
         """
         task = ctx.task
         for attempt in range(1, RECORD_ATTEMPTS + 1):
@@ -417,6 +417,12 @@ class Dispatcher:
                 transition_and_follow_up(
                     lambda: self._record_outcome(task, ctx.lease, outcome, self.clock()), actor=self.owner
                 )
+                return
+            except LeaseLost as exc:
+                if attempt == 1:
+                    raise
+                log_event(logger, "record_written_before_the_cut", task_id=task.pk, kind=task.kind,
+                          lease_owner=self.owner, attempt=attempt, error=str(exc))
                 return
             except CONNECTION_ERRORS as exc:
                 if attempt == RECORD_ATTEMPTS:

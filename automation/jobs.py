@@ -14,8 +14,8 @@ from automation.services.prune import prune
 def dispatch_run() -> dict[str, int | bool]:
     """The dispatcher loop as a django-q2 task: runs until SIGINT or SIGTERM.
 
-    Scheduled with no timeout (``automation.schedules``). Returns at once when
-    one loop already ticks and another stands by. django-q2 workers ignore
+    Scheduled with no timeout (``automation.schedules``). Returns within a
+    tick when an older loop of this server runs (``serve``'s own, say). django-q2 workers ignore
     SIGINT, and the cluster waits for a running task before it stops, so the
     loop installs its own handlers: `make run` sends SIGINT to the cluster's
     process group on Ctrl-C (a process manager sends SIGTERM to the group),
@@ -33,7 +33,7 @@ def dispatch_run() -> dict[str, int | bool]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    return {"ticks": report.ticks, "woken": report.woken, "stood_by": report.stood_by}
+    return {"ticks": report.ticks, "woken": report.woken, "covered": report.covered}
 
 
 def prune_daily() -> str:

@@ -263,12 +263,6 @@ class DispatcherState(models.Model):
     paused_at = models.DateTimeField(null=True, blank=True)
     last_tick_at = models.BigIntegerField(null=True, blank=True, help_text="Epoch milliseconds.")
     last_tick_owner = models.CharField(max_length=128, blank=True)
-    # The lease of the one dispatcher loop that ticks (automation.loop), and
-    # the slot of the one loop that stands by to take over when it lapses.
-    run_owner = models.CharField(max_length=128, blank=True)
-    run_until = models.BigIntegerField(null=True, blank=True, help_text="Epoch milliseconds.")
-    standby_owner = models.CharField(max_length=128, blank=True)
-    standby_until = models.BigIntegerField(null=True, blank=True, help_text="Epoch milliseconds.")
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(id=1), name="dispatcher_state_singleton")]
@@ -276,9 +270,29 @@ class DispatcherState(models.Model):
     def __str__(self) -> str:
         return "dispatcher (paused)" if self.is_paused else "dispatcher"
 
-    def live_standby(self, *, now: int) -> str:
-        """The owner of the loop standing by to take over, or "" when none is (any longer)."""
-        return self.standby_owner if (self.standby_until or 0) >= now else ""
+
+class DispatcherWorker(models.Model):
+    """A dispatcher loop at work (``automation.loop``): every one claims and runs tasks.
+
+    Its row is its heartbeat, renewed every half tick; a row whose heartbeat
+    is older than the stall time (three ticks, at least 10 s) is a loop that
+    died or hangs, and the next live loop deletes it. Its tasks need no
+    hand-over: each goes back by its own lease (SPEC §4.4).
+    """
+
+    owner = models.CharField(max_length=128, unique=True, help_text="The loop's dispatcher: host:pid:suffix.")
+    server = models.CharField(
+        max_length=128, help_text="The server it runs for (CONDUCTOR_SERVER_NAME): a scheduled loop "
+        "returns when an older live loop of its server runs.",
+    )
+    started_at = models.BigIntegerField(help_text="Epoch milliseconds.")
+    heartbeat_at = models.BigIntegerField(help_text="Epoch milliseconds.")
+
+    class Meta:
+        indexes = [models.Index(fields=["server", "started_at"], name="dispatcher_worker_server_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.owner} ({self.server})"
 
 
 class KindPause(models.Model):

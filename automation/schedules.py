@@ -31,9 +31,10 @@ class ScheduleRegistry(Registry[Schedule]):
 
 
 schedules = ScheduleRegistry()
-# Every minute a dispatcher loop is started; it returns at once while one loop
-# ticks and another stands by (automation.loop), so this only fills a gap:
-# after start-up, or after a worker died.
+# Every minute a dispatcher loop is started in whichever cluster takes the
+# firing; it returns within a tick when a loop of that cluster's server runs
+# (automation.loop), so this only fills a gap: a cluster run without
+# `serve`, or a server whose loop died.
 schedules.register(Schedule(
     name="conductor.dispatch", func=DISPATCH_FUNC, minutes=1, kwargs={"q_options": DISPATCH_Q_OPTIONS},
 ))
@@ -60,14 +61,13 @@ def schedules_register(*, using: str = "default", **kwargs) -> None:
         )
 
 
-def dispatcher_loops_start() -> None:
-    """Queue two dispatcher loops at once: one ticks, the other stands by to take over.
+def dispatcher_loop_queue() -> None:
+    """Queue one dispatcher loop now, for a cluster run on its own (without `serve`).
 
-    django-q2 first looks at its schedules half a minute after it starts, so
-    `make run` calls this to have a loop ticking within a second. Loops that
-    find both places taken (another cluster's, say) return at once.
+    django-q2 first looks at its schedules half a minute after it starts;
+    this has the cluster's loop ticking within a second of its start. A loop
+    that finds one of its server's already at work returns within a tick.
     """
     from django_q.tasks import async_task
 
-    for _ in range(2):
-        async_task(DISPATCH_FUNC, task_name="conductor.dispatch.start", q_options=DISPATCH_Q_OPTIONS)
+    async_task(DISPATCH_FUNC, task_name="conductor.dispatch.start", q_options=DISPATCH_Q_OPTIONS)

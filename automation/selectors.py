@@ -16,6 +16,7 @@ from automation.models import (
     OPEN_STATUSES,
     AutomationTask,
     DispatcherState,
+    DispatcherWorker,
     FinishReason,
     KindPause,
     LeaseLoss,
@@ -31,30 +32,18 @@ def dispatcher_state() -> DispatcherState:
     return DispatcherState.objects.filter(pk=1).first() or DispatcherState(pk=1)
 
 
-@dataclass(frozen=True)
-class DispatcherPlaces:
-    """Who holds the dispatcher loop's two places (run lease, standby slot), and until when."""
-
-    run_owner: str
-    run_until: int
-    standby_owner: str
-    standby_until: int
-
-    @property
-    def owners(self) -> tuple[str, str]:
-        return self.run_owner, self.standby_owner
-
-    def renewed_since(self, earlier: DispatcherPlaces) -> bool:
-        """Both holders renewed their places since ``earlier``: both are alive."""
-        return self.run_until > earlier.run_until and self.standby_until > earlier.standby_until
+def dispatcher_workers_live(*, stalled_before: int) -> list[DispatcherWorker]:
+    """The dispatcher loops at work (heartbeat at or after ``stalled_before``), by server, oldest first."""
+    return list(DispatcherWorker.objects.filter(heartbeat_at__gte=stalled_before).order_by("server", "started_at", "owner"))
 
 
-def dispatcher_places() -> DispatcherPlaces:
-    state = dispatcher_state()
-    return DispatcherPlaces(
-        run_owner=state.run_owner, run_until=state.run_until or 0,
-        standby_owner=state.standby_owner, standby_until=state.standby_until or 0,
-    )
+def dispatcher_server_elder(*, server: str, owner: str, stalled_before: int) -> DispatcherWorker | None:
+    """The oldest live loop of ``server`` started before ``owner``'s (ties by owner), or None."""
+    mine = DispatcherWorker.objects.filter(owner=owner).values_list("started_at", flat=True).first()
+    elders = DispatcherWorker.objects.filter(server=server, heartbeat_at__gte=stalled_before).exclude(owner=owner)
+    if mine is not None:
+        elders = elders.filter(Q(started_at__lt=mine) | Q(started_at=mine, owner__lt=owner))
+    return elders.order_by("started_at", "owner").first()
 
 
 def dispatcher_is_paused() -> bool:
@@ -126,35 +115,37 @@ class HourlyFinishes(NamedTuple):
 
 
 def task_finishes_by_hour(*, now_ms: int, hours: int = 24) -> list[HourlyFinishes]:
-    """Successes, faults and rejections per clock hour over the last ``hours`` hours, oldest first.
+    """Tasks per clock hour of their finish over the last ``hours`` hours, by how they ended, oldest first.
 
-    The last bucket is the current, unfinished hour. Counted from the event
-    log (events into ``succeeded`` and ``failed``), not from the tasks' current
-    state, so a failure still counts after an operator retried the task.
-    One aggregated query.
+    Counts tasks, as the overview's table of kinds does, and classifies them
+    the same way (``task_outcome``): each finished task once, in the hour it
+    finished, by its outcome now. A task an operator retried counts again
+    only once it finishes again, in that hour. The last bucket is the
+    current, unfinished hour. One aggregated query, read through the event
+    log's time index: the event that finished each task as it stands.
     """
     end = (now_ms // HOUR_MS + 1) * HOUR_MS
     start = end - hours * HOUR_MS
     rows = (
         TaskEvent.objects.filter(
-            at__gte=start, at__lt=end, status_to__in=[TaskStatus.SUCCEEDED, TaskStatus.FAILED]
+            at__gte=start, at__lt=end, status_to__in=[TaskStatus.SUCCEEDED, TaskStatus.FAILED],
+            task__finished_at=F("at"), task__status=F("status_to"),
         )
         # Integer division on both databases: `at` and the constants are integers.
         .annotate(bucket=(F("at") - Value(start)) / Value(HOUR_MS))
-        .values_list("bucket", "status_to", "action")
-        .annotate(n=Count("pk"))
+        .values_list("bucket", "task__status", "task__finish_reason")
+        .annotate(n=Count("task_id", distinct=True))
         .order_by()
     )
     counts: dict[tuple[int, str], int] = {}
-    for bucket, status, action, n in rows:
-        # A reject moves blocked -> failed: an operator's decision, not a fault.
-        key = (int(bucket), Outcome.REJECTED if action == "reject" else status)
+    for bucket, status, reason, n in rows:
+        key = (int(bucket), task_outcome(status, reason))
         counts[key] = counts.get(key, 0) + n
     return [
         HourlyFinishes(
             start_ms=start + bucket * HOUR_MS,
-            succeeded=counts.get((bucket, TaskStatus.SUCCEEDED), 0),
-            failed=counts.get((bucket, TaskStatus.FAILED), 0),
+            succeeded=counts.get((bucket, Outcome.SUCCEEDED), 0),
+            failed=counts.get((bucket, Outcome.FAULT), 0),
             rejected=counts.get((bucket, Outcome.REJECTED), 0),
         )
         for bucket in range(hours)

@@ -11,6 +11,10 @@ was committed on, and the loop ``LISTEN``s on a connection of its own
 (``NotifyWakeListener``): no other service's hop, and about a third of the channel
 layer's (``bench/wake_hop.py``). On SQLite it crosses the channel layer
 (``ChannelWakeListener``).
+
+The same two ways carry other wake-ups, each a ``WakeTopic`` of its own with
+a payload (``wake_send``, ``topic_listener``): an executor waiting for a
+plugin's answer is woken so (``ingest/answer_wakes.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import functools
 import logging
 import threading
 from collections.abc import Collection, Iterator
+from typing import Protocol
 
 import psycopg
 from channels.db import database_sync_to_async
@@ -33,8 +38,19 @@ from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
-WAKE_GROUP = "conductor-dispatcher-wake"
-NOTIFY_CHANNEL = "conductor_dispatcher_wake"
+@dataclasses.dataclass(frozen=True)
+class WakeTopic:
+    """One kind of wake-up: the ``NOTIFY`` channel it goes by on PostgreSQL, the channel-layer group elsewhere."""
+
+    notify_channel: str
+    group: str
+
+
+DISPATCHER_WAKES = WakeTopic(notify_channel="conductor_dispatcher_wake", group="conductor-dispatcher-wake")
+WAKE_GROUP = DISPATCHER_WAKES.group
+NOTIFY_CHANNEL = DISPATCHER_WAKES.notify_channel
+# The channel-layer message a wake-up is; its listener reads only the payload.
+LAYER_TYPE = "conductor.wake"
 
 
 async def dispatcher_wake_async(layer=None) -> None:
@@ -42,12 +58,24 @@ async def dispatcher_wake_async(layer=None) -> None:
     if wakes_by_notify():
         await database_sync_to_async(dispatcher_wake)()
     else:
-        await (layer or get_channel_layer()).group_send(WAKE_GROUP, {"type": "dispatcher.wake"})
+        await (layer or get_channel_layer()).group_send(WAKE_GROUP, {"type": LAYER_TYPE, "payload": ""})
 
 
 def wakes_by_notify() -> bool:
     """True when wake-ups go by PostgreSQL's ``NOTIFY`` rather than the channel layer."""
     return connections[DEFAULT_DB_ALIAS].vendor == "postgresql"
+
+
+def wake_send(topic: WakeTopic, payload: str = "") -> None:
+    """Send one wake-up of ``topic`` to every process listening for it, now; raises when it cannot.
+
+    On PostgreSQL ``payload`` must be shorter than 8000 bytes (``NOTIFY``'s limit).
+    """
+    if wakes_by_notify():
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [topic.notify_channel, payload])
+    else:
+        layer_send.group_send(topic.group, {"type": LAYER_TYPE, "payload": payload})
 
 
 def dispatcher_wake() -> None:
@@ -57,11 +85,7 @@ def dispatcher_wake() -> None:
     tasks wait for the next scheduled tick instead.
     """
     try:
-        if wakes_by_notify():
-            with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
-                cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")
-        else:
-            layer_send.group_send(WAKE_GROUP, {"type": "dispatcher.wake"})
+        wake_send(DISPATCHER_WAKES)
     except Exception:
         log_event(logger, "dispatcher_wake_failed", level=logging.ERROR, exc_info=True,
                   detail="the next tick claims the tasks")
@@ -142,27 +166,57 @@ def dispatcher_wake_on_commit(*, created: Collection[str] = ()) -> None:
     transaction.on_commit(dispatcher_wake)
 
 
+class WakeReceiver(Protocol):
+    """What a listener tells of the wake-ups of its topic."""
+
+    def heard(self, payload: str) -> None:
+        """A wake-up arrived, with its payload ("" for none)."""
+
+    def missed(self) -> None:
+        """Wake-ups may have been sent while the listener did not listen (it reconnected)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EventWakes:
+    """A receiver that sets ``event`` at any wake-up, heard or missed: the dispatcher loop's."""
+
+    event: threading.Event
+
+    def heard(self, payload: str) -> None:
+        self.event.set()
+
+    def missed(self) -> None:
+        self.event.set()
+
+
 def wake_listener(event: threading.Event) -> ChannelWakeListener | NotifyWakeListener:
-    """The listener for this database: it sets ``event`` at each wake-up once started."""
-    return NotifyWakeListener(event) if wakes_by_notify() else ChannelWakeListener(event)
+    """The dispatcher's listener for this database: it sets ``event`` at each wake-up once started."""
+    return topic_listener(DISPATCHER_WAKES, EventWakes(event))
+
+
+def topic_listener(topic: WakeTopic, receiver: WakeReceiver) -> ChannelWakeListener | NotifyWakeListener:
+    """The listener for this database that tells ``receiver`` of ``topic``'s wake-ups once started."""
+    listener = NotifyWakeListener if wakes_by_notify() else ChannelWakeListener
+    return listener(receiver, topic=topic)
 
 
 class NotifyWakeListener:
-    """A thread that ``LISTEN``s on a PostgreSQL connection of its own and sets ``event`` at each ``NOTIFY``.
+    """A thread that ``LISTEN``s on a PostgreSQL connection of its own and tells ``receiver`` of each ``NOTIFY``.
 
     The connection is outside Django's (it lives as long as the loop, in
     autocommit). A lost connection (the server restarted, say) is opened again
-    every ``RETRY_SECONDS``, and a wake-up is assumed meanwhile: one sent
-    while no connection listened is not kept, so the loop ticks at once after
-    a reconnect rather than waiting out its tick.
+    every ``RETRY_SECONDS``, and the receiver is told wake-ups were missed: one
+    sent while no connection listened is not kept, so the loop ticks at once
+    after a reconnect rather than waiting out its tick.
     """
 
     RETRY_SECONDS = 1.0
     # How often the waiting thread looks at its stop signal.
     POLL_SECONDS = 0.5
 
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
+    def __init__(self, receiver: WakeReceiver, *, topic: WakeTopic = DISPATCHER_WAKES) -> None:
+        self.receiver = receiver
+        self.topic = topic
         self.ready = threading.Event()
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="conductor-wake", daemon=True)
@@ -182,23 +236,23 @@ class NotifyWakeListener:
         while not self._stopping.is_set():
             try:
                 with psycopg.connect(**params, autocommit=True) as listening:
-                    listening.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    listening.execute(f"LISTEN {self.topic.notify_channel}")
                     if listened_before:
-                        self.event.set()  # what was sent while nobody listened
+                        self.receiver.missed()  # what was sent while nobody listened
                     listened_before = True
                     self.ready.set()
                     while not self._stopping.is_set():
-                        for _ in listening.notifies(timeout=self.POLL_SECONDS, stop_after=1):
-                            self.event.set()
+                        for notify in listening.notifies(timeout=self.POLL_SECONDS, stop_after=1):
+                            self.receiver.heard(notify.payload)
             except Exception:
-                log_event(logger, "dispatcher_wake_listener_failed", level=logging.ERROR, exc_info=True,
-                          retry_seconds=self.RETRY_SECONDS)
+                log_event(logger, "wake_listener_failed", level=logging.ERROR, exc_info=True,
+                          topic=self.topic.notify_channel, retry_seconds=self.RETRY_SECONDS)
                 self.ready.set()  # ticks go on as scheduled meanwhile
                 self._stopping.wait(self.RETRY_SECONDS)
 
 
 class ChannelWakeListener:
-    """A thread that sets ``event`` whenever a wake-up arrives on the channel layer, until ``stop()``.
+    """A thread that tells ``receiver`` of each wake-up that arrives on the channel layer, until ``stop()``.
 
     It lives as long as the dispatcher loop, so it never times its receive
     out (a cancelled receive can drop the message it was taking); ``stop()``
@@ -210,8 +264,9 @@ class ChannelWakeListener:
     RETRY_SECONDS = 1.0
     REJOIN_SECONDS = 3600.0
 
-    def __init__(self, event: threading.Event) -> None:
-        self.event = event
+    def __init__(self, receiver: WakeReceiver, *, topic: WakeTopic = DISPATCHER_WAKES) -> None:
+        self.receiver = receiver
+        self.topic = topic
         self.ready = threading.Event()
         self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -245,8 +300,8 @@ class ChannelWakeListener:
             try:
                 await self._listen()
             except Exception:
-                log_event(logger, "dispatcher_wake_listener_failed", level=logging.ERROR, exc_info=True,
-                          retry_seconds=self.RETRY_SECONDS)
+                log_event(logger, "wake_listener_failed", level=logging.ERROR, exc_info=True,
+                          topic=self.topic.group, retry_seconds=self.RETRY_SECONDS)
                 self.ready.set()  # ticks go on as scheduled meanwhile
                 await asyncio.sleep(self.RETRY_SECONDS)
 
@@ -254,23 +309,23 @@ class ChannelWakeListener:
         # A layer of its own: layers bind to the event loop that receives on them.
         layer = channel_layers.make_backend("default")
         channel = await layer.new_channel()
-        await layer.group_add(WAKE_GROUP, channel)
+        await layer.group_add(self.topic.group, channel)
         self.ready.set()
         rejoin = asyncio.create_task(self._rejoin(layer, channel))
         try:
             while True:
-                await layer.receive(channel)
-                self.event.set()
+                message = await layer.receive(channel)
+                self.receiver.heard(message.get("payload") or "")
         finally:
             rejoin.cancel()
             with contextlib.suppress(Exception):
-                await layer.group_discard(WAKE_GROUP, channel)
+                await layer.group_discard(self.topic.group, channel)
 
     async def _rejoin(self, layer, channel: str) -> None:
         while True:
             await asyncio.sleep(self.REJOIN_SECONDS)
             try:
-                await layer.group_add(WAKE_GROUP, channel)
+                await layer.group_add(self.topic.group, channel)
             except Exception:
-                log_event(logger, "dispatcher_wake_rejoin_failed", level=logging.ERROR, exc_info=True,
-                          retry_seconds=self.REJOIN_SECONDS)
+                log_event(logger, "wake_rejoin_failed", level=logging.ERROR, exc_info=True,
+                          topic=self.topic.group, retry_seconds=self.REJOIN_SECONDS)

@@ -152,12 +152,11 @@ def dispatch_noop_tasks(dispatcher, *, seconds: float | None = None) -> None:
 
 
 def release_dispatcher_loops() -> None:
-    """Forget the run and standby leases that an earlier run's dispatcher loops may have left behind."""
-    from automation.models import DispatcherState
+    """Forget the loops an earlier run left behind (killed, their rows not pruned yet), and its last tick."""
+    from automation.models import DispatcherState, DispatcherWorker
 
-    DispatcherState.objects.update_or_create(
-        pk=1, defaults={"run_owner": "", "run_until": None, "standby_owner": "", "standby_until": None}
-    )
+    DispatcherWorker.objects.all().delete()
+    DispatcherState.objects.update_or_create(pk=1, defaults={"last_tick_at": None, "last_tick_owner": ""})
 
 
 class TickSampler:
@@ -223,12 +222,19 @@ def broker_queue_purge() -> None:
 
 
 def fresh_plugin_client(name: str):
-    """Make the plugin client ``name`` anew (an earlier run's is deleted); return (client, token)."""
+    """Make the plugin client ``name`` anew (an earlier run's is deleted); return (client, token).
+
+    Each is a browser of its own owner, named as it is: many browsers of one
+    owner would each be told of every other's blocks (``instruction.status``),
+    which no person's browsers are many enough to cost.
+    """
+    from django.utils.text import slugify
+
     from ingest.models import PluginClient
     from ingest.services.clients import plugin_client_create
 
     PluginClient.objects.filter(client_id=name).delete()
-    return plugin_client_create(name=name)
+    return plugin_client_create(name=name, owner=slugify(name))
 
 
 def child_env(data_dir: str, **extra: str) -> dict[str, str]:

@@ -10,8 +10,9 @@ does) on the configured database and channel layer, then:
    --shell-seconds (allowed for this client by a tool policy) and waits for
    its delivery; prints the end-to-end time, the task's status, attempts and
    reclaims.
-3. Takeover: SIGKILL to the cluster worker whose loop holds the run lease;
-   prints how long until the standby loop ticks.
+3. Restart: SIGKILL to the server's dispatcher process; prints how long
+   until `serve` has started another and it ticks, and until the dead
+   loop's row is pruned.
 
     uv run python bench/dispatcher_loop.py [--idle-seconds 600] [--shell-seconds 250]
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench REDIS_URL=redis://127.0.0.1:6379/14 \\
@@ -90,24 +91,28 @@ def long_command(url: str, token: str, seconds: int) -> None:
 
 
 def takeover(tick_seconds: float) -> None:
-    from automation.loop import lease_seconds
-    from automation.models import DispatcherState
+    from automation.loop import stall_seconds
+    from automation.models import DispatcherState, DispatcherWorker
 
-    def state():
-        return DispatcherState.objects.get(pk=1)
+    def workers():
+        return list(DispatcherWorker.objects.values_list("owner", flat=True))
 
     deadline = time.monotonic() + 120
-    while not (state().run_owner and state().standby_owner):
+    while not workers():
         if time.monotonic() > deadline:
-            raise SystemExit("no standby loop came up")
+            raise SystemExit("no dispatcher loop came up")
         time.sleep(0.1)
-    runner, standby = state().run_owner, state().standby_owner
+    dead = workers()[0]
     killed = time.monotonic()
-    os.kill(int(runner.split(":")[-2]), signal.SIGKILL)
-    while state().last_tick_owner != standby:
+    os.kill(int(dead.split(":")[-2]), signal.SIGKILL)
+    while DispatcherState.objects.get(pk=1).last_tick_owner in ("", dead):
         time.sleep(0.02)
-    print(f"takeover after SIGKILL of the loop's worker: {time.monotonic() - killed:.2f} s "
-          f"(run lease {lease_seconds(tick_seconds):.0f} s, tick {tick_seconds:g} s)")
+    ticking = time.monotonic() - killed
+    while dead in workers():
+        time.sleep(0.05)
+    print(f"after SIGKILL of the server's dispatcher: another ticks after {ticking:.2f} s, the dead one's row "
+          f"is pruned after {time.monotonic() - killed:.2f} s (stall time {stall_seconds(tick_seconds):.0f} s, "
+          f"tick {tick_seconds:g} s)")
 
 
 def main() -> None:

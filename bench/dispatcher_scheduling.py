@@ -2,8 +2,8 @@
 beside django-q2's own async_task, on the configured database and broker.
 
 1. Tick interval: starts `manage.py qcluster` (throw-away data folder, the
-   configured database), queues the dispatcher loop and its standby as
-   `make run` does, and samples the dispatcher's last tick for --seconds;
+   configured database), queues a dispatcher loop as a cluster run on its
+   own gets one from its schedule, and samples the dispatcher's last tick for --seconds;
    prints the median and p99 interval between ticks and the longest gap.
 2. Wake-up latency: a dispatcher run in another process (tick every 30 s, so
    only a wake-up makes it claim at once); this process creates a task and
@@ -38,12 +38,12 @@ Q_NOOP = "bench.dispatcher_scheduling.noop"
 
 
 def tick_intervals(seconds: float) -> None:
-    from automation.schedules import dispatcher_loops_start
+    from automation.schedules import dispatcher_loop_queue
 
     release_dispatcher_loops()
     started_ms = time.time_ns() // 1_000_000
     with running_cluster(), TickSampler(every=0.02) as sampler:
-        dispatcher_loops_start()
+        dispatcher_loop_queue()
         time.sleep(seconds)
     ticks, intervals = sampler.ticks, sampler.intervals()
     if not intervals:
@@ -74,7 +74,7 @@ def wake_latency(wakes: int) -> None:
     peer = context.Process(target=wake_peer, args=(ready, stop))
     peer.start()
     ready.wait(30)
-    while not DispatcherState.objects.exclude(run_owner="").filter(last_tick_at__isnull=False).exists():
+    while not DispatcherState.objects.filter(pk=1, last_tick_at__isnull=False).exists():
         time.sleep(0.05)
     time.sleep(1)
     latencies = []

@@ -4,7 +4,7 @@ lost or duplicated.
 Creates a throw-away database on the PostgreSQL server of --postgres (dropped at the end)
 and uses the Redis database --redis, then starts two ``manage.py serve`` on --port and the
 port after it: two ASGI servers and two django-q2 clusters on one database and one Redis, as
-docs/operations.md deploys them (one cluster's dispatcher loop ticks, the other's stands by).
+docs/operations.md deploys them (each server's dispatcher loop claims and runs tasks).
 --plugins simulated plugins (``ingest/simulator.py``), spread over the two servers, each send
 a ``browser.final_message`` with one ```baa ``echo`` block every --interval seconds, over
 --conversations conversations each, and answer every delivery at once (HTTP 200), as the
@@ -19,8 +19,9 @@ every 3 s per plugin leaves room for a loaded one.
 Prints the messages sent, stored and delivered, what was lost (sent but never stored, stored
 but never delivered) or duplicated (delivered twice, or an instruction run twice), the
 latency from sending a final message to receiving its delivery frame (p50, p99), and each
-ASGI server's memory at the start and the end. The exit status is 1 when anything was lost
-or duplicated (or could not be measured), so CI fails on it.
+ASGI server's memory at the start and the end, and the tasks each server's dispatcher ran.
+The exit status is 1 when anything was lost or duplicated (or could not be measured), or
+when a server ran less than a fifth of the tasks (every server runs tasks), so CI fails on it.
 
     uv run python bench/soak.py --minutes 10 [--plugins 6] [--interval 3]
     make soak MINUTES=2
@@ -148,12 +149,12 @@ class SoakPlugin(threading.Thread):
 
 
 def dispatcher_ticking(seconds: float) -> bool:
-    """Wait until a dispatcher loop has ticked; False if none did within ``seconds``."""
-    from automation.models import DispatcherState
+    """Wait until every server's dispatcher loop is at work; False if not within ``seconds``."""
+    from automation.models import DispatcherWorker
 
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if DispatcherState.objects.filter(pk=1, last_tick_at__isnull=False).exists():
+        if DispatcherWorker.objects.values("server").distinct().count() >= SERVERS:
             return True
         time.sleep(0.2)
     return False
@@ -172,13 +173,14 @@ def tasks_finished(seconds: float) -> bool:
     return True
 
 
-def database_view(tags: list[str]) -> tuple[set[str], int, dict[str, dict[str, int]]]:
+def database_view(tags: list[str]) -> tuple[set[str], int, dict[str, dict[str, int]], dict[str, int]]:
     """What the database holds: the tags stored as messages, how many ``instruction.execute``
     tasks started running more than once (their timelines' ``start`` steps; a heartbeat or a
-    progress step also leaves a task running), and the tasks by kind and status."""
+    progress step also leaves a task running), the tasks by kind and status, and the runs each
+    server's dispatcher started (read while the servers run: a loop's row names its server)."""
     from django.db.models import Count
 
-    from automation.models import TaskEvent
+    from automation.models import DispatcherWorker, TaskEvent
     from automation.selectors import task_counts_by_kind_and_status
     from automation.services.transitions import START
     from conversations.models import Message
@@ -189,7 +191,18 @@ def database_view(tags: list[str]) -> tuple[set[str], int, dict[str, dict[str, i
         .values("task").annotate(runs=Count("id")).filter(runs__gt=1).count()
     )
     tasks = task_counts_by_kind_and_status()
-    return stored, ran_twice, tasks
+    server_of = dict(DispatcherWorker.objects.values_list("owner", "server"))
+    runs_by_server: dict[str, int] = {}
+    for actor, runs in TaskEvent.objects.filter(action=START.action).values_list("actor").annotate(n=Count("id")):
+        server = server_of.get(actor, "a loop no longer at work")
+        runs_by_server[server] = runs_by_server.get(server, 0) + runs
+    return stored, ran_twice, tasks, runs_by_server
+
+
+def servers_share(runs_by_server: dict[str, int]) -> bool:
+    """Every server ran tasks, each at least a fifth of them."""
+    total = sum(runs_by_server.values())
+    return len(runs_by_server) >= SERVERS and all(runs * 5 >= total for runs in runs_by_server.values())
 
 
 def report(result: Tally, plugins: list[SoakPlugin], rss: dict[int, tuple[int, int, int]],
@@ -237,7 +250,7 @@ def soak(args, log_file) -> int:
         for server, port in zip(servers, ports, strict=True):
             wait_until_healthy(server, port, timeout=START_SECONDS)
         if not dispatcher_ticking(FIRST_TICK_SECONDS):
-            print(f"no dispatcher loop ticked within {FIRST_TICK_SECONDS} s")
+            print(f"not every server had a dispatcher loop at work within {FIRST_TICK_SECONDS} s")
             return 1
         asgi = {port: asgi_pid(server) for port, server in zip(ports, servers, strict=True)}
         rss_start = {port: rss_bytes(pid) for port, pid in asgi.items()}
@@ -274,14 +287,18 @@ def soak(args, log_file) -> int:
         print(f"[{time.monotonic() - now:5.0f} s] drained", flush=True)
         rss = {port: (rss_start[port], rss_bytes(pid), peaks[port].rss_peak_bytes) for port, pid in asgi.items()}
         sent = {tag: at for plugin in plugins for tag, at in plugin.sent.items()}
-        stored, ran_twice, tasks = database_view(list(sent))
+        stored, ran_twice, tasks, runs_by_server = database_view(list(sent))
         stopping = time.monotonic()
     print(f"servers stopped in {time.monotonic() - stopping:.1f} s", flush=True)
     result = tally(sent, stored, [d for plugin in plugins for d in plugin.deliveries], ran_twice=ran_twice)
     report(result, plugins, rss, tasks, Path(log_file.name))
+    print("task_runs_by_server " + " ".join(f"{server}={runs}" for server, runs in sorted(runs_by_server.items())))
+    shared = servers_share(runs_by_server)
+    if not shared:
+        print(f"not every server ran tasks, each at least a fifth of them ({SERVERS} servers)")
     # Every task must have succeeded: one still open or failed is a message not (yet) delivered.
     unsucceeded = sum(n for counts in tasks.values() for status, n in counts.items() if status != "succeeded")
-    failed = result.failed or unsucceeded or any(plugin.errors for plugin in plugins)
+    failed = result.failed or unsucceeded or any(plugin.errors for plugin in plugins) or not shared
     print(f"soak: {'FAILED' if failed else 'passed'}")
     return 1 if failed else 0
 

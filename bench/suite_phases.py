@@ -13,7 +13,8 @@ Idle phases, on one ``manage.py serve`` as ``make run`` starts it (outbound jitt
 
 Then it prints ``@idle-done`` and waits for ``go`` on stdin before the load phases, one after
 the other, each also ending when its --*-seconds have passed: --messages messages one at a
-time on the same server (latency, --latency-seconds); --tasks no-op tasks through the dispatcher and
+time on the same server (latency, --latency-seconds, and the CPU seconds every process of the server used
+meanwhile per message); --tasks no-op tasks through the dispatcher and
 --q-tasks through django-q2's ``async_task`` (capacity, --capacity-seconds each);
 --ingest-messages final messages on ``serve --no-cluster`` (ingest, --ingest-seconds); on
 PostgreSQL only, the scale phase of ``bench/scale.py`` (--scale-steps plugins, --scale-seconds
@@ -36,6 +37,7 @@ from bench.common import (  # noqa: E402
     UNLIMITED_INGEST, ProcessMeter, TickSampler, asgi_pid, broker_queue_purge, channel_layer_backend, database_engine,
     fresh_plugin_client, option_parser, plugin_url, running_server, setup_django, stop_on_signals, summary,
 )
+from bench.processes import process_tree, processes_cpu_seconds  # noqa: E402
 
 # The size of each phase: what `make bench BENCH_ARGS=...` can change. The defaults keep the
 # whole run within five minutes, plus the scale phase's four and a half on PostgreSQL.
@@ -77,10 +79,18 @@ def idle_phases(server, port: int, args, clients, latency_token: str) -> None:
          f"longest_gap_s={gap:.3f} longest_gap_ended_at_s={ended_at:.0f}")
 
 
-def latency_phase(port: int, args, latency_token: str) -> None:
+def latency_phase(server, port: int, args, latency_token: str) -> None:
+    """The latency of one message at a time, and what each costs every process of the server in CPU."""
+    tree = process_tree(server.pid)
+    cpu_before = processes_cpu_seconds(tree)
     latencies = delivery_latency.measure(plugin_url(port), latency_token, args.messages, args.warmup,
                                          seconds=args.latency_seconds)
+    # The warm-up messages ran in the same window: they count among the messages.
+    cpu_ms = (processes_cpu_seconds(tree) - cpu_before) * 1000
+    delivered = len(latencies) + args.warmup
     emit(f"latency final_message_to_delivery_ms {summary(latencies)} messages={len(latencies)}")
+    emit(f"latency_cpu ms_per_message={cpu_ms / max(delivered, 1):.1f} cpu_s={cpu_ms / 1000:.2f} "
+         f"messages={delivered} processes={len(tree)}")
 
 
 def capacity_phase(args) -> None:
@@ -131,7 +141,7 @@ def main() -> None:
         emit("@idle-done")
         if sys.stdin.readline().strip() != "go":
             raise SystemExit("not told to go on to the load phases")
-        latency_phase(args.port, args, latency_token)
+        latency_phase(server, args.port, args, latency_token)
     capacity_phase(args)
     ingest_phase(args.port + 1, args, log)
     # The cost curve is the deployment's: PostgreSQL + Redis, as docs/operations.md runs many plugins.

@@ -59,9 +59,9 @@ def listen_conductor(ready: str, timeout: float) -> list[int]:
 
 def listen_channel_layer(ready: str, timeout: float) -> list[int]:
     """In a child process: the channel layer's listener; the moment of each wake-up."""
-    from automation.wake import ChannelWakeListener
+    from automation.wake import ChannelWakeListener, EventWakes
 
-    return _listened_by(ChannelWakeListener, ready, timeout)
+    return _listened_by(lambda event: ChannelWakeListener(EventWakes(event)), ready, timeout)
 
 
 def _listened_by(make_listener, ready: str, timeout: float) -> list[int]:
@@ -130,7 +130,7 @@ def wake(way: str) -> None:
     from automation.wake import dispatcher_wake_on_commit
 
     with transaction.atomic():
-        DispatcherState.objects.filter(pk=1).update(standby_owner="")
+        DispatcherState.objects.filter(pk=1).update(last_tick_owner="wake_hop")
         if way == "notify_in_transaction":
             with connection.cursor() as cursor:
                 cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")

@@ -7,6 +7,7 @@ and validation can be tested without re-importing Django's settings module.
 from __future__ import annotations
 
 import re
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,10 @@ def _delivery_methods(env: environ.Env) -> dict[str, tuple[str, ...]]:
             methods[platform] = parse_delivery_methods(listed)
         except ValueError as exc:
             raise ImproperlyConfigured(f"{name}: {exc}") from None
+        if platform != EVERY_PLATFORM and not set(methods[platform]) <= set(platforms.get(platform).performs):
+            raise ImproperlyConfigured(
+                f"{name}: {platform!r} is delivered only by {', '.join(platforms.get(platform).performs)}"
+            )
     return methods
 
 
@@ -122,6 +127,8 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
             env.str("CONDUCTOR_WORKSPACE", default=str(data_dir / "workspace"))
         ).resolve(),
         "CONDUCTOR_TICK_SECONDS": _positive_float(env, "CONDUCTOR_TICK_SECONDS", 2.0),
+        # The server a dispatcher loop runs for: `serve` names it host:port for its children.
+        "CONDUCTOR_SERVER_NAME": env.str("CONDUCTOR_SERVER_NAME", default="").strip()[:128] or socket.gethostname(),
         "CONDUCTOR_MAX_TASKS_PER_TICK": _positive_int(env, "CONDUCTOR_MAX_TASKS_PER_TICK", 20),
         "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": _positive_int(
             env, "CONDUCTOR_OUTBOUND_JITTER_MAX_MS", 800, minimum=0
@@ -188,7 +195,7 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         # The django-q2 cluster: its workers (one runs the dispatcher loop,
         # one stands by to take it over, the rest serve renewal and pruning)
         # and the longest any other task may run before the cluster kills it.
-        "CONDUCTOR_Q_WORKERS": _positive_int(env, "CONDUCTOR_Q_WORKERS", 4, minimum=3),
+        "CONDUCTOR_Q_WORKERS": _positive_int(env, "CONDUCTOR_Q_WORKERS", 4, minimum=2),
         "CONDUCTOR_Q_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_Q_TIMEOUT_SECONDS", 300),
         # How long a platform that had captures may have none before the
         # overview warns that its chats went quiet.

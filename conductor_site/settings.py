@@ -169,14 +169,15 @@ CHANNEL_LAYER_KEYS = channel_layer_keys(SECRET_KEY, SECRET_KEY_FALLBACKS)
 
 Q_CLUSTER = {
     "name": "conductor",
-    # One worker runs the dispatcher loop and one stands by to take it over
-    # (automation.loop); the others serve pruning and renewal.
+    # A cluster run on its own holds the dispatcher loop in one worker
+    # (automation.loop; under `serve` it returns, serve runs its own); the
+    # others serve pruning and renewal.
     "workers": _CONDUCTOR["CONDUCTOR_Q_WORKERS"],
     # Every task but the dispatcher loop (queued with no timeout, see
     # automation.schedules) finishes within `timeout`. `retry` must exceed it,
     # or the ORM broker hands a task that is still running out again. It
-    # does so with the loop after `retry`: that copy finds the loop and its
-    # standby in place and returns at once.
+    # does so with the loop after `retry`: that copy finds its server's loop
+    # beating and returns within a tick.
     "timeout": _CONDUCTOR["CONDUCTOR_Q_TIMEOUT_SECONDS"],
     "retry": _CONDUCTOR["CONDUCTOR_Q_TIMEOUT_SECONDS"] + 60,
     "max_attempts": 1,

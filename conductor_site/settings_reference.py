@@ -76,8 +76,8 @@ SECTIONS: tuple[Section, ...] = (
             Setting("CONN_MAX_AGE", "60", "Seconds a database connection is reused."),
             Setting(
                 "CONDUCTOR_Q_WORKERS", "4",
-                "django-q2 workers, at least 3: one runs the dispatcher loop, one stands by to take it over, "
-                "the others serve renewal and pruning.",
+                "django-q2 workers, at least 2: one runs the scheduled dispatcher loop where `serve` does not "
+                "run one (a cluster on its own), the others serve renewal and pruning.",
             ),
             Setting(
                 "CONDUCTOR_Q_TIMEOUT_SECONDS", "300",
@@ -184,6 +184,12 @@ SECTIONS: tuple[Section, ...] = (
         "How tasks are claimed, retried and leased ([The dispatcher](dispatcher.md)).",
         (
             Setting("CONDUCTOR_TICK_SECONDS", "2", "Seconds between the dispatcher loop's ticks (wake-ups claim sooner)."),
+            Setting(
+                "CONDUCTOR_SERVER_NAME", None,
+                "The server a dispatcher loop runs for; `serve` sets host:port for its own processes. A scheduled "
+                "loop returns while an older loop of its server runs.",
+                computed="the host name",
+            ),
             Setting("CONDUCTOR_MAX_TASKS_PER_TICK", "20", "Tasks one tick claims at most."),
             Setting("CONDUCTOR_LEASE_SECONDS", "60", "A claimed task's lease, renewed every third of it while it runs."),
             Setting("CONDUCTOR_MAX_ATTEMPTS", "3", "Runs of a task in all before a retryable failure becomes terminal."),

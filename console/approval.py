@@ -1,7 +1,7 @@
 """What an operator sees before approving a held instruction: the exact call, resolved as the tool resolves it.
 
-Shown on the approve action's confirmation page (``approval_confirmation``),
-on a task's page and in the conversation's story.
+Shown on the approve and reject actions' confirmation page
+(``decision_confirmation``), on a task's page and in the conversation's story.
 
 A held ``instruction.execute`` task carries its tool and params in its
 payload. ``held_call`` shows them as they are, and, for a tool with a
@@ -20,10 +20,10 @@ from typing import Any
 from django.conf import settings
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.template.response import TemplateResponse
-from django.urls import reverse
 
 from automation.models import AutomationTask, TaskStatus
-from console.helpers import displayable_text, readable_json
+from automation.services.operator import REJECT_REASON_MAX_CHARS
+from console.helpers import displayable_text, list_return_url, readable_json
 from tools.registry import DEFAULT_TARGET, ToolCall, ToolError, UnknownTool, tools
 
 
@@ -106,21 +106,52 @@ def held_call(payload: dict[str, Any]) -> HeldCall:
     )
 
 
-# --- the approve action's confirmation page ------------------------------------------------
+# --- the approve and reject actions' confirmation page ---------------------------------------
 
-# Tasks one confirmation lists; only those listed are approved when it is confirmed.
+# Tasks one confirmation lists; only those listed are approved or rejected when it is confirmed.
 APPROVAL_SHOWN = 100
-APPROVAL_TEMPLATE = "admin/automation/automationtask/approve_confirmation.html"
+CONFIRMATION_TEMPLATE = "admin/automation/automationtask/decision_confirmation.html"
 
 
-def approval_confirmation(model_admin, request, queryset) -> TemplateResponse:
-    """The page between choosing "approve" and approving: each selected task's exact call.
+@dataclass(frozen=True)
+class Decision:
+    """What the page says of one decision on held calls, and what its button posts back."""
+
+    action: str  # the task list's action, posted back with post=yes
+    title: str
+    crumb: str
+    done: str  # "approved": what each blocked task listed will be
+    does: str  # what confirming does to each blocked call
+    button: str  # the button's words, before "N task(s)"
+    asks_reason: bool = False
+
+
+DECISIONS = {
+    "approve": Decision(
+        "approve", "Approve these calls?", "Approve", "approved",
+        "Approving runs each call below exactly as shown, on this server, as soon as the dispatcher claims it.",
+        "Yes, approve and run",
+    ),
+    "reject": Decision(
+        "reject", "Reject these calls?", "Reject", "rejected",
+        "Rejecting ends each call below without running it. Its block goes back to the chat as failed, "
+        "\"rejected by\" you, with your reason when you give one.",
+        "Yes, reject",
+        asks_reason=True,
+    ),
+}
+
+
+def decision_confirmation(model_admin, request, queryset, *, decision: str) -> TemplateResponse:
+    """The page between choosing "approve" or "reject" and doing it: each selected task's exact call.
 
     It lists the first ``APPROVAL_SHOWN`` selected tasks in creation order:
     a blocked one with its tool, params and plan, any other as what the
-    approval will skip. Confirming posts back exactly the listed ids, so
-    what is approved is what was shown, never the rest of a larger selection.
+    decision will skip. Confirming posts back exactly the listed ids, so
+    what is decided is what was shown, never the rest of a larger selection.
+    A rejection's page asks for an optional reason (``REJECT_REASON_MAX_CHARS``).
     """
+    shown_decision = DECISIONS[decision]
     # Read afresh: the changelist's queryset is shaped for its columns.
     selected = list(
         AutomationTask.objects.filter(pk__in=queryset.values("pk"))
@@ -136,16 +167,16 @@ def approval_confirmation(model_admin, request, queryset) -> TemplateResponse:
     opts = model_admin.model._meta
     context = {
         **model_admin.admin_site.each_context(request),
-        "title": "Approve these calls?",
+        "title": shown_decision.title,
         "subtitle": None,
         "opts": opts,
+        "decision": shown_decision,
+        "reason_max_chars": REJECT_REASON_MAX_CHARS,
         "rows": rows,
         "blocked": sum(1 for _, call in rows if call is not None),
         "is_cut": len(selected) > APPROVAL_SHOWN,
         "shown_limit": APPROVAL_SHOWN,
         "action_checkbox_name": ACTION_CHECKBOX_NAME,
-        "changelist_url": reverse(
-            f"admin:{opts.app_label}_{opts.model_name}_changelist"
-        ),
+        "return_url": list_return_url(request, opts),
     }
-    return TemplateResponse(request, APPROVAL_TEMPLATE, context)
+    return TemplateResponse(request, CONFIRMATION_TEMPLATE, context)

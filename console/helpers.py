@@ -206,6 +206,17 @@ def admin_link(obj: Model | None, text: Any = None) -> str:
     return format_html('<a href="{}">{}</a>', admin_change_url(obj), obj if text is None else text)
 
 
+def list_return_url(request, opts) -> str:
+    """Where an action's confirmation page posts back: the list as the operator had it
+    (its filters and search) when the action came from the list, else the bare list.
+
+    As with Django's own delete confirmation, the action then runs on the ticked
+    rows the filtered list still holds.
+    """
+    changelist = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+    return request.get_full_path() if request.path == changelist else changelist
+
+
 # --- the admin's own pieces --------------------------------------------------------------
 
 # Where an action is offered: on the list, and on each row's own page.

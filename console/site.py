@@ -14,7 +14,7 @@ from django.contrib import admin
 APP_ORDER: list[tuple[str, list[str]]] = [
     ("automation", ["automationtask"]),
     ("conversations", ["conversation", "message"]),
-    ("ingest", ["pluginclient", "instruction", "toolpolicy"]),
+    ("ingest", ["pluginclient", "instruction", "toolpolicy", "sitedescription"]),
     ("mcp_servers", ["mcpserver"]),
     ("auth", ["user", "group"]),
     ("axes", []),

@@ -28,10 +28,12 @@ from django.views.decorators.http import require_GET, require_POST
 
 from automation.kinds import kinds
 from automation.models import TERMINAL_STATUSES, Outcome, TaskStatus
+from automation.loop import stall_seconds
 from automation.selectors import (
     HourlyFinishes,
     dispatcher_last_tick_age_seconds,
     dispatcher_state,
+    dispatcher_workers_live,
     paused_kinds,
     task_counts_by_kind_status_and_outcome,
     task_finishes_by_hour,
@@ -201,7 +203,7 @@ def overview(request):
         "tick_age": tick_age,
         "lag_limit": lag_limit,
         "is_lagging": tick_age is None or tick_age > lag_limit,
-        "standby": state.live_standby(now=now),
+        "workers": dispatcher_workers_live(stalled_before=now - int(stall_seconds(settings.CONDUCTOR_TICK_SECONDS) * 1000)),
         "connected_clients": plugin_clients_connected().order_by("client_id"),
         "capture_warnings": capture_warnings(),
         "can_pause": request.user.is_superuser,

@@ -7,9 +7,15 @@ class IngestConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_delete, post_save
 
+        import ingest.site_frames  # noqa: F401 (registers sites.get)
+        import ingest.status_frames  # noqa: F401 (registers the side panel's frame handlers)
+        from automation.changes import task_changes
         from ingest.models import ToolPolicy
         from ingest.signals import tool_policies_changed
+        from ingest.status_push import tasks_changed
 
         # Every change of a policy gives the policies a new version token (ingest.signals).
         post_save.connect(tool_policies_changed, sender=ToolPolicy, dispatch_uid="tool_policies_changed_save")
         post_delete.connect(tool_policies_changed, sender=ToolPolicy, dispatch_uid="tool_policies_changed_delete")
+        # What the person's side panel shows follows every change of a block's task (ingest.status_push).
+        task_changes.subscribe(tasks_changed)

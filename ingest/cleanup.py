@@ -1,7 +1,7 @@
 """What a closed socket leaves behind, cleaned up in parts that cannot skip each other.
 
-Three things outlive a socket unless it removes them: its place in its
-client's channel-layer group, its client's presence, and the delivery
+Three things outlive a socket unless it removes them: its places in its
+client's and its owner's channel-layer groups, its client's presence, and the delivery
 requests it was sent and did not answer. Each is its own step with its own
 retries and its own log line, and the group step runs beside the database
 steps: a channel layer out of connections (a burst of closes on Redis) must
@@ -131,11 +131,22 @@ abandon_requests = BatchedStep(
 )
 
 
-async def socket_clean_up(*, layer, client_pk: int, client_id: str | None, channel_name: str) -> None:
-    """Remove what the socket ``channel_name`` of client ``client_pk`` leaves behind (see the module docstring)."""
+async def socket_clean_up(
+    *, layer, client_pk: int, client_id: str | None, channel_name: str, groups: Sequence[str] = ()
+) -> None:
+    """Remove what the socket ``channel_name`` of client ``client_pk`` leaves behind (see the module docstring).
 
-    async def leave_group() -> None:
-        await layer.group_discard(plugin_group_name(client_pk), channel_name)
+    ``groups``: the groups it is in besides its client's (its owner's).
+    """
+
+    def leave(group: str) -> Callable[[], Awaitable[None]]:
+        return lambda: layer.group_discard(group, channel_name)
+
+    async def leave_groups() -> None:
+        # One after the other, each with its own tries: a burst of closes asks
+        # the layer for no more connections at once than one group each would.
+        for group in (plugin_group_name(client_pk), *groups):
+            await with_retries("group", leave(group), client_id=client_id, group=group)
 
     async def clear_presence_and_requests() -> None:
         was_current = await clear_presence((client_pk, channel_name), client_id=client_id)
@@ -149,6 +160,6 @@ async def socket_clean_up(*, layer, client_pk: int, client_id: str | None, chann
         await abandon_requests(client_pk, client_id=client_id)
 
     await asyncio.gather(
-        with_retries("group", leave_group, client_id=client_id),
+        leave_groups(),
         clear_presence_and_requests(),
     )

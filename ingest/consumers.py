@@ -41,7 +41,7 @@ from ingest.frames import (
 )
 from ingest.batching import final_message_queue
 from ingest.cleanup import socket_clean_up
-from ingest.models import plugin_group_name
+from ingest.models import plugin_group_name, plugin_owner_group_name
 from ingest.prehello import PreHelloRoom
 from ingest.protocol import (
     FRAME_LIMIT_EXTENSION,
@@ -59,6 +59,9 @@ from ingest.services.deliveries import delivery_result_record
 from ingest.services.guides import tool_guide_serve
 from ingest.services.reports import adapter_report_record
 from ingest.services.messages import ClientMessage
+from ingest.site_selectors import sites_version
+from ingest.status import server_base_url, with_absolute_links
+from ingest.status_selectors import approvals_waiting as approvals_waiting_count
 
 logger = logging.getLogger(__name__)
 
@@ -72,6 +75,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     client_pk: int | None = None
     client_id: str | None = None
+    owner: str | None = None
 
     @classmethod
     def frame_handler(cls, frame_type: str) -> Callable[[FrameHandler], FrameHandler]:
@@ -158,7 +162,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
             # own, so that one failing does not skip the others (ingest/cleanup.py).
             await socket_clean_up(
                 layer=self.channel_layer, client_pk=self.client_pk, client_id=self.client_id,
-                channel_name=self.channel_name,
+                channel_name=self.channel_name, groups=self._owner_groups,
             )
         log_event(logger, "socket_closed", client_id=self.client_id, code=code)
 
@@ -188,7 +192,8 @@ class PluginConsumer(AsyncWebsocketConsumer):
             await asyncio.sleep(settings.CONDUCTOR_PING_INTERVAL_SECONDS)
             try:
                 await self._touch()
-                await self.channel_layer.group_add(self._group_name, self.channel_name)
+                for group in (self._group_name, *self._owner_groups):
+                    await self.channel_layer.group_add(group, self.channel_name)
             except Exception:
                 log_event(
                     logger, "presence_refresh_failed", level=logging.ERROR, exc_info=True, client_id=self.client_id,
@@ -203,6 +208,11 @@ class PluginConsumer(AsyncWebsocketConsumer):
     @property
     def _group_name(self) -> str:
         return plugin_group_name(self.client_pk)
+
+    @property
+    def _owner_groups(self) -> tuple[str, ...]:
+        """The group of every socket of this client's owner (``instruction.status``), once it said hello."""
+        return (plugin_owner_group_name(self.owner),) if self.owner is not None else ()
 
     # --- frames from the plugin ----------------------------------------------
 
@@ -309,16 +319,18 @@ class PluginConsumer(AsyncWebsocketConsumer):
             await self._log_hello_refused(client_id)
             raise FrameError(ErrorCode.UNAUTHORIZED, "unknown client, wrong token or revoked client")
 
-        self.client_pk, self.client_id = client.pk, client.client_id
+        self.client_pk, self.client_id, self.owner = client.pk, client.client_id, client.owner
         PluginConsumer.pre_hello_room.leave(self)
-        await self.channel_layer.group_add(self._group_name, self.channel_name)
+        for group in (self._group_name, *self._owner_groups):
+            await self.channel_layer.group_add(group, self.channel_name)
         try:
             replaced = await database_sync_to_async(clients.plugin_client_connect)(
                 client=client, channel_name=self.channel_name, info=info
             )
         except clients.PluginClientRevoked:
-            await self.channel_layer.group_discard(self._group_name, self.channel_name)
-            self.client_pk = self.client_id = None
+            for group in (self._group_name, *self._owner_groups):
+                await self.channel_layer.group_discard(group, self.channel_name)
+            self.client_pk = self.client_id = self.owner = None
             log_event(logger, "hello_refused", level=logging.WARNING, client_id=client.client_id)
             raise FrameError(ErrorCode.UNAUTHORIZED, "unknown client, wrong token or revoked client") from None
         if replaced:
@@ -328,6 +340,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         # Deliveries that waited for this client are due now.
         await dispatcher_wake_async(self.channel_layer)
         self._background.append(asyncio.ensure_future(self._keep_presence()))
+        approvals_waiting, current_sites = await database_sync_to_async(_hello_facts)(owner=client.owner)
         await self.send_frame(
             {
                 "type": "hello.ok",
@@ -337,6 +350,8 @@ class PluginConsumer(AsyncWebsocketConsumer):
                 "plugin_outdated": plugin_is_outdated(
                     info.plugin_version, oldest=settings.CONDUCTOR_OLDEST_PLUGIN_VERSION
                 ),
+                "approvals_waiting": approvals_waiting,
+                "sites_version": current_sites,
             }
         )
 
@@ -349,6 +364,14 @@ class PluginConsumer(AsyncWebsocketConsumer):
     async def plugin_revoked(self, event: dict[str, Any]) -> None:
         await self.close(code=CloseCode.REVOKED)
 
+    async def plugin_status(self, event: dict[str, Any]) -> None:
+        """An ``instruction.status`` for this socket's owner (``ingest/status_push.py``), its links made absolute."""
+        await self.send_frame(with_absolute_links(event["frame"], base=server_base_url(self.scope)))
+
+    async def plugin_sites(self, event: dict[str, Any]) -> None:
+        """The chat sites in force changed (``ingest.services.sites.sites_announce``): an unasked ``sites``."""
+        await self.send_frame(event["frame"])
+
     async def plugin_deliver(self, event: dict[str, Any]) -> None:
         """A dispatcher sends a delivery frame (``browser.proxy_delivery``, ``browser.dom_delivery``) to this client."""
         await self.send_frame(event["frame"])
@@ -360,6 +383,11 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     async def send_error(self, code: str, detail: str, *, frame_id: str | None = None) -> None:
         await self.send_frame({"type": "error", "id": frame_id, "code": code, "detail": detail})
+
+
+def _hello_facts(*, owner: str) -> tuple[int, str]:
+    """What ``hello.ok`` tells besides the client: the owner's approvals waiting, and the sites' version."""
+    return approvals_waiting_count(owner=owner), sites_version()
 
 
 def _remote_address(scope: dict[str, Any]) -> str | None:

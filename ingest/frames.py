@@ -261,6 +261,31 @@ def parse_guide_request(frame: dict[str, Any]) -> GuideRequest:
 
 
 @dataclass(frozen=True)
+class ConversationRequest:
+    """A checked ``status.get``, ``conversation.pause`` or ``conversation.resume`` frame."""
+
+    frame_id: str | None
+    platform: str
+    conversation_id: str
+
+
+def parse_request_id(frame: dict[str, Any]) -> str | None:
+    """The optional ``id`` of a request without other fields (``sites.get``), checked."""
+    _field(frame, "id", str, max_length=MAX_FRAME_ID_CHARS)
+    return frame_id(frame)
+
+
+def parse_conversation_request(frame: dict[str, Any]) -> ConversationRequest:
+    platform = _platform(frame)
+    _field(frame, "id", str, max_length=MAX_FRAME_ID_CHARS)
+    return ConversationRequest(
+        frame_id=frame_id(frame),
+        platform=platform,
+        conversation_id=_field(frame, "conversation_id", str, required=True, max_length=255),
+    )
+
+
+@dataclass(frozen=True)
 class DeliveryResult:
     """A checked ``browser.proxy_delivery.result`` or ``browser.dom_delivery.result`` frame."""
 

@@ -11,6 +11,9 @@ The text has, in this order: what a block is, one line per callable tool
 worked example per tool family (each parses as a valid block of that tool),
 what comes back, the limits, and the mail handles when there are any. Denied
 tools are left out by the caller (``GuideFacts.tools`` holds only callable ones).
+A mail tool with no handle to write to is left out of the text too, as the
+assistant could not use it; the operator's views say so
+(``GuideFacts.tools_left_out``, ``LEFT_OUT_NO_HANDLES``) and how to add a handle.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ MAX_HANDLES_SHOWN = 50
 # The tools that write to other conversations (``mail.send``): shown with the
 # handles they can write to, and left out when there are none.
 MAIL_FAMILY = "mail"
+# Why such a tool is not in the text, for the operator (never in the text itself).
+LEFT_OUT_NO_HANDLES = "no handle to write to yet"
 
 JSON_TYPES = {"string", "integer", "number", "boolean", "array", "object", "null"}
 
@@ -64,10 +69,25 @@ class GuideFacts:
     max_block_bytes: int
     per_hour: int
     result_max_chars: int
+    owner: str = ""  # whose handles ``mail_handles`` are (with the owners paired with it)
 
     @property
     def example_facts(self) -> ExampleFacts:
         return ExampleFacts(mail_handles=self.mail_handles)
+
+    def is_left_out(self, tool: GuideTool) -> bool:
+        """Whether the text leaves out this callable tool: a mail tool with no handle to write to."""
+        return tool.spec.family == MAIL_FAMILY and not self.mail_handles
+
+    @property
+    def shown_tools(self) -> tuple[GuideTool, ...]:
+        """The callable tools the text lists."""
+        return tuple(tool for tool in self.tools if not self.is_left_out(tool))
+
+    @property
+    def tools_left_out(self) -> tuple[GuideTool, ...]:
+        """The callable tools the text leaves out, for the operator's views (``LEFT_OUT_NO_HANDLES``)."""
+        return tuple(tool for tool in self.tools if self.is_left_out(tool))
 
 
 @dataclass(frozen=True)
@@ -91,6 +111,9 @@ class ToolGuide:
                     "params_schema": tool.spec.params_schema,
                 }
                 for tool in facts.tools
+            ],
+            "tools_left_out": [
+                {"header": tool.header, "why": LEFT_OUT_NO_HANDLES} for tool in facts.tools_left_out
             ],
             "mail_handles": list(facts.mail_handles),
             "more_mail_handles": facts.more_handles,
@@ -183,12 +206,8 @@ def _tool_lines(tools: list[GuideTool]) -> list[str]:
     ]
 
 
-def _callable(facts: GuideFacts) -> list[GuideTool]:
-    return [tool for tool in facts.tools if tool.spec.family != MAIL_FAMILY or facts.mail_handles]
-
-
 def _body(facts: GuideFacts) -> str:
-    tools = _callable(facts)
+    tools = facts.shown_tools
     at_once = [tool for tool in tools if tool.runs_at_once]
     approval = [tool for tool in tools if not tool.runs_at_once]
     first = examples(facts)
@@ -239,7 +258,7 @@ def _body(facts: GuideFacts) -> str:
         f"- All results of one answer together at most {facts.result_max_chars} characters.",
     ]
     mail = next((tool for tool in tools if tool.spec.family == MAIL_FAMILY), None)
-    if mail is not None and facts.mail_handles:
+    if mail is not None:
         more = f" (and {facts.more_handles} more)" if facts.more_handles else ""
         lines += [
             "",

@@ -16,6 +16,12 @@ def plugin_group_name(client_pk: int) -> str:
     return f"plugin-client.{client_pk}"
 
 
+def plugin_owner_group_name(owner: str) -> str:
+    """Channel-layer group of every socket of ``owner``'s clients: what they are all told
+    (``instruction.status``). An owner holds only lowercase letters, digits, '_', '.' and '-'."""
+    return f"plugin-owner.{owner}"
+
+
 class PluginClient(models.Model):
     """A browser plugin allowed to open the WebSocket, known by its ``client_id``."""
 
@@ -161,6 +167,36 @@ class ToolGuideServed(models.Model):
         return f"tool guide {self.version} for {self.platform}"
 
 
+class ClientAction(models.Model):
+    """What a person did to a conversation from the plugin's side panel: its audit, shown on the story.
+
+    Staff act in the admin, whose log (``LogEntry``) records them by user; a
+    plugin client has no user, so its pauses and resumes are recorded here,
+    by client. The change itself goes through the same operator service.
+    """
+
+    class Action(models.TextChoices):
+        PAUSE = "pause", "Paused"
+        RESUME = "resume", "Resumed"
+
+    # Kept when the client is deleted: the story still says a plugin did it.
+    client = models.ForeignKey(
+        PluginClient, on_delete=models.SET_NULL, null=True, blank=True, related_name="actions"
+    )
+    client_label = models.CharField(max_length=64, help_text="The client's id when it acted.")
+    conversation = models.ForeignKey(
+        "conversations.Conversation", on_delete=models.CASCADE, related_name="client_actions"
+    )
+    action = models.CharField(max_length=16, choices=Action.choices)
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["conversation", "at"], name="client_action_story_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.get_action_display()} by plugin client {self.client_label}"
+
+
 class AdapterReport(models.Model):
     """What a plugin's adapter noticed that suggests a chat site changed (SPEC §6 ``browser.adapter_report``).
 
@@ -174,6 +210,8 @@ class AdapterReport(models.Model):
     class Kind(models.TextChoices):
         # A watched request's response did not parse.
         STREAM_UNRECOGNISED = "stream_unrecognised", "Stream unrecognised"
+        # A stream said its answer stopped early (a length limit, an error mid-answer): nothing was sent.
+        STREAM_INCOMPLETE = "stream_incomplete", "Stream stopped early"
         # An answer was read from the page because no stream of it was read.
         DOM_FALLBACK_USED = "dom_fallback_used", "DOM fallback used"
         # A selector list found nothing where it must.
@@ -334,3 +372,28 @@ class DeliveryRequest(models.Model):
 
     def __str__(self) -> str:
         return f"delivery {self.request_id} of task {self.task_id}"
+
+
+class SiteDescription(models.Model):
+    """An operator's description of a chat site (SPEC §9, "Platforms as data"), handed to every plugin.
+
+    The descriptions shipped in ``plugin/sites/`` need no row: a row with a
+    shipped site's name replaces that file's copy, one with a new name adds a
+    site. Each save goes through ``ingest.services.sites.site_description_save``,
+    which checks it against the schema and counts its ``revision``; the admin's
+    log says who changed what.
+    """
+
+    name = models.CharField(
+        max_length=16, unique=True, help_text="The site's platform name: lowercase letters, digits and _."
+    )
+    description = models.JSONField(help_text="The description, as plugin/sites/schema.json has it.")
+    revision = models.PositiveIntegerField(default=1, help_text="Counts the saves of this description.")
+    updated_at = models.DateTimeField()
+    updated_by = models.CharField(max_length=150, help_text="Who saved this revision.")
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return f"site {self.name} (revision {self.revision})"

@@ -319,8 +319,8 @@ def tool_guide_facts(
         )
         if policy != Policy.DENY:
             callable_tools.append(GuideTool(spec=spec, policy=policy))
-    recipients = mail_handles(owner=_guide_owner(conversation=conversation, client_pk=client_pk),
-                              excluding_id=conversation_pk)
+    owner = _guide_owner(conversation=conversation, client_pk=client_pk)
+    recipients = mail_handles(owner=owner, excluding_id=conversation_pk)
     handles = list(recipients[: MAX_HANDLES_SHOWN + 1])
     more = recipients.count() - MAX_HANDLES_SHOWN if len(handles) > MAX_HANDLES_SHOWN else 0
     return GuideFacts(
@@ -332,6 +332,7 @@ def tool_guide_facts(
         max_block_bytes=MAX_BLOCK_BYTES,
         per_hour=settings.CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR,
         result_max_chars=settings.CONDUCTOR_RESULT_MAX_CHARS,
+        owner=owner,
     )
 
 

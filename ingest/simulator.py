@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import json
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
 from websockets.sync.client import ClientConnection, connect
 
 DELIVERY_TYPES = ("browser.proxy_delivery", "browser.dom_delivery")
+STATUS_TYPE = "instruction.status"
+MAX_STATUSES_KEPT = 1000
 
 
 class ProtocolError(RuntimeError):
@@ -37,6 +40,8 @@ class SimulatedPlugin:
     capture: str = "network"
     # Deliveries received but not yet answered, and frames not yet read.
     deliveries: list[dict[str, Any]] = field(default_factory=list)
+    # The latest ``instruction.status`` frames received, oldest first (the side panel's), kept apart from the rest.
+    statuses: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_STATUSES_KEPT))
     _inbox: list[dict[str, Any]] = field(default_factory=list)
     _socket: ClientConnection | None = None
 
@@ -68,13 +73,22 @@ class SimulatedPlugin:
         self._socket.send(json.dumps(frame))
 
     def receive(self, *, timeout: float) -> dict[str, Any]:
-        """The next frame; a delivery met on the way is kept in ``deliveries`` too."""
+        """The next frame but an ``instruction.status``; a delivery met on the way is kept in ``deliveries`` too."""
         if self._inbox:
             return self._inbox.pop(0)
-        frame = json.loads(self._socket.recv(timeout=timeout))
-        if frame.get("type") in DELIVERY_TYPES:
-            self.deliveries.append(frame)
-        return frame
+        return self._read(timeout=timeout)
+
+    def _read(self, *, timeout: float) -> dict[str, Any]:
+        """The next frame from the socket, passing over (and keeping in ``statuses``) the pushed statuses."""
+        deadline = time.monotonic() + timeout
+        while True:
+            frame = json.loads(self._socket.recv(timeout=max(0.0, deadline - time.monotonic())))
+            if frame.get("type") == STATUS_TYPE:
+                self.statuses.append(frame)
+                continue
+            if frame.get("type") in DELIVERY_TYPES:
+                self.deliveries.append(frame)
+            return frame
 
     def send_final_message(self, frame: dict[str, Any], *, timeout: float = 10) -> dict[str, Any]:
         """Send a ``browser.final_message`` and return its ``ack`` (deliveries arriving meanwhile are kept)."""
@@ -82,7 +96,7 @@ class SimulatedPlugin:
         self.send(frame)
         deadline = time.monotonic() + timeout
         while True:
-            reply = self.receive(timeout=max(0.01, deadline - time.monotonic()))
+            reply = self._read(timeout=max(0.01, deadline - time.monotonic()))
             if reply.get("type") == "ack" and reply.get("id") == frame.get("id"):
                 return reply
             if reply.get("type") == "error":
@@ -97,7 +111,8 @@ class SimulatedPlugin:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise TimeoutError(f"no delivery within {timeout} s")
-            frame = self.receive(timeout=remaining)
+            # From the socket: a frame kept for a later reader is not read again here.
+            frame = self._read(timeout=remaining)
             if frame.get("type") not in DELIVERY_TYPES:
                 self._inbox.append(frame)
         return self.deliveries.pop(0)

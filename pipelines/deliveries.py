@@ -41,9 +41,9 @@ from ingest.services.deliveries import (
     delivery_request_send,
 )
 from ingest.services.instructions import INSTRUCTION_DELIVER
+from ingest.site_selectors import platform_adapter
 from pipelines.delivery_methods import DeliveryMethodSpec, methods_for
 from pipelines.results import message_results_text
-from platforms import platforms
 from platforms.registry import (
     DeliveryTarget,
     PlatformAdapter,
@@ -82,7 +82,7 @@ def deliver_text(ctx: ExecutionContext, *, text: str) -> Outcome:
     if not task.has_route or task.conversation_id is None:
         return TerminalFailure("no route for the conversation: it was never seen through a plugin client")
     try:
-        adapter = platforms.get(task.target_platform)
+        adapter = platform_adapter(task.target_platform)
     except UnsupportedPlatform as exc:
         return TerminalFailure(str(exc))
     client = PluginClient.objects.filter(client_id=task.target_client_id).first()

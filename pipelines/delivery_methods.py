@@ -106,9 +106,12 @@ def method_names_for(*, adapter: PlatformAdapter, conversation_methods: str) -> 
     checked when an operator saved it.
     """
     if conversation_methods:
-        return parse_delivery_methods(conversation_methods)
-    configured = settings.CONDUCTOR_DELIVERY_METHODS
-    return configured.get(adapter.name) or configured.get(EVERY_PLATFORM) or adapter.delivery_methods
+        wanted = parse_delivery_methods(conversation_methods)
+    else:
+        configured = settings.CONDUCTOR_DELIVERY_METHODS
+        wanted = configured.get(adapter.name) or configured.get(EVERY_PLATFORM) or adapter.delivery_methods
+    # Only what the platform performs: a page site has no request of its own ("*": "http,dom" means dom there).
+    return tuple(name for name in wanted if name in adapter.performs) or adapter.delivery_methods
 
 
 def methods_for(*, adapter: PlatformAdapter, conversation_methods: str) -> list[DeliveryMethodSpec]:

@@ -5,7 +5,7 @@ interface and the placeholder contract, and ``CAPTURING.md`` for how to check
 a module against the live web app.
 """
 
-from platforms import chatgpt, claude, gemini  # noqa: F401  (each registers its adapter)
+from platforms import chatgpt, claude, gemini, sites  # noqa: F401  (each registers its adapter or adapters)
 from platforms.registry import (
     DELIVERY_METHODS,
     parse_delivery_methods,

@@ -146,6 +146,8 @@ class PlatformAdapter:
     # The delivery methods to try, in order, unless the settings or the
     # conversation say otherwise (SPEC §6.1).
     delivery_methods: tuple[str, ...] = DELIVERY_METHODS
+    # The methods it can perform at all, whatever the settings ask (a page site: dom only).
+    performs: tuple[str, ...] = DELIVERY_METHODS
 
     def build_request(self, target: DeliveryTarget) -> ProxyRequest:
         raise NotImplementedError

@@ -2,10 +2,13 @@
  * Conductor's service worker: holds the WebSocket to the server (SPEC §6),
  * keeps the outbox of final messages not yet acknowledged, performs proxy
  * and DOM deliveries through a tab of the conversation, asks the server for
- * the tool guide and puts it into a tab's composer, and shows the
- * connection on the badge. Each of those is a module of `worker/`; this
- * file wires them to the socket's frames, the extension's messages and the
- * browser's events.
+ * the tool guide and puts it into a tab's composer, asks and follows what
+ * became of a conversation's blocks for the side panel, and shows the
+ * connection and the blocks waiting for approval on the badge, and keeps
+ * the chat sites read from the page (their descriptions from the server,
+ * their content scripts where the person switched them on). Each of
+ * those is a module of `worker/`; this file wires them to the socket's
+ * frames, the extension's messages and the browser's events.
  *
  * An MV3 worker is stopped when idle and its timers die with it, so what must
  * survive lives in chrome.storage: the settings, the outbox and the delivery
@@ -17,9 +20,12 @@
 
 import { adapterByName } from "./adapters/index.js";
 import { onDomDelivery, onProxyDelivery, tabReady } from "./worker/deliveries.js";
-import { answers, guideForNewChat, insertGuideIntoTab } from "./worker/guide.js";
+import { answers } from "./worker/answers.js";
+import { guideForNewChat, insertGuideIntoTab } from "./worker/guide.js";
 import { acknowledged, flush, queueFinalMessage, refused } from "./worker/outbox.js";
+import { conversationStatus, onConnected, onInstructionStatus, onNotificationClicked, onStatusAnswer, pauseConversation } from "./worker/panel.js";
 import { countReport, sendDueReports } from "./worker/reports.js";
+import { descriptionForPage, refreshSites, sitesReady, syncScripts, takeSites } from "./worker/sites.js";
 import { ensureConnected, helloAcknowledged, listen, reconnect } from "./worker/socket.js";
 
 const RECONNECT_ALARM = "conductor-reconnect";
@@ -31,29 +37,42 @@ const REPORTS_ALARM = "conductor-reports";
 const FRAME_HANDLERS = {
   async "hello.ok"(frame) {
     await helloAcknowledged(frame);
+    await onConnected(frame);
     await flush();
     await sendDueReports();
+    // Not awaited: its question waits for an answer the next frames bring.
+    refreshSites(frame).catch((error) => console.warn("Conductor: the server's site descriptions were not taken:", error));
   },
   async ack(frame) {
+    if (answers.answer(frame)) return; // the answer to a conversation.pause or resume
     if (typeof frame.id === "string") await acknowledged(frame.id);
   },
   async pong() {},
   async guide(frame) {
     answers.answer(frame);
   },
+  async status(frame) {
+    onStatusAnswer(frame);
+  },
+  async sites(frame) {
+    if (answers.answer(frame)) return; // the answer to sites.get, taken by refreshSites
+    await takeSites(frame); // sent unasked: an operator changed a site
+  },
   async error(frame) {
-    if (answers.answer(frame)) return; // the answer to a question (guide.get)
+    if (answers.answer(frame)) return; // the answer to a question (guide.get, status.get, ...)
     await refused(frame);
   },
+  "instruction.status": onInstructionStatus,
   "browser.proxy_delivery": onProxyDelivery,
   "browser.dom_delivery": onDomDelivery,
 };
 
-listen({ handlers: FRAME_HANDLERS, gone: (reason) => answers.failAll(reason) });
+// The hello names the adapters in force, the sites' among them: it waits for their descriptions.
+listen({ handlers: FRAME_HANDLERS, gone: (reason) => answers.failAll(reason), ready: () => sitesReady });
 
 // ---- messages from the content scripts and the extension's pages -------------
 
-/** Is the sender one of the extension's own pages (the popup, the options), not a content script? */
+/** Is the sender one of the extension's own pages (the popup, the options, the side panel), not a content script? */
 function isFromExtensionPage(sender) {
   return sender.id === chrome.runtime.id && typeof sender.url === "string" && sender.url.startsWith(chrome.runtime.getURL(""));
 }
@@ -86,6 +105,14 @@ const MESSAGE_HANDLERS = {
     if (!Number.isInteger(message.tab_id)) return { ok: false, error: "no active tab" };
     return insertGuideIntoTab(message.tab_id);
   },
+  async "panel.status"(message, sender) {
+    if (!isFromExtensionPage(sender)) return null;
+    return conversationStatus(message);
+  },
+  async "panel.pause"(message, sender) {
+    if (!isFromExtensionPage(sender)) return null;
+    return pauseConversation(message);
+  },
   async "content.final_message"(message, sender) {
     if (isFromPlatform(sender, message.platform)) await queueFinalMessage(message);
     return null;
@@ -94,6 +121,16 @@ const MESSAGE_HANDLERS = {
     if (!isFromPlatform(sender, message.platform)) return null;
     await countReport({ platform: message.platform, adapter: adapterByName(message.platform).version, kind: message.kind, detail: message.detail });
     return null;
+  },
+  /** A site's page asks which description to read it with (content/main.js `startOnSite`). */
+  async "content.site"(_message, sender) {
+    if (sender.id !== chrome.runtime.id || !sender.tab || !sender.url) return null;
+    return { description: await descriptionForPage(sender.url) };
+  },
+  /** The options page's "Sites": the known sites, each on or off, once the scripts match the grants. */
+  async "options.sites"(_message, sender) {
+    if (!isFromExtensionPage(sender)) return null;
+    return syncScripts();
   },
   async "content.ready"(_message, sender) {
     if (sender.tab?.id !== undefined) tabReady(sender.tab.id);
@@ -110,7 +147,8 @@ const MESSAGE_HANDLERS = {
 chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
   const type = message?.type;
   if (typeof type !== "string" || !Object.hasOwn(MESSAGE_HANDLERS, type)) return false;
-  MESSAGE_HANDLERS[type](message, sender).then(sendResponse, (error) => {
+  // The adapters of the sites are in force once their descriptions are read.
+  sitesReady.then(() => MESSAGE_HANDLERS[type](message, sender)).then(sendResponse, (error) => {
     console.warn("Conductor: a message failed:", type, error);
     sendResponse(null);
   });
@@ -118,6 +156,12 @@ chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
 });
 
 // ---- the browser's events ---------------------------------------------------
+
+// chrome.storage.local holds the token and the server's site descriptions:
+// no content script reads it (they ask the worker), so none may read or
+// write it. A Chrome that allows this for `session` only refuses it: the
+// area then stays as it was, and the content scripts still never touch it.
+chrome.storage.local.setAccessLevel?.({ accessLevel: "TRUSTED_CONTEXTS" }).catch(() => {});
 
 chrome.storage.onChanged.addListener((changes, area) => {
   if (area !== "local" || !("settings" in changes || "paused" in changes)) return;
@@ -127,10 +171,31 @@ chrome.storage.onChanged.addListener((changes, area) => {
   })();
 });
 
+// chrome.notifications is there only once the person granted it (the
+// option "Notify me when a block waits for approval"): listened to at start,
+// or as soon as it is granted.
+let isListeningToNotifications = false;
+function listenToNotificationClicks() {
+  if (isListeningToNotifications || !chrome.notifications) return;
+  isListeningToNotifications = true;
+  chrome.notifications.onClicked.addListener((id) => {
+    onNotificationClicked(id).catch((error) => console.warn("Conductor: a notification's click failed:", error));
+  });
+}
+listenToNotificationClicks();
+chrome.permissions.onAdded.addListener(() => {
+  listenToNotificationClicks();
+  syncScripts();
+});
+// A site's origins given back (the options' switch, or Chrome's own site access menu): its script goes.
+chrome.permissions.onRemoved.addListener(() => syncScripts());
 chrome.runtime.onStartup.addListener(() => ensureConnected());
 chrome.runtime.onInstalled.addListener(() => ensureConnected());
 chrome.alarms.onAlarm.addListener((alarm) => {
   if (alarm.name === RECONNECT_ALARM) ensureConnected();
+// The registered scripts and the granted origins may have parted while the
+// worker slept (a grant withdrawn in Chrome's menu, new descriptions): made to match at every start.
+syncScripts();
   if (alarm.name === REPORTS_ALARM) sendDueReports();
 });
 chrome.alarms.get(REPORTS_ALARM).then((alarm) => {
@@ -141,3 +206,6 @@ chrome.alarms.get(RECONNECT_ALARM).then((alarm) => {
 });
 
 ensureConnected();
+// The registered scripts and the granted origins may have parted while the
+// worker slept (a grant withdrawn in Chrome's menu, new descriptions): made to match at every start.
+syncScripts();

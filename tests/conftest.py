@@ -21,6 +21,84 @@ def channel_layer():
     channel_layers.backends.pop("default", None)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def channel_prefix_of_this_worker():
+    """On Redis, each xdist worker's channel layer has a prefix of its own, and so do the servers it starts.
+
+    Workers share one Redis: an owner's group (``plugin-owner.default``) or a
+    client's (two workers' databases give out the same primary keys) would
+    otherwise carry one worker's frames to another's sockets.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    config = settings.CHANNEL_LAYERS["default"].get("CONFIG", {})
+    if worker and "prefix" in config:
+        config["prefix"] = f"{config['prefix']}-{worker}"
+        # The processes it starts (servers, spawned children) read it from their environment.
+        os.environ["CONDUCTOR_CHANNEL_PREFIX"] = config["prefix"]
+        channel_layers.backends.pop("default", None)
+    yield
+
+
+@pytest.fixture(autouse=True)
+def status_push_off(request):
+    """The side panel's pushes (``ingest/status_push.py``) are off unless a test asks for ``status_push``.
+
+    A socket test that reads its next frame would otherwise find an
+    ``instruction.status`` among them, at a moment it cannot choose. Servers
+    the tests start in processes of their own push as in production.
+    """
+    from automation.changes import task_changes
+    from ingest.status_push import tasks_changed
+
+    if "status_push" in request.fixturenames:
+        yield
+        return
+    task_changes.unsubscribe(tasks_changed)
+    yield
+    task_changes.subscribe(tasks_changed)
+
+
+@pytest.fixture
+def status_push(monkeypatch):
+    """A fresh ``StatusPush`` of this test's own, whose thread sends what the test's changes mark."""
+    from ingest import status_push as push
+
+    fresh = push.StatusPush()
+    monkeypatch.setattr(push, "status_push", fresh)
+    yield fresh
+    fresh.stop()  # its connection closed: the test database can go
+
+
+@pytest.fixture(autouse=True)
+def answer_listener(request):
+    """The answer wake-ups' listener (``ingest/answer_wakes.py``) goes with the test database.
+
+    In production it lives as long as its process. Here, on the channel
+    layer, the flush after a test drops its group membership with the layer
+    database's rows, so it is stopped after each test (in milliseconds, when
+    the test started one). PostgreSQL's listener listens on across tests, and
+    is stopped before the test database is dropped, which it would prevent
+    (``answer_listener_of_the_session``).
+    """
+    from automation.wake import wakes_by_notify
+    from ingest.answer_wakes import answer_waiters
+
+    if request.node.get_closest_marker("django_db"):
+        request.getfixturevalue("answer_listener_of_the_session")
+    yield
+    if not wakes_by_notify():
+        answer_waiters.stop()
+
+
+@pytest.fixture(scope="session")
+def answer_listener_of_the_session(django_db_setup):
+    """Set up after the test databases, so torn down before they are dropped."""
+    from ingest.answer_wakes import answer_waiters
+
+    yield
+    answer_waiters.stop()
+
+
 @pytest.fixture(scope="session")
 def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     """Close connections after each use in tests.

@@ -167,20 +167,21 @@ def running_server(
             server.kill()
 
 
-LOOPS_START = "from automation.schedules import dispatcher_loops_start; dispatcher_loops_start()"
+LOOP_START = "from automation.schedules import dispatcher_loop_queue; dispatcher_loop_queue()"
 
 
 @contextlib.contextmanager
 def running_cluster(data_dir: Path, **extra_env: str) -> Iterator[RunningServer]:
-    """Start the django-q2 cluster alone, as ``manage.py serve`` starts it beside daphne; yield it, then kill it.
+    """Start the django-q2 cluster alone, as a server split in two runs it beside ``serve --no-cluster``; yield it, then kill it.
 
-    Queues the two dispatcher loops first, as ``serve`` does (``manage.py
-    shell``, so that they go to the broker the cluster is given). Returns
+    Queues a dispatcher loop first (``manage.py shell``, so that it goes to
+    the broker the cluster is given), as a cluster run on its own gets one
+    from its schedule. Returns
     once the cluster runs; the caller waits for what it needs (a tick).
     ``port`` of the result means nothing.
     """
     env = server_env(data_dir, **extra_env)
-    subprocess.run([sys.executable, "manage.py", "shell", "-c", LOOPS_START], cwd=ROOT, env=env, check=True,
+    subprocess.run([sys.executable, "manage.py", "shell", "-c", LOOP_START], cwd=ROOT, env=env, check=True,
                    stdout=subprocess.DEVNULL)
     log_path = data_dir / "cluster.log"
     with open(log_path, "wb") as log:

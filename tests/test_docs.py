@@ -1,5 +1,7 @@
 """The README and the documentation site say what is true: commands that exist, pages in the nav, frames the server speaks."""
 
+import ast
+import json
 import os
 import re
 import shlex
@@ -11,6 +13,7 @@ from django.core.management import get_commands
 
 from ingest.consumers import PluginConsumer
 from ingest.protocol import CloseCode, ErrorCode
+from pipelines.delivery_methods import delivery_methods
 from tests.server import ROOT
 
 pytestmark = pytest.mark.database_free
@@ -126,6 +129,85 @@ def test_the_protocol_page_names_every_frame_error_and_close_code_the_server_spe
     for name, code in vars(CloseCode).items():
         if name.isupper():
             assert f"`{code}`" in page, code
+
+
+FENCE = re.compile(r"^```([a-z]*)\n(.*?)^```$", flags=re.S | re.M)
+
+
+def protocol_sections() -> dict[str, str]:
+    """``{frame type: its section}`` for each heading of docs/protocol.md that is one frame type in backticks.
+
+    A section runs to the next heading of any level up to three; headings
+    inside code blocks do not count.
+    """
+    page = (DOCS / "protocol.md").read_text()
+    fenced = [match.span() for match in FENCE.finditer(page)]
+    headings = [
+        match for match in re.finditer(r"^#{1,3} (.*)$", page, flags=re.M)
+        if not any(start <= match.start() < end for start, end in fenced)
+    ]
+    sections = {}
+    for heading, following in zip(headings, [*headings[1:], None]):
+        if name := re.fullmatch(r"`([a-z_.]+)`", heading.group(1).strip()):
+            sections[name.group(1)] = page[heading.end():following.start() if following else len(page)]
+    return sections
+
+
+def json_examples(text: str) -> list[str]:
+    return [body for language, body in FENCE.findall(text) if language == "json"]
+
+
+def frame_types_the_server_sends() -> set[str]:
+    """The ``type`` of every frame dict the ``ingest`` package writes, and of each delivery method's frame.
+
+    Found in the source, so that a frame added anywhere in ``ingest`` is
+    found too. Dicts that are ASGI messages (``websocket.*``) or channel-layer
+    messages (a type a ``PluginConsumer`` method handles, ``plugin.deliver``)
+    are not frames. The simulator's frames are the plugin's, documented too.
+    """
+    types = set()
+    for path in (ROOT / "ingest").rglob("*.py"):
+        if "migrations" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Dict):
+                continue
+            for key, value in zip(node.keys, node.values):
+                if (isinstance(key, ast.Constant) and key.value == "type"
+                        and isinstance(value, ast.Constant) and isinstance(value.value, str)):
+                    types.add(value.value)
+    frames = {name for name in types
+              if not name.startswith("websocket.") and not hasattr(PluginConsumer, name.replace(".", "_"))}
+    return frames | {method.frame_type for method in delivery_methods}
+
+
+def test_the_frame_types_are_found_where_they_are_written():
+    sent = frame_types_the_server_sends()
+    assert {"hello.ok", "ack", "error", "instruction.status", "sites", "browser.proxy_delivery",
+            "browser.dom_delivery"} <= sent
+    assert not sent & {"plugin.deliver", "plugin.status", "websocket.close"}
+    assert {"hello", "browser.final_message", "status.get", "sites.get"} <= PluginConsumer.frame_handlers.keys()
+
+
+def test_every_frame_both_ways_has_a_section_with_json_examples_of_its_type():
+    """A frame type the consumer takes or the server sends, without its section and example, fails here."""
+    sections = protocol_sections()
+    for frame_type in sorted({*PluginConsumer.frame_handlers, *frame_types_the_server_sends()}):
+        assert frame_type in sections, f"docs/protocol.md has no section headed ### `{frame_type}`"
+        examples = json_examples(sections[frame_type])
+        assert examples, f"the section of {frame_type} has no ```json example"
+        for example in examples:
+            assert json.loads(example).get("type") == frame_type, example
+
+
+def test_every_json_example_of_the_protocol_page_is_json():
+    """The page's other examples too (a frame written out in prose); none sends the reader elsewhere for the spec."""
+    page = (DOCS / "protocol.md").read_text()
+    examples = json_examples(page)
+    assert len(examples) >= len(protocol_sections())
+    for example in examples:
+        assert isinstance(json.loads(example), dict), example
+    assert "SPEC" not in page
 
 
 def test_the_options_page_names_the_command_the_docs_show():

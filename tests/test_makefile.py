@@ -47,3 +47,12 @@ def test_took_prints_the_outcome_and_the_time_and_keeps_the_status(status, outco
 
 def test_make_doctor_runs_the_doctor_command():
     assert "python manage.py doctor" in dry_run("doctor")
+
+
+def test_make_run_installs_only_what_the_app_needs_and_make_test_adds_the_test_tools():
+    run = dry_run("run")
+    assert "npm" not in run and "--no-default-groups" in run
+    assert all("--no-default-groups" in line for line in run.splitlines() if "uv " in line or "/uv" in line)
+    test = dry_run("test")
+    assert "npm ci --prefix tests/mcp_servers" in test or (ROOT / "tests/mcp_servers/node_modules/.installed").exists()
+    assert re.search(r"uv sync --frozen\s*$", test, re.MULTILINE)

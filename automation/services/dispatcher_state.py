@@ -1,14 +1,14 @@
-"""Dispatcher-wide state: the global pause and the record of the last tick."""
+"""Dispatcher-wide state: the global pause, the record of the last tick, and the loops at work."""
 
 from __future__ import annotations
 
 import logging
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
-from automation.models import DispatcherState, KindPause, LeaseLoss
+from automation.models import DispatcherState, DispatcherWorker, KindPause, LeaseLoss
 from automation.wake import dispatcher_wake_on_commit
 from core.logfmt import log_event
 
@@ -70,34 +70,25 @@ def kind_pause_set(*, kind: str, is_paused: bool, actor: str) -> bool:
     return changed
 
 
-def dispatcher_run_lease(*, owner: str, now: int, until: int) -> bool:
-    """Take or renew the lease of the one ticking dispatcher loop; True if ``owner`` holds it.
+def dispatcher_worker_beat(*, owner: str, server: str, now: int, stalled_before: int) -> bool:
+    """Renew ``owner``'s heartbeat, and delete the rows of loops that stalled (heartbeat before ``stalled_before``).
 
-    Taking it gives up ``owner``'s standby slot, if it had one, so the next
-    loop can stand by.
+    Returns False when ``owner`` had no row: it starts now, or it stalled
+    itself and a live loop deleted it (it rejoins, and its tasks, if any were
+    taken back meanwhile, stay with whoever holds their leases now).
     """
-    DispatcherState.objects.get_or_create(pk=1)
-    held = bool(
-        DispatcherState.objects.filter(
-            Q(run_owner="") | Q(run_until__lt=now) | Q(run_owner=owner), pk=1
-        ).update(run_owner=owner, run_until=until)
-    )
-    if held:
-        DispatcherState.objects.filter(pk=1, standby_owner=owner).update(standby_owner="", standby_until=None)
-    return held
+    had_row = bool(DispatcherWorker.objects.filter(owner=owner).update(heartbeat_at=now))
+    if not had_row:
+        DispatcherWorker.objects.get_or_create(
+            owner=owner, defaults={"server": server, "started_at": now, "heartbeat_at": now}
+        )
+    pruned, _ = DispatcherWorker.objects.filter(heartbeat_at__lt=stalled_before).delete()
+    if pruned:
+        log_event(logger, "dispatcher_workers_pruned", level=logging.WARNING, lease_owner=owner, pruned=pruned,
+                  detail="loops that stopped beating; their tasks go back by their own leases")
+    return had_row
 
 
-def dispatcher_standby_lease(*, owner: str, now: int, until: int) -> bool:
-    """Take or renew the one standby slot (a loop waiting to take over); True if held."""
-    DispatcherState.objects.get_or_create(pk=1)
-    return bool(
-        DispatcherState.objects.filter(
-            Q(standby_owner="") | Q(standby_until__lt=now) | Q(standby_owner=owner), pk=1
-        ).update(standby_owner=owner, standby_until=until)
-    )
-
-
-def dispatcher_run_release(*, owner: str) -> None:
-    """Give up whatever ``owner`` holds, the run lease or the standby slot, so another takes it at once."""
-    DispatcherState.objects.filter(pk=1, run_owner=owner).update(run_owner="", run_until=None)
-    DispatcherState.objects.filter(pk=1, standby_owner=owner).update(standby_owner="", standby_until=None)
+def dispatcher_worker_leave(*, owner: str) -> None:
+    """``owner``'s loop stopped: its row goes at once."""
+    DispatcherWorker.objects.filter(owner=owner).delete()

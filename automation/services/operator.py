@@ -101,8 +101,19 @@ def tasks_approve(*, task_ids: Iterable[str], actor: str, has_perm: HasPerm) -> 
     return _apply(task_ids, approve, actor=actor, makes_due=True)
 
 
+# An operator's reason for a rejection: what the task list and the story accept, and what is stored.
+REJECT_REASON_MAX_CHARS = 500
+
+
 def tasks_reject(*, task_ids: Iterable[str], actor: str, reason: str = "") -> OperatorReport:
-    """Blocked tasks fail with the operator's reason."""
+    """Blocked tasks fail with the operator's reason.
+
+    ``reason`` (optional, cut to ``REJECT_REASON_MAX_CHARS``, blanks around it
+    dropped) is written to each task's ``reject`` event and ``last_error``
+    (``rejected by alice: too broad``), so the story shows it and the block's
+    result tells the chat.
+    """
+    reason = reason.strip()[:REJECT_REASON_MAX_CHARS].strip()
     return _apply(task_ids, lambda task_id: tr.task_reject(task_id, actor=actor, reason=reason), actor=actor)
 
 

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from automation.changes import tasks_changed_on_commit
 from automation.kinds import kinds
 from automation.models import AutomationTask, TaskEvent, TaskStatus
 from automation.wake import dispatcher_wake_on_commit
@@ -102,6 +103,7 @@ def task_create(
             raise
         return existing, False
     dispatcher_wake_on_commit(created=[task.pk])
+    tasks_changed_on_commit([task])
     _log_create(task, actor=actor)
     return task, True
 
@@ -129,6 +131,7 @@ def tasks_create(*, tasks: Sequence[NewTask], actor: str, now: int | None = None
             for task in created
         )
     dispatcher_wake_on_commit(created=[task.pk for task in created])
+    tasks_changed_on_commit(created)
     for task in created:
         _log_create(task, actor=actor)
     return created

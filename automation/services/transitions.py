@@ -39,6 +39,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet
 
+from automation.changes import tasks_changed_on_commit
 from automation.models import (
     LEASE_HOLDING_STATUSES,
     ROUTING_FIELDS,
@@ -175,6 +176,8 @@ def _transition(
                 task_id=task_id, action=edge.action, status_from=status_from, status_to=task.status, actor=actor,
                 at=now, jitter_ms=jitter_ms, backoff_ms=backoff_ms, error=error, detail=detail or {},
             )
+        if task.status != status_from:
+            tasks_changed_on_commit([task])
     _log(task, edge.action, status_from, actor, error=error, jitter_ms=jitter_ms, backoff_ms=backoff_ms)
     return task
 
@@ -248,6 +251,7 @@ def tasks_lease(
                 events.append(TaskEvent(task_id=task.pk, action=START.action, status_from=S.LEASED,
                                         status_to=S.RUNNING, actor=lease_owner, at=now))
         TaskEvent.objects.bulk_create(events)
+        tasks_changed_on_commit(leased)
     for task in leased:
         _log(task, LEASE.action, seen[task.pk], lease_owner)
         if task.status == S.RUNNING:

@@ -1,3 +1,3 @@
 """The admin of every app, registered from here (``admin.autodiscover`` imports this package)."""
 
-from console.admin import clients, conversations, mcp, policies, tasks  # noqa: F401
+from console.admin import clients, conversations, mcp, policies, sites, tasks  # noqa: F401

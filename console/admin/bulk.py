@@ -12,6 +12,11 @@ What was confirmed is what runs: the page carries the highest ``sequence``
 that matched, and tasks created after it are left alone even when they match
 the filters by then. One submission moves at most ``LIMIT`` tasks, so one
 request stays short; the report says how many are left for the next one.
+
+The same page, with the ticked rows' ids instead of a bound, asks before
+retrying ticked rows (``selection_confirmation``): how many of them, per
+status, the retry moves and how many it skips. A rejection's page asks for
+the optional reason, carried with the confirmation to the service.
 """
 
 from __future__ import annotations
@@ -26,8 +31,14 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
 from automation.models import TaskStatus
-from automation.services.operator import BACK_TO_APPROVAL, STARTING_STATUSES, OperatorReport
-from console.helpers import awaiting_approval_text, refused_text
+from automation.services.operator import (
+    BACK_TO_APPROVAL,
+    REJECT_REASON_MAX_CHARS,
+    STARTING_STATUSES,
+    OperatorReport,
+    tasks_reject,
+)
+from console.helpers import awaiting_approval_text, list_return_url, refused_text
 
 # Ids handed to the operator service at once.
 BATCH = 200
@@ -61,7 +72,10 @@ def run_across(
     """
     through = _confirmed_through(request)
     if through is None:
-        return _confirmation(modeladmin, request, queryset, service=service, verb=verb)
+        return _confirmation(
+            modeladmin, request, queryset, action=request.POST.get("action", ""), service=service, verb=verb,
+            is_across=True,
+        )
     matching = queryset.filter(sequence__lte=through)
     statuses = STARTING_STATUSES[service]
     by_status = _counts_by_status(matching)
@@ -122,8 +136,32 @@ def _batches(queryset: QuerySet, *, limit: int) -> Iterator[list[str]]:
         after = batch[-1]
 
 
-def _confirmation(modeladmin, request, queryset, *, service, verb: str) -> TemplateResponse:
-    action = request.POST.get("action", "")
+def selection_confirmation(
+    modeladmin,
+    request: HttpRequest,
+    queryset: QuerySet,
+    *,
+    action: str,
+    service: Callable[..., OperatorReport],
+    verb: str,
+) -> TemplateResponse:
+    """The page between choosing ``action`` for ticked rows and running it: per status, what it moves and skips.
+
+    Confirming posts the same ids back to the list with ``post=yes``; the
+    action then runs on them. (From a task's own page the action is posted
+    under another name, so it is given here.)
+    """
+    return _confirmation(modeladmin, request, queryset, action=action, service=service, verb=verb, is_across=False)
+
+
+def status_counts_text(rows: list[tuple[str, int, bool]], *, is_eligible: bool) -> str:
+    """``3 failed, 1 cancelled``: the rows (label, count, eligible) of one side, as words. Pure."""
+    return ", ".join(f"{count} {label.lower()}" for label, count, eligible in rows if eligible == is_eligible)
+
+
+def _confirmation(
+    modeladmin, request, queryset, *, action: str, service, verb: str, is_across: bool
+) -> TemplateResponse:
     statuses = STARTING_STATUSES[service]
     by_status = _counts_by_status(queryset)
     rows = [
@@ -138,24 +176,39 @@ def _confirmation(modeladmin, request, queryset, *, service, verb: str) -> Templ
         else 0
     )
     opts = modeladmin.model._meta
+    total = sum(by_status.values())
+    if is_across:
+        title = f"{action.capitalize()} every task the list matches?"
+        # Django needs a checked row to call the action again; "all matching" ignores them.
+        selected = request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)[:CARRIED_SELECTION]
+        list_url = request.get_full_path()
+    else:
+        title = f"{action.capitalize()} {'this task' if total == 1 else f'these {total} tasks'}?"
+        selected = list(queryset.order_by("sequence").values_list("pk", flat=True))
+        list_url = list_return_url(request, opts)
     context = {
         **modeladmin.admin_site.each_context(request),
         # The action's name is its verb: retry, cancel, approve, reject.
-        "title": f"{action.capitalize()} every task the list matches?",
+        "title": title,
         "opts": opts,
         "action": action,
         "verb": verb.lower(),
+        "is_across": is_across,
         "rows": rows,
-        "total": sum(by_status.values()),
+        "eligible_text": status_counts_text(rows, is_eligible=True),
+        "skipped_text": status_counts_text(rows, is_eligible=False),
+        "total": total,
         "eligible": eligible,
         "awaiting_approval": awaiting_approval,
-        "skipped": sum(by_status.values()) - eligible,
+        "skipped": total - eligible,
         "limit": LIMIT,
-        "over_limit": eligible > LIMIT,
-        "through": queryset.aggregate(last=Max("sequence"))["last"],
-        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME)[:CARRIED_SELECTION],
+        "over_limit": is_across and eligible > LIMIT,
+        "through": queryset.aggregate(last=Max("sequence"))["last"] if is_across else None,
+        "selected": selected,
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        "list_url": request.get_full_path(),
+        "list_url": list_url,
+        "asks_reason": service is tasks_reject,
+        "reason_max_chars": REJECT_REASON_MAX_CHARS,
     }
     return TemplateResponse(request, CONFIRM_TEMPLATE, context)
 

@@ -3,6 +3,10 @@
 Views of ``ConversationAdmin`` (``ToolGuideAdminMixin``), so they need a staff
 login and the permission to view conversations. They show the text the chat's
 assistant would be given, with a copy button, and what it was made of.
+
+``mail.send`` is one story here: the text lists it only with handles to
+write to, and this page says either which handles, or that there are none
+yet, why the text leaves it out, and how an operator adds one.
 """
 
 from __future__ import annotations
@@ -15,6 +19,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from console.helpers import admin_pages
+from conversations.selectors import mail_owners
+from ingest.guide import LEFT_OUT_NO_HANDLES, MAIL_FAMILY
 from ingest.selectors import conversation_guide_client_pk, tool_guide
 from platforms import platforms
 
@@ -74,5 +80,11 @@ class ToolGuideAdminMixin:
             "platform": platform,
             "platforms": platforms,
             "served": list(conversation.guides_served.order_by("-last_served_at")[:10]) if conversation else [],
+            # Each callable tool, and why the text leaves it out ("" when it lists it).
+            "tool_rows": [
+                (tool, LEFT_OUT_NO_HANDLES if guide.facts.is_left_out(tool) else "") for tool in guide.facts.tools
+            ],
+            "mail_tool": next((tool for tool in guide.facts.tools if tool.spec.family == MAIL_FAMILY), None),
+            "mail_owners": sorted(mail_owners(owner=guide.facts.owner)),
         }
         return TemplateResponse(request, TEMPLATE, context)

@@ -38,9 +38,10 @@ DECISIONS = {
     "approve": (operator.tasks_approve, "Approved"),
     "reject": (operator.tasks_reject, "Rejected"),
 }
-MAX_REASON_CHARS = 500
 # ``is_paused`` as posted to the story's pause page: the ModelAdmin action it runs, and its verb.
 PAUSE_CHOICES = {"1": ("pause", "Pause"), "0": ("resume", "Resume")}
+# What the pause page answers: GET (and HEAD) asks, POST does it.
+PAUSE_METHODS = ("GET", "HEAD", "POST")
 
 
 def story_url(conversation_pk, **query) -> str:
@@ -154,7 +155,8 @@ class StoryAdminMixin:
         service, verb = decision
         extra = {}
         if service is operator.tasks_reject:
-            extra["reason"] = request.POST.get("reason", "").strip()[:MAX_REASON_CHARS]
+            # Bounded by the service (REJECT_REASON_MAX_CHARS), as the form's maxlength says.
+            extra["reason"] = request.POST.get("reason", "")
         if service is operator.tasks_approve:
             extra["has_perm"] = request.user.has_perm
         report = service(task_ids=[task.pk], actor=request.user.username, **extra)
@@ -176,16 +178,23 @@ class StoryAdminMixin:
 
         What runs is the list's own action on this one conversation, so the
         message, the admin log entry and a skip ("already paused") are the same.
+        Asked without a valid ``is_paused`` (a bare link, a form that lost its
+        field), the page asks for what applies now: pause a running
+        conversation, resume a paused one; a POST so asked does nothing and
+        says so (400). Other methods get a 405, in the admin's look too.
         """
+        if request.method not in PAUSE_METHODS:
+            return self._method_not_allowed(request, allowed=PAUSE_METHODS)
         conversation = self._story_conversation(request, object_id)
         if not self.has_change_permission(request, conversation):
             raise PermissionDenied
         data = request.POST if request.method == "POST" else request.GET
-        choice = PAUSE_CHOICES.get(data.get("is_paused", ""))
-        if choice is None:
-            return HttpResponseBadRequest("Choose to pause (is_paused=1) or to resume (is_paused=0) this conversation.")
-        action, verb = choice
-        if request.method == "POST":
+        is_paused = data.get("is_paused", "")
+        is_asked = is_paused in PAUSE_CHOICES
+        if not is_asked:
+            is_paused = "0" if conversation.paused else "1"
+        action, verb = PAUSE_CHOICES[is_paused]
+        if request.method == "POST" and is_asked:
             getattr(self, action)(request, self.get_queryset(request).filter(pk=conversation.pk))
             return HttpResponseRedirect(story_url(conversation.pk))
         context = {
@@ -195,10 +204,27 @@ class StoryAdminMixin:
             "opts": self.model._meta,
             "original": conversation,
             "verb": verb,
-            "is_paused": data["is_paused"],
+            "is_paused": is_paused,
             "story_url": story_url(conversation.pk),
+            "is_nothing_done": request.method == "POST",
         }
-        return TemplateResponse(request, "admin/conversations/conversation/story_pause.html", context)
+        return TemplateResponse(
+            request, "admin/conversations/conversation/story_pause.html", context,
+            status=400 if request.method == "POST" else 200,
+        )
+
+    def _method_not_allowed(self, request, *, allowed: tuple[str, ...]) -> TemplateResponse:
+        """A 405 that looks like the admin's other pages, naming the methods the page takes."""
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Not a request this page takes",
+            "subtitle": None,
+            "method": request.method,
+            "allowed": allowed,
+        }
+        response = TemplateResponse(request, "admin/conductor/method_not_allowed.html", context, status=405)
+        response["Allow"] = ", ".join(allowed)
+        return response
 
 
 def _block_name(task: AutomationTask) -> str:

@@ -28,7 +28,7 @@ from automation.services import operator
 from console.admin import bulk
 from console.admin.story import story_link
 from console.admin.task_filters import DeliveredByFilter, FailureGroupFilter, OutcomeFilter, ToolFilter
-from console.approval import approval_confirmation, held_call
+from console.approval import decision_confirmation, held_call
 from console.helpers import (
     EVERYWHERE,
     admin_link,
@@ -431,9 +431,19 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
                 request, f"Skipped {len(report.skipped)} task(s) ({reasons})", messages.WARNING
             )
 
+    @staticmethod
+    def _is_confirmed(request) -> bool:
+        """Whether the action was posted from its confirmation page ("Select all N" has its own, in ``bulk``)."""
+        return bulk.is_across(request) or request.POST.get("post") == "yes"
+
     @admin.action(permissions=["change"], description="Retry selected tasks (failed or cancelled)",
                   location=EVERYWHERE)
     def retry(self, request, queryset):
+        # Checked rows first see how many of each status the retry moves and skips.
+        if not self._is_confirmed(request):
+            return bulk.selection_confirmation(
+                self, request, queryset, action="retry", service=operator.tasks_retry, verb="Retried"
+            )
         # A task approved before is approved again by its retry: the retrier needs
         # the approver's permission (operator.tasks_retry checks it).
         return self._run(request, queryset, operator.tasks_retry, "Retried", has_perm=request.user.has_perm)
@@ -447,10 +457,13 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     def approve(self, request, queryset):
         # "Select all N" goes to bulk's page of counts; checked rows first see each task's
         # exact call, and that page's "approve" posts back here with post=yes.
-        if not bulk.is_across(request) and request.POST.get("post") != "yes":
-            return approval_confirmation(self, request, queryset)
+        if not self._is_confirmed(request):
+            return decision_confirmation(self, request, queryset, decision="approve")
         return self._run(request, queryset, operator.tasks_approve, "Approved", has_perm=request.user.has_perm)
 
     @admin.action(permissions=["change"], description="Reject selected blocked tasks", location=EVERYWHERE)
     def reject(self, request, queryset):
-        return self._run(request, queryset, operator.tasks_reject, "Rejected")
+        # As approve: checked rows first see each call, and either page asks for an optional reason.
+        if not self._is_confirmed(request):
+            return decision_confirmation(self, request, queryset, decision="reject")
+        return self._run(request, queryset, operator.tasks_reject, "Rejected", reason=request.POST.get("reason", ""))

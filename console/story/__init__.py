@@ -13,7 +13,8 @@ sources, each row one entry:
 - what operators did to its tasks (approve, reject, cancel, retry: the
   tasks' events, with the operator as actor);
 - what operators did to the conversation (pause, resume, renewal, handle: the
-  admin log);
+  admin log), and what the person did from the plugin's side panel (pause,
+  resume: ``ClientAction``);
 - the tool guides given to insert into it, and its moves from one plugin
   client to another of its owner (a re-target).
 
@@ -46,7 +47,7 @@ from console.story.entries import MessageView, local_moment, message_view, task_
 from console.story.waits import Wait, conversation_waits, is_block_kind
 from conversations.models import Conversation, ConversationMove, Message
 from core.clock import EPOCH
-from ingest.models import Instruction, ToolGuideServed
+from ingest.models import ClientAction, Instruction, ToolGuideServed
 
 PAGE_ENTRIES = 50
 # A message's blocks shown with it, the first ones; the rest are counted and
@@ -296,6 +297,14 @@ def _full_moves(rows: QuerySet) -> QuerySet:
     return rows.select_related("from_client", "to_client")
 
 
+def _client_actions(conversation: Conversation) -> QuerySet:
+    return ClientAction.objects.filter(conversation=conversation)
+
+
+def _full_client_actions(rows: QuerySet) -> QuerySet:
+    return rows
+
+
 # New sources go at the end: a source's rank is part of the cursors in links already given out.
 @dataclass
 class Entry:
@@ -454,5 +463,6 @@ SOURCES: list[Source] = [
     Source("log", "action_time", False, int, _admin_log, _full_log),
     Source("guide", "first_served_at", False, int, _guides, _full_guides),
     Source("move", "at", False, int, _moves, _full_moves),
+    Source("client_action", "at", False, int, _client_actions, _full_client_actions),
 ]
 MESSAGE_SOURCE, TASK_SOURCE = SOURCES[0], SOURCES[1]

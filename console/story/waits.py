@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from automation.kinds import KindSpec, kinds
 from automation.models import OPEN_STATUSES, AutomationTask, TaskStatus
-from automation.selectors import dispatcher_is_paused
+from automation.selectors import dispatcher_is_paused, paused_kinds
 from console.helpers import displayable_text
 from console.story.entries import ms_moment
 from conversations.models import Conversation
@@ -67,6 +67,9 @@ def conversation_waits(
         .annotate(n=Count("pk"))
         .order_by()
     }
+    for kind in sorted(paused_kinds() & {kind for kind, _ in counts}):
+        waits.append(Wait(f"{kinds.noun(kind)} tasks ({kind}) are paused (the overview's pause of that kind)",
+                          "paused"))
     block_kinds = set(kinds.named(is_block_kind))
     blocks: dict[str, dict[str, int]] = {}  # noun -> status -> count
     for (kind, status), n in counts.items():

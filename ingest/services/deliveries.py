@@ -4,7 +4,8 @@ A request is recorded as a ``DeliveryRequest`` row, then sent as a frame to
 the target client's socket through the channel layer; whichever ASGI server
 holds that socket stores the plugin's answer on the row
 (``delivery_result_record``), and the executor that sent it, in a dispatcher
-worker elsewhere, waits for it there (``delivery_answer_wait``).
+worker elsewhere, waits for it there (``delivery_answer_wait``), woken once
+the answer commits (``ingest/answer_wakes.py``).
 """
 
 from __future__ import annotations
@@ -14,18 +15,22 @@ import threading
 import time
 from collections.abc import Collection
 
+from django.db import transaction
 
-from ingest.models import DeliveryRequest, plugin_group_name
 from core import layer_send
 from core.clock import now_ms
 from core.logfmt import log_event
+from ingest.answer_wakes import answer_waiters, answers_wake_on_commit
 from ingest.frames import DeliveryResult
+from ingest.models import DeliveryRequest, plugin_group_name
 
 logger = logging.getLogger(__name__)
 
-# How often a waiting executor looks for the answer: a cheap primary-key read.
-ANSWER_POLL_SECONDS = 0.02
-ANSWER_POLL_MAX_SECONDS = 0.1
+# How often a waiting executor reads its request's row though nothing woke it:
+# what a lost wake-up costs at most.
+ANSWER_SAFETY_POLL_SECONDS = 1.0
+# How often it looks at its ``cancelled`` event meanwhile (no statement).
+CANCEL_CHECK_SECONDS = 0.1
 
 # The most of a result's ``body`` (or ``error``) a row keeps. A plugin may send up to a
 # frame's 1 MiB of it, once per attempt; the adapters need only the stream's
@@ -71,13 +76,16 @@ def delivery_result_record(*, client_pk: int, result: DeliveryResult, now: int |
         value = stored[name]
         if value is not None and len(value) > MAX_STORED_BODY_CHARS:
             stored.update({name: body_capped(value), f"{name}_chars": len(value)})
-    return bool(
+    recorded = bool(
         DeliveryRequest.objects.filter(
             request_id=result.request_id, client_id=client_pk, method=result.method, answered_at__isnull=True
         ).update(
             answered_at=now_ms() if now is None else now, result=stored
         )
     )
+    if recorded:
+        answers_wake_on_commit(request_ids=[result.request_id])
+    return recorded
 
 
 def delivery_request_create(
@@ -100,22 +108,31 @@ def delivery_request_send(*, client_pk: int, frame: dict) -> None:
 
 
 def delivery_answer_wait(*, request_id: str, timeout: float, cancelled: threading.Event) -> dict | None:
-    """The stored answer to the request, or None when the time ran out or ``cancelled`` was set."""
+    """The stored answer to the request, or None when the time ran out or ``cancelled`` was set.
+
+    Reads the row once, then again each time the answer's commit wakes it
+    (``answer_waiters``), and every ``ANSWER_SAFETY_POLL_SECONDS`` meanwhile.
+    """
     deadline = time.monotonic() + timeout
-    pause = ANSWER_POLL_SECONDS
-    while not cancelled.is_set():
-        result = (
-            DeliveryRequest.objects.filter(pk=request_id, answered_at__isnull=False)
-            .values_list("result", flat=True)
-            .first()
-        )
-        if result is not None:
-            return result
-        if time.monotonic() >= deadline:
-            return None
-        # Backs off a little while the plugin's request is under way.
-        cancelled.wait(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(pause * 1.5, ANSWER_POLL_MAX_SECONDS)
+    with answer_waiters.waiting(request_id) as answered:
+        while not cancelled.is_set():
+            answered.clear()  # before the read: a wake-up after it is kept for the next one
+            result = (
+                DeliveryRequest.objects.filter(pk=request_id, answered_at__isnull=False)
+                .values_list("result", flat=True)
+                .first()
+            )
+            if result is not None:
+                return result
+            now = time.monotonic()
+            if now >= deadline:
+                return None
+            read_again_at = min(now + ANSWER_SAFETY_POLL_SECONDS, deadline)
+            while not answered.is_set() and not cancelled.is_set():
+                left = read_again_at - time.monotonic()
+                if left <= 0:
+                    break
+                answered.wait(min(left, CANCEL_CHECK_SECONDS))
     return None
 
 
@@ -127,10 +144,19 @@ def delivery_requests_abandon(*, client_pks: Collection[int], reason: str, now: 
     """
     if not client_pks:
         return 0
-    abandoned = DeliveryRequest.objects.filter(client_id__in=client_pks, answered_at__isnull=True).update(
-        answered_at=now_ms() if now is None else now,
-        result={"ok": False, "status": None, "body": None, "error": reason},
-    )
+    with transaction.atomic():
+        # The ids first, to wake their waiters: an update returns only a count.
+        request_ids = list(
+            DeliveryRequest.objects.filter(client_id__in=client_pks, answered_at__isnull=True)
+            .values_list("pk", flat=True)
+        )
+        if not request_ids:
+            return 0
+        abandoned = DeliveryRequest.objects.filter(pk__in=request_ids, answered_at__isnull=True).update(
+            answered_at=now_ms() if now is None else now,
+            result={"ok": False, "status": None, "body": None, "error": reason},
+        )
+        answers_wake_on_commit(request_ids=request_ids)
     if abandoned:
         log_event(
             logger, "delivery_abandoned", client_pks=sorted(client_pks), requests=abandoned, reason=reason

@@ -158,6 +158,10 @@ class ChatGptStreamState extends StreamState {
     this.byId = new Map();
     /** @type {TrackedMessage | null} the last answer of this turn seen finished */
     this.final = null;
+    /** Why this turn's last answer stopped early (`finished_partial_completion`, a length limit); "" while none did. */
+    this.partialReason = "";
+    /** @type {TrackedMessage | null} the answer that stopped early, kept for `held` */
+    this.partial = null;
     /** The last top-level path and operation, which a bare `{"v": …}` repeats. */
     this.lastPath = "";
     this.lastOp = "append";
@@ -183,7 +187,20 @@ class ChatGptStreamState extends StreamState {
     const message = tracked.message;
     if (!isAnswer(message)) return;
     if (message.status === "in_progress") tracked.wasInProgress = true;
-    if (message.status === "finished_successfully" && (tracked.wasInProgress || tracked.isOfNewTurn)) this.final = tracked;
+    if (tracked.wasInProgress || tracked.isOfNewTurn) {
+      const early = stoppedEarly(message);
+      if (early) {
+        // The page shows it with "Continue generating"; a continuation
+        // streams the same message again, whole.
+        this.partialReason = early;
+        this.partial = tracked;
+        if (this.final === tracked) this.final = null;
+      } else if (message.status === "finished_successfully") {
+        this.final = tracked;
+        this.partialReason = "";
+        this.partial = null;
+      }
+    }
     this.conversationId = text(at(tracked.envelope, "conversation_id")) || this.conversationId;
   }
 
@@ -262,6 +279,19 @@ const TYPED_EVENTS = {
     state.isInNewTurn = true;
   },
 };
+
+/**
+ * Why a finished answer is not whole: `max_tokens` when its
+ * `finish_details` say the length limit cut it (whatever its status),
+ * `partial_completion` for any other `finished_partial_completion`; "" for
+ * a whole one or one still being written.
+ */
+function stoppedEarly(message) {
+  const status = text(message.status);
+  if (!status.startsWith("finished_")) return "";
+  if (at(message, "metadata", "finish_details", "type") === "max_tokens") return "max_tokens";
+  return status === "finished_partial_completion" ? "partial_completion" : "";
+}
 
 /** The assistant's visible answer (not a tool call, a tool's output or hidden reasoning). */
 function isAnswer(message) {
@@ -358,8 +388,7 @@ function createStreamParser({ requestUrl, requestBody, pageUrl }) {
     const payload = parseJson(data);
     if (!isObject(payload)) return; // "v1" after `event: delta_encoding`, or garbage
     if (payload.error || at(payload, "v", "error")) {
-      state.hasFailed = true;
-      state.isRecognised = true;
+      state.stoppedEarly("error_event");
     } else if (isObject(payload.message)) {
       state.isRecognised = true;
       state.applyWholeMessage(payload);
@@ -377,7 +406,7 @@ function createStreamParser({ requestUrl, requestBody, pageUrl }) {
     state,
     () => {
       const final = state.final;
-      if (!state.isDone || !final) return null;
+      if (!state.isDone || !final || state.partialReason) return null;
       return {
         conversation_id: state.conversationId,
         message_id: text(final.message.id),
@@ -389,6 +418,10 @@ function createStreamParser({ requestUrl, requestBody, pageUrl }) {
     {
       handoff: () => (state.isHandedOff && !state.final ? state.conversationId : null),
       continues: () => (isContinuation ? state.conversationId : null),
+      incomplete: () => state.incompleteReason || state.partialReason,
+      held: () => (state.partial && !state.incompleteReason
+        ? { message_id: text(state.partial.message.id), text: readableText(messageText(state.partial.message)) }
+        : null),
     },
   );
 }

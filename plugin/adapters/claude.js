@@ -231,8 +231,7 @@ function createStreamParser({ requestUrl, requestBody }) {
   const reader = sseReader((event, data) => {
     const payload = parseJson(data);
     if (event === "error" || (isObject(payload) && (payload.type === "error" || payload.error))) {
-      state.hasFailed = true;
-      state.isRecognised = true;
+      state.stoppedEarly(errorReason(payload));
       return;
     }
     if (!isObject(payload) || typeof payload.type !== "string") return;
@@ -250,6 +249,28 @@ function createStreamParser({ requestUrl, requestBody }) {
       text: state.text(),
     };
   });
+}
+
+/**
+ * The error types claude.ai writes in its stream (the API's, as ClewdR and
+ * OmniRoute read them); any other is `error_event`, so a report never
+ * carries a value the stream made up.
+ */
+const ERROR_TYPES = new Set([
+  "overloaded_error",
+  "rate_limit_error",
+  "api_error",
+  "invalid_request_error",
+  "permission_error",
+  "authentication_error",
+  "not_found_error",
+  "request_too_large",
+]);
+
+/** Why an error event stopped the answer: its known type, else `error_event`. */
+function errorReason(payload) {
+  const type = at(payload, "error", "type");
+  return typeof type === "string" && ERROR_TYPES.has(type) ? type : "error_event";
 }
 
 function decodeSegment(segment) {

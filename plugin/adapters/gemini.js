@@ -133,8 +133,11 @@ class GeminiStreamState extends StreamState {
 
   /** One `["wrb.fr", …]` part. */
   readPart(part) {
-    if (Number.isInteger(at(part, 5, 2, 0, 1, 0))) {
-      this.hasFailed = true; // an error code (1037 usage limit, 1060 IP blocked, …)
+    const code = at(part, 5, 2, 0, 1, 0);
+    if (Number.isInteger(code)) {
+      // An error code (1037 usage limit, 1060 IP blocked, …): the page shows
+      // a banner, or the text so far, and neither is the answer.
+      this.stoppedEarly(code >= 0 && code < 100000 ? `error_${code}` : "error_code");
       return;
     }
     // A status list without an error code: the turn is queued, and its
@@ -185,7 +188,7 @@ function createStreamParser({ requestBody }) {
     if (!Array.isArray(envelope) || state.hasFailed) return;
     for (const part of envelope) {
       if (!Array.isArray(part)) continue;
-      if (part[0] === "er") state.hasFailed = true; // an HTTP-level error written as a frame
+      if (part[0] === "er") state.stoppedEarly("error_event"); // an HTTP-level error written as a frame
       else if (part[0] === "wrb.fr") state.readPart(part);
       if (part[0] === "er" || part[0] === "wrb.fr") state.isRecognised = true;
     }

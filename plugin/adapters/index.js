@@ -1,12 +1,17 @@
 /**
- * The one list of platform adapters (STYLE rule 4: registries, not ladders).
- * Adding a platform: write `adapters/<name>.js` to the interface in
- * plugin/README.md, import it here, add its origins to manifest.json.
+ * The one list of platform adapters (STYLE rule 4: registries, not ladders):
+ * the three with network capture, written as modules, and one generic page
+ * adapter per site description in force (adapters/site.js, lib/sites.js).
+ * Adding a platform with network capture: write `adapters/<name>.js` to the
+ * interface in plugin/README.md, import it here, add its origins to
+ * manifest.json. Adding a site read from the page: a description in
+ * plugin/sites/ (and its name in adapters/site.js's SITE_NAMES).
  */
 
 import chatgpt from "./chatgpt.js";
 import claude from "./claude.js";
 import gemini from "./gemini.js";
+import { siteAdapter } from "./site.js";
 
 /**
  * @param {import('./types.js').Adapter[]} adapters
@@ -22,10 +27,35 @@ export function registry(adapters) {
   return byName;
 }
 
-const BY_NAME = registry([claude, chatgpt, gemini]);
+/** The adapters with network capture, always there. */
+export const NETWORK_ADAPTERS = Object.freeze([claude, chatgpt, gemini]);
 
-/** @type {readonly import('./types.js').Adapter[]} */
-export const ADAPTERS = Object.freeze([...BY_NAME.values()]);
+let BY_NAME = registry(NETWORK_ADAPTERS);
+
+/**
+ * Every adapter in force: NETWORK_ADAPTERS, then the sites' given to
+ * `useSites` (a live binding: importers see the list `useSites` made).
+ *
+ * @type {readonly import('./types.js').Adapter[]}
+ */
+export let ADAPTERS = NETWORK_ADAPTERS;
+
+/**
+ * Puts the site adapters of these descriptions (lib/sites.js `sitesInForce`:
+ * valid, one site per origin) in force beside the three, replacing the
+ * sites' adapters used before. Called by whoever loaded the descriptions
+ * (the worker, the side panel, the options page).
+ *
+ * @param {Iterable<unknown>} descriptions
+ */
+export function useSites(descriptions) {
+  const adapters = [...NETWORK_ADAPTERS, ...[...descriptions].map((description) => siteAdapter(description))];
+  BY_NAME = registry(adapters);
+  ADAPTERS = Object.freeze(adapters);
+}
+
+/** The origins of the adapters with network capture, which no site description may take. */
+export const NETWORK_ORIGINS = Object.freeze(NETWORK_ADAPTERS.flatMap((adapter) => adapter.origins));
 
 /**
  * @param {string} name a SPEC §6 platform name

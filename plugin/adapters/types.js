@@ -6,7 +6,8 @@
  *   `""` for an id the stream and the page did not give; `text` the final message as Markdown.
  *
  * @typedef {{feed(text: string): void, finish(): Capture | null, isRecognised(): boolean,
- *   handoff(): string | null, continues(): string | null}} StreamParser
+ *   handoff(): string | null, continues(): string | null, incomplete(): string,
+ *   held(): {message_id: string, text: string} | null}} StreamParser
  *   `feed` takes each decoded chunk, split anywhere; `finish` is called once
  *   when the body ended normally. `isRecognised` says whether the stream had
  *   this adapter's shape (any event it knows, an error included): only the
@@ -17,6 +18,11 @@
  *   `stream_handoff`; "" when the id is not known), else null.
  *   `continues`: the conversation id when this request continues an answer
  *   handed off before (ChatGPT's `/resume`), else null.
+ *   `incomplete` (after `finish`): why the stream said its answer stopped
+ *   early (`max_tokens`, `overloaded_error`, `error_1037`, …), else "": such
+ *   an answer is not final, and the page is not read for it either.
+ *   `held` (after `finish`): that partial answer's id and text when the app
+ *   continues the same message in a later request (ChatGPT), else null.
  *
  * @typedef {{url: string,
  *   cookie(name: string): Promise<string | undefined> | string | undefined,

@@ -8,7 +8,8 @@
  * never reaches a content script.
  */
 
-import { adapterForUrl } from "../adapters/index.js";
+import { adapterForUrl, NETWORK_ADAPTERS } from "../adapters/index.js";
+import { isSitePage, siteAdapter } from "../adapters/site.js";
 import { CaptureTracker } from "../lib/capture.js";
 import { deliverThroughComposer, fillComposer } from "../lib/composer.js";
 import { deliveryRequestRefusal, tabRefusal } from "../lib/delivery-rules.js";
@@ -228,12 +229,37 @@ function noticed(adapter, kind, detail) {
     .catch(() => {}); // the worker is restarting: the next one is counted
 }
 
-/** @param {Promise<MessagePort>} portReady the hook's port (content/relay.js) */
+/**
+ * A page of one of the adapters with network capture (content/relay.js, the
+ * manifest's content scripts).
+ *
+ * @param {Promise<MessagePort>} portReady the hook's port
+ */
 export async function start(portReady) {
   const adapter = adapterForUrl(location.href);
-  if (!adapter) return;
-  const hook = hookClient(await portReady);
-  const page = pageAccess(hook);
+  if (!adapter || !NETWORK_ADAPTERS.includes(adapter)) return;
+  await run(adapter, hookClient(await portReady));
+}
+
+/**
+ * A page of a site read from the page only (content/site-relay.js, a
+ * script registered for the sites switched on): its adapter is built from
+ * the description in force, which the worker gives (the server's when it
+ * handed over a valid one, else the plugin's own). No MAIN-world hook:
+ * nothing of the page's network is watched.
+ */
+export async function startOnSite() {
+  const answer = await chrome.runtime.sendMessage({ type: "content.site" });
+  if (!answer?.description || !isSitePage(answer.description, location.href)) return;
+  await run(siteAdapter(answer.description), null);
+}
+
+/**
+ * @param {import('../adapters/types.js').Adapter} adapter
+ * @param {ReturnType<typeof hookClient> | null} hook the MAIN-world hook, null on a site read from the page only
+ */
+async function run(adapter, hook) {
+  const page = hook ? pageAccess(hook) : null;
   const settings = await chrome.runtime.sendMessage({ type: "content.settings" }).catch(() => null);
   const conversationId = () => adapter.conversationIdFromUrl(location.href) ?? "";
 
@@ -242,10 +268,15 @@ export async function start(portReady) {
     conversationId,
     // What the tracker noticed (a stream not understood, a page read
     // instead) goes to the worker, which counts and reports it.
-    notice: (kind, detail) => noticed(adapter, kind, detail),
+    // A site read from the page only has no stream to fall back from.
+    notice: (kind, detail) => (hook || kind !== "dom_fallback_used") && noticed(adapter, kind, detail),
     readDom() {
       const element = adapter.dom.lastAssistantMessage(document);
-      if (!element) return null;
+      if (!element) {
+        // A site whose answer selectors match nothing beside the person's turns changed its page.
+        if (adapter.dom.missingSelectors?.(document).includes("answer")) noticed(adapter, "selector_missing", { selectors: "answer" });
+        return null;
+      }
       return { text: elementToMarkdown(element), message_id: adapter.dom.messageId(element) ?? "" };
     },
     report(capture, method) {
@@ -262,7 +293,7 @@ export async function start(portReady) {
         .catch(() => {}); // the worker is restarting: the next answer goes through again
     },
   });
-  hook.onStream((message) => {
+  hook?.onStream((message) => {
     const handlers = {
       start: () => tracker.streamStarted(message.id, { url: message.url, body: message.body, pageUrl: message.page_url }),
       chunk: () => tracker.streamChunk(message.id, message.text),
@@ -275,7 +306,7 @@ export async function start(portReady) {
   // With stream reading switched off in the options the hook watches
   // nothing, and every answer is read from the page.
   const requests = settings?.readStreams === false ? [] : [{ method: adapter.completionRequest.method, source: adapter.completionRequest.pattern.source }];
-  await hook.call("watch", { requests });
+  await hook?.call("watch", { requests });
   const inComposer = composerQueue();
   watchPage(adapter, tracker, newChatGuide(adapter, settings?.insertGuide === true, inComposer));
 
@@ -294,7 +325,7 @@ export async function start(portReady) {
     });
   const deliveries = {
     proxy_delivery: (message) =>
-      proxyDelivery(adapter, hook, page, message).catch((error) => ({
+      (hook ? proxyDelivery(adapter, hook, page, message) : Promise.resolve(refusedProxy({ reason: "refused_method", error: "the plugin refused this delivery: this site takes deliveries through its composer only" }))).catch((error) => ({
         ok: false, status: null, body: null, error: `the page could not make the request: ${error?.message ?? error}`, error_code: null,
       })),
     dom_delivery: (message) =>

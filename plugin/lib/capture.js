@@ -17,8 +17,13 @@
  *   off to the page's websocket), or its connection broke.
  *
  * Only the page itself stopping a stream (its stop button: the fetch is
- * aborted) or an HTTP error status suppresses the page fallback: the answer
- * was not finished, or there is none.
+ * aborted), an HTTP error status, or a stream that says its answer stopped
+ * early (the parser's `incomplete`: a length limit, an error event
+ * mid-answer, a usage limit) suppresses the page fallback: the answer was
+ * not finished, or there is none, and the page shows a half answer or a
+ * banner. The last is noticed as `stream_incomplete`; when the person
+ * continues or regenerates, that request's stream is a new one and is
+ * captured as usual.
  *
  * An answer can move from one request to another (ChatGPT's stream
  * handoff): the first leg's parser says so (`handoff`), and the request that
@@ -47,7 +52,8 @@ import { StreamSignature, reportPath } from "./reports.js";
  *   clearTimer?: (handle: any) => void,
  * }} TrackerOptions
  *   `notice(kind, detail)`: the hook for `browser.adapter_report`
- *   (`stream_unrecognised`, `dom_fallback_used`); by default nothing is done.
+ *   (`stream_unrecognised`, `stream_incomplete`, `dom_fallback_used`); by
+ *   default nothing is done.
  */
 
 /** How the page stops its own request: the fetch's AbortError, or XMLHttpRequest's abort event. */
@@ -57,12 +63,14 @@ const STOPPED_BY_PAGE = new Set(["AbortError", "abort"]);
 export const DEFAULT_GRACE_MS = 1500;
 /** Streams followed at once; a page that opens more is not a chat app at work. */
 const MAX_STREAMS = 16;
+/** Partial answers kept for their continuation, at most (each at most the stream readers' text bound). */
+const MAX_HELD = 4;
 
 class Answer {
   constructor() {
     this.streamsSeen = 0;
     this.isCaptured = false;
-    /** The page stopped a stream of it, or one answered an HTTP error: not to be read from the page. */
+    /** The page stopped a stream of it, one answered an HTTP error, or one said it stopped early: not to be read from the page. */
     this.isStopped = false;
     /** The page's end signal came and its grace period passed. */
     this.isPageDone = false;
@@ -104,6 +112,8 @@ export class CaptureTracker {
     this.graceTimers = new Set();
     /** The last text reported, so the same turn read twice is sent once. */
     this.lastText = "";
+    /** @type {Map<string, string>} partial answers held back, by message id, which a continuation completes */
+    this.held = new Map();
   }
 
   /** A watched request went out. */
@@ -144,8 +154,16 @@ export class CaptureTracker {
     const capture = parser.finish();
     if (capture && capture.text) {
       answer.isCaptured = true;
+      capture.text = this.continued(capture);
       if (!capture.conversation_id) capture.conversation_id = this.conversationId();
       this.send(capture, "network");
+      return;
+    }
+    const incomplete = parser.incomplete?.() ?? "";
+    if (incomplete) {
+      answer.isStopped = true;
+      this.notice("stream_incomplete", { reason: incomplete, path: reportPath(stream.url) });
+      this.hold(parser.held?.() ?? null);
       return;
     }
     const handoff = parser.handoff?.() ?? null;
@@ -233,6 +251,26 @@ export class CaptureTracker {
     this.notice("dom_fallback_used", { reason: answer.fallbackReason || (answer.streamsSeen ? "stream_unread" : "no_stream") });
     const text = this.adapter.readableText ? this.adapter.readableText(read.text) : read.text;
     this.send({ conversation_id: conversationId, message_id: read.message_id || "", parent_message_id: "", organization_id: "", text }, "dom");
+  }
+
+  /** Keeps a partial answer its app may continue as the same message (a bounded few, the latest). */
+  hold(partial) {
+    if (!partial || !partial.message_id || !partial.text) return;
+    this.held.delete(partial.message_id);
+    this.held.set(partial.message_id, partial.text);
+    if (this.held.size > MAX_HELD) this.held.delete(this.held.keys().next().value);
+  }
+
+  /**
+   * The whole text of a capture that continues a held partial answer (the
+   * same message id): as it is when its stream gave the whole message, the
+   * partial text and then its own when the stream gave only what was added.
+   */
+  continued(capture) {
+    const partial = capture.message_id ? this.held.get(capture.message_id) : undefined;
+    if (partial === undefined) return capture.text;
+    this.held.delete(capture.message_id);
+    return capture.text.startsWith(partial) ? capture.text : partial + capture.text;
   }
 
   send(capture, method) {

@@ -6,11 +6,17 @@
 /** What this plugin performs of the server's delivery frames. */
 export const CAPABILITIES = Object.freeze(["proxy_delivery", "dom_delivery"]);
 
+/** The server takes at most 16 platforms and adapters in a hello (and refuses the hello beyond). */
+export const MAX_HELLO_ADAPTERS = 16;
+
 /**
  * @param {{clientId: string, token: string, version: string,
  *   adapters: readonly {name: string, version: string}[]}} hello
+ *   the adapters in force, those with network capture first; beyond
+ *   MAX_HELLO_ADAPTERS the rest are not named (their frames still go)
  */
-export function helloFrame({ clientId, token, version, adapters }) {
+export function helloFrame({ clientId, token, version, adapters: all }) {
+  const adapters = all.slice(0, MAX_HELLO_ADAPTERS);
   return {
     type: "hello",
     client_id: clientId,

@@ -1,31 +1,18 @@
 /**
  * The tool guide (SPEC §5.5, §6 `guide.get`): the frame that asks for it,
- * the matching of the server's answer to its question, and when the
- * "insert into every new conversation" option inserts it.
- *
- * A `guide.get` is a question, not a message to keep: it never goes into the
- * outbox, is never resent after a reconnect, and fails at once when the
- * socket is not open, so the person who asked sees why straight away.
+ * what its answer holds, and when the "insert into every new conversation"
+ * option inserts it. It is asked as every question to the server is
+ * (lib/answers.js).
  */
 
-/** How long the server has to answer a `guide.get`. */
-export const GUIDE_TIMEOUT_MS = 10_000;
-
-/** A question that could not be asked: the socket is not open (or not past `hello`). */
-export class NotConnected extends Error {
-  constructor(message = "not connected to the Conductor server") {
-    super(message);
-    this.name = "NotConnected";
-  }
-}
+import { ServerRefused } from "./answers.js";
 
 /** The server answered with an `error` frame, or with a `guide` frame missing its fields. */
-export class GuideRefused extends Error {
+export class GuideRefused extends ServerRefused {
   /** @param {string} code @param {string} detail */
   constructor(code, detail) {
-    super(detail ? `the server refused: ${detail} (${code})` : `the server refused (${code})`);
+    super(code, detail);
     this.name = "GuideRefused";
-    this.code = code;
   }
 }
 
@@ -51,83 +38,6 @@ export function guideFromAnswer(frame) {
     throw new GuideRefused("invalid", "its answer has no guide text and version");
   }
   return { version: frame.version, text: frame.text };
-}
-
-/**
- * Questions sent on the socket, each waiting for the one frame that carries
- * its `id` back (the answer or an `error`), for at most `timeoutMs`.
- * Timers are injected so that `node --test` drives time.
- */
-export class PendingAnswers {
-  /** @type {Map<string, {resolve: (frame: any) => void, reject: (error: Error) => void, timer: any}>} */
-  #waiting = new Map();
-
-  /**
-   * @param {{timeoutMs?: number, setTimer?: typeof setTimeout, clearTimer?: typeof clearTimeout}} [options]
-   */
-  constructor({ timeoutMs = GUIDE_TIMEOUT_MS, setTimer = (run, ms) => setTimeout(run, ms), clearTimer = (timer) => clearTimeout(timer) } = {}) {
-    // Wrapped: a browser's setTimeout called as a method of another object throws "Illegal invocation".
-    this.timeoutMs = timeoutMs;
-    this.setTimer = setTimer;
-    this.clearTimer = clearTimer;
-  }
-
-  /** How many questions wait for their answer. */
-  get size() {
-    return this.#waiting.size;
-  }
-
-  /**
-   * Sends a question and waits for its answer.
-   *
-   * @param {string} id the question frame's `id`
-   * @param {() => boolean} send sends the frame; false when the socket is not open
-   * @param {string} what the question, for the timeout's message
-   * @returns {Promise<any>} the answering frame (an `error` frame too)
-   */
-  ask(id, send, what) {
-    if (this.#waiting.has(id)) return Promise.reject(new Error(`a question with id ${id} is already waiting`));
-    return new Promise((resolve, reject) => {
-      const timer = this.setTimer(() => {
-        this.#waiting.delete(id);
-        reject(new Error(`the server did not answer ${what} within ${Math.round(this.timeoutMs / 1000)} s`));
-      }, this.timeoutMs);
-      this.#waiting.set(id, { resolve, reject, timer });
-      let isSent;
-      try {
-        isSent = send();
-      } catch (error) {
-        this.#settle(id)?.reject(error);
-        return;
-      }
-      if (!isSent) this.#settle(id)?.reject(new NotConnected());
-    });
-  }
-
-  /**
-   * Hands a frame from the server to the question it answers.
-   *
-   * @param {any} frame
-   * @returns {boolean} whether it answered a waiting question (and is consumed)
-   */
-  answer(frame) {
-    const waiter = typeof frame?.id === "string" ? this.#settle(frame.id) : null;
-    waiter?.resolve(frame);
-    return Boolean(waiter);
-  }
-
-  /** Fails every waiting question (the socket closed: no answer can come on it). */
-  failAll(reason) {
-    for (const id of [...this.#waiting.keys()]) this.#settle(id)?.reject(new NotConnected(reason));
-  }
-
-  #settle(id) {
-    const waiter = this.#waiting.get(id);
-    if (!waiter) return null;
-    this.#waiting.delete(id);
-    this.clearTimer(waiter.timer);
-    return waiter;
-  }
 }
 
 /**

@@ -14,7 +14,14 @@
  * Pure: the clock is passed in.
  */
 
-export const REPORT_KINDS = ["stream_unrecognised", "dom_fallback_used", "selector_missing", "page_value_missing", "delivery_blocked"];
+export const REPORT_KINDS = [
+  "stream_unrecognised",
+  "stream_incomplete",
+  "dom_fallback_used",
+  "selector_missing",
+  "page_value_missing",
+  "delivery_blocked",
+];
 /** At most one report per platform and kind in this long. */
 export const REPORT_INTERVAL_MS = 60_000;
 /** SPEC §6: at most 16 entries of at most 200 characters. */

@@ -1,7 +1,8 @@
 /**
  * The connection's state as the badge, the popup and the options page show
- * it (`status` in chrome.storage.session), and the recent acks' latency the
- * popup shows (`acks`). The service worker (worker/status.js) reads and
+ * it (`status` in chrome.storage.session), the count of blocks waiting for
+ * approval on the badge, and the recent acks' latency the popup shows
+ * (`acks`). The service worker (worker/status.js) reads and
  * writes them; what they become is decided here.
  */
 
@@ -35,16 +36,38 @@ export function nextStatus(previous, { state, detail = "", reason = "" }, now) {
 }
 
 /**
- * The badge and the action's title for a state. A connected plugin the
- * server supports only for now still works, but says so.
+ * The states whose badge gives way to the count of blocks waiting for
+ * approval: the count is the server's (hello.ok, status, instruction.status)
+ * and is only as fresh as the connection. The badge keeps the state's
+ * colour, so the connection stays visible; a refused token, a pause or
+ * missing settings keep their text, since the person must act on those
+ * first and the count cannot change meanwhile.
+ */
+const COUNT_SHOWN_IN = new Set(["connected", "connecting"]);
+
+/** The badge's text for a count: at most three characters. */
+export function countText(count) {
+  return count > 99 ? "99+" : String(count);
+}
+
+/**
+ * The badge and the action's title for a state, and the blocks of the
+ * person's conversations waiting for approval (`approvalsWaiting`, owner-wide).
+ * A connected plugin the server supports only for now still works, but says so.
  *
  * @returns {{text: string, color: string, title: string}}
  */
-export function badgeOf(state, detail, isOutdated) {
+export function badgeOf(state, detail, isOutdated, approvalsWaiting = 0) {
   const isOutdatedShown = state === "connected" && isOutdated;
   const { text, color } = BADGES[isOutdatedShown ? "outdated" : state];
   const note = isOutdatedShown ? " (update the extension)" : "";
-  return { text, color, title: `Conductor: ${state}${detail ? ` (${detail})` : ""}${note}` };
+  const isCountShown = approvalsWaiting > 0 && COUNT_SHOWN_IN.has(state);
+  const waiting = isCountShown ? `; ${approvalsWaiting} ${approvalsWaiting === 1 ? "block waits" : "blocks wait"} for approval` : "";
+  return {
+    text: isCountShown ? countText(approvalsWaiting) : text,
+    color,
+    title: `Conductor: ${state}${detail ? ` (${detail})` : ""}${note}${waiting}`,
+  };
 }
 
 /** The status with one more connection attempt counted at `now`. */

@@ -212,6 +212,9 @@ export class JsonFrameReader {
   end() {}
 }
 
+/** Why a stream says its answer stopped early: a name of letters, digits and `_`, no chat content. */
+const INCOMPLETE_REASON = /^[a-z][a-z0-9_]{0,31}$/;
+
 /** What every adapter's parser state tracks, besides its own shape's fields. */
 export class StreamState {
   constructor() {
@@ -219,6 +222,21 @@ export class StreamState {
     this.hasFailed = false;
     /** An event of the adapter's shape (an error included) was read: see StreamParser's `isRecognised`. */
     this.isRecognised = false;
+    /** Why the stream said its answer stopped early (see `stoppedEarly`); "" while it did not. */
+    this.incompleteReason = "";
+  }
+
+  /**
+   * The stream itself says the answer stopped before its end (an error
+   * event mid-answer, a length limit, a usage limit): it gives no capture,
+   * and the page, which shows the partial text or a banner, is not read
+   * either. `reason` is a name of the adapter's own (`max_tokens`,
+   * `overloaded_error`, `error_1037`); the first one said is kept.
+   */
+  stoppedEarly(reason) {
+    this.hasFailed = true;
+    this.isRecognised = true;
+    if (!this.incompleteReason) this.incompleteReason = INCOMPLETE_REASON.test(reason) ? reason : "stopped_early";
   }
 }
 
@@ -228,7 +246,10 @@ export class StreamState {
  * capture; otherwise `capture` says whether it ended with a final message.
  * `handoff` and `continues` are the adapter's when its answers can move
  * from one request to another (ChatGPT's stream handoff); by default a
- * stream neither hands off nor continues one.
+ * stream neither hands off nor continues one. `incomplete` is why the
+ * stream said it stopped early (by default the state's `incompleteReason`),
+ * and `held` the partial answer it held back when its app continues the same
+ * message later (ChatGPT's "Continue generating"); by default none.
  *
  * @param {LineReader | JsonFrameReader} reader
  * @param {StreamState} state
@@ -236,7 +257,12 @@ export class StreamState {
  * @param {{handoff?: () => string | null, continues?: () => string | null}} [moves]
  * @returns {import('../adapters/types.js').StreamParser}
  */
-export function streamParser(reader, state, capture, { handoff = () => null, continues = () => null } = {}) {
+export function streamParser(
+  reader,
+  state,
+  capture,
+  { handoff = () => null, continues = () => null, incomplete = () => state.incompleteReason, held = () => null } = {},
+) {
   return {
     feed(chunk) {
       reader.feed(chunk);
@@ -250,6 +276,8 @@ export function streamParser(reader, state, capture, { handoff = () => null, con
     },
     handoff: () => (state.hasFailed || reader.overflowed ? null : handoff()),
     continues,
+    incomplete: () => (reader.overflowed ? "" : incomplete()),
+    held: () => (reader.overflowed ? null : held()),
   };
 }
 

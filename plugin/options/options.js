@@ -21,9 +21,11 @@
  */
 
 import { isLoopback } from "../lib/frames.js";
+import { matchPatterns } from "../lib/sites.js";
 import { connectionOutcome, parsePairingCode } from "../lib/pairing.js";
 import { isUnencrypted, NOT_HTTP, serverUrlProblem } from "../lib/server-url.js";
 import { showStatus } from "../popup/status.js";
+import { loadSites } from "../worker/site-descriptions.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("settings"));
 const fields = {
@@ -178,8 +180,98 @@ form.addEventListener("input", (event) => {
   if (event.target !== fields.pairingCode) warning.textContent = "";
 });
 
+// "Notify me when a block waits for approval": its own key (`notifyApprovals`,
+// not in `settings`, whose change reconnects), saved at once, and on only
+// while Chrome grants the optional "notifications" permission, which is asked
+// for here, inside the click (a user gesture), and given back when switched off.
+const notifyApprovals = /** @type {HTMLInputElement} */ (document.getElementById("notify-approvals"));
+const notifyOutcome = document.getElementById("notify-outcome");
+const NOTIFICATIONS = { permissions: ["notifications"] };
+
+async function loadNotifyApprovals() {
+  const { notifyApprovals: isOn } = await chrome.storage.local.get("notifyApprovals");
+  notifyApprovals.checked = isOn === true && (await chrome.permissions.contains(NOTIFICATIONS));
+}
+
+notifyApprovals.addEventListener("change", async () => {
+  notifyOutcome.textContent = "";
+  if (notifyApprovals.checked) {
+    const isGranted = await chrome.permissions.request(NOTIFICATIONS).catch(() => false);
+    notifyApprovals.checked = isGranted;
+    await chrome.storage.local.set({ notifyApprovals: isGranted });
+    notifyOutcome.textContent = isGranted
+      ? "On: a notification says when a block starts waiting for approval."
+      : "Off: Chrome did not allow notifications.";
+  } else {
+    await chrome.storage.local.set({ notifyApprovals: false });
+    await chrome.permissions.remove(NOTIFICATIONS).catch(() => false);
+    notifyOutcome.textContent = "Off.";
+  }
+});
+
+// "Sites": each chat site read from the page, with a switch. On asks Chrome
+// for the site's origins (optional host permissions) inside the click, then
+// the worker registers its content script; off gives the origins back and
+// the worker unregisters it. The worker answers with the rows once its
+// scripts match the grants (`options.sites`, worker/sites.js).
+const siteList = document.getElementById("site-list");
+const sitesOutcome = document.getElementById("sites-outcome");
+/** The descriptions shown, by name: a switch's origins are known before its click, so the request stays in the gesture. */
+let knownSites = new Map();
+
+/** Draws the rows (text nodes only: titles and origins may come from the server). */
+function renderSites(rows) {
+  siteList.replaceChildren(
+    ...rows.map((row) => {
+      const item = document.createElement("li");
+      const label = document.createElement("label");
+      label.className = "inline";
+      const input = document.createElement("input");
+      input.type = "checkbox";
+      input.dataset.site = row.name;
+      input.checked = row.isOn;
+      input.disabled = !row.isLoadable;
+      const title = document.createElement("strong");
+      title.textContent = row.title;
+      label.append(input, " ", title, ` ${row.origins.join(", ")}`);
+      if (!row.isLoadable) label.append(" (a site your server added: this version of the plugin cannot run there yet)");
+      item.append(label);
+      return item;
+    }),
+  );
+}
+
+async function loadSiteList() {
+  knownSites = await loadSites();
+  renderSites(await chrome.runtime.sendMessage({ type: "options.sites" }));
+}
+
+siteList.addEventListener("change", async (event) => {
+  const input = /** @type {HTMLInputElement} */ (event.target);
+  const description = knownSites.get(input.dataset.site ?? "");
+  if (!description) return;
+  const origins = matchPatterns(description);
+  sitesOutcome.textContent = "";
+  let isDone;
+  if (input.checked) isDone = await chrome.permissions.request({ origins }).catch(() => false);
+  else isDone = await chrome.permissions.remove({ origins }).catch(() => false);
+  const rows = await chrome.runtime.sendMessage({ type: "options.sites" });
+  renderSites(rows);
+  const isOn = rows.find((row) => row.name === description.name)?.isOn === true;
+  sitesOutcome.textContent = isOn
+    ? `${description.title} is on: reload its open pages.`
+    : isDone || !input.checked
+      ? `${description.title} is off.`
+      : `${description.title} stays off: Chrome did not allow it.`;
+  sitesOutcome.dataset.site = description.name;
+});
+
 chrome.storage.onChanged.addListener(() => {
   renderOutcome();
 });
+loadSiteList().catch((error) => {
+  sitesOutcome.textContent = `The sites could not be listed: ${error?.message ?? error}`;
+});
+loadNotifyApprovals();
 load().then(renderOutcome);
 showStatus(document);

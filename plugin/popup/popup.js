@@ -1,4 +1,4 @@
-/** The popup: the connection's state, the outbox, pause and reconnect, and "Insert tool guide". */
+/** The popup: the connection's state, the outbox, pause and reconnect, "Insert tool guide" and "Open side panel". */
 
 import { guideOutcomeText } from "../lib/guide.js";
 import { showStatus } from "./status.js";
@@ -37,6 +37,20 @@ insertGuide.addEventListener("click", async () => {
   }
   guideOutcome.textContent = guideOutcomeText(outcome);
   guideOutcome.dataset.ok = String(Boolean(outcome?.ok));
+});
+
+// The side panel opens only within the click's user gesture: the tab is
+// looked up before, so that the click calls sidePanel.open at once.
+let activeTabId = null;
+chrome.tabs.query({ active: true, currentWindow: true }).then(([tab]) => {
+  activeTabId = tab?.id ?? null;
+});
+document.getElementById("open-panel").addEventListener("click", () => {
+  const opened = activeTabId === null ? Promise.reject(new Error("no active tab")) : chrome.sidePanel.open({ tabId: activeTabId });
+  opened.then(() => window.close(), (error) => {
+    guideOutcome.textContent = `The side panel did not open: ${error?.message ?? error}.`;
+    guideOutcome.dataset.ok = "false";
+  });
 });
 
 renderPause();

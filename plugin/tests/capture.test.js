@@ -17,6 +17,17 @@ function fixture(platform, name) {
   return readFileSync(new URL(`./fixtures/${platform}/${name}.stream`, import.meta.url), "utf8");
 }
 
+function expectedOf(platform, name) {
+  return JSON.parse(readFileSync(new URL(`./fixtures/${platform}/${name}.expected.json`, import.meta.url), "utf8"));
+}
+
+/** Starts fixture `name` as stream `id`, with the request it was recorded for, and feeds it whole. */
+function recorded(tracker, id, platform, name) {
+  const { request } = expectedOf(platform, name);
+  tracker.streamStarted(id, { url: request.requestUrl, body: request.requestBody, pageUrl: request.pageUrl });
+  tracker.streamChunk(id, fixture(platform, name));
+}
+
 /** A tracker on a fake clock; `dom` is what the page shows as the last answer. */
 function tracked({ dom = { text: "from the page", message_id: "" }, conversation = "11111111-2222-4333-8444-555555555555", adapter = claude } = {}) {
   const reports = [];
@@ -94,8 +105,10 @@ const SEQUENCES = [
     [writing, streamed(fixture("claude", "aborted_before_message_stop")), ended(200), written, graceOver], ["dom"]],
   ["reads the page when such a stream ends after the grace period",
     [writing, streamed(fixture("claude", "aborted_before_message_stop")), written, graceOver, nothingYet, ended(200)], ["dom"]],
-  ["reads the page for a stream that reported an error of its own",
-    [writing, streamed(fixture("claude", "error_event")), ended(200), written, graceOver], ["dom"]],
+  ["sends nothing for a stream that said it stopped early (an error event mid-answer), from the stream or from the page",
+    [writing, streamed(fixture("claude", "error_event")), ended(200), written, graceOver], []],
+  ["sends nothing either when that stream ends after the grace period",
+    [writing, streamed(fixture("claude", "error_event")), written, graceOver, ended(200)], []],
   ["does not read the page again when a stream failed and the page shows no new answer",
     [writingNothingNew, streamed(fixture("claude", "error_event")), ended(200), written, graceOver], []],
   ["sends nothing for an error status",
@@ -181,16 +194,94 @@ describe("CaptureTracker", () => {
   });
 });
 
+describe("CaptureTracker with answers that stopped early", () => {
+  // Each site's "stopped early" stream, the page showing the partial text
+  // (or a banner) afterwards, then the person's continuation or retry.
+  const CASES = [
+    { platform: "chatgpt", stopped: "v1_partial_max_tokens", reason: "max_tokens", path: "/backend-api/f/conversation",
+      next: "v1_continue_whole_message", conversation: "6750a3b2-9c4d-8000-a1b2-c3d4e5f60718" },
+    { platform: "claude", stopped: "error_event", reason: "overloaded_error",
+      path: "/api/organizations/*/chat_conversations/*/completion",
+      next: "answer_with_baa", conversation: "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0" },
+    { platform: "gemini", stopped: "usage_limit_after_text", reason: "error_1037",
+      path: "/*/BardChatUi/data/assistant.lamda.BardFrontendService/StreamGenerate",
+      next: "answer_with_baa_and_emoji", conversation: "4f2a9e7b1c3d5e6f" },
+  ];
+
+  for (const { platform, stopped, reason, path, next, conversation } of CASES) {
+    it(`${platform}: sends nothing for ${stopped}, though the page shows the partial text, and says why`, () => {
+      const partial = { text: "I'll write the file.\n\n```baa\nfiles.write\n{\"path\": \"notes/lo", message_id: "m-partial" };
+      const { tracker, reports, notices, elapse, write } = tracked({ adapter: adapterByName(platform), conversation, dom: partial });
+      write();
+      recorded(tracker, 1, platform, stopped);
+      tracker.streamEnded(1, { status: 200 });
+      tracker.generatingChanged(false);
+      elapse();
+      assert.deepEqual(reports, []);
+      assert.deepEqual(notices, [{ kind: "stream_incomplete", detail: { reason, path } }]);
+    });
+
+    it(`${platform}: sends the next complete stream of that turn once (${next})`, () => {
+      const whole = expectedOf(platform, next).capture;
+      const { tracker, reports, elapse, write } = tracked({ adapter: adapterByName(platform), conversation, dom: { text: whole.text, message_id: whole.message_id } });
+      write();
+      recorded(tracker, 1, platform, stopped);
+      tracker.streamEnded(1, { status: 200 });
+      tracker.generatingChanged(false);
+      elapse();
+      // The person continues (ChatGPT: the same message, whole) or retries.
+      write();
+      recorded(tracker, 2, platform, next);
+      tracker.streamEnded(2, { status: 200 });
+      tracker.generatingChanged(false);
+      elapse();
+      assert.deepEqual(reports, [{ capture: whole, method: "network" }]);
+    });
+  }
+});
+
+describe("CaptureTracker with ChatGPT's continuation of a held answer", () => {
+  const CONVERSATION = "6750a3b2-9c4d-8000-a1b2-c3d4e5f60718";
+  const whole = expectedOf("chatgpt", "v1_continue_whole_message").capture;
+
+  /** The cut answer, then the continuation `next`, each as the page writes it. */
+  function continued(next) {
+    const harness = tracked({ adapter: chatgpt, conversation: CONVERSATION, dom: { text: whole.text, message_id: whole.message_id } });
+    const { tracker, elapse, write } = harness;
+    write();
+    recorded(tracker, 1, "chatgpt", "v1_partial_max_tokens");
+    tracker.streamEnded(1, { status: 200 });
+    tracker.generatingChanged(false);
+    elapse();
+    write();
+    recorded(tracker, 2, "chatgpt", next);
+    tracker.streamEnded(2, { status: 200 });
+    tracker.generatingChanged(false);
+    elapse();
+    return harness.reports;
+  }
+
+  it("sends a continuation that streams the whole message as it is", () => {
+    assert.deepEqual(continued("v1_continue_whole_message"), [{ capture: whole, method: "network" }]);
+  });
+
+  it("puts the held partial text before a continuation that streams only what it added", () => {
+    const reports = continued("v1_continue_new_text_only");
+    assert.deepEqual(reports, [{ capture: whole, method: "network" }]);
+  });
+
+  it("holds a bounded number of partial answers", () => {
+    const { tracker } = tracked({ adapter: chatgpt, conversation: CONVERSATION });
+    for (let n = 0; n < 50; n++) tracker.hold({ message_id: `m-${n}`, text: "part" });
+    assert.equal(tracker.held.size, 4);
+    assert.ok(tracker.held.has("m-49") && !tracker.held.has("m-0"));
+  });
+});
+
 describe("CaptureTracker with ChatGPT's stream handoff", () => {
   const CONVERSATION = "6750a3b2-9c4d-8000-a1b2-c3d4e5f60718";
-  const expected = (name) => JSON.parse(readFileSync(new URL(`./fixtures/chatgpt/${name}.expected.json`, import.meta.url), "utf8"));
-
-  /** Starts fixture `name` as stream `id` (with the request it was recorded for) and feeds it whole. */
-  function leg(tracker, id, name) {
-    const { request } = expected(name);
-    tracker.streamStarted(id, { url: request.requestUrl, body: request.requestBody, pageUrl: request.pageUrl });
-    tracker.streamChunk(id, fixture("chatgpt", name));
-  }
+  const expected = (name) => expectedOf("chatgpt", name);
+  const leg = (tracker, id, name) => recorded(tracker, id, "chatgpt", name);
 
   function harness() {
     return tracked({ adapter: chatgpt, conversation: CONVERSATION, dom: { text: "from the page", message_id: "m-page" } });

@@ -58,3 +58,70 @@ function isInside(node, ancestor) {
   for (let current = node.parentNode; current; current = current.parentNode) if (current === ancestor) return true;
   return false;
 }
+
+/**
+ * A document that builds trees the way a renderer does (`createElement`,
+ * `createTextNode`, `setAttribute`, `appendChild`, `textContent`), for
+ * DOM-free rendering tests. Setting `innerHTML` or `outerHTML`, or calling
+ * `insertAdjacentHTML`, throws: a renderer that parses HTML fails its test.
+ */
+export function buildingDocument() {
+  const refuse = () => {
+    throw new Error("HTML parsing is not allowed here");
+  };
+  const createTextNode = (data) => ({ nodeType: 3, nodeName: "#text", childNodes: [], parentNode: null, textContent: String(data), data: String(data) });
+  const createElement = (name) => {
+    const attributes = new Map();
+    const node = {
+      nodeType: 1,
+      nodeName: name.toUpperCase(),
+      childNodes: [],
+      parentNode: null,
+      attributes,
+      getAttribute: (attribute) => attributes.get(attribute) ?? null,
+      setAttribute: (attribute, value) => void attributes.set(attribute, String(value)),
+      hasAttribute: (attribute) => attributes.has(attribute),
+      appendChild(child) {
+        child.parentNode = node;
+        node.childNodes.push(child);
+        return child;
+      },
+      get textContent() {
+        return node.childNodes.map((child) => child.textContent).join("");
+      },
+      set textContent(data) {
+        node.childNodes = [createTextNode(data)];
+      },
+      get classList() {
+        return (attributes.get("class") ?? "").split(/\s+/).filter(Boolean);
+      },
+      set innerHTML(_html) {
+        refuse();
+      },
+      set outerHTML(_html) {
+        refuse();
+      },
+      insertAdjacentHTML: refuse,
+    };
+    return node;
+  };
+  return { createElement, createTextNode };
+}
+
+/** Every element under `node` (itself included) that `isWanted`, in document order. */
+export function elementsUnder(node, isWanted = () => true) {
+  const found = [];
+  const stack = [node];
+  while (stack.length) {
+    const current = stack.pop();
+    if (current.nodeType !== 1) continue;
+    if (isWanted(current)) found.push(current);
+    stack.push(...[...current.childNodes].reverse());
+  }
+  return found;
+}
+
+/** The elements under `node` with class `name`. */
+export function byClass(node, name) {
+  return elementsUnder(node, (element) => element.classList.includes(name));
+}

@@ -4,6 +4,11 @@
 
 /** Feeds `bytes` in chunks of `size` bytes (splitting UTF-8 characters too) and finishes. */
 export function parse(adapter, request, bytes, size) {
+  return parseFully(adapter, request, bytes, size).capture;
+}
+
+/** The same, with why the stream said it stopped early ("" when it did not). */
+export function parseFully(adapter, request, bytes, size) {
   const parser = adapter.createStreamParser(request);
   const decoder = new TextDecoder();
   const step = Number.isFinite(size) ? size : bytes.length;
@@ -11,5 +16,6 @@ export function parse(adapter, request, bytes, size) {
     parser.feed(decoder.decode(bytes.subarray(start, start + step), { stream: true }));
   }
   parser.feed(decoder.decode());
-  return parser.finish();
+  const capture = parser.finish();
+  return { capture, incomplete: parser.incomplete() };
 }

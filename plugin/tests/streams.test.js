@@ -1,13 +1,14 @@
 // Every recorded-shape stream under fixtures/<platform>/, fed the way the
 // content script feeds it (bytes through one streaming TextDecoder) at
-// several chunk sizes, must give the capture beside it.
+// several chunk sizes, must give the capture beside it, and say it stopped
+// early (`incomplete`) exactly where the fixture says so.
 
 import assert from "node:assert/strict";
 import { readdirSync, readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 
 import { adapterByName } from "../adapters/index.js";
-import { parse } from "./feed.js";
+import { parseFully } from "./feed.js";
 
 const FIXTURES = new URL("./fixtures/", import.meta.url);
 const CHUNK_SIZES = [1, 2, 3, 7, 64, 1000, Infinity];
@@ -40,13 +41,16 @@ describe("recorded-shape streams", () => {
       const mine = all.filter((fixture) => fixture.platform === platform);
       assert.ok(mine.some((fixture) => fixture.expected.capture !== null), `${platform} has a fixture with a capture`);
       assert.ok(mine.some((fixture) => fixture.expected.capture === null), `${platform} has a fixture without one`);
+      assert.ok(mine.some((fixture) => fixture.expected.incomplete), `${platform} has a fixture that stopped early`);
     }
   });
 
   for (const { platform, name, bytes, expected } of all) {
     for (const size of CHUNK_SIZES) {
       it(`${platform}/${name} in ${size}-byte chunks`, () => {
-        assert.deepEqual(parse(adapterByName(platform), expected.request, bytes, size), expected.capture);
+        const { capture, incomplete } = parseFully(adapterByName(platform), expected.request, bytes, size);
+        assert.deepEqual(capture, expected.capture);
+        assert.equal(incomplete, expected.incomplete ?? "");
       });
     }
   }

@@ -4,10 +4,10 @@
  * tool guide", and a new chat's page when the option is on).
  */
 
-import { ADAPTERS, adapterByName, adapterForUrl } from "../adapters/index.js";
-import { guideFromAnswer, guideGetFrame, NotConnected, PendingAnswers } from "../lib/guide.js";
-import { ensureConnected, send, waitForHello } from "./socket.js";
-import { statusLine } from "./status.js";
+import { adapterByName, adapterForUrl, NETWORK_ADAPTERS } from "../adapters/index.js";
+import { guideFromAnswer, guideGetFrame } from "../lib/guide.js";
+import { ask } from "./answers.js";
+import { ensureConnected, waitForHello } from "./socket.js";
 
 /**
  * How long a new chat's page waits for a worker just woken (by that page's
@@ -16,31 +16,15 @@ import { statusLine } from "./status.js";
 const NEW_CHAT_CONNECT_MS = 5_000;
 
 /**
- * Questions to the server waiting for their answer (`guide.get`). Kept in
- * this worker only: a question lives no longer than the socket it went out
- * on, and whoever asked is waiting for the answer in this worker's lifetime.
- */
-export const answers = new PendingAnswers();
-
-/**
  * Asks the server for the tool guide of a conversation (null: a new chat,
- * which gets its platform's guide). Not kept in the outbox: it fails at once
- * when not connected and after GUIDE_TIMEOUT_MS without an answer.
+ * which gets its platform's guide). A question like any other (worker/answers.js):
+ * it fails at once when not connected and after 10 s without an answer.
  *
  * @returns {Promise<{version: string, text: string}>}
  * @throws {Error} with a message to show the person
  */
 async function requestGuide({ platform, conversationId }) {
-  const id = crypto.randomUUID();
-  let isSent = false;
-  try {
-    return guideFromAnswer(await answers.ask(id, () => (isSent = send(guideGetFrame({ id, platform, conversationId }))), "guide.get"));
-  } catch (error) {
-    if (isSent || !(error instanceof NotConnected)) throw error;
-    // Not sent: say what the connection is doing, as the popup's state line does.
-    const state = await statusLine();
-    throw new NotConnected(`not connected to the Conductor server${state ? ` (${state})` : ""}`);
-  }
+  return guideFromAnswer(await ask((id) => guideGetFrame({ id, platform, conversationId })));
 }
 
 /**
@@ -53,7 +37,9 @@ export async function insertGuideIntoTab(tabId) {
   const tab = await chrome.tabs.get(tabId).catch(() => null);
   // The tab's URL is readable for the adapters' origins only (host permissions).
   const adapter = tab?.url ? adapterForUrl(tab.url) : null;
-  if (!adapter) return { ok: false, error: `the active tab is not a chat page of ${ADAPTERS.map((known) => known.name).join(", ")}` };
+  if (!adapter) {
+    return { ok: false, error: `the active tab is not a chat page of ${NETWORK_ADAPTERS.map((known) => known.name).join(", ")} or of a site switched on in the options` };
+  }
   let guide;
   try {
     guide = await requestGuide({ platform: adapter.name, conversationId: adapter.conversationIdFromUrl(tab.url) });

@@ -34,16 +34,20 @@ let sentOnSocket = new Set();
 let frameHandlers = {};
 /** @type {(reason: string) => void} */
 let onGone = () => {};
+/** @type {() => Promise<unknown>} */
+let beforeHello = async () => {};
 
 /**
  * Where frames go, by `type` (one handler each, unknown types ignored), and
- * who is told when the socket goes (`gone(reason)`).
+ * who is told when the socket goes (`gone(reason)`); `ready()` is awaited
+ * before connecting (the adapters the hello names must be in force).
  *
- * @param {{handlers: Record<string, (frame: any) => Promise<void>>, gone: (reason: string) => void}} listeners
+ * @param {{handlers: Record<string, (frame: any) => Promise<void>>, gone: (reason: string) => void, ready?: () => Promise<unknown>}} listeners
  */
-export function listen({ handlers, gone }) {
+export function listen({ handlers, gone, ready = async () => {} }) {
   frameHandlers = handlers;
   onGone = gone;
+  beforeHello = ready;
 }
 
 /** Connects unless connected, connecting, paused, refused or not configured. Safe to call often. */
@@ -55,6 +59,7 @@ export function ensureConnected() {
 }
 
 async function connectIfDue() {
+  await beforeHello().catch(() => {}); // without the sites' descriptions the hello names the three
   if (socket || retryTimer) return;
   const { settings, paused } = await chrome.storage.local.get(["settings", "paused"]);
   const block = connectionBlock({ settings, paused, holdOff: await session.get("holdOff") });

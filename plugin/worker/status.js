@@ -1,7 +1,8 @@
 /**
  * The connection's state in chrome.storage.session (`status`, `acks`) and
- * on the badge, where the popup and the options page read it
- * (lib/status.js decides what each becomes).
+ * on the badge, with the count of blocks waiting for approval
+ * (`approvalsWaiting`, worker/panel.js), where the popup, the options page
+ * and the side panel read them (lib/status.js decides what each becomes).
  */
 
 import { badgeOf, nextStatus, withAck, withAttempt } from "../lib/status.js";
@@ -11,7 +12,14 @@ import { session } from "./storage.js";
 export async function setStatus(state, detail = "", reason = "") {
   const status = nextStatus((await session.get("status")) ?? {}, { state, detail, reason }, Date.now());
   await session.set("status", status);
-  const badge = badgeOf(state, detail, (await session.get("pluginOutdated")) === true);
+  await showBadge();
+}
+
+/** Shows the state and the count of blocks waiting for approval (`approvalsWaiting`) on the badge. */
+export async function showBadge() {
+  const { status = {}, pluginOutdated, approvalsWaiting = 0 } = await chrome.storage.session.get(["status", "pluginOutdated", "approvalsWaiting"]);
+  if (!status.state) return;
+  const badge = badgeOf(status.state, status.detail ?? "", pluginOutdated === true, approvalsWaiting);
   await chrome.action.setBadgeText({ text: badge.text });
   await chrome.action.setBadgeBackgroundColor({ color: badge.color });
   await chrome.action.setTitle({ title: badge.title });

@@ -254,6 +254,30 @@ def test_an_operators_cancel_under_a_running_worker_is_not_a_lost_lease():
     assert not LeaseLoss.objects.exists()
 
 
+def test_an_outcome_written_before_its_connection_died_is_not_written_again_nor_a_lost_lease(monkeypatch):
+    """The first write commits, then its connection dies before it returns: the retry finds the lease ended."""
+    from automation import dispatcher as dispatcher_module
+
+    real = dispatcher_module.transition_and_follow_up
+    calls = []
+
+    def commits_then_cut(transition, *, actor):
+        calls.append(actor)
+        task = real(transition, actor=actor)
+        if len(calls) == 1:
+            raise OperationalError("server closed the connection unexpectedly")
+        return task
+
+    monkeypatch.setattr(dispatcher_module, "transition_and_follow_up", commits_then_cut)
+    monkeypatch.setattr(dispatcher_module, "RECORD_RETRY_SECONDS", 0.01)
+    task = create(n=3)
+    one_tick()
+    done = reload(task)
+    assert (done.status, done.result_json, len(calls)) == (S.SUCCEEDED, '{"echo": 3}', 2)
+    assert done.events.filter(action="succeed").count() == 1
+    assert not LeaseLoss.objects.exists()
+
+
 def test_stop_gives_back_tasks_waiting_out_their_jitter():
     PluginClientFactory(client_id="laptop", connected=True, last_seen_at=timezone.now() + dt.timedelta(hours=1))
     task = create("test.outbound", target_client_id="laptop", target_platform="claude",

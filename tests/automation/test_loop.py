@@ -1,4 +1,4 @@
-"""The dispatcher loop: its lease and standby, its ticks, wake-ups, hand-over and stopping."""
+"""The dispatcher loop: every loop ticks, one scheduled loop a server, heartbeats and stalled loops, wake-ups, stopping."""
 
 import itertools
 import os
@@ -9,8 +9,9 @@ import time
 import pytest
 
 from automation.dispatcher import Dispatcher, DispatcherConfig
-from automation.loop import LEASE_MIN_SECONDS, dispatcher_loop, lease_seconds
-from automation.models import AutomationTask, DispatcherState, TaskStatus
+from automation.loop import STALL_MIN_SECONDS, dispatcher_loop, stall_seconds
+from automation.models import AutomationTask, DispatcherWorker, TaskEvent, TaskStatus
+from automation.services.dispatcher_state import dispatcher_worker_beat
 from automation.services.tasks import task_create
 from automation.wake import dispatcher_wake
 from core.clock import now_ms
@@ -19,7 +20,6 @@ from tests.procs import spawn_process
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
 S = TaskStatus
-FOREVER = 2**62
 
 
 class RecordingDispatcher(Dispatcher):
@@ -79,8 +79,9 @@ def stop_every_loop():
         loop._thread.join(20)
 
 
-def state():
-    return DispatcherState.objects.filter(pk=1).first() or DispatcherState(pk=1)
+def workers():
+    """The loops' rows: ``{owner: server}``."""
+    return dict(DispatcherWorker.objects.values_list("owner", "server"))
 
 
 def wait_for(condition, timeout=15):
@@ -91,72 +92,72 @@ def wait_for(condition, timeout=15):
     return value
 
 
-def test_the_lease_is_three_ticks_and_never_shorter_than_the_minimum():
-    assert lease_seconds(0.2) == LEASE_MIN_SECONDS == 10
-    assert lease_seconds(5) == 15
+def test_a_loop_stalls_after_three_ticks_without_a_heartbeat_and_never_sooner_than_the_minimum():
+    assert stall_seconds(0.2) == STALL_MIN_SECONDS == 10
+    assert stall_seconds(5) == 15
 
 
-def test_a_loop_ticks_on_the_wall_clock_until_stopped_and_then_releases_its_lease():
+def test_a_loop_ticks_on_the_wall_clock_until_stopped_beating_meanwhile_and_then_leaves():
     loop = LoopThread("runner", tick_seconds=0.25)
-    time.sleep(2.0)  # longer than any fixed run would be in this test
+    wait_for(lambda: "runner" in workers())
+    beats = set()
+    end = time.monotonic() + 2.0  # longer than any fixed run would be in this test
+    while time.monotonic() < end:
+        beats.update(DispatcherWorker.objects.filter(owner="runner").values_list("heartbeat_at", flat=True))
+        time.sleep(0.05)
     report = loop.stop()
-    assert report.held_lease and not report.stood_by and 7 <= report.ticks <= 10
+    assert not report.covered and 7 <= report.ticks <= 10
     gaps = [b - a for a, b in itertools.pairwise(loop.dispatcher.tick_times)]
     assert all(0.2 < gap < 0.35 for gap in gaps), gaps
-    assert (state().run_owner, state().standby_owner) == ("", "")
+    assert len(beats) >= 4  # a heartbeat every tick or so
+    assert workers() == {}
 
 
-def test_one_loop_ticks_one_stands_by_and_any_other_returns_once_it_sees_both_alive():
-    first = LoopThread("first", exit_when_covered=True)
-    wait_for(lambda: state().run_owner == "first")
-    second = LoopThread("second", exit_when_covered=True)
-    wait_for(lambda: state().standby_owner == "second")
-
-    third = LoopThread("third", exit_when_covered=True).join(5)
-    assert (third.held_lease, third.stood_by, third.ticks) == (False, False, 0)
-
-    time.sleep(0.5)
-    assert second.dispatcher.tick_times == []  # the standby never ticks beside the runner
-    first_report = first.stop()
-    wait_for(lambda: second.dispatcher.tick_times)
-    handover = min(second.dispatcher.tick_times) - max(first.dispatcher.tick_times)
-    second_report = second.stop()
-
-    assert first_report.held_lease and not first_report.stood_by
-    assert second_report.stood_by and second_report.held_lease
-    assert handover < 0.5  # a released lease is taken at the standby's next look
-    assert (state().run_owner, state().standby_owner) == ("", "")
+def test_every_loop_ticks_and_claims_beside_the_others_and_each_task_runs_once():
+    loops = [LoopThread(f"loop-{n}", server=f"server-{n}", tick_seconds=0.1) for n in range(3)]
+    wait_for(lambda: len(workers()) == 3)
+    tasks = [task_create(kind="test.local", payload={"sleep": 0.05}, actor="test")[0] for _ in range(60)]
+    wait_for(lambda: AutomationTask.objects.filter(pk__in=[t.pk for t in tasks], status=S.SUCCEEDED).count() == 60,
+             timeout=30)
+    for loop in loops:
+        loop.stop()
+    starts = TaskEvent.objects.filter(task__in=tasks, action="start").values_list("task_id", "actor")
+    assert len(starts) == 60 and len({task_id for task_id, _ in starts}) == 60  # each task started once
+    assert {actor for _, actor in starts} == {"loop-0", "loop-1", "loop-2"}  # by every loop
+    assert all(len(loop.dispatcher.tick_times) > 3 for loop in loops)
 
 
-def test_a_standby_takes_a_lapsed_lease_over_within_the_lease_plus_one_tick():
-    # The holder died a moment ago: its lease runs out in a second.
-    DispatcherState.objects.create(pk=1, run_owner="dead", run_until=now_ms() + 1000)
+def test_a_scheduled_loop_returns_once_it_sees_an_older_loop_of_its_server_beat():
+    first = LoopThread("first", server="server-a", exit_when_covered=True)
+    wait_for(lambda: first.dispatcher.tick_times)
+    second = LoopThread("second", server="server-a", exit_when_covered=True).join(5)
+    assert second.covered and second.ticks == 0
+    other = LoopThread("other", server="server-b", exit_when_covered=True)  # another server: it ticks
+    wait_for(lambda: other.dispatcher.tick_times)
+    assert set(workers()) == {"first", "other"}
+    assert not first.stop().covered and not other.stop().covered
+    assert workers() == {}
+
+
+def test_a_scheduled_loop_that_finds_its_servers_older_loop_dead_ticks_instead_of_returning():
+    # A cluster killed and restarted within the stall time: its dead loop's row is still there.
+    now = now_ms()
+    dispatcher_worker_beat(owner="dead", server="server-a", now=now - 9_000, stalled_before=0)
     started = time.monotonic()
-    standby = LoopThread("standby", tick_seconds=0.2, exit_when_covered=True)
-    wait_for(lambda: standby.dispatcher.tick_times)
-    takeover = min(standby.dispatcher.tick_times) - started
-    report = standby.stop()
-    assert report.stood_by and report.held_lease
-    assert 0.9 < takeover < 1.0 + 0.2 + 0.3
+    restarted = LoopThread("restarted", server="server-a", tick_seconds=0.2, exit_when_covered=True)
+    wait_for(lambda: restarted.dispatcher.tick_times)
+    takeover = min(restarted.dispatcher.tick_times) - started
+    assert "dead" not in workers()  # stalled: the live loop deleted its row
+    report = restarted.stop()
+    assert not report.covered and report.ticks >= 1
+    assert takeover < 1.0 + 0.2 + 0.5  # the dead row's last second, a tick, and polling
 
 
-def test_a_loop_that_finds_both_places_held_by_dead_loops_takes_over_instead_of_returning():
-    # A cluster killed and restarted within the lease: its dead loops still hold both places.
-    DispatcherState.objects.create(pk=1, run_owner="dead", run_until=now_ms() + 1000,
-                                   standby_owner="dead-standby", standby_until=now_ms() + 1000)
-    started = LoopThread("restarted", tick_seconds=0.2, exit_when_covered=True)
-    wait_for(lambda: started.dispatcher.tick_times)
-    report = started.stop()
-    assert report.held_lease and report.ticks >= 1
-
-
-def test_a_foreground_loop_keeps_standing_by_while_both_places_are_taken():
-    DispatcherState.objects.create(pk=1, run_owner="cluster", run_until=FOREVER,
-                                   standby_owner="cluster-standby", standby_until=FOREVER)
-    loop = LoopThread("foreground")
-    time.sleep(0.5)
-    report = loop.stop()
-    assert (report.held_lease, report.stood_by, report.ticks) == (False, False, 0)
+def test_a_foreground_loop_ticks_even_beside_an_older_loop_of_its_server():
+    dispatcher_worker_beat(owner="cluster", server="server-a", now=now_ms() + 60_000, stalled_before=0)
+    loop = LoopThread("foreground", server="server-a")
+    wait_for(lambda: loop.dispatcher.tick_times)
+    assert loop.stop().ticks >= 1
 
 
 def test_a_failing_tick_is_logged_and_the_loop_goes_on():
@@ -181,18 +182,18 @@ def test_a_task_outlives_many_ticks_and_is_never_cut_short_by_the_loop():
     assert len(dispatcher.tick_times) > 20
 
 
-def test_a_loop_whose_lease_was_taken_over_lets_its_running_task_finish():
+def test_a_loop_whose_row_was_pruned_as_stalled_rejoins_and_its_running_task_finishes():
     task, _ = task_create(kind="test.local", payload={"sleep": 1.5}, actor="test")
-    loop = LoopThread("stalled")
-    wait_for(lambda: AutomationTask.objects.get(pk=task.pk).status == S.RUNNING)
-    # As if this loop had stalled past its lease and a standby had taken over.
-    DispatcherState.objects.filter(pk=1).update(run_owner="successor", run_until=FOREVER)
-
-    report = loop.join(10)  # it ends by itself, without a stop
-    assert report.lost_lease and not loop.stop_event.is_set()
+    loop = LoopThread("stalled", tick_seconds=0.1)
+    wait_for(lambda: AutomationTask.objects.get(pk=task.pk).status == S.RUNNING and "stalled" in workers())
+    # As if this loop had stalled past the stall time and another loop had deleted its row.
+    assert DispatcherWorker.objects.filter(owner="stalled").delete()[0] == 1
+    wait_for(lambda: "stalled" in workers())
+    wait_for(lambda: AutomationTask.objects.get(pk=task.pk).is_terminal, timeout=10)
+    report = loop.stop()
+    assert report.rejoined == 1
     done = AutomationTask.objects.get(pk=task.pk)
     assert (done.status, done.attempt_count) == (S.SUCCEEDED, 1)
-    assert state().run_owner == "successor"  # its release touched nothing of the successor's
 
 
 def test_a_wake_up_makes_the_running_loop_claim_new_tasks_at_once(channel_layer):
@@ -212,7 +213,7 @@ def test_a_wake_up_makes_the_running_loop_claim_new_tasks_at_once(channel_layer)
 
 
 def test_a_burst_of_wake_ups_does_not_put_the_scheduled_ticks_off(channel_layer):
-    """Each wake-up ticks at once; the regular ticks, which renew the run lease, keep their pace."""
+    """Each wake-up ticks at once; the regular ticks, which carry the heartbeat, keep their pace."""
     loop = LoopThread("burst", tick_seconds=1.0, listen_for_wake=True)
     ticks = loop.dispatcher.tick_times
     try:
@@ -224,19 +225,19 @@ def test_a_burst_of_wake_ups_does_not_put_the_scheduled_ticks_off(channel_layer)
         burst_over, seen = time.monotonic(), len(ticks)
         # Before, every woken tick put the next scheduled one a whole tick
         # later: twelve wake-ups silenced the loop for twelve seconds, and a
-        # burst longer than the run lease handed the loop to its standby.
+        # burst longer than the stall time made a live loop look dead.
         wait_for(lambda: len(ticks) >= seen + 2, timeout=6)
         assert ticks[-1] - burst_over < 6
     finally:
         report = loop.stop()
-    assert report.held_lease and not report.lost_lease and report.woken >= 12
+    assert report.rejoined == 0 and report.woken >= 12
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_the_scheduled_task_stops_within_a_tick_on_a_signal(signum):
     process = spawn_process("automation.jobs:dispatch_run", ())
     try:
-        wait_for(lambda: DispatcherState.objects.filter(pk=1).exclude(run_owner="").exists(), timeout=30)
+        wait_for(lambda: DispatcherWorker.objects.exists(), timeout=30)
         started = time.monotonic()
         os.kill(process.pid, signum)
         process.join(15)
@@ -245,4 +246,4 @@ def test_the_scheduled_task_stops_within_a_tick_on_a_signal(signum):
     finally:
         if process.is_alive():
             process.kill()
-    assert state().run_owner == ""
+    assert workers() == {}

@@ -9,9 +9,13 @@ from django.db import connection
 from automation.services.tasks import task_create
 from automation.wake import (
     ChannelWakeListener,
+    EventWakes,
     NotifyWakeListener,
+    WakeTopic,
     dispatcher_wake,
+    topic_listener,
     wake_listener,
+    wake_send,
     wakes_go_to,
 )
 
@@ -44,10 +48,40 @@ def test_a_committed_task_wakes_the_listener(channel_layer):
         listener.stop()
 
 
+class Heard:
+    """A receiver that keeps the payloads it hears."""
+
+    def __init__(self):
+        self.payloads, self.arrived = [], threading.Event()
+
+    def heard(self, payload):
+        self.payloads.append(payload)
+        self.arrived.set()
+
+    def missed(self):
+        pass
+
+
+def test_a_topics_wake_carries_its_payload_to_that_topics_listeners_only(channel_layer):
+    topic, other = WakeTopic("conductor_test_topic", "conductor-test-topic"), Heard()
+    heard = Heard()
+    listeners = [topic_listener(topic, heard).start(), wake_listener(threading.Event()).start(),
+                 topic_listener(WakeTopic("conductor_test_other", "conductor-test-other"), other).start()]
+    try:
+        time.sleep(0.2)  # the listeners' receives are under way
+        wake_send(topic, "r1 r2")
+        assert heard.arrived.wait(10)
+        assert heard.payloads == ["r1 r2"]
+        assert not other.arrived.wait(0.3)
+    finally:
+        for listener in listeners:
+            listener.stop()
+
+
 @postgres_only
 def test_a_notify_listener_whose_connection_was_cut_listens_again_and_ticks_for_what_it_missed():
     event = threading.Event()
-    listener = NotifyWakeListener(event)
+    listener = NotifyWakeListener(EventWakes(event))
     listener.RETRY_SECONDS = 0.1
     listener.start()
     try:
@@ -71,7 +105,7 @@ def test_a_notify_listener_whose_connection_was_cut_listens_again_and_ticks_for_
 @postgres_only
 def test_a_wake_is_one_notify_after_the_commit_not_before():
     event = threading.Event()
-    listener = NotifyWakeListener(event).start()
+    listener = NotifyWakeListener(EventWakes(event)).start()
     try:
         from django.db import transaction
 

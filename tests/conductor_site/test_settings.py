@@ -1,5 +1,6 @@
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -24,6 +25,7 @@ def test_defaults_match_the_spec():
     assert parse() == {
         "CONDUCTOR_WORKSPACE": DATA / "workspace",
         "CONDUCTOR_TICK_SECONDS": 2.0,
+        "CONDUCTOR_SERVER_NAME": socket.gethostname(),
         "CONDUCTOR_MAX_TASKS_PER_TICK": 20,
         "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": 800,
         "CONDUCTOR_RETRY_BACKOFF_SECONDS": (5, 15, 45),
@@ -68,7 +70,8 @@ def test_delivery_methods_are_read_per_platform(value, parsed):
 
 
 @pytest.mark.parametrize("value,error", [
-    ("bing=http", "unknown platform 'bing'; known: chatgpt, claude, gemini"),
+    ("bing=http", "unknown platform 'bing'; known: aistudio, chatgpt, claude, copilot, deepseek, gemini"),
+    ("perplexity=http,dom", "'perplexity' is delivered only by dom"),
     ("claude=carrier-pigeon", "unknown delivery method 'carrier-pigeon'; known: http, dom"),
     ("claude=", "name at least one delivery method"),
     ("claude=http,http", "a delivery method is named twice"),
@@ -136,8 +139,8 @@ def test_values_come_from_the_environment(tmp_path):
         ("CONDUCTOR_RETRY_BACKOFF_SECONDS", "5,soon", "comma-separated list"),
         ("CONDUCTOR_RETRY_BACKOFF_SECONDS", ",", "at least one"),
         ("CONDUCTOR_RETRY_JITTER_MAX_MS", "-1", "CONDUCTOR_RETRY_JITTER_MAX_MS must be at least 0"),
-        # The dispatcher loop and its standby take two workers; renewal needs a third.
-        ("CONDUCTOR_Q_WORKERS", "2", "CONDUCTOR_Q_WORKERS must be at least 3"),
+        # A cluster on its own runs the dispatcher loop in one worker; renewal needs a second.
+        ("CONDUCTOR_Q_WORKERS", "1", "CONDUCTOR_Q_WORKERS must be at least 2"),
         ("CONDUCTOR_RESULT_STORE_MAX_BYTES", "1023", "CONDUCTOR_RESULT_STORE_MAX_BYTES must be at least 1024"),
         ("CONDUCTOR_OLDEST_PLUGIN_VERSION", "1.x", "CONDUCTOR_OLDEST_PLUGIN_VERSION must be a version"),
     ],

@@ -211,6 +211,104 @@ def test_nothing_matching_says_so_and_offers_no_confirmation(admin_client):
     assert "No task matches" in page and 'name="post"' not in page
 
 
+def test_reject_across_asks_for_a_reason_and_stores_it_on_every_task(admin_client, admin_user):
+    held = [make_task(S.BLOCKED) for _ in range(3)]
+    page = across(admin_client, "reject").content.decode()
+    assert re.search(rf'<textarea id="bulk-reason" name="reason" rows="3" cols="60" maxlength="{operator.REJECT_REASON_MAX_CHARS}">', page)
+    response = across(admin_client, "reject", confirm=True, reason="not on a Friday")
+    assert notes(response) == ["Rejected 3 of the tasks matching the list."]
+    assert [e.error for e in AutomationTask.objects.get(pk=held[0].pk).events.filter(action="reject")] == [
+        f"rejected by {admin_user.username}: not on a Friday"
+    ]
+    assert {AutomationTask.objects.get(pk=t.pk).last_error for t in held} == {
+        f"rejected by {admin_user.username}: not on a Friday"
+    }
+
+
+def test_other_actions_across_ask_for_no_reason(admin_client):
+    make_task(S.FAILED)
+    assert 'name="reason"' not in across(admin_client, "retry").content.decode()
+
+
+# --- retry of ticked rows: the counts first --------------------------------------------------------
+
+
+def tick(client, action, tasks, url=LIST, **extra):
+    """Tick ``tasks`` and choose ``action``, as the list's Go button posts it."""
+    data = {"action": action, ACTION_CHECKBOX_NAME: [t.pk for t in tasks], "index": "0", **extra}
+    return client.post(url, data)
+
+
+def test_retrying_ticked_rows_asks_first_with_the_counts_by_status_and_changes_nothing(admin_client):
+    failed = [make_task(S.FAILED) for _ in range(3)]
+    cancelled, succeeded, running = make_task(S.CANCELLED), make_task(S.SUCCEEDED), make_task(S.RUNNING)
+    unticked = make_task(S.FAILED)
+    response = tick(admin_client, "retry", [*failed, cancelled, succeeded, running])
+    page = response.content.decode()
+    assert response.status_code == 200 and "Retry these 6 tasks?" in page
+    summary = " ".join(re.sub(r"<[^>]+>", "", re.search(r'<p id="bulk-summary">(.*?)</p>', page, re.S).group(1)).split())
+    assert summary == (
+        "6 tasks ticked: 4 will be retried (3 failed, 1 cancelled), "
+        "2 skipped, as their status does not allow it (1 running, 1 succeeded)."
+    )
+    rows = re.findall(r'<tr class="(bulk-\w+)">\s*<td>(\w+)</td><td>(\d+)</td>', page)
+    assert sorted(rows) == [
+        ("bulk-eligible", "Cancelled", "1"), ("bulk-eligible", "Failed", "3"),
+        ("bulk-skipped", "Running", "1"), ("bulk-skipped", "Succeeded", "1"),
+    ]
+    carried = re.findall(rf'name="{ACTION_CHECKBOX_NAME}" value="(\w+)"', page)
+    assert sorted(carried) == sorted(t.pk for t in [*failed, cancelled, succeeded, running])
+    assert 'name="select_across"' not in page and 'name="through"' not in page and 'name="reason"' not in page
+    assert 'value="Yes, retry 4 tasks"' in page
+    assert statuses(*failed, cancelled, unticked) == [S.FAILED] * 3 + [S.CANCELLED, S.FAILED]
+
+
+def test_a_confirmed_retry_of_ticked_rows_retries_them_and_reports_the_rest(admin_client, admin_user):
+    failed, cancelled, succeeded = make_task(S.FAILED), make_task(S.CANCELLED), make_task(S.SUCCEEDED)
+    unticked = make_task(S.FAILED)
+    response = admin_client.post(
+        LIST, {"action": "retry", ACTION_CHECKBOX_NAME: [failed.pk, cancelled.pk, succeeded.pk], "post": "yes"},
+        follow=True,
+    )
+    assert statuses(failed, cancelled, succeeded, unticked) == [S.PENDING, S.PENDING, S.SUCCEEDED, S.FAILED]
+    done, skipped = notes(response)
+    assert done.startswith("Retried 2 task(s)")
+    assert skipped == f"Skipped 1 task(s) (cannot retry a task that is succeeded: {succeeded.pk})"
+
+
+def test_the_retry_page_counts_the_tasks_that_go_back_to_wait_for_approval(admin_client):
+    never_approved = make_task(S.BLOCKED)
+    operator.tasks_reject(task_ids=[never_approved.pk], actor="alice")
+    page = tick(admin_client, "retry", [never_approved, make_task(S.FAILED)]).content.decode()
+    assert re.search(r'id="bulk-awaiting-approval">\s*<strong>1</strong> of the 2 never had the approval', page)
+
+
+def test_retrying_from_a_tasks_own_page_asks_first_and_posts_back_to_the_list(admin_client):
+    failed = make_task(S.FAILED)
+    response = admin_client.post(
+        f"{LIST}{failed.pk}/change/", {"CHANGE_FORM-action": "retry", ACTION_CHECKBOX_NAME: [failed.pk]}
+    )
+    page = response.content.decode()
+    assert "Retry this task?" in page and f'<form method="post" action="{LIST}">' in page
+    assert statuses(failed) == [S.FAILED]
+
+
+def test_the_retry_page_posts_back_to_the_list_as_it_was_filtered(admin_client):
+    failed = make_task(S.FAILED)
+    page = tick(admin_client, "retry", [failed], url=f"{LIST}?status__exact=failed").content.decode()
+    assert f'<form method="post" action="{LIST}?status__exact=failed">' in page
+    response = admin_client.post(
+        f"{LIST}?status__exact=failed", {"action": "retry", ACTION_CHECKBOX_NAME: [failed.pk], "post": "yes"}
+    )
+    assert response["Location"] == f"{LIST}?status__exact=failed"
+    assert statuses(failed) == [S.PENDING]
+
+
+def test_nothing_retryable_among_ticked_rows_offers_no_confirmation(admin_client):
+    page = tick(admin_client, "retry", [make_task(S.SUCCEEDED)]).content.decode()
+    assert "<strong id=\"bulk-eligible\">0</strong>" in page and 'name="post"' not in page
+
+
 # --- who may -------------------------------------------------------------------------------------
 
 

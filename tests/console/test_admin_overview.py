@@ -6,12 +6,19 @@ from django.contrib.admin.models import LogEntry
 from django.test import Client
 from django.utils import timezone
 
-from automation.models import AutomationTask, DispatcherState, TaskStatus
-from automation.selectors import HOUR_MS, HourlyFinishes, paused_kinds, task_finishes_by_hour
+from automation.models import AutomationTask, DispatcherState, DispatcherWorker, TaskStatus
+from automation.selectors import (
+    HOUR_MS,
+    HourlyFinishes,
+    paused_kinds,
+    task_counts_by_kind_status_and_outcome,
+    task_finishes_by_hour,
+)
 from automation.services import transitions as tr
 from automation.services.dispatcher_state import (
     dispatcher_pause_set,
     dispatcher_tick_record,
+    dispatcher_worker_beat,
 )
 from console.views import chart_layout, status_table
 from core.clock import now_ms
@@ -19,8 +26,10 @@ from tests.factories import (
     ConversationFactory,
     InstructionFactory,
     PluginClientFactory,
+    lease_of,
     make_staff,
     make_task,
+    task_lease,
 )
 
 pytestmark = pytest.mark.django_db
@@ -110,14 +119,20 @@ def test_the_overview_shows_the_last_tick_and_flags_a_lagging_dispatcher(admin_c
     assert 'id="dispatcher-lagging"' in part and "more than 6 s" in part
 
 
-def test_the_overview_shows_the_loop_standing_by_only_while_its_slot_is_live(admin_client):
-    DispatcherState.objects.create(pk=1, standby_owner="host-1:43:abc", standby_until=now_ms() + 10_000)
-    part = section(admin_client.get(OVERVIEW).content.decode(), "dispatcher-standby")
-    assert "host-1:43:abc, ready to take over" in part
+def test_the_overview_lists_every_dispatcher_loop_at_work_and_not_a_stalled_one(admin_client, settings):
+    settings.CONDUCTOR_TICK_SECONDS = 2
+    now = now_ms()
+    dispatcher_worker_beat(owner="host-1:43:abc", server="host-1:8000", now=now, stalled_before=0)
+    dispatcher_worker_beat(owner="host-2:51:def", server="host-2:8000", now=now, stalled_before=0)
+    dispatcher_worker_beat(owner="host-3:60:fed", server="host-3:8000", now=now - 11_000, stalled_before=0)
+    part = section(admin_client.get(OVERVIEW).content.decode(), "dispatcher-workers")
+    assert "at work (2)" in part
+    assert "host-1:43:abc on host-1:8000" in part and "host-2:51:def on host-2:8000" in part
+    assert "host-3:60:fed" not in part  # its heartbeat is older than 10 s: stalled
 
-    DispatcherState.objects.filter(pk=1).update(standby_until=now_ms() - 1)
-    part = section(admin_client.get(OVERVIEW).content.decode(), "dispatcher-standby")
-    assert "host-1:43:abc" not in part and "none" in part
+    DispatcherWorker.objects.all().delete()
+    part = section(admin_client.get(OVERVIEW).content.decode(), "dispatcher-workers")
+    assert "No dispatcher loop at work" in part
 
 
 def test_a_dispatcher_that_never_ticked_is_flagged(admin_client):
@@ -210,14 +225,14 @@ def test_anonymous_visitors_are_sent_to_the_login(client, url):
 # --- the pieces ---------------------------------------------------------------------------------
 
 
-def test_finishes_are_bucketed_by_clock_hour_from_the_event_log():
+def test_finished_tasks_are_counted_once_by_the_clock_hour_they_finished_in():
     now = 1_700_000_000_000  # 22:13:20 UTC
     current_hour = now // HOUR_MS * HOUR_MS
     make_task(S.SUCCEEDED, now=current_hour)
     make_task(S.SUCCEEDED, now=now)
     make_task(S.FAILED, now=current_hour - 1)  # the last millisecond of the hour before
     retried = make_task(S.FAILED, now=current_hour - 3 * HOUR_MS)
-    tr.task_retry(retried.pk, actor="alice", now=now)  # its failure still counts
+    tr.task_retry(retried.pk, actor="alice", now=now)  # open again: the table counts it pending, the chart not
     make_task(S.FAILED, now=current_hour - 23 * HOUR_MS - 1)  # just outside 24 hours
 
     buckets = task_finishes_by_hour(now_ms=now, hours=24)
@@ -225,9 +240,28 @@ def test_finishes_are_bucketed_by_clock_hour_from_the_event_log():
     assert len(buckets) == 24
     assert buckets[-1] == HourlyFinishes(start_ms=current_hour, succeeded=2, failed=0)
     assert buckets[-2] == HourlyFinishes(start_ms=current_hour - HOUR_MS, succeeded=0, failed=1)
-    assert buckets[-4].failed == 1
+    assert buckets[-4].failed == 0
     assert buckets[0].start_ms == current_hour - 23 * HOUR_MS
-    assert sum(b.failed for b in buckets) == 2 and sum(b.succeeded for b in buckets) == 2
+    assert sum(b.failed for b in buckets) == 1 and sum(b.succeeded for b in buckets) == 2
+
+
+def test_the_chart_and_the_table_of_kinds_count_the_same_tasks(admin_client):
+    now = now_ms()
+    failed_twice = make_task(S.FAILED, now=now - 2000)
+    tr.task_retry(failed_twice.pk, actor="alice", now=now - 1500)
+    task_lease(failed_twice.pk, lease_owner="w", lease_until=now + 60_000, now=now - 1000)
+    lease = lease_of(failed_twice.pk)
+    tr.task_start(failed_twice.pk, lease=lease, lease_until=now + 60_000, now=now - 1000)
+    tr.task_fail(failed_twice.pk, lease=lease, error="boom again", now=now - 500)
+    rejected = make_task(S.BLOCKED, now=now - 400)
+    tr.task_reject(rejected.pk, actor="alice", reason="not now", now=now - 300)
+
+    chart = task_finishes_by_hour(now_ms=now, hours=24)
+    totals = {column.value: n for column, n in status_table(task_counts_by_kind_status_and_outcome())["totals"]}
+    assert (sum(b.failed for b in chart), sum(b.rejected for b in chart)) == (1, 1)
+    assert (totals["fault"], totals["rejected"]) == (1, 1)
+    page = admin_client.get(OVERVIEW).content.decode()
+    assert '<strong id="throughput-failed">1</strong>' in page and "tasks per hour" in page
 
 
 def test_chart_layout_scales_bars_to_the_tallest():

@@ -22,9 +22,10 @@ def test_the_index_names_conductor_and_lists_the_operators_work_first(admin_clie
     assert ">Conductor</a>" in page  # the header
     assert "?status__exact=blocked" in page and "Approvals" in page
     order = listed_models(page)
-    assert order[:7] == [
+    assert order[:8] == [
         "automation/automationtask", "conversations/conversation", "conversations/message",
-        "ingest/pluginclient", "ingest/instruction", "ingest/toolpolicy", "mcp_servers/mcpserver",
+        "ingest/pluginclient", "ingest/instruction", "ingest/toolpolicy", "ingest/sitedescription",
+        "mcp_servers/mcpserver",
     ]
     assert "django_q/schedule" in order and order.index("django_q/schedule") > order.index("auth/user")
 

@@ -37,12 +37,16 @@ def run_action(client, action, tasks, url=LIST):
         url, {"action": action, ACTION_CHECKBOX_NAME: [t.pk for t in tasks], "index": 0}, follow=True
     )
     assert response.status_code == 200
-    if action == "approve":  # first a page showing each call; its button posts them back with post=yes
-        assert "Approve these calls?" in response.content.decode()
+    if action in ASKS_FIRST:  # first a page (each call, or the counts); its button posts them back with post=yes
+        assert ASKS_FIRST[action] in response.content.decode()
         response = client.post(
             LIST, {"action": action, ACTION_CHECKBOX_NAME: [t.pk for t in tasks], "post": "yes"}, follow=True
         )
     return [str(m) for m in response.context["messages"]]
+
+
+# The actions that answer ticked rows with a confirmation page, and its title.
+ASKS_FIRST = {"approve": "Approve these calls?", "reject": "Reject these calls?", "retry": "Retry these "}
 
 
 def status(task):

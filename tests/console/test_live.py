@@ -71,7 +71,7 @@ def test_a_refresh_costs_a_fixed_number_of_queries_however_many_tasks(admin_clie
 def test_a_live_fetch_leaves_the_waiting_messages_for_the_next_page_view(admin_client):
     failed = make_task(TaskStatus.FAILED)
     # An action's report, waiting for the redirect that another tab has not followed yet.
-    admin_client.post(LIST, {"action": "retry", ACTION_CHECKBOX_NAME: [failed.pk], "index": 0})
+    admin_client.post(LIST, {"action": "retry", ACTION_CHECKBOX_NAME: [failed.pk], "post": "yes"})
     assert admin_client.get(LIST, **LIVE).status_code == 200
     shown = [str(m) for m in admin_client.get(LIST).context["messages"]]
     assert shown == [f"Retried 1 task(s): {failed.task_id}"]

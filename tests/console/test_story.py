@@ -973,11 +973,51 @@ def test_pausing_from_the_story_needs_the_permission_the_lists_action_needs(clie
     assert not Conversation.objects.get(pk=conversation.pk).paused
 
 
-def test_pausing_from_the_story_refuses_an_unknown_choice(admin_client):
-    conversation = ConversationFactory(paused=True)
-    assert admin_client.post(pause_url(conversation), {"is_paused": "maybe"}).status_code == 400
-    assert admin_client.get(pause_url(conversation)).status_code == 400
+def in_the_admins_look(page):
+    """Whether ``page`` is one of the admin's own: its stylesheets, header and breadcrumbs."""
+    return all(part in page for part in (
+        "admin/css/base.css", "console/console.css", '<div id="site-name">', '<ol class="breadcrumbs">'))
+
+
+@pytest.mark.parametrize("paused, verb, value", [(True, "Resume", "0"), (False, "Pause", "1")])
+def test_the_pause_page_asked_without_its_choice_asks_for_what_applies_now(admin_client, paused, verb, value):
+    conversation = ConversationFactory(paused=paused, title="Night build")
+    for query in ({}, {"is_paused": "maybe"}):
+        response = admin_client.get(pause_url(conversation), query)
+        page = response.content.decode()
+        assert response.status_code == 200 and in_the_admins_look(page)
+        assert f"{verb} Night build?" in page and f'name="is_paused" value="{value}"' in page
+        assert f'value="Yes, {verb.lower()} it"' in page and 'id="story-pause-unasked"' not in page
+    assert Conversation.objects.get(pk=conversation.pk).paused == paused
+
+
+def test_a_post_without_its_choice_does_nothing_and_asks_again_in_the_admins_look(admin_client):
+    conversation = ConversationFactory(paused=True, title="Night build")
+    for data in ({}, {"is_paused": "maybe"}):
+        response = admin_client.post(pause_url(conversation), data)
+        page = response.content.decode()
+        assert response.status_code == 400 and in_the_admins_look(page)
+        assert "Nothing was done: the request did not say whether to pause or resume" in page
+        assert "Resume Night build?" in page and 'name="is_paused" value="0"' in page
     assert Conversation.objects.get(pk=conversation.pk).paused
+    assert not LogEntry.objects.filter(object_id=str(conversation.pk)).exists()
+
+
+def test_other_methods_on_the_pause_page_get_a_405_in_the_admins_look(admin_client):
+    conversation = ConversationFactory(paused=True)
+    for method in (admin_client.put, admin_client.delete, admin_client.patch):
+        response = method(pause_url(conversation), "is_paused=0", content_type="application/x-www-form-urlencoded")
+        page = response.content.decode()
+        assert response.status_code == 405 and response["Allow"] == "GET, HEAD, POST"
+        assert in_the_admins_look(page) and "does not take a" in page and "it takes GET, HEAD, POST" in page
+    assert Conversation.objects.get(pk=conversation.pk).paused
+
+
+def test_the_pause_page_still_needs_a_staff_login(client):
+    conversation = ConversationFactory(paused=True)
+    for method in (client.get, client.post, client.put):
+        response = method(pause_url(conversation))
+        assert response.status_code == 302 and response["Location"].startswith("/admin/login/")
 
 
 def test_a_move_to_another_client_of_the_owner_is_an_entry_naming_both_clients(admin_client):

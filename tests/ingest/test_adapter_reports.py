@@ -31,6 +31,16 @@ def client(channel_layer):
     return PluginClientFactory(client_id="laptop-chrome")
 
 
+def adapter_report_samples(admin_client) -> dict:
+    """``conductor_adapter_reports`` in /metrics, by its sorted labels (CONDUCTOR_METRICS_TOKEN "t" * 40)."""
+    body = admin_client.get("/metrics", HTTP_AUTHORIZATION="Bearer " + "t" * 40).content.decode()
+    return {
+        tuple(sorted(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(body) if family.name == "conductor_adapter_reports"
+        for sample in family.samples
+    }
+
+
 async def said_hello(**fields):
     communicator = WebsocketCommunicator(application, "/ws/plugin/")
     connected, _ = await communicator.connect()
@@ -68,12 +78,7 @@ def test_a_count_over_the_cap_is_counted_as_the_cap_in_the_table_and_in_metrics(
 
     async_to_sync(send_reports)()
     assert AdapterReport.objects.get(client=client).count == reports * MAX_REPORT_COUNT == 4_500
-    body = admin_client.get("/metrics", HTTP_AUTHORIZATION="Bearer " + "t" * 40).content.decode()
-    samples = {
-        tuple(sorted(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(body) if family.name == "conductor_adapter_reports"
-        for sample in family.samples
-    }
+    samples = adapter_report_samples(admin_client)
     assert samples[(("kind", "stream_unrecognised"), ("platform", "chatgpt"))] == 4_500
 
 
@@ -136,3 +141,43 @@ async def test_hello_ok_says_whether_the_plugin_is_older_than_the_server_support
 )
 def test_plugin_is_outdated_compares_dotted_numbers(version, minimum, outdated):
     assert plugin_is_outdated(version, oldest=minimum) is outdated
+
+
+def test_a_site_described_as_data_reports_a_missing_selector_and_metrics_count_it(client, admin_client, settings):
+    settings.CONDUCTOR_METRICS_TOKEN = "t" * 40
+
+    async def report():
+        communicator, _ = await said_hello()
+        await communicator.send_json_to({
+            **REPORT, "platform": "perplexity", "adapter": "2026-02-09", "kind": "selector_missing",
+            "detail": {"selectors": "composer"},
+        })
+        assert await communicator.receive_json_from() == {"type": "ack", "id": "r1"}
+        await communicator.disconnect()
+
+    async_to_sync(report)()
+    samples = adapter_report_samples(admin_client)
+    assert samples[(("kind", "selector_missing"), ("platform", "perplexity"))] == 3
+    assert (("kind", "selector_missing"), ("platform", "kimi")) in samples  # every site has its row
+    health = admin_client.get(f"/admin/ingest/pluginclient/{client.pk}/change/").content.decode()
+    assert "Perplexity" in health
+
+
+def test_an_answer_that_stopped_early_is_counted_in_metrics_and_shown_on_the_client_page(client, admin_client, settings):
+    settings.CONDUCTOR_METRICS_TOKEN = "t" * 40
+
+    async def report():
+        communicator, _ = await said_hello()
+        await communicator.send_json_to({
+            **REPORT, "kind": "stream_incomplete", "count": 2,
+            "detail": {"reason": "max_tokens", "path": "/backend-api/f/conversation"},
+        })
+        assert await communicator.receive_json_from() == {"type": "ack", "id": "r1"}
+        await communicator.disconnect()
+
+    async_to_sync(report)()
+    row = AdapterReport.objects.get(client=client)
+    assert (row.kind, row.count, row.detail["reason"]) == ("stream_incomplete", 2, "max_tokens")
+    assert adapter_report_samples(admin_client)[(("kind", "stream_incomplete"), ("platform", "chatgpt"))] == 2
+    page = admin_client.get(f"/admin/ingest/pluginclient/{client.pk}/change/").content.decode()
+    assert "stream_incomplete ×2" in page

@@ -1,11 +1,20 @@
 """The tool guide's text (SPEC §5.5): built from the registry, the policies and the mail handles."""
 
+import dataclasses
 import json
 
 import pytest
 
 from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS, parse_blocks
-from ingest.guide import GuideFacts, GuideTool, examples, guide_inline, params_signature, tool_guide_render
+from ingest.guide import (
+    LEFT_OUT_NO_HANDLES,
+    GuideFacts,
+    GuideTool,
+    examples,
+    guide_inline,
+    params_signature,
+    tool_guide_render,
+)
 from ingest.selectors import tool_guide, tool_guide_facts
 from pipelines.rendering import BlockOutcome, render_results
 from tests.factories import ConversationFactory, ConversationLinkFactory, PluginClientFactory
@@ -62,6 +71,35 @@ def test_a_conversation_with_no_handle_to_write_to_gets_no_mail_section_nor_mail
     with_handles = tool_guide_render(facts(handles=["notes", "research"], more=3)).text
     assert "## Mail" in with_handles and "notes, research (and 3 more)" in with_handles
     assert '"to": "notes"' in with_handles
+
+
+def test_a_mail_tool_with_no_handle_is_left_out_of_the_text_and_named_for_the_operator():
+    without = tool_guide_render(facts())
+    assert [tool.header for tool in without.facts.tools_left_out] == ["mail.send"]
+    assert "mail.send" not in [tool.header for tool in without.facts.shown_tools]
+    assert without.as_json()["tools_left_out"] == [{"header": "mail.send", "why": LEFT_OUT_NO_HANDLES}]
+    with_handles = tool_guide_render(facts(handles=["notes"]))
+    assert with_handles.facts.tools_left_out == () and with_handles.as_json()["tools_left_out"] == []
+    assert "mail.send" in [tool.header for tool in with_handles.facts.shown_tools]
+
+
+def test_what_only_the_operator_sees_never_changes_the_text_nor_its_version():
+    # Left out for want of handles, or denied: the assistant reads the same text, under the same version.
+    left_out, denied = tool_guide_render(facts()), tool_guide_render(facts(policies={"mail.send": Policy.DENY}))
+    assert left_out.facts.tools_left_out and not denied.facts.tools_left_out
+    assert (left_out.text, left_out.version) == (denied.text, denied.version)
+    assert LEFT_OUT_NO_HANDLES not in left_out.text
+    # Whose handles they are is not in the text either.
+    alice = tool_guide_render(dataclasses.replace(facts(handles=["notes"]), owner="alice"))
+    bob = tool_guide_render(dataclasses.replace(facts(handles=["notes"]), owner="bob"))
+    assert alice.version == bob.version
+
+
+@pytest.mark.django_db
+def test_the_facts_name_whose_handles_they_are():
+    link = ConversationLinkFactory(conversation__owner="alice")
+    assert tool_guide_facts(platform="claude", conversation=link.conversation).owner == "alice"
+    assert tool_guide_facts(platform="claude").owner == "default"
 
 
 def test_the_version_is_a_hash_of_the_text_and_follows_the_policies():

@@ -370,7 +370,10 @@ HOSTILE = HOSTILE_ANYTIME | second_hello
 
 
 def answer(ws: ClientConnection) -> dict[str, Any]:
-    return json.loads(ws.recv(timeout=WAIT))
+    """The answer to the frame sent last: the statuses the server pushes meanwhile (``instruction.status``) are no answer."""
+    while (frame := json.loads(ws.recv(timeout=WAIT))).get("type") == "instruction.status":
+        pass
+    return frame
 
 
 # --- the tests -------------------------------------------------------------------------------------

@@ -18,3 +18,39 @@ def tool_policy_set(tool: str, policy: str | None) -> None:
             row.delete()
     else:
         ToolPolicy.objects.update_or_create(tool=tool, client=None, conversation=None, defaults={"policy": policy})
+
+
+def answers_waited(request_ids: list[str], ready: str, timeout: float) -> list[tuple[dict | None, int, int]]:
+    """Wait for each request's answer in a thread of its own, as executors do, with no safety poll within
+    ``timeout``; touch ``ready`` once all wait. Returns, per request: the answer (None when none came), when
+    the wait returned (``time.monotonic_ns``) and how many statements its thread ran."""
+    import threading
+    import time
+    from pathlib import Path
+
+    from django.db import connection
+
+    from ingest.answer_wakes import answer_waiters
+    from ingest.services import deliveries
+
+    deliveries.ANSWER_SAFETY_POLL_SECONDS = timeout * 2
+    results: dict[str, tuple[dict | None, int, int]] = {}
+
+    def wait(request_id: str) -> None:
+        statements = []
+        with connection.execute_wrapper(lambda execute, sql, *args: statements.append(sql) or execute(sql, *args)):
+            answer = deliveries.delivery_answer_wait(
+                request_id=request_id, timeout=timeout, cancelled=threading.Event()
+            )
+        results[request_id] = (answer, time.monotonic_ns(), len(statements))
+        connection.close()
+
+    threads = [threading.Thread(target=wait, args=(request_id,)) for request_id in request_ids]
+    for thread in threads:
+        thread.start()
+    while not all(request_id in answer_waiters._events for request_id in request_ids):
+        time.sleep(0.01)
+    Path(ready).touch()
+    for thread in threads:
+        thread.join()
+    return [results[request_id] for request_id in request_ids]

@@ -20,6 +20,7 @@ from automation.models import AutomationTask, TaskStatus
 from automation.services.dispatcher_state import dispatcher_pause_set
 from conversations.models import Conversation, Message
 from ingest.models import DeliveryRequest
+from ingest.selectors import plugin_client_is_connected
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.simulator import SimulatedPlugin
 from pipelines.rendering import parse_results
@@ -149,6 +150,9 @@ def test_an_offline_plugin_gets_its_delivery_after_it_reconnects_with_no_attempt
     dispatcher_pause_set(is_paused=True, actor="test")
     with plugin(servers[0]) as browser:
         browser.send_final_message(final_message(block("time.now")))
+    # The socket's close reaches the server a moment later: a delivery started
+    # before it did would use an attempt, as one cut mid-delivery does.
+    wait_for(lambda: not plugin_client_is_connected(client_id="laptop"), "the server to see the plugin gone")
     dispatcher_pause_set(is_paused=False, actor="test")
     wait_for(lambda: AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER).exists(), "the delivery task")
     time.sleep(2)  # four ticks: none may claim it while the plugin is away

@@ -18,6 +18,7 @@ from ingest.services.deliveries import delivery_result_record
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from pipelines.deliveries import instruction_deliver
 from pipelines.renewal import RENEWAL_DELIVER, renewal_deliver
+from platforms import platforms
 from tests.factories import (
     ConversationFactory,
     ConversationLinkFactory,
@@ -174,7 +175,7 @@ def test_an_unsupported_platform_is_terminal(link):
     )
     outcome = renewal_deliver(running(task))
     assert isinstance(outcome, TerminalFailure)
-    assert outcome.error == "unsupported platform 'bing'; known: chatgpt, claude, gemini"
+    assert outcome.error == f"unsupported platform 'bing'; known: {', '.join(platforms.names())}"
 
 
 def test_a_task_routed_to_a_client_given_another_owner_since_is_never_sent_to_it(link):

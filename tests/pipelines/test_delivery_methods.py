@@ -218,3 +218,11 @@ def test_every_method_name_has_a_registered_method():
     for adapter in platforms:
         assert set(adapter.delivery_methods) <= set(DELIVERY_METHODS)
 
+
+
+def test_a_site_described_as_data_is_delivered_through_its_composer_whatever_every_platform_is_set_to(settings):
+    perplexity = platforms.get("perplexity")
+    settings.CONDUCTOR_DELIVERY_METHODS = {"*": ("http", "dom")}
+    assert method_names_for(adapter=perplexity, conversation_methods="") == ("dom",)
+    assert method_names_for(adapter=perplexity, conversation_methods="http") == ("dom",)
+    assert method_names_for(adapter=platforms.get("claude"), conversation_methods="") == ("http", "dom")

@@ -27,7 +27,9 @@ def test_a_block_from_the_socket_runs_and_its_result_is_persisted(tmp_path):
                 "type": "browser.final_message", "id": "f1", "platform": "claude",
                 "conversation_id": "c1", "message_id": "m1", "text": text,
             }))
-            assert json.loads(ws.recv(timeout=10))["instructions"] == 2
+            while (reply := json.loads(ws.recv(timeout=10)))["type"] == "instruction.status":
+                pass  # what the side panel is told, pushed once the blocks are stored
+            assert reply["instructions"] == 2
 
         def finished():
             tasks = list(AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).order_by("sequence"))

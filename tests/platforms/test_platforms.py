@@ -18,13 +18,15 @@ from platforms.registry import (
     ProxyRequest,
     UnsupportedPlatform,
 )
+from platforms.sites import PageSiteAdapter, shipped_site_descriptions
 from platforms.wire import (
     FORM_CONTENT_TYPE,
     fill_page_values,
 )
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "platforms"
-PLATFORMS = ("claude", "chatgpt", "gemini")
+PLATFORMS = ("claude", "chatgpt", "gemini")  # the three with network capture and requests of their own
+PAGE_SITES = ("perplexity", "grok", "deepseek", "mistral", "aistudio", "kimi", "qwen", "copilot")
 TRICKY_TEXTS = [
     'He said "stop" \\ then left',
     "line one\nline two\r\n\ttabbed",
@@ -309,7 +311,7 @@ def test_a_stored_result_reads_as_an_answer():
 
 
 def test_every_platform_of_the_spec_has_its_adapter_registered():
-    assert [adapter.name for adapter in platforms] == platforms.names() == sorted(PLATFORMS)
+    assert [adapter.name for adapter in platforms] == platforms.names() == sorted(PLATFORMS + PAGE_SITES)
     for name in PLATFORMS:
         adapter = platforms.get(name)
         assert name in platforms
@@ -336,6 +338,15 @@ def test_a_duplicate_platform_raises():
 
 
 def test_an_unknown_platform_raises_with_the_known_ones():
-    with pytest.raises(UnsupportedPlatform, match=r"unsupported platform 'bing'; known: chatgpt, claude, gemini$"):
+    with pytest.raises(UnsupportedPlatform, match=r"unsupported platform 'bing'; known: aistudio, chatgpt, claude, copilot, .*, qwen$"):
         platforms.get("bing")
     assert "bing" not in platforms
+
+
+@pytest.mark.parametrize("name", PAGE_SITES)
+def test_each_site_described_as_data_is_a_platform_delivered_through_its_composer_only(name):
+    adapter = platforms.get(name)
+    description = shipped_site_descriptions()[name]
+    assert isinstance(adapter, PageSiteAdapter)
+    assert (adapter.label, adapter.origins) == (description["title"], tuple(description["origins"]))
+    assert adapter.delivery_methods == adapter.performs == ("dom",)

@@ -141,6 +141,19 @@ class PluginBrowser:
                                     "the popup to say how the tool guide went")
         return popup.evaluate("document.getElementById('guide-outcome').textContent")
 
+    def tab_id(self, page) -> int:
+        """The id of ``page``'s tab, as the extension knows it (chrome.tabs.query by its URL)."""
+        [tab] = self.worker.evaluate("(url) => chrome.tabs.query({url}).then((tabs) => tabs.map((tab) => tab.id))", page.url)
+        return tab
+
+    def open_panel(self, tab: int | None = None) -> Any:
+        """The side panel's page in a tab of its own, side-panel sized; pinned to tab ``tab``, else
+        following the active tab of its window."""
+        page = self.context.new_page()
+        page.set_viewport_size({"width": 400, "height": 720})
+        page.goto(self.extension_url("panel/panel.html" + ("" if tab is None else f"?tab={tab}")))
+        return page
+
     def open_chat(self, app) -> Any:
         """A tab showing ``app``'s conversation, once the plugin's content script is running in it."""
         page = self.context.new_page()
@@ -195,6 +208,13 @@ class ScriptedServer:
     refusals: list[str] = field(default_factory=list)
     # hello.ok's `plugin_outdated` (SPEC §9).
     plugin_outdated: bool = False
+    # The side panel's frames (SPEC §6): hello.ok's and status's `approvals_waiting` (None: left out, as
+    # an older server does); what status.get answers per conversation id (`{"paused": ..., "messages": [...]}`,
+    # an unknown one: none); what conversation.pause/resume get: an ack, or an error with this code.
+    approvals_waiting: int | None = None
+    conversation_status: dict[str, dict[str, Any]] = field(default_factory=dict)
+    answer_status: bool = True
+    pause_error: str | None = None
     # How to wait: a test with a browser passes PluginBrowser.pause, so that routes are served meanwhile.
     sleep: Callable[[float], None] = time.sleep
     connections: int = 0
@@ -227,8 +247,11 @@ class ScriptedServer:
             connection.send(json.dumps({"type": "error", "code": "unauthorized", "detail": "scripted"}))
             connection.close(code, "scripted")
             return
-        connection.send(json.dumps({"type": "hello.ok", "client_id": hello.get("client_id"), "server_time": 0,
-                                    "plugin_outdated": self.plugin_outdated}))
+        hello_ok = {"type": "hello.ok", "client_id": hello.get("client_id"), "server_time": 0,
+                    "plugin_outdated": self.plugin_outdated}
+        if self.approvals_waiting is not None:
+            hello_ok["approvals_waiting"] = self.approvals_waiting
+        connection.send(json.dumps(hello_ok))
         self._current = connection
         with contextlib.suppress(Exception):
             for raw in connection:
@@ -243,6 +266,10 @@ class ScriptedServer:
                 elif frame.get("type") == "guide.get" and self.answer_guides:
                     connection.send(json.dumps({"type": "guide", "id": frame.get("id"), "version": self.guide_version,
                                                 "text": self.guide_text}))
+                elif frame.get("type") == "status.get" and self.answer_status:
+                    connection.send(json.dumps(self._status_of(frame)))
+                elif frame.get("type") in ("conversation.pause", "conversation.resume"):
+                    connection.send(json.dumps(self._pause_answer(frame)))
                 elif frame.get("type") == "browser.final_message" and self.refusals:
                     code = self.refusals.pop(0)
                     connection.send(json.dumps({"type": "error", "id": frame["id"], "code": code, "detail": "scripted"}))
@@ -251,6 +278,22 @@ class ScriptedServer:
                         "type": "ack", "id": frame["id"], "message_id": str(len(self.received)),
                         "instructions": 0, "duplicate": False,
                     }))
+
+    def _status_of(self, frame: dict[str, Any]) -> dict[str, Any]:
+        known = self.conversation_status.get(frame.get("conversation_id"), {})
+        answer = {"type": "status", "id": frame.get("id"), "platform": frame.get("platform"),
+                  "conversation_id": frame.get("conversation_id"), "paused": known.get("paused", False),
+                  "messages": known.get("messages", [])}
+        if self.approvals_waiting is not None:
+            answer["approvals_waiting"] = self.approvals_waiting
+        return answer
+
+    def _pause_answer(self, frame: dict[str, Any]) -> dict[str, Any]:
+        if self.pause_error:
+            return {"type": "error", "id": frame.get("id"), "code": self.pause_error, "detail": "scripted pause refusal"}
+        is_paused = frame["type"] == "conversation.pause"
+        self.conversation_status.setdefault(frame.get("conversation_id"), {})["paused"] = is_paused
+        return {"type": "ack", "id": frame.get("id"), "paused": is_paused}
 
     def send(self, frame: dict[str, Any]) -> None:
         self._current.send(json.dumps(frame))

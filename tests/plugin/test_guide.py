@@ -140,7 +140,8 @@ def test_a_tab_that_is_not_a_chat_is_refused(browser, server):
     popup = browser.open_popup(active_tab=other)
 
     assert browser.insert_guide(popup) == (
-        "The tool guide was not inserted: the active tab is not a chat page of claude, chatgpt, gemini.")
+        "The tool guide was not inserted: the active tab is not a chat page of claude, chatgpt, gemini"
+        " or of a site switched on in the options.")
     assert server.frames("guide.get") == []
 
 

@@ -12,7 +12,10 @@ import pytest
 
 from platforms.wire import form_value
 from tests.plugin.chat_apps import chat_app
-from tests.plugin.extension import ScriptedServer
+from tests.plugin.extension import PLUGIN, ScriptedServer
+
+SITES_DIR = PLUGIN / "sites"
+SITES = {path.stem for path in SITES_DIR.glob("*.json")} - {"schema"}
 
 # The plugin against a scripted peer: no database, no channel layer.
 pytestmark = pytest.mark.database_free
@@ -47,7 +50,10 @@ def test_a_finished_answer_is_sent_from_the_stream_with_its_ids(browser, server,
     assert frame["message_id"]
     [hello] = server.hellos
     assert hello["capabilities"] == ["proxy_delivery", "dom_delivery"]
-    assert set(hello["adapters"]) == {"claude", "chatgpt", "gemini"}
+    # The three with network capture, then every site described in plugin/sites/, each with its version (date).
+    assert list(hello["adapters"])[:3] == ["claude", "chatgpt", "gemini"]
+    assert set(hello["adapters"]) == {"claude", "chatgpt", "gemini", *SITES}
+    assert hello["adapters"]["deepseek"] == json.loads((SITES_DIR / "deepseek.json").read_text())["version"]
     # The ack empties the outbox.
     browser.wait_until(lambda: browser.storage()["outbox"]["frames"] == [], "the ack to empty the outbox")
 

@@ -113,7 +113,8 @@ def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path
         assert assistant_messages(app).filter(capture=Message.Capture.DOM).count() == 0
         client = PluginClient.objects.get(client_id="laptop")
         assert client.capabilities == ["proxy_delivery", "dom_delivery"]
-        assert set(client.adapters) == {"claude", "chatgpt", "gemini"}
+        # The sites described in plugin/sites/ are named too, each a platform the server knows.
+        assert {"claude", "chatgpt", "gemini", "perplexity", "deepseek", "copilot"} <= set(client.adapters)
         assert browser.badge() == "on"
         assert "connected" in browser.popup_text()
 

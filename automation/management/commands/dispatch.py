@@ -19,8 +19,8 @@ class Command(BaseCommand):
         mode.add_argument("--once", action="store_true", help="One tick; wait for its tasks; exit.")
         mode.add_argument(
             "--loop", action="store_true",
-            help="The dispatcher loop, as the cluster runs it, until SIGINT or SIGTERM (default). "
-                 "While another loop ticks, this one stands by to take over.",
+            help="The dispatcher loop, as serve runs it, until SIGINT or SIGTERM (default). "
+                 "It claims and runs tasks beside any other loop.",
         )
         parser.add_argument(
             "--interval", type=float, default=None,
@@ -44,7 +44,4 @@ class Command(BaseCommand):
             signal.signal(signum, lambda *_: stop.set())
         self.stdout.write(f"dispatcher {dispatcher.owner}: a tick every {interval:g} s; Ctrl-C stops it.")
         report = dispatcher_loop(stop=stop, tick_seconds=interval, dispatcher=dispatcher)
-        self.stdout.write(
-            f"stopped after {report.ticks} ticks" if report.held_lease
-            else "stopped; another dispatcher loop was ticking meanwhile"
-        )
+        self.stdout.write(f"stopped after {report.ticks} ticks")

@@ -19,7 +19,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from automation.models import AutomationTask, TaskStatus
+from automation.selectors import dispatcher_last_tick_age_seconds
 from automation.services.operator import has_every_permission, tasks_approve
+from console.story.waits import conversation_waits
+from conversations.models import Conversation
+from core.clock import now_ms
 from ingest.models import PluginClient
 from ingest.services.clients import plugin_client_create, plugin_client_rotate
 from ingest.services.instructions import INSTRUCTION_EXECUTE
@@ -40,6 +44,22 @@ def _preview(value, limit=100) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def held_because(remote_ids: set[str]) -> str:
+    """Why the demo's tasks are not delivered: what holds its conversations, or a dispatcher that does not tick."""
+    reasons: list[str] = []
+    for conversation in Conversation.objects.filter(remote_id__in=remote_ids):
+        for wait in conversation_waits(conversation):
+            if wait.level in ("paused", "held") and wait.text not in reasons:
+                reasons.append(wait.text)
+    age = dispatcher_last_tick_age_seconds(now_ms=now_ms())
+    if age is None or age > 3 * settings.CONDUCTOR_TICK_SECONDS:  # three ticks missed, as the overview says
+        ticked = "never ticked" if age is None else f"last ticked {age:.0f} s ago"
+        reasons.append(f"the dispatcher {ticked}: is the django-q2 cluster running (make run starts it)?")
+    if not reasons:
+        reasons.append("nothing holds its tasks; they may still be running (try a longer --timeout)")
+    return "; ".join(reasons)
 
 
 class Command(BaseCommand):
@@ -71,6 +91,7 @@ class Command(BaseCommand):
         self.stdout.write(f"demo {run_id}: {len(frames)} assistant messages from {shown} to {url}\n")
 
         expected = 0
+        conversations: set[str] = set()
         try:
             plugin = SimulatedPlugin(url=url, client_id=DEMO_CLIENT, token=token).connect()
         except OSError as exc:
@@ -86,6 +107,7 @@ class Command(BaseCommand):
                     "message_id": f"{frame.get('message_id') or frame.get('id')}-{run_id}",
                 }
                 ack = plugin.send_final_message(frame)
+                conversations.add(frame["conversation_id"])
                 first_line = _preview(frame["text"].splitlines()[0] if frame["text"] else "", 70)
                 blocks = ack["instructions"]
                 self.stdout.write(
@@ -98,9 +120,7 @@ class Command(BaseCommand):
                 try:
                     delivery = plugin.next_delivery(timeout=timeout)
                 except TimeoutError:
-                    raise CommandError(
-                        f"no delivery within {timeout:g} s: is the django-q2 cluster running (make run starts it)?"
-                    ) from None
+                    raise CommandError(f"no delivery within {timeout:g} s: {held_because(conversations)}") from None
                 self._show(delivery)
                 plugin.answer(delivery, status=200)
                 self._confirm(delivery["delivery_key"], timeout)

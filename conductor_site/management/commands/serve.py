@@ -1,16 +1,24 @@
-"""Run the ASGI server (daphne) and the django-q2 cluster in the foreground.
+"""Run the ASGI server (daphne), this server's dispatcher loop and the django-q2 cluster in the foreground.
 
 Each runs in its own process group, so the terminal's Ctrl-C reaches only this
-supervisor, which then stops both: SIGTERM to daphne, SIGINT to the cluster's
-group, a grace period, then SIGKILL for whatever is left in their groups. django-q2 workers ignore SIGINT and
-the cluster waits for running tasks, so SIGTERM is what they must honour.
-If either child dies, the other is stopped and the command fails.
+supervisor, which then stops them all: SIGTERM to daphne and the dispatcher,
+SIGINT to the cluster's group, a grace period, then SIGKILL for whatever is
+left in their groups. django-q2 workers ignore SIGINT and the cluster waits
+for running tasks, so SIGTERM is what they must honour.
+
+Every server runs tasks: the dispatcher (``manage.py dispatch --loop``)
+claims and runs them beside the other servers' loops. The children learn
+this server's name (``CONDUCTOR_SERVER_NAME``, host:port unless set), so the
+cluster's scheduled loop sees this one and returns. A dispatcher that dies
+is started again a second later (its tasks go back by their own leases); if
+daphne or the cluster dies, everything is stopped and the command fails.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -20,7 +28,6 @@ from django.core.management.base import BaseCommand
 
 from automation.dispatcher import STOP_AFTER_CANCEL_SECONDS
 from automation.loop import STOP_GRACE_SECONDS
-from automation.schedules import dispatcher_loops_start
 
 # Long enough for the dispatcher loop's own stop: its running tasks' grace,
 # then their cancellation. An idle system stops in about two seconds.
@@ -29,28 +36,34 @@ GRACE_SECONDS = STOP_GRACE_SECONDS + STOP_AFTER_CANCEL_SECONDS + 3.0
 # How each child is asked to stop (see the module docstring).
 STOP = {
     "daphne": lambda process: process.terminate(),
+    "dispatcher": lambda process: process.terminate(),
     "qcluster": lambda process: os.killpg(process.pid, signal.SIGINT),
 }
+# Children started again when they die, rather than stopping the server.
+RESTARTED = {"dispatcher"}
+RESTART_DELAY_SECONDS = 1.0
 
 
 class Command(BaseCommand):
-    help = "Start daphne and the django-q2 cluster; Ctrl-C stops both."
+    help = "Start daphne, this server's dispatcher loop and the django-q2 cluster; Ctrl-C stops them."
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument(
-            "--no-cluster", action="store_true", help="Start only the ASGI server."
+            "--no-cluster", action="store_true",
+            help="Start only the ASGI server (a separate `qcluster` runs the tasks).",
         )
 
     def handle(self, *args, host, port, no_cluster, **options):
         self._stopping = False
-        children = {"daphne": self._daphne(host, port)}
+        # The children's server name: the environment's, else this host and port.
+        os.environ.setdefault("CONDUCTOR_SERVER_NAME", f"{socket.gethostname()}:{port}")
+        starts = {"daphne": lambda: self._daphne(host, port)}
         if not no_cluster:
-            children["qcluster"] = self._spawn([sys.executable, "manage.py", "qcluster"])
-            # django-q2 first looks at its schedules half a minute after it
-            # starts: queue the dispatcher loop and its standby now.
-            dispatcher_loops_start()
+            starts["dispatcher"] = lambda: self._spawn([sys.executable, "manage.py", "dispatch", "--loop"])
+            starts["qcluster"] = lambda: self._spawn([sys.executable, "manage.py", "qcluster"])
+        children = {name: start() for name, start in starts.items()}
         self.stdout.write(f"Conductor on http://{host}:{port}/ (admin at /admin/); Ctrl-C stops it.")
 
         def request_stop(signum, frame):
@@ -60,11 +73,20 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, request_stop)
 
         failed = None
+        died_at: dict[str, float] = {}
         while not self._stopping and failed is None:
             for name, child in children.items():
-                if child.poll() is not None:
+                if child.poll() is None:
+                    continue
+                if name not in RESTARTED:
                     failed = name
                     break
+                if name not in died_at:
+                    died_at[name] = time.monotonic()
+                    self.stderr.write(f"{name} exited with code {child.returncode}; starting it again.")
+                elif time.monotonic() - died_at[name] >= RESTART_DELAY_SECONDS:
+                    del died_at[name]
+                    children[name] = starts[name]()
             time.sleep(0.1)
 
         if failed:
@@ -93,10 +115,11 @@ class Command(BaseCommand):
         return subprocess.Popen(argv, cwd=settings.BASE_DIR, start_new_session=True)
 
     def _stop(self, children: dict[str, subprocess.Popen]) -> None:
-        # daphne: SIGTERM. The cluster: SIGINT to its whole group, as a
-        # terminal's Ctrl-C would. Its main process stops the workers in order
-        # (about 2 s); the workers ignore SIGINT, except the dispatcher loop
-        # and its standby, which stop within a tick instead of making the
+        # daphne and the dispatcher: SIGTERM (the dispatcher gives its
+        # running tasks their grace). The cluster: SIGINT to its whole group,
+        # as a terminal's Ctrl-C would. Its main process stops the workers in
+        # order (about 2 s); the workers ignore SIGINT, except a scheduled
+        # dispatcher loop, which stops within a tick instead of making the
         # cluster wait.
         for name, child in children.items():
             if child.poll() is None:

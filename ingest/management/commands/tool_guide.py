@@ -3,6 +3,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 
 from conversations.selectors import ConversationNotFound, conversation_by_reference
+from ingest.guide import LEFT_OUT_NO_HANDLES
 from ingest.selectors import conversation_guide_client_pk, plugin_client_pk, tool_guide
 from platforms import platforms
 
@@ -46,3 +47,10 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(guide.as_json(conversation_id=found.remote_id if found else None), indent=2))
         else:
             self.stdout.write(guide.text, ending="")
+            # Only the text goes to stdout, to paste; what it leaves out is told beside it.
+            for tool in guide.facts.tools_left_out:
+                self.stderr.write(
+                    f"note: {tool.header} is left out of this guide: {LEFT_OUT_NO_HANDLES} "
+                    f"(owner {guide.facts.owner!r}): give another of the owner's conversations, seen through a plugin, "
+                    "a handle on its admin page (Mail: Handle)"
+                )

@@ -1,0 +1,201 @@
+"""What became of a message's blocks and of its delivery, in the words of the chat (SPEC §6 "message status").
+
+The side panel of the plugin shows it: ``instruction.status`` pushes it on
+every change (``ingest/status_push.py``), ``status.get`` answers with the
+last messages' (``ingest.selectors.conversation_status``). This module is
+pure: it turns the rows those read into the frame's shape. Everything in it
+came from an assistant, a page or a tool, so every string is bounded here;
+the plugin renders it as text.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from automation.models import TaskStatus
+from ingest.models import Instruction
+
+# A block's status as the panel shows it (SPEC §6).
+QUEUED = "queued"
+WAITING_APPROVAL = "waiting_approval"
+RUNNING = "running"
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+REJECTED = "rejected"
+CANCELLED = "cancelled"
+
+# A message's delivery, as the panel shows it.
+DELIVERY_NONE = "none"  # no delivery yet: blocks are still open
+DELIVERY_WAITING = "waiting"
+DELIVERY_RUNNING = "running"
+DELIVERY_DELIVERED = "delivered"
+DELIVERY_FAILED = "failed"
+
+S = TaskStatus
+
+BLOCK_STATUS_OF_TASK = {
+    S.PENDING: QUEUED,
+    S.LEASED: QUEUED,
+    S.RETRY_WAIT: QUEUED,
+    S.BLOCKED: WAITING_APPROVAL,
+    S.RUNNING: RUNNING,
+    S.SUCCEEDED: SUCCEEDED,
+    S.FAILED: FAILED,
+    S.CANCELLED: CANCELLED,
+}
+# A block without a task: how ingest judged it.
+BLOCK_STATUS_OF_INSTRUCTION = {
+    Instruction.Status.REJECTED: REJECTED,
+    Instruction.Status.PENDING: QUEUED,
+    Instruction.Status.AWAITING_APPROVAL: WAITING_APPROVAL,
+    Instruction.Status.SUCCEEDED: SUCCEEDED,
+    Instruction.Status.FAILED: FAILED,
+    Instruction.Status.CANCELLED: CANCELLED,
+}
+DELIVERY_STATUS_OF_TASK = {
+    S.PENDING: DELIVERY_WAITING,
+    S.LEASED: DELIVERY_WAITING,
+    S.RETRY_WAIT: DELIVERY_WAITING,
+    S.BLOCKED: DELIVERY_WAITING,
+    S.RUNNING: DELIVERY_RUNNING,
+    S.SUCCEEDED: DELIVERY_DELIVERED,
+    S.FAILED: DELIVERY_FAILED,
+    S.CANCELLED: DELIVERY_FAILED,
+}
+
+MAX_ERROR_CHARS = 300
+MAX_PREVIEW_CHARS = 300
+MAX_PARAMS_PREVIEW_CHARS = 120
+# How many messages status.get answers with, newest last.
+STATUS_MESSAGES = 20
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters, ending in "…" when it was cut."""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def first_line(text: str, limit: int = MAX_ERROR_CHARS) -> str | None:
+    """The first non-empty line of ``text``, bounded; None for no text."""
+    for line in text.splitlines():
+        if line.strip():
+            return shortened(line.strip(), limit)
+    return None
+
+
+def one_line_json(value: Any, limit: int) -> str:
+    """``value`` as compact JSON on one line, bounded (a string stands for itself)."""
+    if isinstance(value, str):
+        text = value
+    else:
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True, default=str)
+    return shortened(" ".join(text.split()), limit)
+
+
+@dataclass(frozen=True)
+class BlockRow:
+    """What the status of one block is made of: its instruction, and its task when it has one."""
+
+    index: int
+    target: str
+    tool: str
+    params: Any
+    instruction_status: str
+    instruction_error: str
+    task_id: str | None = None
+    task_status: str | None = None
+    task_error: str | None = None
+    task_result: Any = None
+    updated_at: int = 0  # ms
+
+
+@dataclass(frozen=True)
+class DeliveryRow:
+    status: str
+    result: Any
+    error: str | None
+
+
+def block_status(row: BlockRow, *, approve_url: str | None) -> dict[str, Any]:
+    """One block of a message status; ``approve_url`` is given for a block waiting for approval."""
+    if row.task_status is not None:
+        status = BLOCK_STATUS_OF_TASK[row.task_status]
+    else:
+        status = BLOCK_STATUS_OF_INSTRUCTION.get(row.instruction_status, QUEUED)
+    error = None
+    if status in (FAILED, REJECTED, CANCELLED) or (status == QUEUED and row.task_error):
+        # A queued block with an error is waiting for its retry: the panel says why.
+        error = first_line(row.task_error or row.instruction_error or "")
+    preview = None
+    if status == SUCCEEDED and row.task_result is not None:
+        preview = one_line_json(row.task_result, MAX_PREVIEW_CHARS)
+    return {
+        "index": row.index,
+        "target": row.target,
+        "tool": shortened(row.tool, 100),
+        "params_preview": one_line_json(row.params, MAX_PARAMS_PREVIEW_CHARS) if row.params is not None else "",
+        "status": status,
+        "error": error,
+        "result_preview": preview,
+        "approve_url": approve_url if status == WAITING_APPROVAL else None,
+        "updated_at": row.updated_at,
+    }
+
+
+def delivery_status(row: DeliveryRow | None) -> dict[str, Any]:
+    """The message's delivery: ``none`` until it has one."""
+    if row is None:
+        return {"status": DELIVERY_NONE, "method": None, "error": None}
+    status = DELIVERY_STATUS_OF_TASK[row.status]
+    method = row.result.get("method") if isinstance(row.result, dict) else None
+    return {
+        "status": status,
+        "method": method if isinstance(method, str) else None,
+        "error": first_line(row.error or "") if status in (DELIVERY_FAILED, DELIVERY_WAITING) else None,
+    }
+
+
+def message_status(
+    *, remote_message_id: str, message_pk: int, blocks: list[dict[str, Any]], delivery: dict[str, Any]
+) -> dict[str, Any]:
+    return {
+        "message_id": remote_message_id or None,
+        "conductor_message_id": str(message_pk),
+        "blocks": blocks,
+        "delivery": delivery,
+    }
+
+
+def server_base_url(scope: dict[str, Any]) -> str:
+    """The server's address as this socket's plugin reached it (``https://host``), for links it opens.
+
+    The scheme follows the socket's (``wss`` → ``https``); the host is the
+    one the plugin asked for. Behind a proxy that ends TLS, the plugin
+    rebases a link on the server it was paired with (its origin differs).
+    """
+    scheme = "https" if scope.get("scheme") in ("wss", "https") else "http"
+    headers = dict(scope.get("headers") or ())
+    host = headers.get(b"host", b"").decode("latin-1")
+    if not host and (server := scope.get("server")):
+        host = f"{server[0]}:{server[1]}" if server[1] else str(server[0])
+    return f"{scheme}://{host}"
+
+
+def with_absolute_links(frame: dict[str, Any], *, base: str) -> dict[str, Any]:
+    """A copy of ``frame`` (``instruction.status`` or ``status``) whose blocks' ``approve_url`` paths are absolute on ``base``.
+
+    A copy: one frame of the channel layer may go to several sockets of a process.
+    """
+
+    def absolute(message: dict[str, Any]) -> dict[str, Any]:
+        return {**message, "blocks": [
+            {**block, "approve_url": base + block["approve_url"]}
+            if (block.get("approve_url") or "").startswith("/") else block
+            for block in message["blocks"]
+        ]}
+
+    if "message" in frame:
+        return {**frame, "message": absolute(frame["message"])}
+    return {**frame, "messages": [absolute(message) for message in frame.get("messages", [])]}

@@ -1,0 +1,212 @@
+"""Chat sites described as data, from the server's side (SPEC §9, "Platforms as data")."""
+
+import copy
+import json
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.contrib.admin.models import LogEntry
+
+from conductor_site.asgi import application
+from conversations.models import Conversation
+from ingest.models import SiteDescription
+from ingest.services.sites import SiteNameMismatch, site_description_delete, site_description_save
+from ingest.site_selectors import sites_in_force, sites_version
+from platforms import platforms
+from platforms.sites import InvalidSiteDescription, shipped_site_descriptions
+from tests.factories import TEST_TOKEN, PluginClientFactory
+
+pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
+
+SHIPPED = ("aistudio", "copilot", "deepseek", "grok", "kimi", "mistral", "perplexity", "qwen")
+
+
+def perplexity(**changes):
+    return shipped_with("perplexity", **changes)
+
+
+def grok(**changes):
+    return shipped_with("grok", **changes)
+
+
+def shipped_with(site, /, **changes):
+    description = copy.deepcopy(shipped_site_descriptions()[site])
+    for path, value in changes.items():
+        group, _, key = path.partition("__")
+        if key:
+            description[group][key] = value
+        else:
+            description[group] = value
+    return description
+
+
+def a_new_site():
+    description = perplexity(name="poe", title="Poe", origins=["https://poe.com"])
+    description["conversation"]["path_prefixes"] = ["/chat/"]
+    return description
+
+
+async def hello(client_id="laptop"):
+    communicator = WebsocketCommunicator(application, "/ws/plugin/")
+    connected, _ = await communicator.connect()
+    assert connected
+    await communicator.send_json_to({
+        "type": "hello", "client_id": client_id, "token": TEST_TOKEN, "plugin_version": "1.0.0",
+        "platforms": ["claude"], "capabilities": ["dom_delivery"],
+    })
+    communicator.hello_ok = await communicator.receive_json_from()
+    assert communicator.hello_ok["type"] == "hello.ok"
+    return communicator
+
+
+def test_every_shipped_description_validates_and_is_in_force():
+    assert sorted(shipped_site_descriptions()) == list(SHIPPED)
+    assert [site["name"] for site in sites_in_force()] == list(SHIPPED)
+
+
+@pytest.mark.parametrize("change,what", [
+    ({"answer__streaming": ["<script>alert(1)</script>"]}, "answer/streaming"),
+    ({"answer__streaming": ["button[onclick]"]}, "answer/streaming"),
+    ({"answer__text": ["div[style*='url(https://evil.test/x)']"]}, "answer/text"),
+    ({"composer__input": ["div" * 101]}, "composer/input"),
+    ({"answer__run": "fetch('https://evil.test')"}, "answer"),
+    ({"script": "alert(1)"}, "(top)"),
+    ({"origins": ["http://perplexity.ai"]}, "origins"),
+    ({"name": "claude"}, "name"),
+])
+def test_a_description_with_a_script_a_url_an_unknown_key_or_an_over_long_selector_is_refused(change, what):
+    with pytest.raises(InvalidSiteDescription) as raised:
+        site_description_save(name=change.get("name", "perplexity"), description=perplexity(**change), actor="ops")
+    assert what in str(raised.value)
+    assert not SiteDescription.objects.exists()
+
+
+def test_a_description_saved_under_another_name_is_refused():
+    with pytest.raises(SiteNameMismatch):
+        site_description_save(name="grok", description=perplexity(), actor="ops")
+    assert not SiteDescription.objects.exists()
+
+
+@pytest.fixture
+def laptop(channel_layer):
+    return PluginClientFactory(client_id="laptop", capabilities=["dom_delivery"])
+
+
+async def test_hello_ok_names_the_sites_version_and_sites_get_hands_out_the_sites_in_force(laptop):
+    plugin = await hello()
+    version = plugin.hello_ok["sites_version"]
+    await plugin.send_json_to({"type": "sites.get", "id": "s-1"})
+    sites = await plugin.receive_json_from()
+    assert (sites["type"], sites["id"], sites["sites_version"]) == ("sites", "s-1", version)
+    assert [site["name"] for site in sites["sites"]] == list(SHIPPED)
+    await plugin.send_json_to({"type": "sites.get", "id": 7})
+    assert (await plugin.receive_json_from())["code"] == "invalid"
+    await plugin.disconnect()
+
+    await database_sync_to_async(site_description_save)(
+        name="perplexity", description=perplexity(answer__streaming=["div.answer-is-streaming"]), actor="ops"
+    )
+    plugin = await hello()
+    assert plugin.hello_ok["sites_version"] != version
+    await plugin.send_json_to({"type": "sites.get"})
+    sites = {site["name"]: site for site in (await plugin.receive_json_from())["sites"]}
+    assert sites["perplexity"]["answer"]["streaming"] == ["div.answer-is-streaming"]
+    assert sites["grok"] == shipped_site_descriptions()["grok"]
+    await plugin.disconnect()
+
+
+async def test_a_plugin_may_send_a_final_message_of_a_site_an_operator_added(laptop):
+    await database_sync_to_async(site_description_save)(name="poe", description=a_new_site(), actor="ops")
+    try:
+        plugin = await hello()  # the hello makes the new site a platform of this process
+        await plugin.send_json_to({
+            "type": "browser.final_message", "id": "f-1", "platform": "poe", "conversation_id": "abcdef123",
+            "message_id": "", "text": "hello", "page_url": "https://poe.com/chat/abcdef123",
+        })
+        assert (await plugin.receive_json_from())["type"] == "ack"
+        await plugin.disconnect()
+        assert await Conversation.objects.filter(platform="poe", remote_id="abcdef123").aexists()
+    finally:
+        platforms.unregister("poe")
+
+
+def test_an_operator_edits_a_copy_of_a_shipped_site_in_the_admin_and_the_log_says_what_changed(admin_client):
+    page = admin_client.get("/admin/ingest/sitedescription/")
+    assert page.status_code == 200 and b"Edit a copy" in page.content and b"Perplexity" in page.content
+    form = admin_client.get("/admin/ingest/sitedescription/add/?name=perplexity")
+    assert form.status_code == 200 and b"Stop generating response" in form.content
+    changed = perplexity(answer__streaming=["div.answer-is-streaming"])
+    saved = admin_client.post("/admin/ingest/sitedescription/add/",
+                              {"name": "perplexity", "description": json.dumps(changed)})
+    assert saved.status_code == 302, saved.content[:2000]
+    site = SiteDescription.objects.get()
+    assert (site.revision, site.updated_by, site.description) == (1, "admin", changed)
+    assert LogEntry.objects.get().change_message == "Added answer/streaming (revision 1)"
+
+    refused = admin_client.post(f"/admin/ingest/sitedescription/{site.pk}/change/",
+                                {"description": json.dumps(perplexity(answer__streaming=["<img src=x>"]))})
+    assert refused.status_code == 200 and b"Not a valid site description: answer/streaming/0" in refused.content
+    broken = admin_client.post(f"/admin/ingest/sitedescription/{site.pk}/change/", {"description": "{not json"})
+    assert broken.status_code == 200
+    assert SiteDescription.objects.get().revision == 1
+
+    again = perplexity(composer__input=["#ask-input"], answer__streaming=["div.answer-is-streaming"])
+    assert admin_client.post(f"/admin/ingest/sitedescription/{site.pk}/change/",
+                             {"description": json.dumps(again)}).status_code == 302
+    assert SiteDescription.objects.get().revision == 2
+    assert LogEntry.objects.order_by("-pk").first().change_message == "Changed composer/input (revision 2)"
+
+
+def test_a_saved_description_changes_the_version_and_replaces_the_shipped_copy():
+    before = sites_version()
+    assert sites_version() == before  # nothing changed: the same name
+    site = site_description_save(
+        name="perplexity", description=perplexity(answer__streaming=["div.answer-is-streaming"]), actor="ops"
+    )
+    assert site.revision == 1
+    after = sites_version()
+    assert after != before
+    in_force = {description["name"]: description for description in sites_in_force()}
+    assert in_force["perplexity"]["answer"]["streaming"] == ["div.answer-is-streaming"]
+    assert site_description_save(name="perplexity", description=perplexity(), actor="ops").revision == 2
+    assert sites_version() not in (before, after)
+    SiteDescription.objects.all().delete()
+    assert sites_version() == before  # the shipped copy is back in force
+
+
+def test_a_site_an_operator_adds_becomes_a_platform_of_the_processes_that_read_the_sites():
+    site_description_save(name="poe", description=a_new_site(), actor="ops")
+    try:
+        sites_version()
+        assert "poe" in platforms
+        assert (platforms.get("poe").label, platforms.get("poe").performs) == ("Poe", ("dom",))
+    finally:
+        platforms.unregister("poe")
+
+
+async def test_a_connected_plugin_is_sent_the_sites_in_force_when_an_operator_saves_or_removes_one(laptop):
+    plugin = await hello()
+    version = plugin.hello_ok["sites_version"]
+    await database_sync_to_async(site_description_save)(
+        name="grok", description=grok(answer__streaming=["div.grok-is-writing"]), actor="ops"
+    )
+    sent = await plugin.receive_json_from(timeout=5)
+    assert (sent["type"], sent["id"]) == ("sites", None) and sent["sites_version"] != version
+    assert {site["name"]: site for site in sent["sites"]}["grok"]["answer"]["streaming"] == ["div.grok-is-writing"]
+
+    assert await database_sync_to_async(site_description_delete)(name="grok", actor="ops")
+    sent = await plugin.receive_json_from(timeout=5)
+    assert sent["sites_version"] == version  # the shipped copy is in force again
+    assert {site["name"]: site for site in sent["sites"]}["grok"] == shipped_site_descriptions()["grok"]
+    await plugin.disconnect()
+
+
+def test_removing_an_operators_copy_in_the_admin_puts_the_shipped_one_back(admin_client):
+    site = site_description_save(name="perplexity", description=perplexity(title="Perplexity (mine)"), actor="ops")
+    changed = sites_version()
+    removed = admin_client.post(f"/admin/ingest/sitedescription/{site.pk}/delete/", {"post": "yes"})
+    assert removed.status_code == 302
+    assert not SiteDescription.objects.exists()
+    assert sites_version() != changed
+    assert {d["name"]: d for d in sites_in_force()}["perplexity"] == shipped_site_descriptions()["perplexity"]

@@ -1,0 +1,168 @@
+"""Mock pages of the chat sites read from the page (``plugin/sites/<name>.json``), at their real origins.
+
+Each page has the DOM shape its description names: assistant turns (and
+their text element), the "still writing" signal, the composer of the
+description's kind, its send button and the person's turns. The site's
+network is not mocked (the plugin watches none of it): a test makes the
+page write an answer (``mockSite.answer(html)``: the signal shown while the
+turn fills, then gone) and reads what the plugin typed and sent
+(``mockSite.sent()``). Served through Playwright's ``context.route``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from html import escape
+
+PAGE = """<!doctype html>
+<html><head><meta charset="utf-8"><title>{title}</title></head>
+<body><main id="thread"></main>{composer}
+<script>
+const SITE = {config};
+const thread = document.getElementById("thread");
+const sent = [];
+
+function fromHtml(html) {{
+  const holder = document.createElement("div");
+  holder.innerHTML = html;
+  return holder.firstElementChild;
+}}
+
+function writing(isWriting) {{
+  if (SITE.streaming_attribute) {{
+    const [selector, name, on, off] = SITE.streaming_attribute;
+    document.querySelector(selector).setAttribute(name, isWriting ? on : off);
+    return;
+  }}
+  const marker = document.getElementById("mock-streaming");
+  if (isWriting && !marker) document.body.appendChild(fromHtml(SITE.streaming));
+  else if (!isWriting && marker) marker.remove();
+}}
+
+function composerText() {{
+  const input = document.querySelector(SITE.input);
+  return input.nodeName === "TEXTAREA" ? input.value : input.innerText;
+}}
+
+function clearComposer() {{
+  const input = document.querySelector(SITE.input);
+  if (input.nodeName === "TEXTAREA") input.value = "";
+  else input.replaceChildren();
+}}
+
+document.querySelector(SITE.send).addEventListener("click", () => {{
+  if (SITE.streaming_attribute && document.querySelector(SITE.send).getAttribute("aria-label") === "Stop") return;
+  const text = composerText();
+  if (!text.trim()) return;
+  sent.push(text);
+  const turn = fromHtml(SITE.user_turn);
+  turn.textContent = text;
+  thread.appendChild(turn);
+  clearComposer();
+}});
+
+window.mockSite = {{
+  /** Writes an answer: the streaming signal for `ms`, a first part, then the whole and the signal gone. */
+  answer(html, ms = 1200) {{
+    const turn = fromHtml(SITE.turn);
+    const text = SITE.text_in_turn ? turn.querySelector(SITE.text_in_turn) : turn;
+    writing(true);
+    text.innerHTML = "<p>Let me check…</p>";
+    thread.appendChild(turn);
+    return new Promise((resolve) => setTimeout(() => {{
+      text.innerHTML = html;
+      writing(false);
+      resolve();
+    }}, ms));
+  }},
+  sent: () => [...sent],
+  userTurnCount: () => document.querySelectorAll(SITE.user_turn_selector).length,
+}};
+</script></body></html>
+"""
+
+
+@dataclass
+class SiteApp:
+    """One site's mock: its description's name, a conversation page, and the markup of each part."""
+
+    name: str
+    origin: str
+    path_prefix: str
+    conversation: str
+    turn: str  # an assistant turn; its text element, when the site has one, inside
+    text_in_turn: str  # the selector of the text element inside a turn, or "" for the turn itself
+    streaming: str  # the "still writing" marker, added while writing (id="mock-streaming")
+    input: str  # the composer's selector, and its markup in ``composer``
+    send: str
+    composer: str
+    user_turn: str
+    user_turn_selector: str
+    # Sites whose send button turns into the stop button: (selector, attribute, while writing, otherwise).
+    streaming_attribute: tuple[str, str, str, str] | None = None
+    title: str = "Plan the release"
+
+    @property
+    def page_url(self) -> str:
+        return f"{self.origin}{self.path_prefix}{self.conversation}"
+
+    def install(self, context) -> None:
+        context.route(f"{self.origin}/**", self.handle)
+
+    def handle(self, route) -> None:
+        if route.request.method == "GET" and route.request.url.split("?")[0] == self.page_url:
+            route.fulfill(status=200, content_type="text/html; charset=utf-8", body=self.page())
+        else:
+            route.fulfill(status=404, content_type="text/plain", body="not in the mock")
+
+    def page(self) -> str:
+        config = {
+            "turn": self.turn, "text_in_turn": self.text_in_turn, "streaming": self.streaming, "input": self.input,
+            "send": self.send, "user_turn": self.user_turn, "user_turn_selector": self.user_turn_selector,
+            "streaming_attribute": self.streaming_attribute,
+        }
+        # No markup here holds "</script", so the JSON cannot close the script.
+        return PAGE.format(title=escape(self.title), composer=self.composer, config=json.dumps(config))
+
+
+def site_app(name: str, **changes) -> SiteApp:
+    """The mock of site ``name``, its markup from the first selectors of ``plugin/sites/<name>.json``."""
+    conversation = str(uuid.uuid4())
+    apps = {
+        "perplexity": SiteApp(
+            name="perplexity", origin="https://www.perplexity.ai", path_prefix="/search/",
+            conversation=f"plan-the-release-{uuid.uuid4().hex[:12]}",
+            turn='<div class="max-w-threadContentWidth"><div class="prose"></div></div>', text_in_turn=".prose",
+            streaming='<button id="mock-streaming" aria-label="Stop generating response">Stop</button>',
+            input="#ask-input", send='button[aria-label="Submit"]',
+            composer='<div id="ask-input" contenteditable="true" data-lexical-editor="true"></div>'
+                     '<button type="button" aria-label="Submit">Submit</button>',
+            user_turn='<div class="group/query" style="white-space: pre-wrap"></div>',
+            user_turn_selector='div[class*="group/query"]',
+        ),
+        "deepseek": SiteApp(
+            name="deepseek", origin="https://chat.deepseek.com", path_prefix="/a/chat/s/", conversation=conversation,
+            turn='<div class="ds-markdown"></div>', text_in_turn="",
+            # DeepSeek's send button is its stop button while it writes.
+            streaming="", streaming_attribute=("div.ds-send-button", "aria-label", "Stop", "Send"),
+            input="textarea#chat-input", send="div.ds-send-button",
+            composer='<textarea id="chat-input" placeholder="Message DeepSeek"></textarea>'
+                     '<div class="ds-send-button" role="button" aria-label="Send">Send</div>',
+            user_turn='<div class="_9663006" style="white-space: pre-wrap"></div>', user_turn_selector="div._9663006",
+        ),
+        "copilot": SiteApp(
+            name="copilot", origin="https://github.com", path_prefix="/copilot/c/", conversation=conversation,
+            turn='<div class="ChatMessage-module__assistantMessage--a1b2"><div class="markdown-body"></div></div>',
+            text_in_turn=".markdown-body",
+            streaming='<button id="mock-streaming" aria-label="Stop">Stop</button>',
+            input="#copilot-chat-textarea", send='button[aria-labelledby*="Send"]',
+            composer='<textarea id="copilot-chat-textarea" placeholder="How can I help?"></textarea>'
+                     '<button type="button" aria-labelledby="SendButton-label"><span id="SendButton-label">Send</span></button>',
+            user_turn='<div class="UserMessage-module__container--c3d4" style="white-space: pre-wrap"></div>',
+            user_turn_selector='[class*="UserMessage-module__container"]',
+        ),
+    }
+    app = apps[name]
+    return SiteApp(**{**app.__dict__, **changes}) if changes else app
