@@ -1,8 +1,10 @@
-"""The cost curve: final_message → delivery latency, throughput and the ASGI process's CPU and
-memory as the number of plugins grows, on one ``manage.py serve``.
+"""The cost curve: final_message → delivery latency, throughput and the ASGI processes' CPU and
+memory as the number of plugins grows, on one ``manage.py serve`` and then on two.
 
-Starts one ``manage.py serve`` (daphne + the django-q2 cluster, as ``make run`` does; outbound
-jitter 0) on the configured database and channel layer, then for each step of --scale-steps
+For each count of --scale-servers (1,2), starts that many ``manage.py serve`` (daphne, the
+server's dispatcher loop and the django-q2 cluster, as ``make run`` does; outbound jitter 0) on
+the configured database and channel layer, on --port and the ports after it, as two machines
+would run them; plugins are spread over the servers in turn. Then for each step of --scale-steps
 (50,200,500,1000 plugins) connects plugins up to that number (the ones of the step before stay
 connected; each is a client of its own, at most 20 connecting at a time) and lets every one send
 a ``browser.final_message`` with one ``echo`` block every --scale-interval seconds (10) for
@@ -10,9 +12,11 @@ a ``browser.final_message`` with one ``echo`` block every --scale-interval secon
 answers its deliveries at once (HTTP 200). A message's latency runs from its send to the
 ``browser.proxy_delivery`` naming it; after the window the step waits up to --scale-drain
 seconds for the deliveries still due, and any still missing count as undelivered. The daphne
-process alone is measured over the window: its CPU as a percentage of one core and its largest
-resident memory. Prints one line per step, then the line of the largest step (the goal's), and
-draws latency and CPU against plugins into --chart (a PNG; needs the ``bench`` dependency group).
+processes alone are measured over the window: their CPU as a percentage of one core and their
+largest resident memory, each per ASGI process (the servers' sum divided by their number).
+Prints one line per step, then the line of the largest step with the most servers (``scale``,
+the goal's) and with one (``scale_one``), and draws latency and CPU against plugins of the run
+with the most servers into --chart (a PNG; needs the ``bench`` dependency group).
 
     uv run --group bench python bench/scale.py --scale-steps 20,50 --scale-seconds 10
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/conductor_bench REDIS_URL=redis://127.0.0.1:6379/14 \\
@@ -42,7 +46,7 @@ from bench.common import (  # noqa: E402
 # What `make bench BENCH_ARGS=...` and this script's options can change (``--scale-steps 20,50
 # --scale-seconds 10`` is a short run). Steps of 0 plugins are left out.
 SCALE_OPTIONS = {"scale_steps": "50,200,500,1000", "scale_seconds": 60.0, "scale_interval": 10.0,
-                 "scale_drain": 15.0}
+                 "scale_drain": 15.0, "scale_servers": "1,2"}
 CHART = ROOT / "bench" / "out" / "scale.png"
 # Plugins connect at most this many at a time, as browsers coming back after a restart would not
 # all at the same instant either.
@@ -52,7 +56,7 @@ CONNECTING_AT_ONCE = 20
 # one message every 10 s, but a shorter --scale-interval would).
 SERVER_ENV = {"CONDUCTOR_OUTBOUND_JITTER_MAX_MS": "0", "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": "1000000"}
 
-TAG = re.compile(r"scale-\d+-\d+-\d+")
+TAG = re.compile(r"scale-\d+-\d+-\d+-\d+")
 DELIVERY_TYPES = ("browser.proxy_delivery", "browser.dom_delivery")
 
 
@@ -79,8 +83,9 @@ class Step:
     seconds: float
     sent: int
     latencies: list[float]
-    cpu_percent: float
-    rss_peak_bytes: int
+    cpu_percent: float  # per ASGI process
+    rss_peak_bytes: int  # per ASGI process
+    servers: int = 1
     errors: list[str] = field(default_factory=list)
 
     @property
@@ -94,7 +99,7 @@ class Step:
                        f"max={max(self.latencies):.0f}")
         else:
             latency = "median=none p99=none max=none"
-        return (f"plugins={self.plugins} window_s={self.seconds:.1f} sent={self.sent} delivered={self.delivered} "
+        return (f"servers={self.servers} plugins={self.plugins} window_s={self.seconds:.1f} sent={self.sent} delivered={self.delivered} "
                 f"undelivered={self.sent - self.delivered} messages_per_s={self.delivered / self.seconds:.1f} "
                 f"final_message_to_delivery_ms {latency} asgi_cpu_percent={self.cpu_percent:.1f} "
                 f"asgi_rss_peak_mb={self.rss_peak_bytes / 1e6:.0f} errors={len(self.errors)}")
@@ -104,8 +109,8 @@ class Plugins:
     """The plugin sockets open so far, each read by a task of its own that answers deliveries and
     records, for the step under way, when each message it sent was delivered."""
 
-    def __init__(self, url: str, clients: Sequence[tuple[str, str]]):
-        self.url, self.clients = url, clients
+    def __init__(self, urls: Sequence[str], clients: Sequence[tuple[str, str]]):
+        self.urls, self.clients = urls, clients
         self.sockets: list = []
         self.sent: dict[str, float] = {}  # tag -> perf_counter of its send, of the step under way
         self.latencies: dict[str, float] = {}
@@ -127,13 +132,14 @@ class Plugins:
             raise ValueError(f"{count} plugins asked for, {len(self.clients)} clients made")
         slots = asyncio.Semaphore(CONNECTING_AT_ONCE)
 
-        async def connect(client_id: str, token: str):
+        async def connect(number: int, client_id: str, token: str):
             async with slots:
-                # Browsers send no WebSocket-level pings.
+                # Browsers send no WebSocket-level pings. The servers take the plugins in turn.
                 return await self._stack.enter_async_context(
-                    plugin_socket(self.url, client_id, token, ping_interval=None))
+                    plugin_socket(self.urls[number % len(self.urls)], client_id, token, ping_interval=None))
 
-        opened = await asyncio.gather(*(connect(*client) for client in self.clients[len(self.sockets):count]))
+        opened = await asyncio.gather(*(connect(number, *self.clients[number])
+                                        for number in range(len(self.sockets), count)))
         self.sockets += opened
         self._readers += [asyncio.create_task(self._read(ws)) for ws in opened]
 
@@ -164,9 +170,9 @@ class Plugins:
             next_at, n = opened + first, 0
             while next_at < closes:
                 await asyncio.sleep(max(0.0, next_at - time.monotonic()))
-                tag = f"scale-{plugins}-{number}-{n}"
+                tag = f"scale-{len(self.urls)}-{plugins}-{number}-{n}"
                 self.sent[tag] = time.perf_counter()
-                await ws.send(json.dumps({**final_message(tag, f"scale-{plugins}-{number}",
+                await ws.send(json.dumps({**final_message(tag, f"scale-{len(self.urls)}-{plugins}-{number}",
                                                           f"Step {n}.\n{echo_block(n, tag=tag)}"),
                                           "capture": "network"}))
                 next_at, n = next_at + interval, n + 1
@@ -179,9 +185,10 @@ class Plugins:
         drain_until = time.monotonic() + drain
         while len(self.latencies) < len(self.sent) and time.monotonic() < drain_until:
             await asyncio.sleep(0.1)
+        servers = len(self.urls)
         return Step(plugins=plugins, seconds=meter.seconds, sent=len(self.sent),
-                    latencies=list(self.latencies.values()), cpu_percent=meter.cpu_percent,
-                    rss_peak_bytes=meter.rss_peak_bytes, errors=list(self.errors))
+                    latencies=list(self.latencies.values()), cpu_percent=meter.cpu_percent / servers,
+                    rss_peak_bytes=meter.rss_peak_bytes // servers, servers=servers, errors=list(self.errors))
 
 
 def plugin_clients(count: int) -> list[tuple[str, str]]:
@@ -192,22 +199,25 @@ def plugin_clients(count: int) -> list[tuple[str, str]]:
 
 
 def measure_steps(port: int, counts: Sequence[int], clients: Sequence[tuple[str, str]], *, seconds: float,
-                  interval: float, drain: float, stderr=None, emit: Callable[[str], None] = print) -> list[Step]:
-    """Each step of ``counts`` on one ``manage.py serve`` at ``port``; ``emit`` gets each step's line."""
+                  interval: float, drain: float, servers: int = 1, stderr=None,
+                  emit: Callable[[str], None] = print) -> list[Step]:
+    """Each step of ``counts`` on ``servers`` ``manage.py serve`` from ``port`` on; ``emit`` gets each step's line."""
     steps = []
+    ports = [port + n for n in range(servers)]
 
-    async def run(server) -> None:
-        asgi = asgi_pid(server)
-        async with Plugins(plugin_url(port), clients) as plugins:
+    async def run(running) -> None:
+        asgi = [asgi_pid(server) for server in running]
+        async with Plugins([plugin_url(p) for p in ports], clients) as plugins:
             for count in counts:
                 step = await plugins.run_step(count, seconds=seconds, interval=interval, drain=drain,
-                                              measure=lambda: ProcessMeter(lambda: [asgi]))
+                                              measure=lambda: ProcessMeter(lambda: asgi))
                 steps.append(step)
                 emit(f"scale_step {step.figures()}")
 
-    with running_server(port, stderr=stderr, **SERVER_ENV) as server:
-        time.sleep(3)  # the cluster's dispatcher loop takes its lease
-        asyncio.run(run(server))
+    with contextlib.ExitStack() as stack:
+        running = [stack.enter_context(running_server(p, stderr=stderr, **SERVER_ENV)) for p in ports]
+        time.sleep(3)  # each server's dispatcher loop starts
+        asyncio.run(run(running))
     return steps
 
 
@@ -243,17 +253,24 @@ def chart(steps: Sequence[Step], path: Path) -> Path:
 
 def scale_phase(port: int, args, *, chart_path: Path = CHART, stderr=None,
                 emit: Callable[[str], None] = print) -> None:
-    """``make bench``'s scale phase: the steps of ``args``, their lines, the goal's line (the
-    largest step's) and the chart at ``chart_path``."""
+    """``make bench``'s scale phase: the steps of ``args`` on each count of servers, their lines,
+    the goal's lines (the largest step's, on the most servers and on one) and the chart at
+    ``chart_path``."""
     counts = steps_of(args.scale_steps)
-    if not counts:
+    server_counts = steps_of(args.scale_servers)
+    if not counts or not server_counts:
         return
     clients = plugin_clients(counts[-1])
-    steps = measure_steps(port, counts, clients, seconds=args.scale_seconds, interval=args.scale_interval,
-                          drain=args.scale_drain, stderr=stderr, emit=emit)
-    emit(f"scale {steps[-1].figures()}")
+    runs = {}
+    for servers in server_counts:
+        runs[servers] = measure_steps(port, counts, clients, seconds=args.scale_seconds, interval=args.scale_interval,
+                                      drain=args.scale_drain, servers=servers, stderr=stderr, emit=emit)
+    most = runs[server_counts[-1]]
+    emit(f"scale {most[-1].figures()}")
+    if 1 in runs:
+        emit(f"scale_one {runs[1][-1].figures()}")
     try:
-        emit(f"scale_chart path={chart(steps, chart_path)}")
+        emit(f"scale_chart path={chart(most, chart_path)}")
     except ImportError:
         emit("scale_chart path=none (matplotlib is in the bench group: uv run --group bench)")
 
