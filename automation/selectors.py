@@ -79,6 +79,19 @@ def paused_kinds() -> set[str]:
     return set(KindPause.objects.values_list("kind", flat=True))
 
 
+# Stands for "every kind" among the paused ones: the whole dispatcher is paused.
+_EVERY_KIND = "*"
+
+
+def claim_pauses() -> set[str] | None:
+    """What a claim may not take, in one statement: None while the dispatcher is paused, else the paused kinds."""
+    whole = (
+        DispatcherState.objects.filter(pk=1, is_paused=True).annotate(kind=Value(_EVERY_KIND)).values_list("kind")
+    )
+    paused = {kind for (kind,) in KindPause.objects.values_list("kind").union(whole, all=True)}
+    return None if _EVERY_KIND in paused else paused
+
+
 def task_event_counts(*, actions: Collection[str]) -> dict[tuple[str, str, str], int]:
     """How many events of ``actions`` the tasks' timelines hold: ``{(action, kind, status_to): count}``.
 

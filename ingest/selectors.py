@@ -63,6 +63,39 @@ class PluginTargets:
 plugin_targets = PluginTargets()
 
 
+@dataclass(frozen=True)
+class DeliveryRoute:
+    """What a delivery to a conversation through one client needs to know.
+
+    ``client`` is None when no client has that id; ``link`` is None when the
+    conversation was never seen through it; ``owner`` and ``methods`` are the
+    conversation's ("" when it is gone).
+    """
+
+    client: PluginClient | None
+    owner: str
+    methods: str
+    link: ConversationLink | None
+
+
+def delivery_route_for(*, conversation_id: int, client_id: str) -> DeliveryRoute:
+    """The client, the conversation's owner and delivery methods, and their link: one query when the link exists."""
+    link = (
+        ConversationLink.objects.select_related("client", "conversation")
+        .filter(conversation_id=conversation_id, client__client_id=client_id).first()
+    )
+    if link is not None:
+        return DeliveryRoute(
+            client=link.client, owner=link.conversation.owner, methods=link.conversation.delivery_methods, link=link
+        )
+    owner, methods = (
+        Conversation.objects.filter(pk=conversation_id).values_list("owner", "delivery_methods").first() or ("", "")
+    )
+    return DeliveryRoute(
+        client=PluginClient.objects.filter(client_id=client_id).first(), owner=owner, methods=methods, link=None
+    )
+
+
 def plugin_client_exists(*, client_id: str) -> bool:
     """Whether a client (enabled or revoked) has this id."""
     return PluginClient.objects.filter(client_id=client_id).exists()

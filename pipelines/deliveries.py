@@ -29,11 +29,11 @@ from automation.outcomes import (
     Success,
     TerminalFailure,
 )
-from conversations.models import Conversation, ConversationLink, Message
+from conversations.models import Message
 from conversations.services import delivered_message_store
 from core.logfmt import log_event
 from ingest.models import PluginClient
-from ingest.selectors import plugin_targets
+from ingest.selectors import delivery_route_for, plugin_targets
 from ingest.services.deliveries import (
     delivery_answer_wait,
     delivery_request_create,
@@ -43,7 +43,7 @@ from ingest.services.deliveries import (
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from ingest.site_selectors import platform_adapter
 from pipelines.delivery_methods import DeliveryMethodSpec, methods_for
-from pipelines.results import message_results_text
+from pipelines.results import message_block_outcomes, results_text
 from platforms.registry import (
     DeliveryTarget,
     PlatformAdapter,
@@ -85,20 +85,16 @@ def deliver_text(ctx: ExecutionContext, *, text: str) -> Outcome:
         adapter = platform_adapter(task.target_platform)
     except UnsupportedPlatform as exc:
         return TerminalFailure(str(exc))
-    client = PluginClient.objects.filter(client_id=task.target_client_id).first()
+    route = delivery_route_for(conversation_id=task.conversation_id, client_id=task.target_client_id)
+    client, conversation_owner, link = route.client, route.owner, route.link
     if client is None or not client.enabled:
         return TerminalFailure(f"plugin client {task.target_client_id!r} is revoked or gone")
-    conversation_owner, conversation_methods = (
-        Conversation.objects.filter(pk=task.conversation_id).values_list("owner", "delivery_methods").first()
-        or ("", "")
-    )
     if client.owner != conversation_owner:
         # Routes only name the owner's clients; a client given another owner after its task was routed stops here.
         return TerminalFailure(
             f"plugin client {client.client_id!r} belongs to owner {client.owner!r}, the conversation to "
             f"{conversation_owner or 'no owner'!r}: results never go to another owner's client"
         )
-    link = ConversationLink.objects.filter(conversation_id=task.conversation_id, client=client).first()
     target = DeliveryTarget(
         platform=adapter.name,
         conversation_id=task.target_conversation_id or "",
@@ -110,7 +106,7 @@ def deliver_text(ctx: ExecutionContext, *, text: str) -> Outcome:
     )
     fallbacks = []
     sent_any = False
-    for method in methods_for(adapter=adapter, conversation_methods=conversation_methods or ""):
+    for method in methods_for(adapter=adapter, conversation_methods=route.methods or ""):
         if not client.has_capability(method.capability):
             reason = f"plugin client {client.client_id!r} does not announce {method.capability}"
             ctx.progress("fallback", method=method.name, reason=reason)
@@ -186,10 +182,10 @@ def instruction_deliver(ctx: ExecutionContext) -> Outcome:
     """The results of a message's blocks (or of the blocks in ``instruction_ids``), in one user turn."""
     payload = ctx.task.payload
     message_id = payload.get("message_id")
-    if message_id is None or not Message.objects.filter(pk=message_id).exists():
+    outcomes = message_block_outcomes(message_id=message_id, instruction_ids=payload.get("instruction_ids"))
+    if not outcomes and (message_id is None or not Message.objects.filter(pk=message_id).exists()):
         return TerminalFailure(f"payload missing: message {message_id!r} does not exist")
-    text = message_results_text(message_id=message_id, instruction_ids=payload.get("instruction_ids"))
-    return deliver_text(ctx, text=text)
+    return deliver_text(ctx, text=results_text(outcomes))
 
 
 def instruction_deliver_heading(task: AutomationTask, conversation_id: int) -> StoryHeading:

@@ -38,5 +38,9 @@ def message_block_outcomes(*, message_id: int, instruction_ids: Sequence[int] | 
 
 def message_results_text(*, message_id: int, instruction_ids: Sequence[int] | None = None) -> str:
     """The text that reports the message's blocks back to the chat, within CONDUCTOR_RESULT_MAX_CHARS."""
-    outcomes = message_block_outcomes(message_id=message_id, instruction_ids=instruction_ids)
+    return results_text(message_block_outcomes(message_id=message_id, instruction_ids=instruction_ids))
+
+
+def results_text(outcomes: Sequence[BlockOutcome]) -> str:
+    """The text that reports these outcomes, within CONDUCTOR_RESULT_MAX_CHARS."""
     return render_results(outcomes, max_chars=settings.CONDUCTOR_RESULT_MAX_CHARS)

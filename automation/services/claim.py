@@ -18,7 +18,7 @@ from automation.models import (
     TaskStatus,
 )
 from automation.retry import RetryPolicy
-from automation.selectors import dispatcher_is_paused, paused_kinds
+from automation.selectors import claim_pauses
 from automation.services.steps import transition_and_follow_up
 from automation.services.transitions import (
     TransitionError,
@@ -101,10 +101,12 @@ def tasks_claim(
     batch is refused whole and the candidates are leased one per
     transaction, each loser skipped.
     """
-    if limit <= 0 or dispatcher_is_paused():
+    if limit <= 0:
         return []
     # A kind paused from the overview is not claimed; its tasks wait, due.
-    paused = paused_kinds()
+    paused = claim_pauses()
+    if paused is None:  # the whole dispatcher
+        return []
     runnable = [kind for kind in kinds.runnable() if kind not in paused]
     claimable = _claimable(now, runnable)
     found = AutomationTask.objects.filter(claimable)

@@ -36,8 +36,9 @@ from functools import reduce
 from operator import or_
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.models import F, Q, QuerySet
+from django.db.models.sql import UpdateQuery
 
 from automation.changes import tasks_changed_on_commit
 from automation.models import (
@@ -88,19 +89,34 @@ from core.logfmt import log_event
 logger = logging.getLogger(__name__)
 
 
-def _update_one(task: QuerySet, values: dict[str, Any], *, task_id: str) -> AutomationTask | None:
+def _update_one(task: QuerySet, values: dict[str, Any]) -> AutomationTask | None:
     """Apply ``values`` (plain values or expressions) to ``task``, one row at most; return it as it is now, or None.
 
-    A conditional ``UPDATE`` through the ORM's public ``update()``, then a
-    read of that one row by its primary key. Both run in the caller's
-    transaction, and a row the update changed stays locked until it ends (a
-    row lock on PostgreSQL, the write lock on SQLite), so the read sees
-    exactly what this update wrote: it names the row, it does not look for
-    rows that resemble it.
+    One conditional ``UPDATE … RETURNING`` (PostgreSQL, and SQLite 3.35+):
+    the ORM compiles the update (its values, expressions and ``WHERE``) and
+    converts the returned row, which is what this statement wrote, read in
+    the statement itself rather than by a second read. ``task`` names one
+    row by its primary key.
     """
-    if not task.update(**values):
-        return None
-    return AutomationTask.objects.get(pk=task_id)
+    query = task.query.chain(UpdateQuery)
+    query.add_update_values(values)
+    rows = query.get_compiler(task.db).execute_returning_sql(_FIELDS)
+    return AutomationTask.from_db(task.db, _NAMES, rows[0]) if rows else None
+
+
+_FIELDS = AutomationTask._meta.concrete_fields
+_NAMES = [field.attname for field in _FIELDS]
+
+
+def _returning(sql: str, params: list[Any], *, using: str) -> list[AutomationTask]:
+    """Run ``sql`` (an ``UPDATE … RETURNING`` every column of the table) and build its rows as tasks."""
+    with connections[using].cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = cursor.fetchall()
+    return [
+        AutomationTask.from_db(using, _NAMES, [field.to_python(value) for field, value in zip(_FIELDS, row)])
+        for row in rows
+    ]
 
 
 def _refusal(
@@ -167,7 +183,7 @@ def _transition(
                 raise _refusal(task_id, edge, found, fenced, guards, now)
             status_from = found.status
             where &= Q(status=status_from)
-        task = _update_one(AutomationTask.objects.filter(where), values, task_id=task_id)
+        task = _update_one(AutomationTask.objects.filter(where), values)
         if task is None:
             raise _refusal(task_id, edge, AutomationTask.objects.filter(pk=task_id).first(), fenced, guards, now)
         status_from = status_from or task.status
@@ -273,8 +289,7 @@ def _lease_rows(
     if not task_ids:
         return []
     quote = connection.ops.quote_name
-    fields = AutomationTask._meta.concrete_fields
-    column = {field.name: quote(field.column) for field in fields}
+    column = {field.name: quote(field.column) for field in _FIELDS}
     tokens = [(task_id, new_lease_token()) for task_id in task_ids]
     assignments: list[tuple[str, str, list[Any]]] = [
         ("lease_owner", "%s", [lease_owner]),
@@ -298,17 +313,10 @@ def _lease_rows(
         f"UPDATE {quote(AutomationTask._meta.db_table)} SET "
         + ", ".join(f"{column[name]} = {expression}" for name, expression, _ in assignments)
         + f" WHERE {column['task_id']} IN ({', '.join(['%s'] * len(task_ids))})"
-        + f" RETURNING {', '.join(column[field.name] for field in fields)}"
+        + f" RETURNING {', '.join(quote(field.column) for field in _FIELDS)}"
     )
     params = [param for _, _, values in assignments for param in values] + task_ids
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    names = [field.attname for field in fields]
-    return [
-        AutomationTask.from_db(connection.alias, names, [field.to_python(value) for field, value in zip(fields, row)])
-        for row in rows
-    ]
+    return _returning(sql, params, using=connection.alias)
 
 
 def task_release(

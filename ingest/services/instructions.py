@@ -107,12 +107,13 @@ def message_delivery_ensure(
     if Instruction.objects.filter(message_id=message_id).exclude(status__in=FINISHED).exists():
         return None
     new = message_delivery_task(message_id=message_id, conversation_id=conversation_id)
-    if finished is not None and AutomationTask.objects.filter(dedupe_key=new.dedupe_key).exists():
+    task, created = task_create(**vars(new), actor=actor)
+    if not created and finished is not None:
+        # The message's delivery exists: this block was retried after it.
         retries = finished.events.filter(action="retry").count()
-        new = replace(
+        task, created = task_create(**vars(replace(
             new,
             dedupe_key=f"{new.dedupe_key}:block:{finished.instruction_id}:retry:{retries}",
             payload={**new.payload, "instruction_ids": [finished.instruction_id]},
-        )
-    task, created = task_create(**vars(new), actor=actor)
+        )), actor=actor)
     return task if created else None
