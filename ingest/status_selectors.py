@@ -8,7 +8,6 @@ answers; ``approvals_waiting`` is the plugin's badge. The shapes are
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -48,8 +47,12 @@ def approval_path(*, conversation_pk: int, task_id: str, instruction_pk: int) ->
     return f"{story}?task={task_id}#block-{instruction_pk}"
 
 
-def message_statuses(*, message_ids: Iterable[int]) -> list[StatusOfMessage]:
+def message_statuses(*, message_ids: Iterable[int], listened_to_only: bool = False) -> list[StatusOfMessage]:
     """The status of each of ``message_ids`` that has blocks, in id order.
+
+    ``listened_to_only``: only messages whose conversation's owner has a
+    plugin client connected now (the others are read no further than the
+    first statement).
 
     Three statements however many messages: the messages, their blocks, and
     the blocks' and deliveries' tasks (a stored result read only as far as
@@ -62,6 +65,8 @@ def message_statuses(*, message_ids: Iterable[int]) -> list[StatusOfMessage]:
     messages = Message.objects.filter(pk__in=ids).filter(
         Exists(Instruction.objects.filter(message_id=OuterRef("pk")))
     )
+    if listened_to_only:
+        messages = messages.filter(conversation__owner__in=plugin_clients_connected().values("owner"))
     rows = list(messages.order_by("pk").values(
         "pk", "remote_message_id", "conversation_id", "conversation__owner", "conversation__platform",
         "conversation__remote_id",
@@ -170,13 +175,3 @@ def approvals_waiting_by_owner(*, owners: Iterable[str]) -> dict[str, int]:
     return {owner: counts.get(owner, 0) for owner in wanted}
 
 
-def message_owners(*, message_ids: Iterable[int]) -> dict[int, str]:
-    """The owner of each message's conversation, by message id."""
-    return dict(Message.objects.filter(pk__in=sorted(set(message_ids))).values_list("pk", "conversation__owner"))
-
-
-def owners_listening(*, owners: Iterable[str], now: dt.datetime | None = None) -> set[str]:
-    """Which of ``owners`` have a plugin client connected now: only they are told of a change."""
-    return set(
-        plugin_clients_connected(now=now).filter(owner__in=sorted(set(owners))).values_list("owner", flat=True)
-    )
