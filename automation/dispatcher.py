@@ -64,6 +64,11 @@ logger = logging.getLogger(__name__)
 STOP_AFTER_CANCEL_SECONDS = 5.0
 # How often, and how far apart, a task's outcome is written again when the
 # database connection died under the write (a restart, a cut connection).
+# A loop woken by every finished task ticks many times a second under load:
+# the reclaim of expired leases (a lease lasts tens of seconds) and the
+# health record of its last tick are done at most this often by each
+# dispatcher, on its own clock, and on its first tick.
+HOUSEKEEPING_EVERY_MS = 250
 RECORD_ATTEMPTS = 5
 RECORD_RETRY_SECONDS = 0.5
 # What a lost or cut database connection raises.
@@ -141,6 +146,7 @@ class Dispatcher:
         # next block of a conversation, a delivery it created) is due at once,
         # so a running loop ticks without waiting for its next turn.
         self.wake = threading.Event()
+        self._housekept_at: int | None = None  # the clock of the last reclaim and tick record
         # One thread, and so at most one database connection, per task in flight.
         self._pool = ThreadPoolExecutor(
             max_workers=self.config.max_tasks_per_tick, thread_name_prefix="conductor-task"
@@ -157,9 +163,12 @@ class Dispatcher:
     # --- ticks ---------------------------------------------------------------
 
     def tick(self) -> TickReport:
-        """Reclaim expired leases, claim what is due, start running it. Returns at once."""
+        """Reclaim expired leases (``HOUSEKEEPING_EVERY_MS``), claim what is due, start running it. Returns at once."""
         now = self.clock()
-        reclaimed = tasks_reclaim_expired(actor=self.owner, now=now, retry=self.retry)
+        housekeeping = self._housekept_at is None or now - self._housekept_at >= HOUSEKEEPING_EVERY_MS
+        if housekeeping:
+            self._housekept_at = now
+        reclaimed = tasks_reclaim_expired(actor=self.owner, now=now, retry=self.retry) if housekeeping else []
         free_slots = self.config.max_tasks_per_tick - self.in_flight()
         claimed = [] if self.stopping.is_set() else tasks_claim(
             lease_owner=self.owner, now=now, limit=free_slots, lease_ms=self.config.lease_ms,
@@ -169,8 +178,9 @@ class Dispatcher:
             ctx = execution_context(task)
             with self._lock:
                 self._running[task.pk] = (self._pool.submit(self._run, ctx), ctx)
-        # After the tasks are on their way: the record delays none of them.
-        dispatcher_tick_record(lease_owner=self.owner, now=now)
+        if housekeeping:
+            # After the tasks are on their way: the record delays none of them.
+            dispatcher_tick_record(lease_owner=self.owner, now=now)
         if reclaimed or claimed:
             log_event(logger, "tick", lease_owner=self.owner, reclaimed=len(reclaimed), claimed=len(claimed))
         return TickReport(reclaimed=[t.pk for t in reclaimed], claimed=[t.pk for t in claimed])

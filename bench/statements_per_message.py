@@ -1,16 +1,17 @@
 """SQL statements per message, end to end, as PostgreSQL itself counts them (``log_statement = all``).
 
 Creates a throw-away database on the server of ``--postgres-url`` with
-``log_statement = all``, starts one ``manage.py serve`` on it (daphne + the
-django-q2 cluster, as ``make run`` does; the channel layer of ``REDIS_URL``
-when set), and counts the statements its log gains, by process: first over
-``--idle-seconds`` with nothing to do (the dispatcher's ticks, presence),
-then while ``--messages`` messages with one ``echo`` block go through one at
-a time (as ``delivery_latency.py`` sends them, each delivery answered 200 at
-once). Statements per message = (statements during the messages − the idle
-rate × their duration) / messages. Prints the total, the share of each
-process (the ASGI server, the dispatcher's worker, others) and the commonest
-statement shapes, per message.
+``log_statement = all``, starts one ``manage.py serve`` on it (daphne, the
+server's dispatcher loop and the django-q2 cluster, as ``make run`` does;
+the channel layer of ``REDIS_URL`` when set), and counts the statements its
+log gains, by process: first over ``--idle-seconds`` with nothing to do (the
+dispatcher's ticks, presence), then while ``--messages`` messages with one
+``echo`` block go through one at a time (as ``delivery_latency.py`` sends
+them, each delivery answered 200 at once). Statements per message =
+(statements during the messages − the idle rate × their duration) /
+messages. Prints the total, the share of each process (the ASGI server, the
+dispatcher loop, the cluster, others) and the commonest statement shapes,
+per message.
 
 Needs a PostgreSQL whose server log this user can read (``--log``, Debian's
 default path by default) and a superuser to set ``log_statement``.
@@ -56,7 +57,7 @@ def statements(log: Path, offset: int, database: str) -> list[tuple[int, str]]:
 
 
 def backend_roles(database: str) -> dict[int, str]:
-    """Each backend of ``database`` by the role of the process at its other end: asgi, cluster or other.
+    """Each backend of ``database`` by the role of the process at its other end: asgi, dispatcher, cluster or other.
 
     PostgreSQL logs its backend's pid; the client's local port (pg_stat_activity) names the
     process that holds it (``ss``), whose command line says what it is.
@@ -75,7 +76,8 @@ def backend_roles(database: str) -> dict[int, str]:
             command = Path(f"/proc/{match[2]}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
-        role = "asgi" if "daphne" in command else "cluster" if "qcluster" in command else "other"
+        role = ("asgi" if "daphne" in command else "dispatcher" if " dispatch " in f"{command} "
+                else "cluster" if "qcluster" in command else "other")
         roles[ports[int(match[1])]] = role
     return roles
 
@@ -106,7 +108,7 @@ def measure(args, log: Path, database: str) -> None:
     setup_django(migrate=True)
     _, token = fresh_plugin_client("bench-delivery")
     with running_server(args.port, CONDUCTOR_OUTBOUND_JITTER_MAX_MS="0", LOG_LEVEL="WARNING"):
-        time.sleep(3)  # the cluster's dispatcher loop takes its lease
+        time.sleep(3)  # the server's dispatcher loop starts
         start = log.stat().st_size
         time.sleep(args.idle_seconds)
         idle = statements(log, start, database)
