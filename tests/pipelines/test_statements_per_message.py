@@ -30,6 +30,7 @@ from django.db.backends import utils
 from automation.dispatcher import Dispatcher, DispatcherConfig
 from automation.models import AutomationTask, TaskStatus
 from conductor_site.asgi import application
+from ingest.models import ToolPolicyVersion
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from tests.factories import TEST_TOKEN, PluginClientFactory
 
@@ -149,6 +150,9 @@ def statements(monkeypatch):
 
 
 async def test_one_message_with_one_block_costs_at_most_its_statements(channel_layer, status_push, statements):
+    # A migrated database holds the policies' version row; a transactional test run before this one
+    # in the same database may have emptied its table, and without it every batch reads the policies.
+    await ToolPolicyVersion.objects.aget_or_create(pk=1)
     await sync_to_async(PluginClientFactory)(client_id="laptop", capabilities=["proxy_delivery"])
     communicator = await hello()
     dispatcher = await sync_to_async(Dispatcher)(owner="counted", config=DispatcherConfig(
