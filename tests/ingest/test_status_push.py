@@ -6,6 +6,7 @@ dispatcher and the operator services move them.
 """
 
 import logging
+import math
 import threading
 import time
 
@@ -273,10 +274,13 @@ def test_fifty_changes_in_a_tenth_of_a_second_make_at_most_two_frames_and_the_la
         state["value"] += 1
         push.mark([7])
         time.sleep(0.002)
-    assert time.monotonic() - started < 0.2
+    elapsed = time.monotonic() - started
     assert done.wait(2)
     time.sleep(0.3)  # nothing more comes
-    assert 1 <= len(sent) <= 2
+    # One frame at once, then at most one a 200 ms window: two for about 100 ms of changes
+    # (a loaded machine stretches the 100 ms, and the bound follows what it took).
+    assert 1 <= len(sent) <= 1 + math.ceil(elapsed / 0.2)
+    assert elapsed >= 0.2 or len(sent) <= 2
     assert sent[-1] == ([7], 50)
 
 
