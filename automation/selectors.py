@@ -8,7 +8,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from django.db.models import Count, F, Q, QuerySet, Value
+from django.db.models import Count, Exists, F, Q, QuerySet, Value
 from django.db.models.functions import Substr
 
 from automation.errors import error_first_line, error_signature, failure_group_key
@@ -79,17 +79,11 @@ def paused_kinds() -> set[str]:
     return set(KindPause.objects.values_list("kind", flat=True))
 
 
-# Stands for "every kind" among the paused ones: the whole dispatcher is paused.
-_EVERY_KIND = "*"
-
-
-def claim_pauses() -> set[str] | None:
-    """What a claim may not take, in one statement: None while the dispatcher is paused, else the paused kinds."""
-    whole = (
-        DispatcherState.objects.filter(pk=1, is_paused=True).annotate(kind=Value(_EVERY_KIND)).values_list("kind")
-    )
-    paused = {kind for (kind,) in KindPause.objects.values_list("kind").union(whole, all=True)}
-    return None if _EVERY_KIND in paused else paused
+def claim_not_paused() -> Q:
+    """What the overview's pauses leave a claim to take, as a condition of the claim's own statements:
+    nothing while the dispatcher is paused, no task of a paused kind. It costs no statement of its
+    own, and the lease's update checks it again."""
+    return ~Q(kind__in=KindPause.objects.values("kind")) & ~Exists(DispatcherState.objects.filter(pk=1, is_paused=True))
 
 
 def task_event_counts(*, actions: Collection[str]) -> dict[tuple[str, str, str], int]:

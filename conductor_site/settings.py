@@ -135,6 +135,10 @@ DATABASES = {
 # call; opening one per frame would cost more than the frame's own queries.
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # Django's backend, with no health check for a connection used in the last
+    # half second (conductor_site/db/postgresql).
+    DATABASES["default"]["ENGINE"] = "conductor_site.db.postgresql"
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Django's backend, with one writer at a time per process queued in Python
     # rather than in SQLite's sleeping busy handler (conductor_site/db/sqlite3).

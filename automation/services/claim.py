@@ -18,7 +18,7 @@ from automation.models import (
     TaskStatus,
 )
 from automation.retry import RetryPolicy
-from automation.selectors import claim_pauses
+from automation.selectors import claim_not_paused
 from automation.services.steps import transition_and_follow_up
 from automation.services.transitions import (
     TransitionError,
@@ -49,7 +49,8 @@ def _target_present(now: int, runnable_kinds: Collection[str]) -> Q:
 def _claimable(now: int, runnable_kinds: Collection[str]) -> Q:
     """Due tasks that may run now.
 
-    A task is held back while its conversation is paused, while an earlier
+    A task is held back while the dispatcher or its kind is paused (from the
+    overview), while its conversation is paused, while an earlier
     task of its conversation lane is unfinished (instructions one at a time in
     arrival order; a blocked instruction or a delivery waiting to retry holds
     back the rest), and, when it is outbound, while another task is in flight
@@ -71,6 +72,7 @@ def _claimable(now: int, runnable_kinds: Collection[str]) -> Q:
     )
     return (
         Q(status__in=CLAIMABLE_STATUSES, execute_after__lte=now, kind__in=list(runnable_kinds))
+        & claim_not_paused()
         & (Q(conversation_id__isnull=True) | ~Exists(paused))
         & (Q(lane__isnull=True) | Q(conversation_id__isnull=True) | ~Exists(earlier_in_lane))
         & (Q(target_client_id__isnull=True) | (~Exists(target_busy) & _target_present(now, runnable_kinds)))
@@ -103,11 +105,7 @@ def tasks_claim(
     """
     if limit <= 0:
         return []
-    # A kind paused from the overview is not claimed; its tasks wait, due.
-    paused = claim_pauses()
-    if paused is None:  # the whole dispatcher
-        return []
-    runnable = [kind for kind in kinds.runnable() if kind not in paused]
+    runnable = kinds.runnable()
     claimable = _claimable(now, runnable)
     found = AutomationTask.objects.filter(claimable)
     if among is not None:

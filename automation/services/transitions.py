@@ -172,28 +172,40 @@ def _transition(
     for guard in guards:
         where &= guard.holds(now)
 
-    with transaction.atomic():
+    # No savepoint inside a caller's transaction (a step and its follow-up): a refusal
+    # writes nothing and is raised after the block, so the caller's transaction goes on
+    # as it would after a savepoint's rollback; a database error fails it, as it should.
+    refusal: TransitionError | None = None
+    with transaction.atomic(savepoint=False):
         status_from = edge.known_from
+        task = None
         if status_from is None and edge.to_status is not None:
             # From one of several states: lock and read which, for the event.
             # (A row lock on PostgreSQL; on SQLite the IMMEDIATE transaction
             # already holds the write lock.)
             found = AutomationTask.objects.select_for_update().filter(pk=task_id).first()
             if found is None or found.status not in edge.allowed_from:
-                raise _refusal(task_id, edge, found, fenced, guards, now)
-            status_from = found.status
-            where &= Q(status=status_from)
-        task = _update_one(AutomationTask.objects.filter(where), values)
-        if task is None:
-            raise _refusal(task_id, edge, AutomationTask.objects.filter(pk=task_id).first(), fenced, guards, now)
-        status_from = status_from or task.status
-        if edge.recorded:
-            TaskEvent.objects.create(
-                task_id=task_id, action=edge.action, status_from=status_from, status_to=task.status, actor=actor,
-                at=now, jitter_ms=jitter_ms, backoff_ms=backoff_ms, error=error, detail=detail or {},
-            )
-        if task.status != status_from:
-            tasks_changed_on_commit([task])
+                refusal = _refusal(task_id, edge, found, fenced, guards, now)
+            else:
+                status_from = found.status
+                where &= Q(status=status_from)
+        if refusal is None:
+            task = _update_one(AutomationTask.objects.filter(where), values)
+            if task is None:
+                found = AutomationTask.objects.filter(pk=task_id).first()
+                refusal = _refusal(task_id, edge, found, fenced, guards, now)
+        if task is not None:
+            status_from = status_from or task.status
+            if edge.recorded:
+                TaskEvent.objects.create(
+                    task_id=task_id, action=edge.action, status_from=status_from, status_to=task.status,
+                    actor=actor, at=now, jitter_ms=jitter_ms, backoff_ms=backoff_ms, error=error,
+                    detail=detail or {},
+                )
+            if task.status != status_from:
+                tasks_changed_on_commit([task])
+    if refusal is not None:
+        raise refusal
     _log(task, edge.action, status_from, actor, error=error, jitter_ms=jitter_ms, backoff_ms=backoff_ms)
     return task
 

@@ -196,7 +196,7 @@ def test_redis_url_and_database_url_switch_the_backends(tmp_path):
         "'q': settings.Q_CLUSTER}))",
     )
     values = json.loads(out)
-    assert values["engine"] == "django.db.backends.postgresql"
+    assert values["engine"] == "conductor_site.db.postgresql"
     assert values["q"]["redis"] == "redis://127.0.0.1:6379/3" and "orm" not in values["q"]
 
 
