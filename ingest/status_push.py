@@ -61,19 +61,16 @@ def statuses_send(message_ids: Iterable[int], *, send: Send = layer_send.group_s
     """Read the statuses of ``message_ids`` and send each to its owner's sockets; return the frames sent.
 
     Messages whose owner has no plugin connected are not read past the first
-    statement. Four statements in all: the three of ``message_statuses``
-    and the badges' counts.
+    statement. Two statements in all (``message_statuses``, the badges'
+    counts read with the messages).
     """
     ids = sorted(set(message_ids))
     if not ids:
         return 0
-    statuses = selectors.message_statuses(message_ids=ids, listened_to_only=True)
-    if not statuses:
-        return 0
-    counts = selectors.approvals_waiting_by_owner(owners={item.owner for item in statuses})
+    statuses = selectors.message_statuses(message_ids=ids, listened_to_only=True, with_approvals=True)
     for item in statuses:
         send(plugin_owner_group_name(item.owner), {
-            "type": LAYER_TYPE, "frame": status_frame(item, approvals_waiting=counts.get(item.owner, 0)),
+            "type": LAYER_TYPE, "frame": status_frame(item, approvals_waiting=item.approvals_waiting or 0),
         })
     return len(statuses)
 

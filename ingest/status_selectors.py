@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Exists, OuterRef, TextField
-from django.db.models.functions import Cast, Substr
+from django.db.models import Count, Exists, FilteredRelation, OuterRef, Q, Subquery, TextField
+from django.db.models.functions import Cast, Coalesce, Substr
 from django.urls import reverse
 
 from automation.models import AutomationTask, TaskStatus
@@ -39,6 +39,7 @@ class StatusOfMessage:
     platform: str
     conversation_id: str  # the chat's own id
     status: dict[str, Any]
+    approvals_waiting: int | None = None  # the owner's badge, when asked for
 
 
 def approval_path(*, conversation_pk: int, task_id: str, instruction_pk: int) -> str:
@@ -47,81 +48,105 @@ def approval_path(*, conversation_pk: int, task_id: str, instruction_pk: int) ->
     return f"{story}?task={task_id}#block-{instruction_pk}"
 
 
-def message_statuses(*, message_ids: Iterable[int], listened_to_only: bool = False) -> list[StatusOfMessage]:
+def _result_head_of(field: str) -> Substr:
+    """The first ``_RESULT_HEAD_CHARS`` of a stored result, as text: all its preview needs."""
+    return Substr(Cast(field, TextField()), 1, _RESULT_HEAD_CHARS)
+
+
+def message_statuses(
+    *, message_ids: Iterable[int], listened_to_only: bool = False, with_approvals: bool = False,
+) -> list[StatusOfMessage]:
     """The status of each of ``message_ids`` that has blocks, in id order.
 
     ``listened_to_only``: only messages whose conversation's owner has a
     plugin client connected now (the others are read no further than the
-    first statement).
+    first statement). ``with_approvals``: each status carries its owner's
+    ``approvals_waiting``, read by the same statement.
 
-    Three statements however many messages: the messages, their blocks, and
-    the blocks' and deliveries' tasks (a stored result read only as far as
-    its preview needs). ``approve_url`` is the approval page's path; the
-    socket makes it absolute for the server its plugin is paired with.
+    Two statements however many messages: the messages with their latest
+    delivery (and their owners' counts), then their blocks with each
+    block's task (a stored result read only as far as its preview needs).
+    ``approve_url`` is the approval page's path; the socket makes it
+    absolute for the server its plugin is paired with.
     """
     ids = sorted(set(message_ids))
     if not ids:
         return []
+    # A block's task names its block; a delivery names none. The latest delivery counts: a retried block's own.
+    deliveries = AutomationTask.objects.filter(
+        message_id=OuterRef("pk"), kind__in=(INSTRUCTION_EXECUTE, INSTRUCTION_DELIVER), instruction_id__isnull=True,
+    ).order_by("-created_at", "-task_id")
     messages = Message.objects.filter(pk__in=ids).filter(
         Exists(Instruction.objects.filter(message_id=OuterRef("pk")))
+    ).annotate(
+        delivery_status=Subquery(deliveries.values("status")[:1]),
+        delivery_error=Subquery(deliveries.values("last_error")[:1]),
+        delivery_result=Subquery(deliveries.annotate(head=_result_head_of("result_json")).values("head")[:1]),
     )
     if listened_to_only:
         messages = messages.filter(conversation__owner__in=plugin_clients_connected().values("owner"))
-    rows = list(messages.order_by("pk").values(
+    fields = [
         "pk", "remote_message_id", "conversation_id", "conversation__owner", "conversation__platform",
-        "conversation__remote_id",
-    ))
+        "conversation__remote_id", "delivery_status", "delivery_error", "delivery_result",
+    ]
+    if with_approvals:
+        waiting = (
+            AutomationTask.objects.filter(
+                status=TaskStatus.BLOCKED, kind=INSTRUCTION_EXECUTE, conversation__owner=OuterRef("conversation__owner"),
+            )
+            .order_by().values("status").annotate(count=Count("pk")).values("count")
+        )
+        messages = messages.annotate(approvals_waiting=Coalesce(Subquery(waiting), 0))
+        fields.append("approvals_waiting")
+    rows = list(messages.order_by("pk").values(*fields))
     if not rows:
         return []
-    found = [row["pk"] for row in rows]
-    instructions: dict[int, list[dict[str, Any]]] = {}
-    for row in Instruction.objects.filter(message_id__in=found).order_by("message_id", "block_index").values(
-        "pk", "message_id", "block_index", "target", "tool", "params", "status", "error", "created_at",
-    ):
-        instructions.setdefault(row["message_id"], []).append(row)
-    block_tasks: dict[int, dict[str, Any]] = {}
-    deliveries: dict[int, dict[str, Any]] = {}
-    tasks = (
-        AutomationTask.objects.filter(message_id__in=found, kind__in=(INSTRUCTION_EXECUTE, INSTRUCTION_DELIVER))
-        .annotate(result_head=Substr(Cast("result_json", TextField()), 1, _RESULT_HEAD_CHARS))
-        .order_by("created_at", "task_id")
-        .values("task_id", "kind", "status", "last_error", "result_head", "updated_at", "instruction_id", "message_id")
+    instructions: dict[int, dict[int, dict[str, Any]]] = {}
+    blocks_with_tasks = (
+        Instruction.objects.filter(message_id__in=[row["pk"] for row in rows])
+        .alias(task=FilteredRelation("tasks", condition=Q(tasks__kind__in=(INSTRUCTION_EXECUTE, INSTRUCTION_DELIVER))))
+        .annotate(task_result_head=_result_head_of("task__result_json"))
+        .order_by("message_id", "block_index", "task__created_at", "task__task_id")
+        .values(
+            "pk", "message_id", "block_index", "target", "tool", "params", "status", "error", "created_at",
+            "task__task_id", "task__status", "task__last_error", "task_result_head", "task__updated_at",
+        )
     )
-    for task in tasks:
-        # A block's task names its block; a delivery names none.
-        if task["instruction_id"] is not None:
-            block_tasks[task["instruction_id"]] = task
-        else:
-            deliveries[task["message_id"]] = task  # the latest one: a retried block's own delivery
+    for row in blocks_with_tasks:
+        # One row per task of the block (none: one row with no task): the latest one counts.
+        instructions.setdefault(row["message_id"], {})[row["pk"]] = row
     statuses = []
     for row in rows:
         blocks = []
-        for instruction in instructions.get(row["pk"], []):
-            task = block_tasks.get(instruction["pk"])
+        for instruction in instructions.get(row["pk"], {}).values():
+            has_task = instruction["task__task_id"] is not None
             block = shown.BlockRow(
                 index=instruction["block_index"], target=instruction["target"] or DEFAULT_TARGET,
                 tool=instruction["tool"], params=instruction["params"],
                 instruction_status=instruction["status"], instruction_error=instruction["error"],
-                task_id=task["task_id"] if task else None, task_status=task["status"] if task else None,
-                task_error=task["last_error"] if task else None,
-                task_result=_result_head(task["result_head"]) if task else None,
-                updated_at=task["updated_at"] if task else int(instruction["created_at"].timestamp() * 1000),
+                task_id=instruction["task__task_id"], task_status=instruction["task__status"],
+                task_error=instruction["task__last_error"],
+                task_result=_result_head(instruction["task_result_head"]) if has_task else None,
+                updated_at=instruction["task__updated_at"] if has_task
+                else int(instruction["created_at"].timestamp() * 1000),
             )
             approve = approval_path(
-                conversation_pk=row["conversation_id"], task_id=task["task_id"], instruction_pk=instruction["pk"],
-            ) if task and task["status"] == TaskStatus.BLOCKED else None
+                conversation_pk=row["conversation_id"], task_id=instruction["task__task_id"],
+                instruction_pk=instruction["pk"],
+            ) if has_task and instruction["task__status"] == TaskStatus.BLOCKED else None
             blocks.append(shown.block_status(block, approve_url=approve))
-        delivery = deliveries.get(row["pk"])
+        has_delivery = row["delivery_status"] is not None
         statuses.append(StatusOfMessage(
             owner=row["conversation__owner"], platform=row["conversation__platform"],
             conversation_id=row["conversation__remote_id"],
             status=shown.message_status(
                 remote_message_id=row["remote_message_id"], message_pk=row["pk"], blocks=blocks,
                 delivery=shown.delivery_status(shown.DeliveryRow(
-                    status=delivery["status"], result=_result_head(delivery["result_head"]),
-                    error=delivery["last_error"],
-                ) if delivery else None),
+                    status=row["delivery_status"], result=_result_head(row["delivery_result"]),
+                    error=row["delivery_error"],
+                ) if has_delivery else None),
             ),
+            approvals_waiting=row.get("approvals_waiting"),
         ))
     return statuses
 
@@ -163,15 +188,3 @@ def approvals_waiting(*, owner: str) -> int:
     return AutomationTask.objects.filter(
         status=TaskStatus.BLOCKED, kind=INSTRUCTION_EXECUTE, conversation__owner=owner
     ).count()
-
-
-def approvals_waiting_by_owner(*, owners: Iterable[str]) -> dict[str, int]:
-    """``approvals_waiting`` for several owners in one statement (0 for an owner with none)."""
-    wanted = sorted(set(owners))
-    counts = dict(
-        AutomationTask.objects.filter(status=TaskStatus.BLOCKED, kind=INSTRUCTION_EXECUTE, conversation__owner__in=wanted)
-        .values_list("conversation__owner").annotate(count=Count("pk")).order_by()
-    )
-    return {owner: counts.get(owner, 0) for owner in wanted}
-
-

@@ -116,7 +116,10 @@ def test_a_loop_ticks_on_the_wall_clock_until_stopped_beating_meanwhile_and_then
 def test_every_loop_ticks_and_claims_beside_the_others_and_each_task_runs_once():
     loops = [LoopThread(f"loop-{n}", server=f"server-{n}", tick_seconds=0.1) for n in range(3)]
     wait_for(lambda: len(workers()) == 3)
-    tasks = [task_create(kind="test.local", payload={"sleep": 0.05}, actor="test")[0] for _ in range(60)]
+    # Each task outlasts the creation of all sixty and a tick of every loop: no loop frees a slot
+    # before all are claimed, so each, with 20 slots, claims its 20 (faster tasks let a loop's
+    # second batch come before another loop's first).
+    tasks = [task_create(kind="test.local", payload={"sleep": 0.5}, actor="test")[0] for _ in range(60)]
     wait_for(lambda: AutomationTask.objects.filter(pk__in=[t.pk for t in tasks], status=S.SUCCEEDED).count() == 60,
              timeout=30)
     for loop in loops:

@@ -380,3 +380,31 @@ def test_a_conditional_update_returns_only_the_row_its_condition_still_matches()
     assert [getattr(won, f.attname) for f in AutomationTask._meta.concrete_fields] == [
         getattr(task, f.attname) for f in AutomationTask._meta.concrete_fields
     ]
+
+
+@pytest.mark.django_db
+def test_a_recorded_step_writes_every_field_of_its_event_and_on_postgresql_in_the_updates_own_statement():
+    """On PostgreSQL the row and its event are one ``WITH … UPDATE … RETURNING … INSERT``; elsewhere two statements."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    task = make_task(status=S.RUNNING)
+    with CaptureQueriesContext(connection) as progress:
+        tr.task_progress(task.pk, lease=lease_of(task.pk), action="deliver",
+                         detail={"method": "http", "note": "it's \"quoted\""}, now=LATER)
+    with CaptureQueriesContext(connection) as retry:
+        moved = tr.task_retry_later(task.pk, lease=lease_of(task.pk), error="timeout: 'x'", retry_at=LATER + 5321,
+                                    backoff_ms=5000, jitter_ms=321, now=LATER)
+    assert (moved.status, moved.execute_after, moved.lease_owner, moved.last_error) == (
+        S.RETRY_WAIT, LATER + 5321, None, "timeout: 'x'")
+    step, retried = task.events.order_by("-pk")[:2][::-1]
+    assert (step.action, step.status_from, step.status_to, step.actor, step.at, step.detail) == (
+        "deliver", S.RUNNING, S.RUNNING, OWNER, LATER, {"method": "http", "note": "it's \"quoted\""})
+    assert (retried.action, retried.status_from, retried.status_to, retried.error, retried.backoff_ms,
+            retried.jitter_ms, retried.detail) == ("retry_later", S.RUNNING, S.RETRY_WAIT, "timeout: 'x'", 5000, 321, {})
+    writes = [query["sql"] for query in progress.captured_queries + retry.captured_queries
+              if query["sql"].startswith(("UPDATE", "INSERT", "WITH"))]
+    if connection.vendor == "postgresql":
+        assert [sql.split()[0] for sql in writes] == ["WITH", "WITH"]
+    else:
+        assert [sql.split()[0] for sql in writes] == ["UPDATE", "INSERT", "UPDATE", "INSERT"]

@@ -13,7 +13,8 @@ import time
 import pytest
 from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
-from django.db import OperationalError
+from django.db import OperationalError, connection
+from django.test.utils import CaptureQueriesContext
 
 from automation.models import AutomationTask
 from automation.services import operator
@@ -24,7 +25,7 @@ from conversations.models import Conversation
 from core.clock import now_ms
 from ingest.models import ClientAction
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
-from ingest.status_push import StatusPush
+from ingest.status_push import StatusPush, statuses_send
 from tests.factories import TEST_TOKEN, PluginClientFactory, lease_of, make_staff, task_lease
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -181,6 +182,36 @@ async def test_a_client_that_says_hello_learns_how_many_blocks_wait_for_approval
     assert desktop.hello_ok["approvals_waiting"] == 2
     await alice.disconnect()
     await desktop.disconnect()
+
+
+async def test_a_round_for_many_messages_reads_them_in_two_statements_with_each_owners_count(clients):
+    alice, bob = await hello("alice-laptop"), await hello("bob-laptop")
+    acks = [await answer(alice, final(f"{ECHO}\n{SHELL}", message_id=f"m-{n}", frame_id=f"f-{n}"), of_type="ack")
+            for n in range(1, 6)]
+    acks.append(await answer(bob, final(SHELL, message_id="b-1", frame_id="f-b", conversation_id="conv-b"),
+                             of_type="ack"))
+    echo_task = await sync_to_async(task_of)(INSTRUCTION_EXECUTE, instruction__message_id=acks[0]["message_id"],
+                                             instruction__block_index=1)
+    await sync_to_async(await sync_to_async(run)(echo_task.pk, result={"n": 1}))()
+    await alice.disconnect()
+    await bob.disconnect()
+    alice = await hello("alice-laptop")  # bob's plugin is gone: his message is read no further
+
+    def one_round():
+        sent = []
+        with CaptureQueriesContext(connection) as queries:
+            statuses_send([ack["message_id"] for ack in acks], send=lambda group, event: sent.append(event["frame"]))
+        return len(queries), sent
+
+    statements, frames = await sync_to_async(one_round)()
+    assert statements == 2
+    assert [frame["message"]["message_id"] for frame in frames] == [f"m-{n}" for n in range(1, 6)]
+    assert {frame["approvals_waiting"] for frame in frames} == {5}
+    assert [block["status"] for block in frames[0]["message"]["blocks"]] == ["succeeded", "waiting_approval"]
+    assert frames[0]["message"]["blocks"][0]["result_preview"] == '{"n":1}'
+    assert frames[0]["message"]["delivery"]["status"] == "none"  # its shell block still waits
+    assert [block["status"] for block in frames[1]["message"]["blocks"]] == ["queued", "waiting_approval"]
+    await alice.disconnect()
 
 
 async def test_status_get_answers_the_last_twenty_messages_with_blocks_newest_last(clients):

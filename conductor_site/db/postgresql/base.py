@@ -12,18 +12,29 @@ next statement instead, which Django's own check after an error catches
 (``errors_occurred``: an unusable connection is closed at the next
 ``close_old_connections``), and which every caller already handles as a lost
 connection.
+
+Its features also say that a ``WITH`` clause may write
+(``supports_data_modifying_with``): a transition writes its row and its
+event in one statement.
 """
 
 from __future__ import annotations
 
 import time
 
-from django.db.backends.postgresql import base
+from django.db.backends.postgresql import base, features
 
 HEALTH_CHECK_BYPASS_SECONDS = 0.5
 
 
+class DatabaseFeatures(features.DatabaseFeatures):
+    # A WITH clause may hold an INSERT or UPDATE whose rows the statement reads
+    # (a transition and its event in one statement: automation/services/transitions.py).
+    supports_data_modifying_with = True
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
+    features_class = DatabaseFeatures
     _used_at = float("-inf")
 
     def _cursor(self, name=None):
