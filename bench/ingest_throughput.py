@@ -42,6 +42,8 @@ async def drive(url: str, token: str, count: int, window: int, *,
         async def receive_acks() -> None:
             while True:
                 frame = json.loads(await ws.recv())
+                if frame["type"] == "instruction.status":
+                    continue  # the side panel's news, sent to every socket of the owner (SPEC §6)
                 assert frame["type"] == "ack", frame
                 latencies.append((time.perf_counter() - sent_at.pop(frame["id"])) * 1000)
                 slots.release()

@@ -172,6 +172,10 @@ class StatusPush:
                 self.schedule(again)
         except Exception:
             # The person's panel misses this change; the next one, or its next status.get, catches up.
+            if not threading.main_thread().is_alive():
+                # The process is exiting: its channel layer takes nothing more.
+                log_event(logger, "status_push_skipped_at_exit", messages=len(due))
+                return
             log_event(logger, "status_push_failed", level=logging.ERROR, exc_info=True, messages=len(due))
             connections.close_all()
         else:

@@ -356,3 +356,23 @@ def test_a_round_the_database_refuses_is_retried_once_and_logged_in_one_line(cap
     failures = [record for record in caplog.records if "status_push_failed" in record.getMessage()]
     assert len(failures) == 2 and not any(record.exc_info for record in failures)
     assert "deadlock detected" in failures[0].getMessage() and "DETAIL" not in failures[0].getMessage()
+
+
+def test_a_round_cut_short_by_the_process_exiting_is_noted_not_logged_as_an_error(caplog, monkeypatch):
+    sent = threading.Event()
+
+    def send_due(ids):
+        sent.set()
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    exited = threading.Thread(target=lambda: None)
+    exited.start()
+    exited.join()
+    monkeypatch.setattr(threading, "main_thread", lambda: exited)  # the process is exiting
+    push = StatusPush(send_due=send_due, window_seconds=0.05)
+    with caplog.at_level(logging.INFO, logger="ingest.status_push"):
+        push.mark([4])
+        assert sent.wait(2)
+        push.stop()
+    assert [record.levelno for record in caplog.records if "status_push" in record.getMessage()] == [logging.INFO]
+    assert "status_push_skipped_at_exit" in caplog.text
