@@ -75,6 +75,17 @@ def statuses_send(message_ids: Iterable[int], *, send: Send = layer_send.group_s
     return len(statuses)
 
 
+def _is_exiting(exc: Exception) -> bool:
+    """Whether ``exc`` says the process is exiting: its channel layer's sends take nothing more.
+
+    ``concurrent.futures`` refuses new work once the interpreter's exit has
+    begun (before the main thread counts as stopped), with this message.
+    """
+    return not threading.main_thread().is_alive() or (
+        isinstance(exc, RuntimeError) and "interpreter shutdown" in str(exc)
+    )
+
+
 class StatusPush:
     """Messages marked as changed, sent by a thread of this process within ``window_seconds`` of each other.
 
@@ -170,10 +181,9 @@ class StatusPush:
                       error=str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
             if again:
                 self.schedule(again)
-        except Exception:
+        except Exception as exc:
             # The person's panel misses this change; the next one, or its next status.get, catches up.
-            if not threading.main_thread().is_alive():
-                # The process is exiting: its channel layer takes nothing more.
+            if _is_exiting(exc):
                 log_event(logger, "status_push_skipped_at_exit", messages=len(due))
                 return
             log_event(logger, "status_push_failed", level=logging.ERROR, exc_info=True, messages=len(due))

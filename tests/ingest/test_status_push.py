@@ -358,17 +358,13 @@ def test_a_round_the_database_refuses_is_retried_once_and_logged_in_one_line(cap
     assert "deadlock detected" in failures[0].getMessage() and "DETAIL" not in failures[0].getMessage()
 
 
-def test_a_round_cut_short_by_the_process_exiting_is_noted_not_logged_as_an_error(caplog, monkeypatch):
+def test_a_round_cut_short_by_the_process_exiting_is_noted_not_logged_as_an_error(caplog):
     sent = threading.Event()
 
     def send_due(ids):
         sent.set()
         raise RuntimeError("cannot schedule new futures after interpreter shutdown")
 
-    exited = threading.Thread(target=lambda: None)
-    exited.start()
-    exited.join()
-    monkeypatch.setattr(threading, "main_thread", lambda: exited)  # the process is exiting
     push = StatusPush(send_due=send_due, window_seconds=0.05)
     with caplog.at_level(logging.INFO, logger="ingest.status_push"):
         push.mark([4])
