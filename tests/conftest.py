@@ -1,4 +1,5 @@
 import os
+import time
 
 import pytest
 from channels.layers import channel_layers
@@ -37,6 +38,35 @@ def channel_prefix_of_this_worker():
         os.environ["CONDUCTOR_CHANNEL_PREFIX"] = config["prefix"]
         channel_layers.backends.pop("default", None)
     yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def flush_retries_a_deadlock():
+    """A transactional test's flush, run again when PostgreSQL chose it as a deadlock's victim.
+
+    A server a test started in a process of its own (``tests/server.py``)
+    may still be running a statement over several tables (a claim, a status
+    push round) when the test ends, and the flush's ``TRUNCATE`` of every
+    table can take their locks in the other order. The flush is rolled back
+    whole, so running it again is safe.
+    """
+    from django.core.management.base import CommandError
+    from django.test import testcases
+
+    original = testcases.TransactionTestCase._fixture_teardown
+
+    def teardown(self):
+        for attempt in range(1, 4):
+            try:
+                return original(self)
+            except CommandError as exc:
+                if attempt == 3 or "deadlock detected" not in str(exc.__cause__ or ""):
+                    raise
+                time.sleep(0.2 * attempt)
+
+    testcases.TransactionTestCase._fixture_teardown = teardown
+    yield
+    testcases.TransactionTestCase._fixture_teardown = original
 
 
 @pytest.fixture(autouse=True)
