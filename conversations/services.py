@@ -12,6 +12,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from conversations.models import Conversation, ConversationLink, ConversationMove, Message
+from core.inserts import insert_unless_taken
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
@@ -274,13 +275,18 @@ def conversation_delivery_methods_set(*, conversation: Conversation, methods: st
     )
 
 
+def delivered_dedupe_key(task_id: str) -> str:
+    """The dedupe key of the message a task delivered: one per task (ingest's keys start ``id:`` or ``text:``)."""
+    return f"delivery:{task_id}"
+
+
 def delivered_message_store(
     *, task_id: str, conversation_id: int, client_pk: int, text: str, frame: dict[str, Any],
     remote_message_id: str | None,
 ) -> Message:
     """Store a delivered text as the conversation's user message (source ``conductor``), once per task.
 
-    The stored frame (``raw_frame``) carries the delivery key, which makes a
+    Its dedupe key is the task's (``delivered_dedupe_key``), which makes a
     second call for the same task return the first message. When the answer
     revealed the id of the message the platform created, the link replies
     under it from now on.
@@ -292,16 +298,13 @@ def delivered_message_store(
         # the conversation row. In opposite orders the two deadlock when the
         # app's reply to this delivery is ingested while it is stored.
         Conversation.objects.select_for_update().filter(pk=conversation_id).first()
-        existing = Message.objects.filter(
-            conversation_id=conversation_id, source=Message.Source.CONDUCTOR, raw_frame__delivery_key=task_id
-        ).first()
-        if existing:
-            return existing
-        message = Message.objects.create(
+        message = Message(
             conversation_id=conversation_id, role=Message.Role.USER, source=Message.Source.CONDUCTOR,
             text=text, raw_frame=frame, client_id=client_pk, received_at=timezone.now(),
-            parent_message_id=frame.get("parent_message_id", ""),
+            parent_message_id=frame.get("parent_message_id", ""), dedupe_key=delivered_dedupe_key(task_id),
         )
+        if not insert_unless_taken(message):
+            return Message.objects.get(conversation_id=conversation_id, dedupe_key=message.dedupe_key)
         if remote_message_id:
             ConversationLink.objects.filter(conversation_id=conversation_id, client_id=client_pk).update(
                 last_assistant_message_id=remote_message_id

@@ -237,6 +237,24 @@ def tool_policy_for(
     ).policy_for(tool=tool, target=target, client_pk=client_pk, conversation_pk=conversation_pk)
 
 
+def block_policy_now(*, tool: str, target: str, message_id: int | None, conversation_pk: int | None) -> str:
+    """The policy that applies now to a block of ``message_id`` (its client's and conversation's).
+
+    One query reads the message's client and the policies' version token; the
+    rows come from this process's copy at that version (``tool_policies_current``).
+    Raises ``UnknownTool`` for a tool that is not registered.
+    """
+    client_pk, version = (
+        Message.objects.filter(pk=message_id).values_list("client_id", tool_policy_version()).first()
+        if message_id is not None else None
+    ) or (None, None)
+    policies = tool_policies_current(
+        version=version, tools=[tool] if target == DEFAULT_TARGET else [],
+        targets=[target] if target != DEFAULT_TARGET else [], client_pks=[client_pk], conversation_pks=[conversation_pk],
+    )
+    return policies.policy_for(tool=tool, target=target, client_pk=client_pk, conversation_pk=conversation_pk)
+
+
 class ToolPolicies:
     """The ``ToolPolicy`` rows that can apply to some tools, clients and conversations, read at once.
 

@@ -154,11 +154,13 @@ def _deliver_by(
         "timeout_ms": timeout * 1000,
     }
     ctx.progress("deliver", method=method.name, request_id=pending.pk)
-    delivery_request_send(client_pk=client.pk, frame=frame)
-    log_event(logger, "delivery_sent", task_id=task.pk, kind=task.kind, request_id=pending.pk,
-              client_id=client.client_id, platform=adapter.name, method=method.name)
 
-    answer = delivery_answer_wait(request_id=pending.pk, timeout=timeout, cancelled=ctx.cancelled)
+    def send() -> None:
+        delivery_request_send(client_pk=client.pk, frame=frame)
+        log_event(logger, "delivery_sent", task_id=task.pk, kind=task.kind, request_id=pending.pk,
+                  client_id=client.client_id, platform=adapter.name, method=method.name)
+
+    answer = delivery_answer_wait(request_id=pending.pk, timeout=timeout, cancelled=ctx.cancelled, send=send)
     if answer is None:
         return RetryableFailure(f"no answer from plugin client {client.client_id!r} within {timeout} s")
     error_code = answer.get("error_code")

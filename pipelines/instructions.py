@@ -30,7 +30,7 @@ from automation.outcomes import (
     TerminalFailure,
 )
 from core.logfmt import log_event
-from ingest.selectors import tool_policy_for
+from ingest.selectors import block_policy_now
 from ingest.services.instructions import (
     FINISHED,
     INSTRUCTION_EXECUTE,
@@ -65,9 +65,8 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
         return TerminalFailure(f"tool {spec.full_name} cannot run on this server")
     if error := spec.call_error(params, conversation_id=task.conversation_id):
         return TerminalFailure(error)
-    client_pk = task.message.client_id if task.message_id else None
-    policy = tool_policy_for(
-        tool=spec.name, target=spec.target, client_pk=client_pk, conversation_pk=task.conversation_id
+    policy = block_policy_now(
+        tool=spec.name, target=spec.target, message_id=task.message_id, conversation_pk=task.conversation_id
     )
     if policy == Policy.DENY:
         name = spec.name if spec.target == DEFAULT_TARGET else spec.full_name

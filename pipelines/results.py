@@ -6,7 +6,9 @@ import json
 from collections.abc import Sequence
 
 from django.conf import settings
+from django.db.models import OuterRef, Subquery
 
+from automation.models import AutomationTask
 from ingest.models import Instruction
 from pipelines.rendering import BlockOutcome, render_results
 
@@ -15,17 +17,20 @@ def message_block_outcomes(*, message_id: int, instruction_ids: Sequence[int] | 
     """The outcome of each block of the message, in block order (only ``instruction_ids`` when given).
 
     A block's result is the one its most recent task stored; rejected blocks
-    never had a task.
+    never had a task. One query.
     """
+    latest_result = (
+        AutomationTask.objects.filter(instruction_id=OuterRef("pk")).order_by("-sequence").values("result_json")[:1]
+    )
     instructions = Instruction.objects.filter(message_id=message_id).order_by("block_index")
     if instruction_ids is not None:
         instructions = instructions.filter(pk__in=instruction_ids)
-    instructions = list(instructions.prefetch_related("tasks"))
+    rows = instructions.only("block_index", "target", "tool", "status", "error").annotate(
+        latest_result=Subquery(latest_result)
+    )
     outcomes = []
-    for instruction in instructions:
-        tasks = sorted(instruction.tasks.all(), key=lambda task: task.sequence)
-        latest = tasks[-1] if tasks else None
-        result_json = latest.result_json if latest else None
+    for instruction in rows:
+        result_json = instruction.latest_result
         outcomes.append(BlockOutcome(
             block=instruction.block_index,
             tool=instruction.label,

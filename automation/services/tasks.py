@@ -15,12 +15,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Q
+from django.db.models.sql import InsertQuery
 
 from automation.changes import tasks_changed_on_commit
 from automation.kinds import kinds
 from automation.models import AutomationTask, TaskEvent, TaskStatus
+from automation.services.transitions import event_insert_sql
 from automation.wake import dispatcher_wake_on_commit
 from conversations.selectors import Route, conversation_route
 from core.clock import now_ms, sequence_next
@@ -89,18 +91,10 @@ def task_create(
     )
     now = now_ms() if now is None else now
     task = _task_build(new, now=now, routes={})
-    try:
-        with transaction.atomic():
-            task.save(force_insert=True)
-            TaskEvent.objects.create(
-                task=task, action="create", status_from=None, status_to=status, actor=actor, at=now
-            )
-    except IntegrityError:
-        if dedupe_key is None:
-            raise
-        existing = AutomationTask.objects.filter(dedupe_key=dedupe_key).first()
+    if not _insert_recorded([task], TaskEvent(action="create", status_from=None, actor=actor, at=now), unless_taken=True):
+        existing = AutomationTask.objects.filter(dedupe_key=dedupe_key).first() if dedupe_key is not None else None
         if existing is None:
-            raise
+            raise IntegrityError(f"task {task.pk} was not inserted, and no task holds its dedupe key")
         return existing, False
     dispatcher_wake_on_commit(created=[task.pk])
     tasks_changed_on_commit([task])
@@ -113,8 +107,8 @@ def tasks_create(*, tasks: Sequence[NewTask], actor: str, now: int | None = None
 
     Each gets the same checks, lane, route, first event and log line, and a
     ``sequence`` that follows the list's order; one wake for them all once
-    the transaction commits. Three statements however many tasks: for
-    creators that make many at once (ingest). Unlike ``task_create``, a
+    the transaction commits. The same statements however many tasks (the
+    routes' reads aside): for creators that make many at once (ingest). Unlike ``task_create``, a
     ``dedupe_key`` that exists already is an error: ``IntegrityError``, and
     nothing is written. Returns the created tasks, in order.
     """
@@ -124,17 +118,68 @@ def tasks_create(*, tasks: Sequence[NewTask], actor: str, now: int | None = None
     routes: dict[int, Route | None] = {}
     created = [_task_build(new, now=now, routes=routes) for new in tasks]
     # Within a caller's transaction, no savepoint: an error here fails the caller's transaction anyway.
-    with transaction.atomic(savepoint=False):
-        AutomationTask.objects.bulk_create(created)
-        TaskEvent.objects.bulk_create(
-            TaskEvent(task=task, action="create", status_from=None, status_to=task.status, actor=actor, at=now)
-            for task in created
-        )
+    _insert_recorded(created, TaskEvent(action="create", status_from=None, actor=actor, at=now))
     dispatcher_wake_on_commit(created=[task.pk for task in created])
     tasks_changed_on_commit(created)
     for task in created:
         _log_create(task, actor=actor)
     return created
+
+
+def _insert_recorded(tasks: list[AutomationTask], event: TaskEvent, *, unless_taken: bool = False) -> int:
+    """Insert ``tasks``, each with ``event`` (its ``status_to`` the task's status) as its first; return how many.
+
+    Where the database writes inside ``WITH`` (PostgreSQL), tasks and events
+    are one statement; elsewhere the events follow the tasks. With
+    ``unless_taken`` (one task), a task whose dedupe key is taken is left out
+    (``ON CONFLICT DO NOTHING``: no savepoint needed to survive it within the
+    caller's transaction); without, it is an ``IntegrityError``.
+    """
+    using = router.db_for_write(AutomationTask)
+    connection = connections[using]
+    query = InsertQuery(AutomationTask)
+    query.insert_values(AutomationTask._meta.concrete_fields, tasks)
+    statements = query.get_compiler(using=using).as_sql()
+    conflict = " ON CONFLICT DO NOTHING" if unless_taken else ""
+    quote = connection.ops.quote_name
+    in_with = getattr(connection.features, "supports_data_modifying_with", False) and len(statements) == 1
+    with transaction.atomic(using=using, savepoint=False), connection.cursor() as cursor:
+        if in_with:
+            [(insert_sql, insert_params)] = statements
+            record_sql, record_params = event_insert_sql("made", event, connection)
+            cursor.execute(
+                f"WITH made AS ({insert_sql}{conflict} RETURNING {quote('task_id')}, {quote('status')}), "
+                f"recorded AS ({record_sql}) SELECT {quote('task_id')} FROM made",
+                [*insert_params, *record_params],
+            )
+            inserted = len(cursor.fetchall())
+        else:
+            inserted = _insert_then_record(cursor, statements, tasks, event, conflict=conflict)
+    if inserted == len(tasks):
+        for task in tasks:
+            task._state.adding, task._state.db = False, using
+    return inserted
+
+
+def _insert_then_record(
+    cursor: Any, statements: list[tuple[str, Any]], tasks: list[AutomationTask], event: TaskEvent, *, conflict: str
+) -> int:
+    """``_insert_recorded`` where the events cannot be written in the tasks' statement: after them."""
+    inserted = 0
+    for insert_sql, insert_params in statements:
+        cursor.execute(insert_sql + conflict, insert_params)
+        inserted += cursor.rowcount
+    if inserted < len(tasks):
+        if inserted:
+            raise ValueError("a task whose dedupe key may be taken is inserted alone")
+        return 0
+    TaskEvent.objects.using(cursor.db.alias).bulk_create(
+        TaskEvent(task=task, status_to=task.status, **{
+            name: getattr(event, name) for name in ("action", "status_from", "actor", "at", "detail")
+        })
+        for task in tasks
+    )
+    return inserted
 
 
 def _task_build(new: NewTask, *, now: int, routes: dict[int, Route | None]) -> AutomationTask:

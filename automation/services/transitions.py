@@ -130,26 +130,41 @@ def _update_and_record(compiler: Any, event: TaskEvent) -> list[Any]:
     quote = connection.ops.quote_name
     compiler.returning_fields = _FIELDS
     update_sql, update_params = compiler.as_sql()
-    given = [TaskEvent._meta.get_field(name) for name in _EVENT_GIVEN]
-    casts = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in given)
-    status = quote(AutomationTask._meta.get_field("status").column)
+    record_sql, record_params = event_insert_sql("moved", event, connection)
     sql = (
-        f"WITH moved AS ({update_sql}), recorded AS ("
-        f"INSERT INTO {quote(TaskEvent._meta.db_table)} ({quote('task_id')}, {quote('status_from')}, "
-        f"{quote('status_to')}, {', '.join(quote(field.column) for field in given)}) "
-        f"SELECT {quote('task_id')}, COALESCE(CAST(%s AS varchar), {status}), {status}, {casts} FROM moved) "
+        f"WITH moved AS ({update_sql}), recorded AS ({record_sql}) "
         f"SELECT {', '.join(quote(field.column) for field in _FIELDS)} FROM moved"
     )
-    params = [
-        *update_params, event.status_from,
-        *(field.get_db_prep_save(getattr(event, field.attname), connection) for field in given),
-    ]
     with connection.cursor() as cursor:
-        cursor.execute(sql, params)
+        cursor.execute(sql, [*update_params, *record_params])
         rows = cursor.fetchall()
     cols = [field.get_col(AutomationTask._meta.db_table) for field in _FIELDS]
     converters = compiler.get_converters(cols)
     return list(compiler.apply_converters(rows, converters)) if converters else rows
+
+
+def event_insert_sql(source: str, event: TaskEvent, connection: Any) -> tuple[str, list[Any]]:
+    """The ``INSERT … SELECT`` of ``event`` for each row of ``source`` (a ``WITH`` name whose rows have
+    ``task_id`` and ``status``), and its parameters.
+
+    Its ``status_to`` is the row's status; its ``status_from`` the event's, or
+    when that is None and the event is not a ``create``, the row's status too.
+    """
+    quote = connection.ops.quote_name
+    given = [TaskEvent._meta.get_field(name) for name in _EVENT_GIVEN]
+    casts = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in given)
+    status = quote(AutomationTask._meta.get_field("status").column)
+    status_from = "NULL" if event.action == "create" else f"COALESCE(CAST(%s AS varchar), {status})"
+    sql = (
+        f"INSERT INTO {quote(TaskEvent._meta.db_table)} ({quote('task_id')}, {quote('status_from')}, "
+        f"{quote('status_to')}, {', '.join(quote(field.column) for field in given)}) "
+        f"SELECT {quote('task_id')}, {status_from}, {status}, {casts} FROM {source}"
+    )
+    params = [
+        *([] if event.action == "create" else [event.status_from]),
+        *(field.get_db_prep_save(getattr(event, field.attname), connection) for field in given),
+    ]
+    return sql, params
 
 
 _FIELDS = AutomationTask._meta.concrete_fields

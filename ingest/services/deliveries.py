@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 
 from django.db import transaction
 
@@ -107,15 +107,32 @@ def delivery_request_send(*, client_pk: int, frame: dict) -> None:
     layer_send.group_send(plugin_group_name(client_pk), {"type": "plugin.deliver", "frame": frame})
 
 
-def delivery_answer_wait(*, request_id: str, timeout: float, cancelled: threading.Event) -> dict | None:
+def delivery_answer_wait(
+    *, request_id: str, timeout: float, cancelled: threading.Event, send: Callable[[], None] | None = None,
+) -> dict | None:
     """The stored answer to the request, or None when the time ran out or ``cancelled`` was set.
 
-    Reads the row once, then again each time the answer's commit wakes it
-    (``answer_waiters``), and every ``ANSWER_SAFETY_POLL_SECONDS`` meanwhile.
+    Reads the row each time the answer's commit wakes it (``answer_waiters``),
+    and every ``ANSWER_SAFETY_POLL_SECONDS`` meanwhile. With ``send`` (what
+    sends the request), it is called once this waiter is registered: no
+    answer's wake-up can come before it, so the row is first read when woken.
+    Without, the row is read at once too: the answer may be stored already.
     """
     deadline = time.monotonic() + timeout
     with answer_waiters.waiting(request_id) as answered:
+        if send is None:
+            answered.set()
+        else:
+            send()
         while not cancelled.is_set():
+            read_at = min(time.monotonic() + ANSWER_SAFETY_POLL_SECONDS, deadline)
+            while not answered.is_set() and not cancelled.is_set():
+                left = read_at - time.monotonic()
+                if left <= 0:
+                    break
+                answered.wait(min(left, CANCEL_CHECK_SECONDS))
+            if cancelled.is_set():
+                break
             answered.clear()  # before the read: a wake-up after it is kept for the next one
             result = (
                 DeliveryRequest.objects.filter(pk=request_id, answered_at__isnull=False)
@@ -124,15 +141,8 @@ def delivery_answer_wait(*, request_id: str, timeout: float, cancelled: threadin
             )
             if result is not None:
                 return result
-            now = time.monotonic()
-            if now >= deadline:
+            if time.monotonic() >= deadline:
                 return None
-            read_again_at = min(now + ANSWER_SAFETY_POLL_SECONDS, deadline)
-            while not answered.is_set() and not cancelled.is_set():
-                left = read_again_at - time.monotonic()
-                if left <= 0:
-                    break
-                answered.wait(min(left, CANCEL_CHECK_SECONDS))
     return None
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from dataclasses import replace
 
+from django.db import connection
+
 from automation.models import AutomationTask, TaskStatus
 from automation.services.tasks import NewTask, task_create
 from core.logfmt import log_event
@@ -54,16 +56,39 @@ def instruction_status_set(*, task: AutomationTask, actor: str) -> str:
     """
     status = STATUS_OF_TASK[task.status]
     error = (task.last_error or "") if status in WITH_ERROR else ""
-    # Only its task's changes write the instruction, each in the transaction that
-    # holds the task's row lock, so what is read here is what the update replaces.
-    previous = Instruction.objects.filter(pk=task.instruction_id).values_list("status", "error").first()
-    if previous is not None and previous != (status, error):
-        Instruction.objects.filter(pk=task.instruction_id).update(status=status, error=error)
+    previous = _status_replace(task.instruction_id, status=status, error=error)
+    if previous is not None:
         log_event(
             logger, "instruction_status", instruction_id=task.instruction_id, task_id=task.pk,
-            status_from=previous[0], status_to=status, actor=actor,
+            status_from=previous, status_to=status, actor=actor,
         )
     return status
+
+
+def _status_replace(pk: int, *, status: str, error: str) -> str | None:
+    """Give the instruction ``status`` and ``error`` where it has others; return the status it had, or
+    None when it had these (or is gone).
+
+    Only its task's changes write the instruction, each in the transaction
+    that holds the task's row lock, so what is read is what the update
+    replaces. Where an ``UPDATE … FROM`` returns its other tables' rows
+    (PostgreSQL), one statement: the row joined to itself is the row before.
+    """
+    if not getattr(connection.features, "returns_from_tables_of_update", False):
+        previous = Instruction.objects.filter(pk=pk).values_list("status", "error").first()
+        if previous is None or previous == (status, error):
+            return None
+        Instruction.objects.filter(pk=pk).update(status=status, error=error)
+        return previous[0]
+    table, quote = Instruction._meta.db_table, connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"UPDATE {quote(table)} AS fresh SET status = %s, error = %s FROM {quote(table)} AS was "
+            f"WHERE fresh.id = %s AND was.id = fresh.id AND (was.status <> %s OR was.error <> %s) RETURNING was.status",
+            [status, error, pk, status, error],
+        )
+        row = cursor.fetchone()
+    return row[0] if row else None
 
 
 def instruction_task(*, instruction: Instruction, conversation_id: int, status: str) -> NewTask:

@@ -15,7 +15,8 @@ connection.
 
 Its features also say that a ``WITH`` clause may write
 (``supports_data_modifying_with``): a transition writes its row and its
-event in one statement.
+event in one statement; and that an ``UPDATE … FROM`` returns the rows of
+its other tables (``returns_from_tables_of_update``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ class DatabaseFeatures(features.DatabaseFeatures):
     # A WITH clause may hold an INSERT or UPDATE whose rows the statement reads
     # (a transition and its event in one statement: automation/services/transitions.py).
     supports_data_modifying_with = True
+    # An UPDATE's RETURNING may name a table of its FROM, which holds the row as it was before
+    # (an instruction's status change and the status it had: ingest/services/instructions.py).
+    returns_from_tables_of_update = True
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
