@@ -33,6 +33,17 @@ def test_create_with_an_existing_dedupe_key_returns_the_first_task():
     assert TaskEvent.objects.filter(task=first).count() == 1
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_taken_dedupe_key_leaves_the_callers_transaction_usable_without_a_savepoint():
+    first, _ = task_create(kind="test.local", payload={}, actor="ingest", dedupe_key="deliver:8")
+    with transaction.atomic():
+        again, created = task_create(kind="test.local", payload={}, actor="ingest", dedupe_key="deliver:8")
+        later, later_created = task_create(kind="test.local", payload={}, actor="ingest", dedupe_key="deliver:9")
+    assert (created, later_created, again.pk) == (False, True, first.pk)
+    assert TaskEvent.objects.filter(task__in=[first, later], action="create").count() == 2
+    assert TaskEvent.objects.get(task=later).status_from is None
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("status", [S.LEASED, S.RUNNING, S.SUCCEEDED, S.RETRY_WAIT])
 def test_create_refuses_any_status_but_pending_or_blocked(status):
