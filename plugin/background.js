@@ -19,13 +19,13 @@
  */
 
 import { adapterByName } from "./adapters/index.js";
-import { onDomDelivery, onProxyDelivery, tabReady } from "./worker/deliveries.js";
-import { answers } from "./worker/answers.js";
-import { guideForNewChat, insertGuideIntoTab } from "./worker/guide.js";
-import { acknowledged, flush, queueFinalMessage, refused } from "./worker/outbox.js";
-import { conversationStatus, onConnected, onInstructionStatus, onNotificationClicked, onStatusAnswer, pauseConversation } from "./worker/panel.js";
-import { countReport, sendDueReports } from "./worker/reports.js";
-import { descriptionForPage, refreshSites, sitesReady, syncScripts, takeSites } from "./worker/sites.js";
+import { onDomDelivery, onProxyDelivery, tabReady } from "./worker/delivering.js";
+import { answers } from "./worker/questions.js";
+import { guideForNewChat, insertGuideIntoTab } from "./worker/guide-requests.js";
+import { acknowledged, flush, queueFinalMessage, refused } from "./worker/outbox-sending.js";
+import { conversationStatus, onConnected, onInstructionStatus, onNotificationClicked, onStatusAnswer, pauseConversation } from "./worker/panel-relay.js";
+import { countReport, sendDueReports } from "./worker/report-sending.js";
+import { descriptionForPage, refreshSites, sitesReady, syncScripts, takeSites } from "./worker/site-sync.js";
 import { ensureConnected, helloAcknowledged, listen, reconnect } from "./worker/socket.js";
 
 const RECONNECT_ALARM = "conductor-reconnect";

@@ -2,15 +2,15 @@
  * The one list of platform adapters (STYLE rule 4: registries, not ladders):
  * the three with network capture, written as modules, and one generic page
  * adapter per site description in force (adapters/site.js, lib/sites.js).
- * Adding a platform with network capture: write `adapters/<name>.js` to the
- * interface in plugin/README.md, import it here, add its origins to
- * manifest.json. Adding a site read from the page: a description in
+ * Adding a platform with network capture: write `adapters/<name>/` (its
+ * `index.js` to the interface in plugin/README.md; `page.js`, `stream.js`,
+ * `delivery.js` beside it), import it here, add its origins to manifest.json. Adding a site read from the page: a description in
  * plugin/sites/ (and its name in adapters/site.js's SITE_NAMES).
  */
 
-import chatgpt from "./chatgpt.js";
-import claude from "./claude.js";
-import gemini from "./gemini.js";
+import chatgpt from "./chatgpt/index.js";
+import claude from "./claude/index.js";
+import gemini from "./gemini/index.js";
 import { siteAdapter } from "./site.js";
 
 /**

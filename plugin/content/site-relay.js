@@ -1,7 +1,7 @@
 /*
  * Conductor's isolated-world entry on a chat site read from the page only (a
  * classic script, registered with chrome.scripting for the sites the person
- * switched on; worker/sites.js). Loads content/main.js as a module. No
+ * switched on; worker/site-sync.js). Loads content/main.js as a module. No
  * MAIN-world hook runs on these pages, so no port is waited for.
  */
 (() => {

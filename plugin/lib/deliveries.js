@@ -3,7 +3,7 @@
  * as results: what a failure answers, when the text reached the chat, what
  * is remembered, and what a repeat of the same `delivery_key` answers; and
  * `Deliveries`, which performs each key once. Finding the tab and talking to
- * it is the service worker's (worker/deliveries.js).
+ * it is the service worker's (worker/delivering.js).
  */
 
 import { isPosted, isSentToComposer } from "./frames.js";

@@ -2,7 +2,7 @@
  * The connection's state as the badge, the popup and the options page show
  * it (`status` in chrome.storage.session), the count of blocks waiting for
  * approval on the badge, and the recent acks' latency the popup shows
- * (`acks`). The service worker (worker/status.js) reads and
+ * (`acks`). The service worker (worker/connection-status.js) reads and
  * writes them; what they become is decided here.
  */
 

@@ -213,7 +213,7 @@ notifyApprovals.addEventListener("change", async () => {
 // for the site's origins (optional host permissions) inside the click, then
 // the worker registers its content script; off gives the origins back and
 // the worker unregisters it. The worker answers with the rows once its
-// scripts match the grants (`options.sites`, worker/sites.js).
+// scripts match the grants (`options.sites`, worker/site-sync.js).
 const siteList = document.getElementById("site-list");
 const sitesOutcome = document.getElementById("sites-outcome");
 /** The descriptions shown, by name: a switch's origins are known before its click, so the request stays in the gesture. */

@@ -2,7 +2,7 @@
  * The site descriptions in force, read where they are kept: the packaged
  * plugin/sites/<name>.json (the extension's own files, fetched from its own
  * origin: not web-accessible) and the server's, in chrome.storage.local
- * (lib/sites.js SITES_KEY, written by worker/sites.js only). Used by the
+ * (lib/sites.js SITES_KEY, written by worker/site-sync.js only). Used by the
  * worker, the options page and the side panel, which each put the sites'
  * adapters in force (`useSites`).
  */

@@ -15,7 +15,7 @@ import { reconnectDelay } from "../lib/backoff.js";
 import { connectionBlock, holdOffAfterClose, isSilent, PING_MS, reconnectingStatus } from "../lib/connection.js";
 import { helloFrame, socketUrl } from "../lib/frames.js";
 import { session } from "./storage.js";
-import { countAttempt, setStatus } from "./status.js";
+import { countAttempt, setStatus } from "./connection-status.js";
 
 const VERSION = chrome.runtime.getManifest().version;
 

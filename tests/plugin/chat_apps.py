@@ -389,7 +389,7 @@ class Claude(ChatApp):
     def page_url(self) -> str:
         return f"{self.origin}/chat/{self.conversation}"
 
-    # A ProseMirror editor in a fieldset with its submit button (plugin/adapters/claude.js).
+    # A ProseMirror editor in a fieldset with its submit button (plugin/adapters/claude/page.js).
     composer_html = (
         '<fieldset><div contenteditable="true" class="ProseMirror" data-testid="chat-input"></div>'
         '<button type="submit" aria-label="Send message" disabled>Send</button></fieldset>'

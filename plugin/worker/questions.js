@@ -6,7 +6,7 @@
 
 import { NotConnected, PendingAnswers } from "../lib/answers.js";
 import { send } from "./socket.js";
-import { statusLine } from "./status.js";
+import { statusLine } from "./connection-status.js";
 
 /**
  * The questions waiting for their answer. Kept in this worker only: a

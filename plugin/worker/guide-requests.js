@@ -6,7 +6,7 @@
 
 import { adapterByName, adapterForUrl, NETWORK_ADAPTERS } from "../adapters/index.js";
 import { guideFromAnswer, guideGetFrame } from "../lib/guide.js";
-import { ask } from "./answers.js";
+import { ask } from "./questions.js";
 import { ensureConnected, waitForHello } from "./socket.js";
 
 /**
@@ -17,7 +17,7 @@ const NEW_CHAT_CONNECT_MS = 5_000;
 
 /**
  * Asks the server for the tool guide of a conversation (null: a new chat,
- * which gets its platform's guide). A question like any other (worker/answers.js):
+ * which gets its platform's guide). A question like any other (worker/questions.js):
  * it fails at once when not connected and after 10 s without an answer.
  *
  * @returns {Promise<{version: string, text: string}>}

@@ -1,7 +1,7 @@
 /**
  * The connection's state in chrome.storage.session (`status`, `acks`) and
  * on the badge, with the count of blocks waiting for approval
- * (`approvalsWaiting`, worker/panel.js), where the popup, the options page
+ * (`approvalsWaiting`, worker/panel-relay.js), where the popup, the options page
  * and the side panel read them (lib/status.js decides what each becomes).
  */
 

@@ -9,7 +9,7 @@ import { reconnectDelay } from "../lib/backoff.js";
 import { finalMessageFrame, isOverFrameLimit } from "../lib/frames.js";
 import { Outbox, refusedFrameAction } from "../lib/outbox.js";
 import { ensureConnected, forgetSentOnSocket, isSentOnSocket, markSentOnSocket, send } from "./socket.js";
-import { recordAckLatency } from "./status.js";
+import { recordAckLatency } from "./connection-status.js";
 import { local, session } from "./storage.js";
 
 /** Spacing of resent frames, under the server's per-connection frame limit (50/s by default). */

@@ -14,7 +14,7 @@ import { DeliveryMemory } from "../lib/delivery-memory.js";
 import { frameRefusal } from "../lib/delivery-rules.js";
 import { domResultFrame, proxyResultFrame } from "../lib/frames.js";
 import { afterProxyDelivery } from "../lib/reply-note.js";
-import { reportDeliveryFailure } from "./reports.js";
+import { reportDeliveryFailure } from "./report-sending.js";
 import { send } from "./socket.js";
 import { local } from "./storage.js";
 

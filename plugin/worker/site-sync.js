@@ -5,7 +5,7 @@
  *
  * - After each `hello.ok` naming a `sites_version` other than the stored
  *   one, `sites.get` asks for the server's descriptions (matched by `id`,
- *   worker/answers.js); the server also sends them unasked (`id: null`)
+ *   worker/questions.js); the server also sends them unasked (`id: null`)
  *   when an operator changed one. The valid ones are stored (chrome.storage.local,
  *   lib/sites.js SITES_KEY) with the version. Only this module writes
  *   that key, and only with a frame from the socket to the paired server:
@@ -20,7 +20,7 @@
 
 import { answerOf } from "../lib/answers.js";
 import { isLoadable, matchPatterns, registrationPlan, SITES_KEY, siteRows, sitesGetFrame, storedSitesOf } from "../lib/sites.js";
-import { ask } from "./answers.js";
+import { ask } from "./questions.js";
 import { loadSites } from "./site-descriptions.js";
 import { local } from "./storage.js";
 

@@ -1,7 +1,7 @@
 /**
  * The side panel's half of the worker (SPEC §9, "What happens in the chat,
  * seen from the chat"): `status.get` and `conversation.pause` / `resume`
- * asked for the panel (worker/answers.js), `instruction.status` passed on to
+ * asked for the panel (worker/questions.js), `instruction.status` passed on to
  * the extension's open pages, the count of blocks waiting for approval kept
  * in chrome.storage.session (`approvalsWaiting`) and shown on the badge, and
  * a notification when a block starts waiting, with the option on.
@@ -15,8 +15,8 @@ import { adapterByName } from "../adapters/index.js";
 import { answerOf } from "../lib/answers.js";
 import { ApprovalWatch, approvalNotification } from "../lib/approvals.js";
 import { countOf, safeApproveUrl } from "../lib/panel.js";
-import { answers, ask } from "./answers.js";
-import { showBadge } from "./status.js";
+import { answers, ask } from "./questions.js";
+import { showBadge } from "./connection-status.js";
 import { local, session } from "./storage.js";
 
 /** The notifications whose click opens an approval page, newest last. */
