@@ -189,30 +189,27 @@ class EventWakes:
         self.event.set()
 
 
-def wake_listener(event: threading.Event) -> ChannelWakeListener | NotifyWakeListener:
+def wake_listener(event: threading.Event) -> WakeListener:
     """The dispatcher's listener for this database: it sets ``event`` at each wake-up once started."""
     return topic_listener(DISPATCHER_WAKES, EventWakes(event))
 
 
-def topic_listener(topic: WakeTopic, receiver: WakeReceiver) -> ChannelWakeListener | NotifyWakeListener:
+def topic_listener(topic: WakeTopic, receiver: WakeReceiver) -> WakeListener:
     """The listener for this database that tells ``receiver`` of ``topic``'s wake-ups once started."""
     listener = NotifyWakeListener if wakes_by_notify() else ChannelWakeListener
     return listener(receiver, topic=topic)
 
 
-class NotifyWakeListener:
-    """A thread that ``LISTEN``s on a PostgreSQL connection of its own and tells ``receiver`` of each ``NOTIFY``.
+class WakeListener:
+    """A thread that tells ``receiver`` of each wake-up of ``topic``, from ``start()`` until ``stop()``.
 
-    The connection is outside Django's (it lives as long as the loop, in
-    autocommit). A lost connection (the server restarted, say) is opened again
-    every ``RETRY_SECONDS``, and the receiver is told wake-ups were missed: one
-    sent while no connection listened is not kept, so the loop ticks at once
-    after a reconnect rather than waiting out its tick.
+    What the two ways share: the thread, ``ready`` (set once it listens, or
+    once it failed, when ticks go on as scheduled), the stop signal, and a
+    failure logged and retried every ``RETRY_SECONDS``. Each way says how it
+    listens (``_run``).
     """
 
     RETRY_SECONDS = 1.0
-    # How often the waiting thread looks at its stop signal.
-    POLL_SECONDS = 0.5
 
     def __init__(self, receiver: WakeReceiver, *, topic: WakeTopic = DISPATCHER_WAKES) -> None:
         self.receiver = receiver
@@ -221,7 +218,7 @@ class NotifyWakeListener:
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="conductor-wake", daemon=True)
 
-    def start(self) -> NotifyWakeListener:
+    def start(self) -> WakeListener:
         self._thread.start()
         self.ready.wait(10)
         return self
@@ -229,6 +226,29 @@ class NotifyWakeListener:
     def stop(self) -> None:
         self._stopping.set()
         self._thread.join(10)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+    def _failed(self, topic_name: str) -> None:
+        """The listening failed: logged, and ticks go on as scheduled until it listens again."""
+        log_event(logger, "wake_listener_failed", level=logging.ERROR, exc_info=True,
+                  topic=topic_name, retry_seconds=self.RETRY_SECONDS)
+        self.ready.set()
+
+
+class NotifyWakeListener(WakeListener):
+    """``LISTEN`` on a PostgreSQL connection of its own; each ``NOTIFY`` is a wake-up.
+
+    The connection is outside Django's (it lives as long as the loop, in
+    autocommit). A lost connection (the server restarted, say) is opened again
+    every ``RETRY_SECONDS``, and the receiver is told wake-ups were missed: one
+    sent while no connection listened is not kept, so the loop ticks at once
+    after a reconnect rather than waiting out its tick.
+    """
+
+    # How often the waiting thread looks at its stop signal.
+    POLL_SECONDS = 0.5
 
     def _run(self) -> None:
         params = connections[DEFAULT_DB_ALIAS].get_connection_params()
@@ -245,14 +265,12 @@ class NotifyWakeListener:
                         for notify in listening.notifies(timeout=self.POLL_SECONDS, stop_after=1):
                             self.receiver.heard(notify.payload)
             except Exception:
-                log_event(logger, "wake_listener_failed", level=logging.ERROR, exc_info=True,
-                          topic=self.topic.notify_channel, retry_seconds=self.RETRY_SECONDS)
-                self.ready.set()  # ticks go on as scheduled meanwhile
+                self._failed(self.topic.notify_channel)
                 self._stopping.wait(self.RETRY_SECONDS)
 
 
-class ChannelWakeListener:
-    """A thread that tells ``receiver`` of each wake-up that arrives on the channel layer, until ``stop()``.
+class ChannelWakeListener(WakeListener):
+    """Receive on the channel layer, in an event loop of the thread's own; each message is a wake-up.
 
     It lives as long as the dispatcher loop, so it never times its receive
     out (a cancelled receive can drop the message it was taking); ``stop()``
@@ -261,22 +279,12 @@ class ChannelWakeListener:
     expire after a day, is renewed every ``REJOIN_SECONDS``.
     """
 
-    RETRY_SECONDS = 1.0
     REJOIN_SECONDS = 3600.0
 
     def __init__(self, receiver: WakeReceiver, *, topic: WakeTopic = DISPATCHER_WAKES) -> None:
-        self.receiver = receiver
-        self.topic = topic
-        self.ready = threading.Event()
-        self._stopping = threading.Event()
+        super().__init__(receiver, topic=topic)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task | None = None
-        self._thread = threading.Thread(target=self._run, name="conductor-wake", daemon=True)
-
-    def start(self) -> ChannelWakeListener:
-        self._thread.start()
-        self.ready.wait(10)
-        return self
 
     def stop(self) -> None:
         self._stopping.set()
@@ -300,9 +308,7 @@ class ChannelWakeListener:
             try:
                 await self._listen()
             except Exception:
-                log_event(logger, "wake_listener_failed", level=logging.ERROR, exc_info=True,
-                          topic=self.topic.group, retry_seconds=self.RETRY_SECONDS)
-                self.ready.set()  # ticks go on as scheduled meanwhile
+                self._failed(self.topic.group)
                 await asyncio.sleep(self.RETRY_SECONDS)
 
     async def _listen(self) -> None:

@@ -5,7 +5,7 @@ channels_redis keeps its connections per loop: each send from a dispatcher's
 task would connect to Redis anew, about 5 ms more per delivery
 (``bench/wake_hop.py``). A layer that can be sent on from any event loop says
 so with ``sends_from_a_kept_loop``; it is sent on from one event loop per
-process, in a thread of its own, whose connections stay open. Other layers
+process, in a thread of its own (``core.kept_loop``), whose connections stay open. Other layers
 (the embedded one, whose database calls must run on the calling thread's
 executor) are sent on through ``async_to_sync`` as before, and so is any
 layer when the caller is itself inside ``sync_to_async`` under an event loop
@@ -14,48 +14,20 @@ layer when the caller is itself inside ``sync_to_async`` under an event loop
 
 from __future__ import annotations
 
-import asyncio
 import os
-import threading
-from collections.abc import Coroutine
 from typing import Any
 
 from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import get_channel_layer
+
+from core.kept_loop import KeptLoop, PerProcess
 
 # How long a send may take before the caller gives up on it (the Redis
 # layer's own pool waits up to 20 s for a connection).
 SEND_TIMEOUT_SECONDS = 30.0
 
 
-class _KeptLoop:
-    """An event loop running in a daemon thread for the life of the process."""
-
-    def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
-        threading.Thread(target=self.loop.run_forever, name="conductor-layer-send", daemon=True).start()
-
-    def run(self, coroutine: Coroutine[Any, Any, Any]) -> Any:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        try:
-            return future.result(SEND_TIMEOUT_SECONDS)
-        except TimeoutError:
-            future.cancel()
-            raise
-
-
-_kept: _KeptLoop | None = None
-_kept_lock = threading.Lock()
-
-
-def _kept_loop() -> _KeptLoop:
-    global _kept
-    with _kept_lock:
-        # A forked child (a django-q2 worker) has no thread of its parent's: it makes its own loop.
-        if _kept is None or _kept.pid != os.getpid():
-            _kept = _KeptLoop()
-        return _kept
+_kept = PerProcess(lambda: KeptLoop("conductor-layer-send"))
 
 
 def _under_an_event_loop() -> bool:
@@ -70,6 +42,6 @@ def group_send(group: str, message: dict[str, Any], *, layer=None) -> None:
     """Send ``message`` to ``group`` on the channel layer, waiting until it is sent."""
     layer = layer or get_channel_layer()
     if getattr(layer, "sends_from_a_kept_loop", False) and not _under_an_event_loop():
-        _kept_loop().run(layer.group_send(group, message))
+        _kept.get().run(layer.group_send(group, message), timeout=SEND_TIMEOUT_SECONDS)
     else:
         async_to_sync(layer.group_send)(group, message)

@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterator
 
 from django.db import transaction
 
-from automation.wake import ChannelWakeListener, NotifyWakeListener, WakeTopic, topic_listener, wake_send
+from automation.wake import WakeListener, WakeTopic, topic_listener, wake_send
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ class AnswerWaiters:
         self._lock = threading.Lock()
         self._starting = threading.Lock()
         self._events: dict[str, threading.Event] = {}
-        self._listener: ChannelWakeListener | NotifyWakeListener | None = None
+        self._listener: WakeListener | None = None
         # The process that started the listener: a forked child has no thread of its parent's.
         self._pid: int | None = None
 

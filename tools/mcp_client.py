@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 
+from core.kept_loop import KeptLoop, PerProcess
 from core.logfmt import log_event
 from tools.mcp_processes import MARKER_VARIABLE, OwnFolders, StderrTail, child_with_marker
 from tools.registry import ToolError, ToolRetryableError
@@ -311,32 +312,21 @@ async def _http_transport(url: str, client):
         yield streams
 
 
-class _Runner:
+class _Runner(KeptLoop):
     """The process's event loop thread and its kept-alive connections, by endpoint."""
 
     def __init__(self) -> None:
-        self.pid = os.getpid()
-        self.loop = asyncio.new_event_loop()
+        super().__init__("mcp-runner")
         self.connections: dict[tuple[McpEndpoint, Path], _Connection] = {}
         self.lock = threading.Lock()
-        thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="mcp-runner")
-        thread.start()
-
-    def submit(self, coroutine: Awaitable[T]) -> asyncio.Future:
-        return asyncio.run_coroutine_threadsafe(coroutine, self.loop)
 
 
-_runner: _Runner | None = None
-_runner_lock = threading.Lock()
+_runners = PerProcess(_Runner)
 
 
 def _the_runner() -> _Runner:
     """This process's runner; a forked child (a django-q2 worker) starts its own."""
-    global _runner
-    with _runner_lock:
-        if _runner is None or _runner.pid != os.getpid():
-            _runner = _Runner()
-        return _runner
+    return _runners.get()
 
 
 async def _connect(endpoint: McpEndpoint, workspace: Path) -> _Connection:
@@ -546,8 +536,8 @@ def mcp_tool_call(
 
 def mcp_sessions_close() -> None:
     """Close this process's kept-alive sessions (their servers stop). For tests and shutdown."""
-    runner = _runner
-    if runner is None or runner.pid != os.getpid():
+    runner = _runners.current()
+    if runner is None:
         return
     connections = list(runner.connections.values())
     runner.connections.clear()
