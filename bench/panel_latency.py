@@ -57,6 +57,7 @@ def measure(url: str, token: str, changes: int) -> list[int]:
 
     from automation.models import AutomationTask
     from automation.services import transitions as tr
+    from automation.services.leasing import tasks_lease
     from ingest.services.instructions import INSTRUCTION_EXECUTE
     from tests.browser import CHROMIUM
     from tests.plugin.chat_apps import chat_app
@@ -99,7 +100,7 @@ def measure(url: str, token: str, changes: int) -> list[int]:
 
         def start(now: int) -> float:
             def lease_and_start() -> None:  # one commit, as the claim leases and starts a block's task
-                tr.tasks_lease({task.pk: AutomationTask.objects.get(pk=task.pk).status}, still_claimable=Q(),
+                tasks_lease({task.pk: AutomationTask.objects.get(pk=task.pk).status}, still_claimable=Q(),
                                lease_owner="bench", lease_until=now + 60_000, now=now)
                 lease = AutomationTask.objects.get(pk=task.pk).lease
                 tr.task_start(task.pk, lease=lease, lease_until=now + 60_000, now=now)

@@ -56,6 +56,7 @@ def main() -> None:
     from automation.changes import task_changes
     from automation.models import AutomationTask
     from automation.services import transitions as tr
+    from automation.services.leasing import tasks_lease
     from core.clock import now_ms
     from ingest import status as shown
     from ingest.blocks import MAX_BLOCKS
@@ -88,7 +89,7 @@ def main() -> None:
             kind=INSTRUCTION_EXECUTE, status="pending", message_id=message_id
         ).order_by("created_at").first()
         now = now_ms()
-        leased = tr.tasks_lease({task.pk: task.status}, still_claimable=Q(), lease_owner="bench",
+        leased = tasks_lease({task.pk: task.status}, still_claimable=Q(), lease_owner="bench",
                                 lease_until=now + 60_000, now=now)[0]
         with CaptureQueriesContext(connection) as captured:
             tr.task_start(task.pk, lease=leased.lease, lease_until=now + 60_000, now=now)

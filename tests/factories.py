@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from automation.models import AutomationTask, Lease, TaskStatus
 from automation.services import transitions as tr
+from automation.services.leasing import tasks_lease
 from automation.services.tasks import task_create
 from conversations.models import Conversation, ConversationLink, Message
 from core.clock import now_ms
@@ -108,7 +109,7 @@ def task_lease(task_id: str, *, lease_owner: str, lease_until: int, now: int | N
         raise tr.InvalidTransition(task_id, tr.LEASE.action, task.status)
     if (refusal := tr.DUE.refusal(task, now)) is not None:
         raise tr.InvalidTransition(task_id, tr.LEASE.action, task.status, refusal)
-    leased = tr.tasks_lease({task_id: task.status}, still_claimable=Q(), lease_owner=lease_owner,
+    leased = tasks_lease({task_id: task.status}, still_claimable=Q(), lease_owner=lease_owner,
                             lease_until=lease_until, now=now)
     if not leased:
         raise tr.InvalidTransition(task_id, tr.LEASE.action, task.status, "leased by another owner meanwhile")

@@ -19,12 +19,12 @@ from automation.models import (
 )
 from automation.retry import RetryPolicy
 from automation.selectors import claim_not_paused
+from automation.services.leasing import tasks_lease
 from automation.services.steps import transition_and_follow_up
 from automation.services.transitions import (
     TransitionError,
     task_reclaim_interrupted,
     task_reclaim_unstarted,
-    tasks_lease,
 )
 from conversations.models import Conversation
 from core.logfmt import log_event

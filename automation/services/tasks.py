@@ -22,7 +22,7 @@ from django.db.models.sql import InsertQuery
 from automation.changes import tasks_changed_on_commit
 from automation.kinds import kinds
 from automation.models import AutomationTask, TaskEvent, TaskStatus
-from automation.services.transitions import event_insert_sql
+from automation.services.statements import event_insert_sql
 from automation.wake import dispatcher_wake_on_commit
 from conversations.selectors import Route, conversation_route
 from core.clock import now_ms, sequence_next
@@ -91,7 +91,8 @@ def task_create(
     )
     now = now_ms() if now is None else now
     task = _task_build(new, now=now, routes={})
-    if not _insert_recorded([task], TaskEvent(action="create", status_from=None, actor=actor, at=now), unless_taken=True):
+    first_event = TaskEvent(action="create", status_from=None, actor=actor, at=now)
+    if not _insert_recorded([task], first_event, unless_taken=True):
         existing = AutomationTask.objects.filter(dedupe_key=dedupe_key).first() if dedupe_key is not None else None
         if existing is None:
             raise IntegrityError(f"task {task.pk} was not inserted, and no task holds its dedupe key")

@@ -13,9 +13,10 @@ change) is one conditional ``UPDATE … RETURNING``: the starting state, the
 fence and the guards are its ``WHERE``, so no row is read or locked first,
 and only a refused update reads the task to say why. On PostgreSQL the same
 statement inserts the event (``WITH moved AS (UPDATE …) INSERT …``), so such
-an edge is one statement, atomic without a transaction of its own. An edge from several
+an edge is one statement, atomic without a transaction of its own
+(``statements.py``: those written by hand). An edge from several
 states reads and locks the task first, to record which state it left.
-``tasks_lease`` leases the dispatcher's whole claim in one such statement,
+``leasing.tasks_lease`` leases the dispatcher's whole claim in one such statement,
 giving each task a fencing token of its own, and learns what it leased
 from the statement itself (``RETURNING``).
 A heartbeat is not a change of state and writes no event. The state machine knows no kind and decides
@@ -31,18 +32,13 @@ Routing fields (``target_*``) are never touched here; ``task_retarget`` in
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import json
 import logging
-from collections.abc import Callable, Collection, Mapping
-from functools import reduce
-from operator import or_
+from collections.abc import Collection
 from typing import Any
 
-from django.db import connection, connections, transaction
-from django.db.models import F, Q, QuerySet
-from django.db.models.sql import UpdateQuery
+from django.db import connection, transaction
+from django.db.models import F, Q
 
 from automation.changes import tasks_changed_on_commit
 from automation.models import (
@@ -52,7 +48,6 @@ from automation.models import (
     FinishReason,
     Lease,
     TaskEvent,
-    new_lease_token,
 )
 # The diagram's edges, guards and errors: callers reach them through this module too.
 from automation.services.diagram import (  # noqa: F401
@@ -87,100 +82,11 @@ from automation.services.diagram import (  # noqa: F401
     TransitionError,
     edge,
 )
+from automation.services.statements import update_one, writes_in_with
 from core.clock import now_ms
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
-
-
-def _update_one(task: QuerySet, values: dict[str, Any], *, event: TaskEvent | None = None) -> AutomationTask | None:
-    """Apply ``values`` (plain values or expressions) to ``task``, one row at most; return it as it is now, or None.
-
-    One conditional ``UPDATE … RETURNING`` (PostgreSQL, and SQLite 3.35+):
-    the ORM compiles the update (its values, expressions and ``WHERE``) and
-    converts the returned row, which is what this statement wrote, read in
-    the statement itself rather than by a second read. ``task`` names one
-    row by its primary key. With ``event`` (only where ``_writes_in_with``),
-    the same statement inserts it for the row it updated: ``WITH moved AS
-    (UPDATE … RETURNING …) INSERT … SELECT … FROM moved``, its ``status_to``
-    the row's new status and its ``status_from``, when not given, the same.
-    """
-    query = task.query.chain(UpdateQuery)
-    query.add_update_values(values)
-    compiler = query.get_compiler(task.db)
-    if event is None:
-        rows = compiler.execute_returning_sql(_FIELDS)
-    else:
-        rows = _update_and_record(compiler, event)
-    return AutomationTask.from_db(task.db, _NAMES, rows[0]) if rows else None
-
-
-def _writes_in_with(connection: Any) -> bool:
-    """Whether the database takes an ``INSERT`` or ``UPDATE`` inside ``WITH`` (PostgreSQL does, SQLite does not)."""
-    return getattr(connection.features, "supports_data_modifying_with", False)
-
-
-# The event's columns the transition gives; ``task_id``, ``status_from`` and ``status_to`` come from the row.
-_EVENT_GIVEN = ("action", "actor", "at", "jitter_ms", "backoff_ms", "error", "detail")
-
-
-def _update_and_record(compiler: Any, event: TaskEvent) -> list[Any]:
-    """Run the compiled update with ``event`` inserted in the same statement; return its converted rows."""
-    connection = compiler.connection
-    quote = connection.ops.quote_name
-    compiler.returning_fields = _FIELDS
-    update_sql, update_params = compiler.as_sql()
-    record_sql, record_params = event_insert_sql("moved", event, connection)
-    sql = (
-        f"WITH moved AS ({update_sql}), recorded AS ({record_sql}) "
-        f"SELECT {', '.join(quote(field.column) for field in _FIELDS)} FROM moved"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*update_params, *record_params])
-        rows = cursor.fetchall()
-    cols = [field.get_col(AutomationTask._meta.db_table) for field in _FIELDS]
-    converters = compiler.get_converters(cols)
-    return list(compiler.apply_converters(rows, converters)) if converters else rows
-
-
-def event_insert_sql(source: str, event: TaskEvent, connection: Any) -> tuple[str, list[Any]]:
-    """The ``INSERT … SELECT`` of ``event`` for each row of ``source`` (a ``WITH`` name whose rows have
-    ``task_id`` and ``status``), and its parameters.
-
-    Its ``status_to`` is the row's status; its ``status_from`` the event's, or
-    when that is None and the event is not a ``create``, the row's status too.
-    """
-    quote = connection.ops.quote_name
-    given = [TaskEvent._meta.get_field(name) for name in _EVENT_GIVEN]
-    casts = ", ".join(f"CAST(%s AS {field.db_type(connection)})" for field in given)
-    status = quote(AutomationTask._meta.get_field("status").column)
-    status_from = "NULL" if event.action == "create" else f"COALESCE(CAST(%s AS varchar), {status})"
-    sql = (
-        f"INSERT INTO {quote(TaskEvent._meta.db_table)} ({quote('task_id')}, {quote('status_from')}, "
-        f"{quote('status_to')}, {', '.join(quote(field.column) for field in given)}) "
-        f"SELECT {quote('task_id')}, {status_from}, {status}, {casts} FROM {source}"
-    )
-    params = [
-        *([] if event.action == "create" else [event.status_from]),
-        *(field.get_db_prep_save(getattr(event, field.attname), connection) for field in given),
-    ]
-    return sql, params
-
-
-_FIELDS = AutomationTask._meta.concrete_fields
-_NAMES = [field.attname for field in _FIELDS]
-
-
-def _returning(sql: str, params: list[Any], *, using: str) -> list[AutomationTask]:
-    """Run ``sql`` (one whose rows are every column of the table: an ``UPDATE … RETURNING``, or a
-    ``WITH`` around one) and build its rows as tasks."""
-    with connections[using].cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
-    return [
-        AutomationTask.from_db(using, _NAMES, [field.to_python(value) for field, value in zip(_FIELDS, row)])
-        for row in rows
-    ]
 
 
 def _refusal(
@@ -241,15 +147,15 @@ def _transition(
         jitter_ms=jitter_ms, backoff_ms=backoff_ms, error=error, detail=detail or {},
     ) if edge.recorded else None
     reads_first = edge.known_from is None and edge.to_status is not None
-    if not reads_first and _writes_in_with(connection):
+    if not reads_first and writes_in_with(connection):
         # One statement, the update and its event (PostgreSQL): atomic on its own.
-        task = _update_one(AutomationTask.objects.filter(where), values, event=event)
+        task = update_one(AutomationTask.objects.filter(where), values, event=event)
         if task is None:
             raise _refusal(task_id, edge, AutomationTask.objects.filter(pk=task_id).first(), fenced, guards, now)
         status_from = edge.known_from or task.status
         if task.status != status_from:
             tasks_changed_on_commit([task])
-        _log(task, edge.action, status_from, actor, error=error, jitter_ms=jitter_ms, backoff_ms=backoff_ms)
+        log_transition(task, edge.action, status_from, actor, error=error, jitter_ms=jitter_ms, backoff_ms=backoff_ms)
         return task
 
     # No savepoint inside a caller's transaction (a step and its follow-up): a refusal
@@ -270,7 +176,7 @@ def _transition(
                 status_from = found.status
                 where &= Q(status=status_from)
         if refusal is None:
-            task = _update_one(AutomationTask.objects.filter(where), values)
+            task = update_one(AutomationTask.objects.filter(where), values)
             if task is None:
                 found = AutomationTask.objects.filter(pk=task_id).first()
                 refusal = _refusal(task_id, edge, found, fenced, guards, now)
@@ -283,11 +189,11 @@ def _transition(
                 tasks_changed_on_commit([task])
     if refusal is not None:
         raise refusal
-    _log(task, edge.action, status_from, actor, error=error, jitter_ms=jitter_ms, backoff_ms=backoff_ms)
+    log_transition(task, edge.action, status_from, actor, error=error, jitter_ms=jitter_ms, backoff_ms=backoff_ms)
     return task
 
 
-def _log(task: AutomationTask, action: str, status_from: str, actor: str, **extra: Any) -> None:
+def log_transition(task: AutomationTask, action: str, status_from: str, actor: str, **extra: Any) -> None:
     log_event(
         logger,
         action,
@@ -304,156 +210,6 @@ def _log(task: AutomationTask, action: str, status_from: str, actor: str, **extr
 
 
 _CLEAR_LEASE = {"lease_owner": None, "lease_until": None, "lease_token": None}
-
-
-
-def tasks_lease(
-    seen: Mapping[str, str], *, still_claimable: Q, lease_owner: str, lease_until: int, now: int,
-    detail: dict[str, Any] | None = None, start_kinds: Collection[str] = (),
-) -> list[AutomationTask]:
-    """pending / retry_wait -> leased for the dispatcher's claim: every task of
-    ``seen`` (task id -> the status it was read in) that is still in that status,
-    due and ``still_claimable``, each under a lease of its own; returns those leased.
-
-    On SQLite, three statements in one transaction: the first reads which
-    tasks of ``seen`` may be leased now (the transaction holds the write lock
-    from its start), the second leases exactly those rows, the third writes
-    their events. On PostgreSQL, one statement (``_lease_and_record``): its
-    sub-select locks the rows that may be leased with ``SKIP LOCKED``, so a
-    task another dispatcher is leasing at this moment is skipped, not waited
-    for. Either way the update leases exactly those rows, each with a fencing
-    token of its own (``Lease``), and returns them as it wrote them
-    (``UPDATE … RETURNING``): the claim learns what it leased from the update
-    itself, never from rows that look like its own (two threads of one process
-    leasing in the same millisecond write the same owner and times). Raises
-    ``IntegrityError`` when an in-flight limit's unique index refuses the batch
-    (another dispatcher leased a task of the same target or lane meanwhile):
-    the caller then leases one task at a time. ``detail`` goes on each lease event.
-
-    Tasks of ``start_kinds`` (those the dispatcher runs at once, with no
-    jitter to wait and no client to check first) are also started in the
-    same statement: leased -> running, their attempt counted, with both
-    events (``lease``, then ``start``) on their timelines. One transaction
-    a task fewer; a dispatcher that dies before running such a task leaves
-    it running, and the reclaim treats it as interrupted (SPEC 4.4).
-    """
-    if not seen:
-        return []
-    where = reduce(or_, (Q(pk=task_id, status=status) for task_id, status in seen.items())) & DUE.holds(now)
-    claimable = AutomationTask.objects.filter(where).filter(still_claimable)
-    lease = functools.partial(
-        _lease_update, tokens_for=list(seen), lease_owner=lease_owner, lease_until=lease_until, now=now,
-        start_kinds=start_kinds,
-    )
-    event_detail = {"lease_until": lease_until, **(detail or {})}
-    if _writes_in_with(connection):
-        # Atomic on its own; inside a caller's transaction, a savepoint keeps a refused batch
-        # (``IntegrityError``) from failing the caller's, which may lease one task at a time.
-        with transaction.atomic() if connection.in_atomic_block else contextlib.nullcontext():
-            leased = _lease_and_record(
-                claimable, lease, seen=seen, lease_owner=lease_owner, now=now, detail=event_detail,
-            )
-        tasks_changed_on_commit(leased)
-    else:
-        if connection.features.has_select_for_update_skip_locked:
-            of = ("self",) if connection.features.has_select_for_update_of else ()
-            claimable = claimable.select_for_update(skip_locked=True, of=of)
-        with transaction.atomic():
-            task_ids = list(claimable.values_list("pk", flat=True))
-            leased = _returning(*lease(", ".join(["%s"] * len(task_ids)), task_ids), using=connection.alias) \
-                if task_ids else []
-            events = []
-            for task in leased:
-                events.append(TaskEvent(task_id=task.pk, action=LEASE.action, status_from=seen[task.pk],
-                                        status_to=S.LEASED, actor=lease_owner, at=now, detail=event_detail))
-                if task.status == S.RUNNING:
-                    events.append(TaskEvent(task_id=task.pk, action=START.action, status_from=S.LEASED,
-                                            status_to=S.RUNNING, actor=lease_owner, at=now))
-            TaskEvent.objects.bulk_create(events)
-            tasks_changed_on_commit(leased)
-    for task in leased:
-        _log(task, LEASE.action, seen[task.pk], lease_owner)
-        if task.status == S.RUNNING:
-            _log(task, START.action, S.LEASED, lease_owner)
-    return leased
-
-
-def _lease_update(
-    ids_sql: str, ids_params: list[Any], *, tokens_for: list[str], lease_owner: str, lease_until: int, now: int,
-    start_kinds: Collection[str],
-) -> tuple[str, list[Any]]:
-    """The ``UPDATE … RETURNING`` that leases the rows whose ids ``ids_sql`` lists or selects.
-
-    Written here, for the connection's cursor (the ORM's ``update()``
-    returns a count, not rows): PostgreSQL and SQLite 3.35+ both answer it.
-    Each row of ``tokens_for`` that it updates gets a fresh fencing token;
-    the rows of ``start_kinds`` are started too. The rows it returns are what
-    it changed, and nothing else.
-    """
-    quote = connection.ops.quote_name
-    column = {field.name: quote(field.column) for field in _FIELDS}
-    tokens = [(task_id, new_lease_token()) for task_id in tokens_for]
-    assignments: list[tuple[str, str, list[Any]]] = [
-        ("lease_owner", "%s", [lease_owner]),
-        ("lease_until", "%s", [lease_until]),
-        ("updated_at", "%s", [now]),
-        ("lease_token", f"CASE {column['task_id']} {' '.join(['WHEN %s THEN %s'] * len(tokens))} END",
-         [value for pair in tokens for value in pair]),
-    ]
-    if start_kinds:
-        kinds_in = f"{column['kind']} IN ({', '.join(['%s'] * len(start_kinds))})"
-        starts = list(start_kinds)
-        assignments += [
-            ("status", f"CASE WHEN {kinds_in} THEN %s ELSE %s END", [*starts, S.RUNNING, S.LEASED]),
-            ("attempt_count",
-             f"CASE WHEN {kinds_in} THEN {column['attempt_count']} + 1 ELSE {column['attempt_count']} END", starts),
-            ("started_at", f"CASE WHEN {kinds_in} THEN %s ELSE {column['started_at']} END", [*starts, now]),
-        ]
-    else:
-        assignments.append(("status", "%s", [S.LEASED]))
-    sql = (
-        f"UPDATE {quote(AutomationTask._meta.db_table)} SET "
-        + ", ".join(f"{column[name]} = {expression}" for name, expression, _ in assignments)
-        + f" WHERE {column['task_id']} IN ({ids_sql})"
-        + f" RETURNING {', '.join(quote(field.column) for field in _FIELDS)}"
-    )
-    return sql, [param for _, _, values in assignments for param in values] + list(ids_params)
-
-
-def _lease_and_record(
-    claimable: QuerySet, lease: Callable[[str, list[Any]], tuple[str, list[Any]]], *, seen: Mapping[str, str],
-    lease_owner: str, now: int, detail: dict[str, Any],
-) -> list[AutomationTask]:
-    """The lease in one statement (PostgreSQL): the claimable rows locked with ``SKIP LOCKED`` by a
-    sub-select of the update, leased, and their events inserted, a task's ``lease`` before its
-    ``start``: ``WITH moved AS (UPDATE … WHERE task_id IN (SELECT … FOR UPDATE SKIP LOCKED)
-    RETURNING …) INSERT … SELECT … FROM moved``. Atomic on its own, so no transaction either."""
-    quote = connection.ops.quote_name
-    table = quote(AutomationTask._meta.db_table)
-    ids_sql, ids_params = claimable.values("pk").query.get_compiler(connection.alias).as_sql()
-    update_sql, update_params = lease(f"{ids_sql} FOR UPDATE OF {table} SKIP LOCKED", list(ids_params))
-    task_id, status = quote("task_id"), quote("status")
-    was = f"CASE {task_id} {' '.join(['WHEN %s THEN %s'] * len(seen))} END"
-    detail_field = TaskEvent._meta.get_field("detail")
-    jsonb = detail_field.db_type(connection)
-    sql = (
-        f"WITH moved AS ({update_sql}), recorded AS ("
-        f"INSERT INTO {quote(TaskEvent._meta.db_table)} ({task_id}, {quote('action')}, {quote('status_from')}, "
-        f"{quote('status_to')}, {quote('actor')}, {quote('at')}, {quote('detail')}) "
-        f"SELECT {task_id}, action, status_from, status_to, %s, %s, detail FROM ("
-        f"SELECT {task_id}, %s AS action, {was} AS status_from, %s AS status_to, CAST(%s AS {jsonb}) AS detail, 1 AS n "
-        f"FROM moved UNION ALL "
-        f"SELECT {task_id}, %s, %s, %s, CAST(%s AS {jsonb}), 2 FROM moved WHERE {status} = %s"
-        f") AS events ORDER BY {task_id}, n) "
-        f"SELECT {', '.join(quote(field.column) for field in _FIELDS)} FROM moved"
-    )
-    params = [
-        *update_params, lease_owner, now,
-        LEASE.action, *(value for pair in seen.items() for value in pair), S.LEASED,
-        detail_field.get_db_prep_save(detail, connection),
-        START.action, S.LEASED, S.RUNNING, detail_field.get_db_prep_save({}, connection), S.RUNNING,
-    ]
-    return _returning(sql, params, using=connection.alias)
 
 
 def task_release(

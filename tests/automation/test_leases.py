@@ -14,6 +14,7 @@ from django.db.models import Q
 
 from automation.models import AutomationTask, TaskEvent, TaskStatus
 from automation.services import transitions as tr
+from automation.services.leasing import tasks_lease
 from automation.services.claim import tasks_claim
 from automation.services.tasks import NewTask, task_create, tasks_create
 from core.clock import now_ms
@@ -32,8 +33,8 @@ def test_a_second_claim_in_the_same_millisecond_gets_only_what_it_leased():
     now = now_ms()
     lease = dict(still_claimable=Q(), lease_owner="vm:1:a", lease_until=now + LEASE_MS, now=now,
                  start_kinds=["test.local"])
-    first = tr.tasks_lease({d.pk: S.PENDING}, **lease)
-    second = tr.tasks_lease({d.pk: S.PENDING, e.pk: S.PENDING}, **lease)
+    first = tasks_lease({d.pk: S.PENDING}, **lease)
+    second = tasks_lease({d.pk: S.PENDING, e.pk: S.PENDING}, **lease)
     assert [t.pk for t in first] == [d.pk]
     assert [t.pk for t in second] == [e.pk]
     # Each lease has a token of its own, and the task holds the one its claim returned.

@@ -363,18 +363,19 @@ def test_event_timeline_records_every_step_in_order():
 
 @pytest.mark.django_db
 def test_a_conditional_update_returns_only_the_row_its_condition_still_matches():
-    """What the transitions build on (``_update_one``): ``UPDATE … RETURNING`` gives back the row it changed, or none.
+    """What the transitions build on (``statements.update_one``): ``UPDATE … RETURNING`` gives back
+    the row it changed, or none.
 
     A second writer with the same condition finds none left; the row
     returned is the one written, with its values converted as a read would.
     """
-    from automation.services.transitions import _update_one
+    from automation.services.statements import update_one
 
     task = make_task(status=S.PENDING)
     claim = AutomationTask.objects.filter(pk=task.pk, status=S.PENDING, attempt_count=0)
-    won = _update_one(claim, {"attempt_count": F("attempt_count") + 1, "priority": 7})
+    won = update_one(claim, {"attempt_count": F("attempt_count") + 1, "priority": 7})
     assert (won.pk, won.attempt_count, won.priority, won.status) == (task.pk, 1, 7, S.PENDING)
-    assert _update_one(claim, {"attempt_count": F("attempt_count") + 1}) is None
+    assert update_one(claim, {"attempt_count": F("attempt_count") + 1}) is None
     task.refresh_from_db()
     assert task.attempt_count == 1
     assert [getattr(won, f.attname) for f in AutomationTask._meta.concrete_fields] == [
