@@ -521,7 +521,7 @@ def test_pages_cover_every_entry_once_in_time_order_even_with_ties():
 def test_a_long_conversation_shows_its_latest_entries_and_links_to_earlier_ones(
     admin_client, monkeypatch
 ):
-    monkeypatch.setattr("console.story.PAGE_ENTRIES", 3)
+    monkeypatch.setattr("console.story.reader.PAGE_ENTRIES", 3)
     monkeypatch.setattr(
         "console.admin.story.conversation_story.__kwdefaults__",
         {"bound": None, "limit": 3},
