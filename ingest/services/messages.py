@@ -6,7 +6,7 @@ import datetime as dt
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count
@@ -152,141 +152,206 @@ def messages_store(*, arrivals: Sequence[ClientMessage], now: dt.datetime | None
         return _store(arrivals, now)
 
 
+@dataclass
+class _Batch:
+    """What ``_store`` knows of a batch as its phases go: each phase fills in its part."""
+
+    arrivals: Sequence[ClientMessage]
+    now: dt.datetime
+    messages: list[FinalMessage] = field(default_factory=list)
+    all_blocks: list[list[Block]] = field(default_factory=list)
+    keys: list[tuple[str, str]] = field(default_factory=list)  # each message's (platform, conversation id)
+    client_pk_of: dict[tuple[str, str], int | None] = field(default_factory=dict)
+    clients: dict[int, PluginClient] = field(default_factory=dict)
+    owner_of: dict[tuple[str, str], str] = field(default_factory=dict)
+    dedupe_keys: list[str | None] = field(default_factory=list)
+    titles: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Set within the transaction.
+    conversations: dict[tuple[str, str], Conversation] = field(default_factory=dict)
+    foreign: set[tuple[str, str]] = field(default_factory=set)
+    stored_before: dict[tuple[int, str], int] = field(default_factory=dict)
+    first_of: dict[tuple[int, str], int] = field(default_factory=dict)
+    new: list[int] = field(default_factory=list)
+    stored: dict[int, Message] = field(default_factory=dict)
+    queued: dict[int, int] = field(default_factory=dict)
+    counts: dict[int, int] = field(default_factory=dict)
+
+
 def _store(arrivals: Sequence[ClientMessage], now: dt.datetime) -> list[IngestResult]:
-    messages = [arrival.message for arrival in arrivals]
+    """``messages_store``'s one try, in its phases."""
+    batch = _batch_read(arrivals, now)
+    with transaction.atomic():
+        _conversations_resolve(batch)
+        newest_titles, links = _duplicates_set_aside(batch)
+        _sightings_record(batch, newest_titles, links)
+        _messages_insert(batch)
+        batch.queued = _queue_blocks(
+            {index: (batch.stored[index], batch.all_blocks[index]) for index in batch.new}, now,
+            foreign={index for index in batch.new if batch.keys[index] in batch.foreign},
+        )
+        batch.counts = _duplicates_counts(batch)
+    return _results(batch)
+
+
+def _batch_read(arrivals: Sequence[ClientMessage], now: dt.datetime) -> _Batch:
+    """Before the transaction: the blocks parsed, each message's conversation key, client and dedupe key.
+
+    Raises ``_NotTogether`` when a conversation would change route within the
+    batch, or a client of it was deleted (those frames fail on their own).
+    """
+    batch = _Batch(arrivals=arrivals, now=now, messages=[arrival.message for arrival in arrivals])
     # Parsed before the transaction: the parse is pure and, for a large
     # message, long enough (a CommonMark parse of up to 1 MiB) that holding
     # the conversations' locks and the write transaction through it would
     # stall every other writer. At most MAX_BLOCKS + 1 blocks per message,
     # whatever the text holds: see ingest.blocks.
-    all_blocks = [
+    batch.all_blocks = [
         arrival.blocks if arrival.blocks is not None else parse_blocks(arrival.message.text) for arrival in arrivals
     ]
-    keys = [(message.platform, message.conversation_id) for message in messages]
-    client_pk_of: dict[tuple[str, str], int | None] = {}
-    for key, arrival in zip(keys, arrivals, strict=True):
-        if client_pk_of.setdefault(key, arrival.client_pk) != arrival.client_pk:
+    batch.keys = [(message.platform, message.conversation_id) for message in batch.messages]
+    for key, arrival in zip(batch.keys, arrivals, strict=True):
+        if batch.client_pk_of.setdefault(key, arrival.client_pk) != arrival.client_pk:
             raise _NotTogether  # the conversation's route would change within the batch
-    client_pks = {pk for pk in client_pk_of.values() if pk is not None}
-    clients = PluginClient.objects.in_bulk(client_pks) if client_pks else {}
-    if len(clients) < len(client_pks):
+    client_pks = {pk for pk in batch.client_pk_of.values() if pk is not None}
+    batch.clients = PluginClient.objects.in_bulk(client_pks) if client_pks else {}
+    if len(batch.clients) < len(client_pks):
         if len(arrivals) > 1:
             raise _NotTogether  # a client was deleted: those frames fail on their own
         raise PluginClient.DoesNotExist(f"plugin client {arrivals[0].client_pk} no longer exists")
-    dedupe_keys = [None if arrival.force else message_dedupe_key(arrival.message) for arrival in arrivals]
-    titles: dict[tuple[str, str], str] = {}
-    for key, message in zip(keys, messages, strict=True):
-        titles.setdefault(key, message.title)
-    owner_of = {key: clients[pk].owner for key, pk in client_pk_of.items() if pk is not None}
+    batch.dedupe_keys = [None if arrival.force else message_dedupe_key(arrival.message) for arrival in arrivals]
+    for key, message in zip(batch.keys, batch.messages, strict=True):
+        batch.titles.setdefault(key, message.title)
+    batch.owner_of = {key: batch.clients[pk].owner for key, pk in batch.client_pk_of.items() if pk is not None}
+    return batch
 
-    with transaction.atomic():
-        conversations = conversations_get_locked(titles=titles, now=now, owners=owner_of)
-        conversations_claim(owners={conversations[key]: owner for key, owner in owner_of.items()})
-        # Through a client of another owner than the conversation's: stored, but it neither
-        # routes the conversation nor runs anything in it (docs/security.md, "Whose conversation").
-        foreign = {key for key, owner in owner_of.items() if conversations[key].owner != owner}
-        stored_before = {
-            (conversation_pk, dedupe_key): pk
-            for conversation_pk, dedupe_key, pk in Message.objects.filter(
-                conversation__in=[conversation.pk for conversation in conversations.values()],
-                dedupe_key__in={key for key in dedupe_keys if key is not None},
-            ).values_list("conversation_id", "dedupe_key", "pk")
-        } if any(key is not None for key in dedupe_keys) else {}
-        # The first message of the batch with each identity; the others repeat it.
-        first_of: dict[tuple[int, str], int] = {}
-        new: list[int] = []
-        newest_titles: dict[Conversation, str] = {}
-        links: dict[Conversation, dict[str, str]] = {}
-        for index, (key, message, dedupe_key) in enumerate(zip(keys, messages, dedupe_keys, strict=True)):
-            conversation = conversations[key]
-            if dedupe_key is not None:
-                identity = (conversation.pk, dedupe_key)
-                if identity in stored_before or identity in first_of:
-                    continue
-                first_of[identity] = index
-            new.append(index)
-            if key in foreign:
+
+def _conversations_resolve(batch: _Batch) -> None:
+    """The batch's conversations, locked (created when new, claimed when unowned), and those it saw
+    through a client of another owner (``foreign``)."""
+    batch.conversations = conversations_get_locked(titles=batch.titles, now=batch.now, owners=batch.owner_of)
+    conversations_claim(owners={batch.conversations[key]: owner for key, owner in batch.owner_of.items()})
+    # Through a client of another owner than the conversation's: stored, but it neither
+    # routes the conversation nor runs anything in it (docs/security.md, "Whose conversation").
+    batch.foreign = {key for key, owner in batch.owner_of.items() if batch.conversations[key].owner != owner}
+
+
+def _duplicates_set_aside(batch: _Batch) -> tuple[dict[Conversation, str], dict[Conversation, dict[str, str]]]:
+    """Which messages are new (``new``), the others being stored already or repeated in the batch;
+    and what the new ones say of each conversation: its newest title and link values."""
+    dedupe_keys = batch.dedupe_keys
+    batch.stored_before = {
+        (conversation_pk, dedupe_key): pk
+        for conversation_pk, dedupe_key, pk in Message.objects.filter(
+            conversation__in=[conversation.pk for conversation in batch.conversations.values()],
+            dedupe_key__in={key for key in dedupe_keys if key is not None},
+        ).values_list("conversation_id", "dedupe_key", "pk")
+    } if any(key is not None for key in dedupe_keys) else {}
+    newest_titles: dict[Conversation, str] = {}
+    links: dict[Conversation, dict[str, str]] = {}
+    for index, (key, message, dedupe_key) in enumerate(zip(batch.keys, batch.messages, dedupe_keys, strict=True)):
+        conversation = batch.conversations[key]
+        if dedupe_key is not None:
+            identity = (conversation.pk, dedupe_key)
+            if identity in batch.stored_before or identity in batch.first_of:
                 continue
-            # What one message after another would leave: the last non-blank values.
-            newest_titles[conversation] = message.title or newest_titles.get(conversation, "")
-            if client_pk_of[key] is None:
-                continue
-            seen = links.setdefault(conversation, {})
-            for field in ("page_url", "organization_id", "message_id"):
-                if value := getattr(message, field):
-                    seen[field] = value
+            batch.first_of[identity] = index  # the first message of the batch with it; the others repeat it
+        batch.new.append(index)
+        if key in batch.foreign:
+            continue
+        # What one message after another would leave: the last non-blank values.
+        newest_titles[conversation] = message.title or newest_titles.get(conversation, "")
+        if batch.client_pk_of[key] is None:
+            continue
+        seen = links.setdefault(conversation, {})
+        for name in ("page_url", "organization_id", "message_id"):
+            if value := getattr(message, name):
+                seen[name] = value
+    return newest_titles, links
 
-        conversations_touch(titles=newest_titles, now=now)
-        if links:
-            conversation_links_seen(
-                sightings={
-                    conversation: LinkSighting(
-                        client_pk=client_pk_of[conversation.platform, conversation.remote_id],
-                        page_url=seen.get("page_url", ""), organization_id=seen.get("organization_id", ""),
-                        last_assistant_message_id=seen.get("message_id", ""),
-                    )
-                    for conversation, seen in links.items()
-                },
-                now=now,
-            )
-            tasks_retarget(
-                client_ids={
-                    conversation.pk: clients[client_pk_of[conversation.platform, conversation.remote_id]].client_id
-                    for conversation in links
-                },
-                actor=ACTOR,
-            )
 
-        stored = {
-            index: Message(
-                conversation=conversations[keys[index]], role=Message.Role.ASSISTANT, source=arrivals[index].source,
-                capture=messages[index].capture, remote_message_id=messages[index].message_id,
-                parent_message_id=messages[index].parent_message_id, dedupe_key=dedupe_keys[index],
-                text=messages[index].text, raw_frame=messages[index].raw,
-                client=clients.get(arrivals[index].client_pk), received_at=now,
+def _sightings_record(
+    batch: _Batch, newest_titles: dict[Conversation, str], links: dict[Conversation, dict[str, str]]
+) -> None:
+    """Each conversation's activity and title, its link to the client it was seen through, and its
+    not-yet-running outbound tasks sent to that client."""
+    conversations_touch(titles=newest_titles, now=batch.now)
+    if not links:
+        return
+    client_pk_of = {conversation: batch.client_pk_of[conversation.platform, conversation.remote_id]
+                    for conversation in links}
+    conversation_links_seen(
+        sightings={
+            conversation: LinkSighting(
+                client_pk=client_pk_of[conversation], page_url=seen.get("page_url", ""),
+                organization_id=seen.get("organization_id", ""),
+                last_assistant_message_id=seen.get("message_id", ""),
             )
-            for index in new
-        }
-        Message.objects.bulk_create(stored.values())
-        queued = _queue_blocks(
-            {index: (stored[index], all_blocks[index]) for index in new}, now,
-            foreign={index for index in new if keys[index] in foreign},
+            for conversation, seen in links.items()
+        },
+        now=batch.now,
+    )
+    tasks_retarget(
+        client_ids={conversation.pk: batch.clients[client_pk_of[conversation]].client_id for conversation in links},
+        actor=ACTOR,
+    )
+
+
+def _messages_insert(batch: _Batch) -> None:
+    """The new messages, in one insert."""
+    batch.stored = {
+        index: Message(
+            conversation=batch.conversations[batch.keys[index]], role=Message.Role.ASSISTANT,
+            source=batch.arrivals[index].source, capture=batch.messages[index].capture,
+            remote_message_id=batch.messages[index].message_id,
+            parent_message_id=batch.messages[index].parent_message_id, dedupe_key=batch.dedupe_keys[index],
+            text=batch.messages[index].text, raw_frame=batch.messages[index].raw,
+            client=batch.clients.get(batch.arrivals[index].client_pk), received_at=batch.now,
         )
+        for index in batch.new
+    }
+    Message.objects.bulk_create(batch.stored.values())
 
-        # A duplicate's ack repeats the first ack's count, which its stored rows give back.
-        counts = dict(
-            Instruction.objects.filter(message_id__in=stored_before.values())
-            .order_by()
-            .values_list("message_id")
-            .annotate(count=Count("pk"))
-            .values_list("message_id", "count")
-        ) if stored_before and len(new) < len(arrivals) else {}
 
-    for key in foreign:
+def _duplicates_counts(batch: _Batch) -> dict[int, int]:
+    """A duplicate's ack repeats the first ack's count, which its stored rows give back."""
+    if not batch.stored_before or len(batch.new) == len(batch.arrivals):
+        return {}
+    return dict(
+        Instruction.objects.filter(message_id__in=batch.stored_before.values())
+        .order_by()
+        .values_list("message_id")
+        .annotate(count=Count("pk"))
+        .values_list("message_id", "count")
+    )
+
+
+def _results(batch: _Batch) -> list[IngestResult]:
+    """Each message's ack, in order, once committed; the log lines of what was stored."""
+    for key in batch.foreign:
         log_event(
-            logger, "message_foreign_client", level=logging.WARNING, conversation_id=conversations[key].pk,
-            owner=conversations[key].owner, client_id=clients[client_pk_of[key]].client_id,
-            client_owner=owner_of[key],
+            logger, "message_foreign_client", level=logging.WARNING, conversation_id=batch.conversations[key].pk,
+            owner=batch.conversations[key].owner, client_id=batch.clients[batch.client_pk_of[key]].client_id,
+            client_owner=batch.owner_of[key],
         )
     results: list[IngestResult] = []
-    for index, (key, dedupe_key) in enumerate(zip(keys, dedupe_keys, strict=True)):
-        conversation = conversations[key]
-        if index in stored:
+    for index, (key, dedupe_key) in enumerate(zip(batch.keys, batch.dedupe_keys, strict=True)):
+        conversation = batch.conversations[key]
+        if index in batch.stored:
             log_event(
-                logger, "message_ingest", message_id=stored[index].pk, conversation_id=conversation.pk,
-                platform=conversation.platform, blocks=len(all_blocks[index]), queued=queued[index],
-                source=arrivals[index].source,
+                logger, "message_ingest", message_id=batch.stored[index].pk, conversation_id=conversation.pk,
+                platform=conversation.platform, blocks=len(batch.all_blocks[index]), queued=batch.queued[index],
+                source=batch.arrivals[index].source,
             )
             # One Instruction per block, so this equals what a duplicate's ack counts.
-            results.append(IngestResult(message_id=stored[index].pk, instructions=len(all_blocks[index]),
-                                        duplicate=False))
-        elif (conversation.pk, dedupe_key) in stored_before:
-            pk = stored_before[conversation.pk, dedupe_key]
-            results.append(IngestResult(message_id=pk, instructions=counts.get(pk, 0), duplicate=True))
+            results.append(IngestResult(message_id=batch.stored[index].pk,
+                                        instructions=len(batch.all_blocks[index]), duplicate=False))
+        elif (conversation.pk, dedupe_key) in batch.stored_before:
+            pk = batch.stored_before[conversation.pk, dedupe_key]
+            results.append(IngestResult(message_id=pk, instructions=batch.counts.get(pk, 0), duplicate=True))
         else:
-            first = first_of[conversation.pk, dedupe_key]
-            results.append(IngestResult(message_id=stored[first].pk, instructions=len(all_blocks[first]),
-                                        duplicate=True))
+            first = batch.first_of[conversation.pk, dedupe_key]
+            results.append(IngestResult(message_id=batch.stored[first].pk,
+                                        instructions=len(batch.all_blocks[first]), duplicate=True))
     return results
 
 
