@@ -28,7 +28,7 @@ export HOST PORT
 FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 	tests/automation/test_transitions.py tests/automation/test_retry.py tests/automation/test_claim.py \
 	tests/automation/test_operator.py tests/automation/test_kinds.py \
-	tests/ingest/test_blocks.py tests/ingest/test_messages.py tests/ingest/test_pairing.py tests/pipelines/test_rendering.py \
+	tests/ingest/test_blocks.py tests/ingest/test_messages.py tests/ingest/test_pairing.py tests/pipelines/test_results_text.py \
 	tests/tools/test_tools_registry.py tests/tools/test_tool_policies.py tests/tools/test_checks.py \
 	tests/console/test_story.py tests/console/test_admin_tasks.py tests/console/test_admin_overview.py \
 	tests/console/test_admin_pairing.py tests/console/test_first_run.py \

@@ -8,8 +8,7 @@ from django.db import models
 from django.db.models import Q
 
 
-APPROVE_CODE_CODENAME = "approve_code"
-APPROVE_CODE_PERMISSION = f"automation.{APPROVE_CODE_CODENAME}"
+from automation.kinds import APPROVE_CODE_CODENAME
 
 
 def new_task_id() -> str:

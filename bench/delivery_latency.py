@@ -53,7 +53,7 @@ class Sent:
 def measure_sent(url: str, token: str, count: int, warmup: int, *, every: float = 0.0,
                  seconds: float | None = None) -> list[Sent]:
     """As ``measure``, each measured message as a ``Sent``."""
-    from ingest.simulator import SimulatedPlugin
+    from conductor_site.simulator import SimulatedPlugin
 
     run = uuid.uuid4().hex[:8]
     measured = []

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import option_parser  # noqa: E402
-from pipelines.rendering import BlockOutcome, parse_results, render_results  # noqa: E402
+from pipelines.results_text import BlockOutcome, parse_results, render_results  # noqa: E402
 
 
 def rejected(count: int) -> list[BlockOutcome]:

@@ -5,7 +5,7 @@ Creates a throw-away database on the PostgreSQL server of --postgres (dropped at
 and uses the Redis database --redis, then starts two ``manage.py serve`` on --port and the
 port after it: two ASGI servers and two django-q2 clusters on one database and one Redis, as
 docs/operations.md deploys them (each server's dispatcher loop claims and runs tasks).
---plugins simulated plugins (``ingest/simulator.py``), spread over the two servers, each send
+--plugins simulated plugins (``conductor_site/simulator.py``), spread over the two servers, each send
 a ``browser.final_message`` with one ```baa ``echo`` block every --interval seconds, over
 --conversations conversations each, and answer every delivery at once (HTTP 200), as the
 reference plugin does: a plugin whose socket closes reconnects and sends again what was not
@@ -112,7 +112,7 @@ class SoakPlugin(threading.Thread):
             plugin.close()
 
     def _connect(self):
-        from ingest.simulator import SimulatedPlugin
+        from conductor_site.simulator import SimulatedPlugin
 
         wait = RECONNECT_SECONDS
         while True:
@@ -133,7 +133,7 @@ class SoakPlugin(threading.Thread):
         plugin.send(frame)
 
     def _handle(self, plugin, frame: dict) -> None:
-        from ingest.simulator import DELIVERY_TYPES
+        from conductor_site.simulator import DELIVERY_TYPES
 
         kind = frame.get("type")
         if kind == "ack":

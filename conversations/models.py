@@ -3,6 +3,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
+from conversations.handles import HANDLE_PATTERN, MAX_HANDLE_CHARS
 from platforms import parse_delivery_methods, platform_choices
 
 
@@ -13,8 +14,6 @@ def validate_delivery_methods(value: str) -> None:
         raise ValidationError(str(exc)) from None
 
 
-HANDLE_PATTERN = r"[a-z][a-z0-9-]*"
-MAX_HANDLE_CHARS = 64
 
 # Whose browsers and chat accounts a plugin client is (docs/security.md, "Whose conversation"):
 # a conversation belongs to the owner of the first client it was seen through, and

@@ -35,6 +35,11 @@ def conversation_route(*, conversation_id: int) -> Route | None:
     return Route(link.client.client_id, link.conversation.platform, link.conversation.remote_id)
 
 
+def message_exists(*, message_id: int | None) -> bool:
+    """Whether a message with this id is stored."""
+    return message_id is not None and Message.objects.filter(pk=message_id).exists()
+
+
 def message_counts_by_source_and_role() -> dict[tuple[str, str], int]:
     """How many messages are stored: ``{(source, role): count}``, only pairs with any. One query."""
     rows = Message.objects.values_list("source", "role").annotate(n=Count("pk")).order_by()

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings
-from django.db.models import Case, Count, Q, QuerySet, Subquery, Value, When
+from django.db.models import Case, Count, OuterRef, Q, QuerySet, Subquery, Value, When
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
+from automation.models import AutomationTask
 from conversations.models import DEFAULT_OWNER, Conversation, ConversationLink, Message
 from conversations.selectors import mail_handles
 from core.clock import datetime_from_ms
@@ -235,6 +236,33 @@ def tool_policy_for(
         tools=[tool] if target == DEFAULT_TARGET else [], targets=[target] if target != DEFAULT_TARGET else [],
         client_pks=[client_pk], conversation_pks=[conversation_pk],
     ).policy_for(tool=tool, target=target, client_pk=client_pk, conversation_pk=conversation_pk)
+
+
+class BlockRow(NamedTuple):
+    """What a block of a message came to, as its delivery reports it."""
+
+    block: int
+    label: str
+    status: str
+    result_json: str | None  # its latest task's; None without a task (a rejected block)
+    error: str
+
+
+def message_block_rows(*, message_id: int | None, instruction_ids: Sequence[int] | None = None) -> list[BlockRow]:
+    """Each block of the message (only ``instruction_ids`` when given), in block order. One query:
+    a block's result is the one its most recent task stored, read as a sub-select."""
+    latest_result = (
+        AutomationTask.objects.filter(instruction_id=OuterRef("pk")).order_by("-sequence").values("result_json")[:1]
+    )
+    instructions = Instruction.objects.filter(message_id=message_id).order_by("block_index")
+    if instruction_ids is not None:
+        instructions = instructions.filter(pk__in=instruction_ids)
+    rows = instructions.only("block_index", "target", "tool", "status", "error").annotate(
+        latest_result=Subquery(latest_result)
+    )
+    return [
+        BlockRow(row.block_index, row.label, row.status, row.latest_result, row.error) for row in rows
+    ]
 
 
 def block_policy_now(*, tool: str, target: str, message_id: int | None, conversation_pk: int | None) -> str:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from core.logfmt import log_event
 from mcp_servers.models import RESERVED_TARGETS, TARGET_NAME, McpServer, McpTool, url_host_refusal
 from mcp_servers.secrets import SecretError, secrets_seal
-from mcp_servers.selectors import mcp_endpoint
+from mcp_servers.endpoints import mcp_endpoint
 from tools.mcp_client import McpProtocolError, mcp_tool_call, mcp_tools_list
 from tools.mcp_results import mcp_error_text, mcp_result_render
 from tools.registry import ToolCall, ToolError

@@ -15,13 +15,15 @@ delivered the text answers with its earlier result.
 
 from __future__ import annotations
 
+import json
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
 from automation.kinds import LANE_OUTBOUND, KindDisplay, KindSpec, StoryHeading, always, kinds
-from automation.models import AutomationTask
 from automation.outcomes import (
     ExecutionContext,
     Outcome,
@@ -29,11 +31,10 @@ from automation.outcomes import (
     Success,
     TerminalFailure,
 )
-from conversations.models import Message
+from conversations.selectors import message_exists
 from conversations.services import delivered_message_store
 from core.logfmt import log_event
-from ingest.models import PluginClient
-from ingest.selectors import delivery_route_for, plugin_targets
+from ingest.selectors import delivery_route_for, message_block_rows, plugin_targets
 from ingest.services.deliveries import (
     delivery_answer_wait,
     delivery_request_create,
@@ -43,7 +44,7 @@ from ingest.services.deliveries import (
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from ingest.site_selectors import platform_adapter
 from pipelines.delivery_methods import DeliveryMethodSpec, methods_for
-from pipelines.results import message_block_outcomes, results_text
+from pipelines.results_text import BlockOutcome, render_results
 from platforms.registry import (
     DeliveryTarget,
     PlatformAdapter,
@@ -52,6 +53,10 @@ from platforms.registry import (
 from platforms.wire import (
     excerpt,
 )
+
+if TYPE_CHECKING:
+    from automation.models import AutomationTask
+    from ingest.models import PluginClient
 
 logger = logging.getLogger(__name__)
 
@@ -180,12 +185,37 @@ def _deliver_by(
     return Success({**outcome, "message_id": message.pk, "remote_message_id": verdict.remote_message_id})
 
 
+def message_block_outcomes(*, message_id: int, instruction_ids: Sequence[int] | None = None) -> list[BlockOutcome]:
+    """The outcome of each block of the message, in block order (only ``instruction_ids`` when given).
+
+    A block's result is the one its most recent task stored; rejected blocks
+    never had a task. One query (``message_block_rows``).
+    """
+    return [
+        BlockOutcome(
+            block=row.block, tool=row.label, status=row.status,
+            result=json.loads(row.result_json) if row.result_json else None, error=row.error or None,
+        )
+        for row in message_block_rows(message_id=message_id, instruction_ids=instruction_ids)
+    ]
+
+
+def message_results_text(*, message_id: int, instruction_ids: Sequence[int] | None = None) -> str:
+    """The text that reports the message's blocks back to the chat, within CONDUCTOR_RESULT_MAX_CHARS."""
+    return results_text(message_block_outcomes(message_id=message_id, instruction_ids=instruction_ids))
+
+
+def results_text(outcomes: Sequence[BlockOutcome]) -> str:
+    """The text that reports these outcomes, within CONDUCTOR_RESULT_MAX_CHARS."""
+    return render_results(outcomes, max_chars=settings.CONDUCTOR_RESULT_MAX_CHARS)
+
+
 def instruction_deliver(ctx: ExecutionContext) -> Outcome:
     """The results of a message's blocks (or of the blocks in ``instruction_ids``), in one user turn."""
     payload = ctx.task.payload
     message_id = payload.get("message_id")
     outcomes = message_block_outcomes(message_id=message_id, instruction_ids=payload.get("instruction_ids"))
-    if not outcomes and (message_id is None or not Message.objects.filter(pk=message_id).exists()):
+    if not outcomes and not message_exists(message_id=message_id):
         return TerminalFailure(f"payload missing: message {message_id!r} does not exist")
     return deliver_text(ctx, text=results_text(outcomes))
 

@@ -16,11 +16,18 @@ of the message has finished, the message gets its delivery.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from automation.kinds import LANE_INSTRUCTIONS, ApprovalRequirement, KindDisplay, KindSpec, kinds
-from automation.models import APPROVE_CODE_PERMISSION, AutomationTask
+from automation.kinds import (
+    APPROVE_CODE_PERMISSION,
+    LANE_INSTRUCTIONS,
+    ApprovalRequirement,
+    KindDisplay,
+    KindSpec,
+    kinds,
+)
 from automation.outcomes import (
     ExecutionContext,
     Outcome,
@@ -48,6 +55,9 @@ from tools.registry import (
     UnknownTool,
     tools,
 )
+
+if TYPE_CHECKING:
+    from automation.models import AutomationTask
 
 logger = logging.getLogger(__name__)
 

@@ -39,16 +39,15 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 
 from automation.kinds import Detail, KindDisplay, StoryHeading, kinds
-from automation.models import AutomationTask
 from automation.selectors import task_times_between
 from automation.outcomes import ExecutionContext, Outcome, TerminalFailure
 from automation.services.tasks import task_create
-from conversations.models import HANDLE_PATTERN, MAX_HANDLE_CHARS, Conversation
+from conversations.handles import HANDLE_PATTERN, MAX_HANDLE_CHARS
 from conversations.selectors import (
     conversation_get,
     conversation_has_handle,
@@ -60,6 +59,10 @@ from core.clock import now_ms
 from pipelines.deliveries import deliver_text, outbound_kind
 from tools.catalog import object_schema
 from tools.registry import ExampleFacts, Policy, ToolCall, ToolError, ToolSpec, tools
+
+if TYPE_CHECKING:
+    from automation.models import AutomationTask
+    from conversations.models import Conversation
 
 MAIL_SEND = "mail.send"
 MAIL_DELIVER = "mail.deliver"

@@ -17,20 +17,23 @@ import datetime as dt
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from django.utils import timezone
 
 from automation.kinds import KindDisplay, kinds
-from automation.models import AutomationTask
 from automation.selectors import existing_dedupe_keys, task_counts_per_conversation
 from automation.outcomes import ExecutionContext, Outcome, TerminalFailure
 from automation.schedules import Schedule, schedules
 from automation.services.tasks import task_create
-from conversations.models import Conversation
 from conversations.selectors import conversations_with_link_flag
 from core.clock import ms_from_datetime
 from core.logfmt import log_event
 from pipelines.deliveries import deliver_text, outbound_kind
+
+if TYPE_CHECKING:
+    from automation.models import AutomationTask
+    from conversations.models import Conversation
 
 logger = logging.getLogger(__name__)
 

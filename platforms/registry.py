@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from core.registry import Registry
-from platforms.wire import PAGE_PLACEHOLDER, error_detail, excerpt
+from platforms.wire import ProxyRequest, error_detail, excerpt
 
 
 
@@ -67,24 +67,6 @@ class DeliveryTarget:
     page_url: str  # "" when unknown
     text: str  # the next user message
     delivery_key: str  # the same across retries of one task; seeds client-generated ids
-
-
-@dataclass(frozen=True)
-class ProxyRequest:
-    method: str
-    url: str
-    headers: dict[str, str]
-    body: str
-
-    def as_frame(self) -> dict[str, Any]:
-        """The ``request`` object of a ``browser.proxy_delivery`` frame."""
-        return {"method": self.method, "url": self.url, "headers": dict(self.headers), "body": self.body}
-
-    @property
-    def placeholders(self) -> tuple[str, ...]:
-        """The names of the page values the plugin must fill in, sorted."""
-        texts = [self.url, self.body, *self.headers.values()]
-        return tuple(sorted({name for text in texts for name in PAGE_PLACEHOLDER.findall(text)}))
 
 
 @dataclass(frozen=True)

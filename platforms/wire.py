@@ -29,16 +29,34 @@ import json
 import re
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, replace
+from typing import Any
 from urllib.parse import quote
-
-if TYPE_CHECKING:
-    from platforms.registry import ProxyRequest
 
 PAGE_PLACEHOLDER = re.compile(r"\{\{page:([A-Za-z0-9_.]+)\}\}")
 FORM_CONTENT_TYPE = "application/x-www-form-urlencoded"
 EXCERPT_CHARS = 200
+
+
+@dataclass(frozen=True)
+class ProxyRequest:
+    """The page's own HTTP request a proxy delivery asks the plugin to make (``{{page:NAME}}``: a page value)."""
+
+    method: str
+    url: str
+    headers: dict[str, str]
+    body: str
+
+    def as_frame(self) -> dict[str, Any]:
+        """The ``request`` object of a ``browser.proxy_delivery`` frame."""
+        return {"method": self.method, "url": self.url, "headers": dict(self.headers), "body": self.body}
+
+    @property
+    def placeholders(self) -> tuple[str, ...]:
+        """The names of the page values the plugin must fill in, sorted."""
+        texts = [self.url, self.body, *self.headers.values()]
+        return tuple(sorted({name for text in texts for name in PAGE_PLACEHOLDER.findall(text)}))
+
 
 # Client-generated ids are uuid5s of the delivery key in this namespace, so a
 # retried delivery carries the same ids and is recognisably the same message.

@@ -26,7 +26,7 @@ from typing import Any
 
 from websockets.exceptions import WebSocketException
 
-from ingest.simulator import DELIVERY_TYPES, ProtocolError, SimulatedPlugin
+from conductor_site.simulator import DELIVERY_TYPES, ProtocolError, SimulatedPlugin
 
 # How long a plugin waits before it tries to connect again, and before it
 # sends again a frame the server could not take in.

@@ -25,8 +25,8 @@ from core.clock import now_ms
 from ingest.frames import parse_final_message
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
-from ingest.simulator import SimulatedPlugin
-from pipelines.rendering import parse_results
+from conductor_site.simulator import SimulatedPlugin
+from pipelines.results_text import parse_results
 from tests import factories
 from tests.browser import CHROMIUM_ARGS, require_chromium
 from tests.factories import PluginClientFactory, TEST_TOKEN, lease_of, task_lease

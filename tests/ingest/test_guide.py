@@ -16,7 +16,7 @@ from ingest.guide import (
     tool_guide_render,
 )
 from ingest.selectors import tool_guide, tool_guide_facts
-from pipelines.rendering import BlockOutcome, render_results
+from pipelines.results_text import BlockOutcome, render_results
 from tests.factories import ConversationFactory, ConversationLinkFactory, PluginClientFactory
 from tools.registry import Policy, ToolSpec, tools
 from ingest.models import ToolPolicy

@@ -11,7 +11,7 @@ from ingest.frames import parse_final_message
 from ingest.models import Instruction, ToolPolicy
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest, messages_store
-from pipelines.results import message_results_text
+from pipelines.deliveries import message_results_text
 from tests.factories import PluginClientFactory, make_task
 from tools.registry import Policy
 

@@ -12,9 +12,9 @@ from django.db import connections
 from automation.models import TaskStatus
 from ingest.models import ToolPolicy
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
-from ingest.simulator import SimulatedPlugin
+from conductor_site.simulator import SimulatedPlugin
 from mcp_servers.models import McpServer
-from pipelines.rendering import parse_results
+from pipelines.results_text import parse_results
 from tests.browser import CHROMIUM_ARGS, require_chromium
 from tests.console.test_admin_browser import PASSWORD, collect_static, final_message, log_in, task_of
 from tests.factories import TEST_TOKEN, PluginClientFactory

@@ -13,8 +13,8 @@ from ingest.frames import parse_final_message
 from ingest.models import ToolPolicy
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
-from pipelines.rendering import parse_results
-from pipelines.results import message_results_text
+from pipelines.results_text import parse_results
+from pipelines.deliveries import message_results_text
 from tests.factories import PluginClientFactory
 from tests.mcp_servers.conftest import everything_server, own_http_server, own_stdio_server, time_server
 from tools.registry import Policy

@@ -8,7 +8,7 @@ from conversations.models import Conversation
 from ingest.blocks import parse_blocks
 from ingest.selectors import tool_guide
 from mcp_servers.models import McpServer
-from mcp_servers.selectors import mcp_endpoint
+from mcp_servers.endpoints import mcp_endpoint
 from mcp_servers.services import MAX_DESCRIPTION_CHARS, mcp_server_refresh, text_bounded
 from tests.mcp_servers.conftest import HERE, server_create
 from tools.mcp_client import mcp_tool_call, unreadable_answer

@@ -11,8 +11,8 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
 from automation.models import AutomationTask, TaskStatus
-from ingest.simulator import SimulatedPlugin
-from pipelines.rendering import parse_results
+from conductor_site.simulator import SimulatedPlugin
+from pipelines.results_text import parse_results
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.mcp_servers.conftest import EVERYTHING
 from tests.mcp_servers.test_admin import POLICIES, TASKS, add_server

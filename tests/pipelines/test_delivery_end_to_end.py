@@ -22,8 +22,8 @@ from conversations.models import Conversation, Message
 from ingest.models import DeliveryRequest
 from ingest.selectors import plugin_client_is_connected
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
-from ingest.simulator import SimulatedPlugin
-from pipelines.rendering import parse_results
+from conductor_site.simulator import SimulatedPlugin
+from pipelines.results_text import parse_results
 from pipelines.renewal import RENEWAL_DELIVER
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import running_server, wait_for

@@ -14,8 +14,8 @@ from ingest.frames import parse_final_message
 from ingest.models import Instruction, ToolPolicy
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
-from pipelines.rendering import parse_results
-from pipelines.results import message_results_text
+from pipelines.results_text import parse_results
+from pipelines.deliveries import message_results_text
 from tests.factories import PluginClientFactory
 from tools import files as files_module
 from tools import launcher

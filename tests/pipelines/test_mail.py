@@ -29,7 +29,7 @@ from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUT
 from ingest.services.messages import message_ingest
 from pipelines.instructions import instruction_execute
 from pipelines.mail import MAIL_BURST, MAIL_DELIVER, mail_pace_error
-from pipelines.results import message_results_text
+from pipelines.deliveries import message_results_text
 from tests.factories import PluginClientFactory, lease_of, retry_policy, task_lease
 from tools.registry import Policy
 

@@ -9,7 +9,7 @@ from django.db import connections
 from automation.models import AutomationTask, TaskStatus
 from conversations.models import Conversation
 from ingest.models import DeliveryRequest
-from ingest.simulator import SimulatedPlugin
+from conductor_site.simulator import SimulatedPlugin
 from pipelines.mail import MAIL_DELIVER
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import running_server, wait_for

@@ -16,7 +16,7 @@ from ingest.selectors import tool_guide, tool_guide_facts
 from ingest.services.guides import tool_guide_serve
 from ingest.services.instructions import INSTRUCTION_EXECUTE
 from pipelines.mail import mail_send, mail_send_check
-from pipelines.results import message_results_text
+from pipelines.deliveries import message_results_text
 from tests.factories import PluginClientFactory
 from tests.pipelines.test_mail import RecipientPlugin, connect, dispatcher, mail_block, mails, run_instructions, say
 from tools.registry import Policy, ToolCall, ToolError, ToolOrigin

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from pipelines.rendering import BlockOutcome, parse_results, render_results
+from pipelines.results_text import BlockOutcome, parse_results, render_results
 from pipelines.stored_results import is_cut_result, result_for_storage
 
 

@@ -27,8 +27,8 @@ from core.clock import now_ms
 from ingest.models import PluginClient
 from ingest.services.clients import plugin_client_create, plugin_client_rotate
 from ingest.services.instructions import INSTRUCTION_EXECUTE
-from ingest.simulator import SimulatedPlugin
-from pipelines.rendering import parse_results
+from conductor_site.simulator import SimulatedPlugin
+from pipelines.results_text import parse_results
 
 DEMO_CLIENT = "demo-plugin"
 ACTOR = "demo"

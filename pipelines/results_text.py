@@ -1,6 +1,7 @@
 """The text Conductor posts back into a chat once a message's blocks finished (SPEC §5.3).
 
-Pure: outcomes in, one user message out; no I/O, never raises. The text is a
+Pure: outcomes in, one user message out; no I/O, never raises (what a
+message's outcomes are is read by ``pipelines.deliveries``). The text is a
 first line counting the outcomes, then for each block (sorted by ``block``) a
 header line and a fenced ``baa-result`` block holding one line of JSON::
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pipelines import rendering
-from pipelines.rendering import (
+from pipelines import results_text
+from pipelines.results_text import (
     ELLIPSIS,
     NO_BLOCKS,
     NO_ERROR_MESSAGE,
@@ -414,12 +414,12 @@ def test_the_cap_holds_for_5000_blocks(shape):
 
 
 def rendering_steps(outcomes, max_chars):
-    """The Python calls made in automation/rendering.py while rendering: its work, counted without a clock."""
+    """The Python calls made in pipelines/results_text.py while rendering: its work, counted without a clock."""
     steps = 0
 
     def count(frame, event, arg):
         nonlocal steps
-        if event == "call" and frame.f_code.co_filename == rendering.__file__:
+        if event == "call" and frame.f_code.co_filename == results_text.__file__:
             steps += 1
 
     previous = sys.getprofile()

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from ingest import simulator
+from conductor_site import simulator
 from ingest.frames import parse_delivery_result, parse_final_message, parse_plugin_info
-from ingest.simulator import SimulatedPlugin
+from conductor_site.simulator import SimulatedPlugin
 
 
 class FakeSocket:
