@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 Executor = Callable[["ExecutionContext"], "Outcome"]
 FollowUp = Callable[["AutomationTask", str], None]
 
-# The permission an operator needs to approve a task whose tool runs code (``ApprovalRequirement``).
-APPROVE_CODE_CODENAME = "approve_code"
-APPROVE_CODE_PERMISSION = f"automation.{APPROVE_CODE_CODENAME}"
-
 # Ordering lanes: within a conversation, a lane's tasks run one at a time in
 # creation order, and an unfinished task holds back the ones after it.
 LANE_INSTRUCTIONS = "instructions"

@@ -7,8 +7,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
-
-from automation.kinds import APPROVE_CODE_CODENAME
+from automation.permissions import APPROVE_CODE_CODENAME
 
 
 def new_task_id() -> str:

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 from django.conf import settings
 
 from automation.kinds import (
-    APPROVE_CODE_PERMISSION,
     LANE_INSTRUCTIONS,
     ApprovalRequirement,
     KindDisplay,
@@ -36,6 +35,7 @@ from automation.outcomes import (
     Success,
     TerminalFailure,
 )
+from automation.permissions import APPROVE_CODE_PERMISSION
 from core.logfmt import log_event
 from ingest.selectors import block_policy_now
 from ingest.services.instructions import (

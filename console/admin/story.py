@@ -27,7 +27,7 @@ from django.utils.html import format_html
 from django.views.decorators.http import require_POST
 
 from automation.kinds import kinds
-from automation.kinds import APPROVE_CODE_PERMISSION
+from automation.permissions import APPROVE_CODE_PERMISSION
 from automation.models import AutomationTask
 from automation.services import operator
 from console.helpers import admin_pages, log_change

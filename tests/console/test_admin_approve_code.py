@@ -12,7 +12,7 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
 
-from automation.kinds import APPROVE_CODE_PERMISSION
+from automation.permissions import APPROVE_CODE_PERMISSION
 from automation.models import AutomationTask, TaskStatus
 from automation.services.tasks import task_create
 from ingest.frames import parse_final_message

@@ -14,7 +14,7 @@ import re
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
-from automation.kinds import APPROVE_CODE_PERMISSION
+from automation.permissions import APPROVE_CODE_PERMISSION
 from automation.models import AutomationTask, TaskStatus
 from automation.selectors import failure_groups
 from automation.services.operator import has_every_permission, tasks_approve
