@@ -9,6 +9,7 @@ class IngestConfig(AppConfig):
 
         import ingest.site_frames  # noqa: F401 (registers sites.get)
         import ingest.status_frames  # noqa: F401 (registers the side panel's frame handlers)
+        import ingest.work_frames  # noqa: F401 (registers final messages, delivery results, guide.get, reports)
         from automation.changes import task_changes
         from ingest.models import ToolPolicy
         from ingest.signals import tool_policies_changed

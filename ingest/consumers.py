@@ -4,6 +4,10 @@ The consumer speaks protocol only: it decodes and checks frames and calls
 services through ``database_sync_to_async`` (STYLE rule 7). It accepts every
 handshake that passed the origin check and judges frames afterwards, so that
 bad input gets an ``error`` frame or a close code rather than a dead socket.
+
+The handshake, ``hello`` and ``ping`` are handled here; the frames that carry
+work in ``ingest/work_frames.py``, the side panel's in ``status_frames.py``,
+the sites' in ``site_frames.py``.
 """
 
 from __future__ import annotations
@@ -15,31 +19,15 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from channels.consumer import get_handler_name
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.db import DatabaseError
 
 from automation.wake import dispatcher_wake_async
 from core.logfmt import log_event
 from ingest import selectors
-from ingest.blocks import parse_blocks
-from ingest.frames import (
-    DeliveryResult,
-    FinalMessage,
-    decode_frame,
-    echo,
-    frame_id,
-    parse_adapter_report,
-    parse_delivery_result,
-    parse_dom_delivery_result,
-    parse_final_message,
-    parse_guide_request,
-    parse_plugin_info,
-)
-from ingest.batching import final_message_queue
+from ingest.frames import decode_frame, echo, frame_id, parse_plugin_info
 from ingest.cleanup import socket_clean_up
 from ingest.models import plugin_group_name, plugin_owner_group_name
 from ingest.prehello import PreHelloRoom
@@ -55,10 +43,6 @@ from ingest.protocol import (
 )
 from ingest.ratelimit import SlidingWindowLimiter
 from ingest.services import clients
-from ingest.services.deliveries import delivery_result_record
-from ingest.services.guides import tool_guide_serve
-from ingest.services.reports import adapter_report_record
-from ingest.services.messages import ClientMessage
 from ingest.site_selectors import sites_version
 from ingest.status import server_base_url, with_absolute_links
 from ingest.status_selectors import approvals_waiting as approvals_waiting_count
@@ -403,100 +387,6 @@ def _size(text_data: str | None, bytes_data: bytes | None) -> int:
     if len(text_data) > MAX_HELLO_FRAME_BYTES:
         return len(text_data)  # at least this many bytes
     return len(text_data.encode("utf-8", "surrogatepass"))
-
-
-@PluginConsumer.frame_handler("browser.final_message")
-async def handle_final_message(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    message = parse_final_message(frame)
-    # Parsed on a thread of its own: the parse of a large message is pure
-    # CPU work, and the database thread is shared by every socket of this
-    # process, so their acks need not wait behind it.
-    blocks = await sync_to_async(parse_blocks, thread_sensitive=False)(message.text)
-    # The next frames are read while this one is stored, so that they can be
-    # stored with it (see ingest.batching); the slots bound what one
-    # socket may have waiting.
-    await consumer.ingest_slots.acquire()
-    stored = final_message_queue().submit(
-        ClientMessage(message=message, client_pk=consumer.client_pk, blocks=blocks)
-    )
-    consumer.acks_pending.add(ack := asyncio.ensure_future(_ack_when_stored(consumer, message, stored)))
-    ack.add_done_callback(consumer.acks_pending.discard)
-
-
-async def _ack_when_stored(consumer: PluginConsumer, message: FinalMessage, stored: asyncio.Future) -> None:
-    """Ack the message once its batch has committed; an error frame if it was not stored."""
-    try:
-        result = await stored
-    except DatabaseError:
-        # Not stored, so not acknowledged: the plugin keeps the message and resends it.
-        log_event(
-            logger, "ingest_failed", level=logging.ERROR, exc_info=True, client_id=consumer.client_id,
-            frame_id=message.frame_id,
-        )
-        await consumer.send_error(
-            ErrorCode.SERVER_ERROR, "the message could not be stored; send it again later", frame_id=message.frame_id
-        )
-        return
-    except Exception:
-        log_event(
-            logger, "frame_failed", level=logging.ERROR, exc_info=True, client_id=consumer.client_id,
-            frame_type="browser.final_message", frame_id=message.frame_id,
-        )
-        await consumer.send_error(
-            ErrorCode.SERVER_ERROR, "the server failed to handle this frame; it was not processed",
-            frame_id=message.frame_id,
-        )
-        return
-    finally:
-        consumer.ingest_slots.release()
-    await consumer.send_frame(
-        {
-            "type": "ack",
-            "id": message.frame_id,
-            "message_id": str(result.message_id),
-            "instructions": result.instructions,
-            "duplicate": result.duplicate,
-        }
-    )
-
-
-async def _record_delivery_result(consumer: PluginConsumer, frame: dict[str, Any], result: DeliveryResult) -> None:
-    recorded = await database_sync_to_async(delivery_result_record)(
-        client_pk=consumer.client_pk, result=result
-    )
-    if not recorded:
-        raise FrameError(
-            ErrorCode.INVALID,
-            f"no {frame['type'].removesuffix('.result')} with request_id {echo(result.request_id)} "
-            "is awaiting this client's answer",
-            frame_id(frame),
-        )
-
-
-@PluginConsumer.frame_handler("browser.proxy_delivery.result")
-async def handle_delivery_result(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    await _record_delivery_result(consumer, frame, parse_delivery_result(frame))
-
-
-@PluginConsumer.frame_handler("browser.dom_delivery.result")
-async def handle_dom_delivery_result(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    await _record_delivery_result(consumer, frame, parse_dom_delivery_result(frame))
-
-
-@PluginConsumer.frame_handler("guide.get")
-async def handle_guide_get(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    request = parse_guide_request(frame)
-    guide = await database_sync_to_async(tool_guide_serve)(
-        client_pk=consumer.client_pk, platform=request.platform, conversation_id=request.conversation_id
-    )
-    await consumer.send_frame({"type": "guide", "id": request.frame_id, "version": guide.version, "text": guide.text})
-
-
-@PluginConsumer.frame_handler("browser.adapter_report")
-async def handle_adapter_report(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    report = parse_adapter_report(frame)
-    await database_sync_to_async(adapter_report_record)(client_pk=consumer.client_pk, report=report)
-    await consumer.send_frame({"type": "ack", "id": report.frame_id})
 
 
 @PluginConsumer.frame_handler("ping")

@@ -6,7 +6,7 @@ from django.conf import settings
 
 from mcp_servers.models import McpServer
 from mcp_servers.secrets import secrets_open, secrets_resolve
-from tools.mcp_client import McpEndpoint
+from tools.mcp_endpoint import McpEndpoint
 
 
 def mcp_endpoint(*, server: McpServer) -> McpEndpoint:

@@ -1,7 +1,8 @@
 """Calling an MCP server's tools through the official ``mcp`` SDK (SPEC §5.4).
 
-No models here: an ``McpEndpoint`` says how to reach one server (the
-``mcp_servers`` app builds it from its row, secrets resolved), and the two
+No models here: an ``McpEndpoint`` says how to reach one server
+(``tools/mcp_endpoint.py``; the ``mcp_servers`` app builds it from its row,
+secrets resolved), and the two
 verbs are ``mcp_tools_list`` (``tools/list``, every page) and
 ``mcp_tool_call`` (``tools/call``). Both are synchronous, for the
 dispatcher's threads; the SDK's sessions live on one event loop thread per
@@ -47,16 +48,15 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-
 from core.kept_loop import KeptLoop, PerProcess
 from core.logfmt import log_event
+from tools.mcp_endpoint import McpEndpoint, sandboxed_argv, server_environment, server_folder
 from tools.mcp_processes import MARKER_VARIABLE, OwnFolders, StderrTail, child_with_marker
 from tools.registry import ToolError, ToolRetryableError
-from tools.shell import LAUNCHER, SAFE_PATH, launcher_paths
 from tools.workspace import workspace_root
 
 if TYPE_CHECKING:
@@ -82,32 +82,6 @@ POLL_SECONDS = 0.1
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class McpEndpoint:
-    """How to reach one MCP server: a stdio command, or a Streamable HTTP URL.
-
-    ``env`` and ``headers`` hold resolved values, secrets included: they are
-    left out of ``repr`` so that no log line can carry them.
-    """
-
-    name: str
-    command: str = ""
-    args: tuple[str, ...] = ()
-    cwd: str = ""
-    url: str = ""
-    env: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
-    timeout_seconds: float = 60.0
-    # Files a stdio server may not read, whatever name it uses (the server's secret key: CONDUCTOR_SECRET_FILES).
-    hidden_files: tuple[str, ...] = ()
-    # Whether a URL may reach loopback, link-local and private addresses (CONDUCTOR_MCP_ALLOW_PRIVATE_URLS).
-    allow_private_urls: bool = False
-
-    @property
-    def is_stdio(self) -> bool:
-        return not self.url
-
-
 class McpUnavailable(ToolError):
     """The server could not be started or reached; nothing was called."""
 
@@ -126,32 +100,6 @@ class McpUnreadable(McpInterrupted):
 
 class McpProtocolError(ToolError):
     """The server answered the request with an MCP error (an unknown tool, bad arguments)."""
-
-
-def server_environment(
-    endpoint: McpEndpoint, workspace: Path, own: dict[str, str] | None = None
-) -> dict[str, str]:
-    """A stdio server's environment: ``shell.run``'s minimal one, its ``own`` folders', then its configured variables."""
-    return {
-        "PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": str(workspace_root(workspace)), **(own or {}),
-        **dict(endpoint.env),
-    }
-
-
-def sandboxed_argv(endpoint: McpEndpoint, writable: tuple[Path, ...] = ()) -> list[str]:
-    """The interpreter's arguments that start a stdio server's command in the sandbox (``launcher.py exec``).
-
-    The server may write only beneath ``writable`` (the workspace and its own folders).
-    """
-    # -I -S: the launcher sees neither PYTHON* variables nor site-packages (as shell.run's).
-    paths = launcher_paths(hidden=endpoint.hidden_files, writable=writable)
-    return ["-I", "-S", str(LAUNCHER), "exec", *paths, "--", endpoint.command, *endpoint.args]
-
-
-def server_folder(endpoint: McpEndpoint, workspace: Path) -> Path:
-    """Where a stdio server runs: its configured folder (relative ones in the workspace), else the workspace."""
-    root = workspace_root(workspace)
-    return root / endpoint.cwd if endpoint.cwd else root
 
 
 class _Connection:

@@ -66,7 +66,7 @@ class OwnFolders:
 
     Made private (0700) in the system's temp folder when the session starts,
     removed when it ends. The sandbox lets the server write only in these and
-    in the workspace (``launcher.writable_rules``), so ``HOME``,
+    in the workspace (``landlock.writable_rules``), so ``HOME``,
     ``XDG_CACHE_HOME`` and ``TMPDIR`` point here: what a package runner
     caches (``npx``'s ``~/.npm``, ``uvx``'s ``~/.cache/uv``) lands here, not
     in the user's workspace, and is fetched again by the next session.

@@ -1,7 +1,7 @@
 """``shell.run``: one command, as an argv list, in the workspace (SPEC §5.1).
 
 Never through a shell, and never straight from the server: every command is
-started by a launcher (``automation/tools/launcher.py``), a fresh interpreter
+started by a launcher (``tools/launcher.py``), a fresh interpreter
 started with the same minimal environment as the command (``PATH``, ``LANG``,
 ``HOME`` = the workspace). Being a process of one thread, the launcher can
 safely do between fork and exec what a threaded server cannot (enter the
@@ -35,7 +35,7 @@ folder's ``secret_key``, or a ``.env``), which the server user can read, and
 so could any command. The call names those files (``ToolCall.secret_files``,
 from ``CONDUCTOR_SECRET_FILES``) and the launcher's Landlock domain handles
 reading files and grants it everywhere but beneath them (see
-``launcher.hidden_paths_rules``): ``cat data/secret_key`` fails with
+``landlock.hidden_paths_rules``): ``cat data/secret_key`` fails with
 "Permission denied", and no move or link between folders can bring the file
 out from under the refusal.
 
@@ -50,7 +50,7 @@ removing, renaming or linking an entry) and grants them only beneath the
 workspace and a temp folder of the command's own (``TMPDIR``: made private
 for each command in the system's temp folder, removed after it), and
 writing on the devices programs write to (``/dev/null``, ``/dev/tty``, the
-pseudo-terminals; ``launcher.WRITABLE_DEVICES``). So a command changes
+pseudo-terminals; ``landlock.WRITABLE_DEVICES``). So a command changes
 nothing in the data folder around the workspace (the databases, the channel
 layer's doorbell registry), in ``/tmp`` beyond its own folder, or anywhere
 else; what fails says "Permission denied". Device nodes are made nowhere.

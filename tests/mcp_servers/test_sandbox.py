@@ -9,9 +9,9 @@ import sys
 import pytest
 
 from tests.mcp_servers.conftest import OWN_SERVER, ROOT
-from tools import launcher
+from tools import landlock, launcher
 
-pytestmark = pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="this machine has no Landlock")
+pytestmark = pytest.mark.skipif(landlock.sandbox_problem() is not None, reason="this machine has no Landlock")
 
 # Run as the Conductor process: its environment (as it started) holds the
 # canary; it calls the own server's ``peek``, which lists the pids whose
@@ -20,7 +20,8 @@ CALLER = """
 import json, sys
 from pathlib import Path
 from tools import mcp_client
-from tools.mcp_client import McpEndpoint, mcp_sessions_close, mcp_tool_call
+from tools.mcp_client import mcp_sessions_close, mcp_tool_call
+from tools.mcp_endpoint import McpEndpoint
 if sys.argv[4] == "plain":  # the server started as the command itself, outside the sandbox
     mcp_client.sandboxed_argv = lambda endpoint, *_: [endpoint.command, *endpoint.args][1:]
 workspace = Path(sys.argv[1])

@@ -18,7 +18,7 @@ from pipelines.results_text import parse_results
 from pipelines.deliveries import message_results_text
 from tests.factories import PluginClientFactory
 from tools import files as files_module
-from tools import launcher
+from tools import landlock
 from tools.registry import Policy, ToolSpec, tools
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -200,7 +200,7 @@ def test_a_failed_commands_output_is_bounded_too(dispatcher, settings):
 # --- the secret key file out of shell.run's reach ------------------------------------------------
 
 
-@pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="no Landlock on this kernel")
+@pytest.mark.skipif(landlock.sandbox_problem() is not None, reason="no Landlock on this kernel")
 def test_a_command_cannot_read_the_servers_secret_key_file(dispatcher, settings, tmp_path):
     # The files the settings name: the generated key in the data folder, and a .env.
     assert settings.SECRET_KEY_FILE == settings.DATA_DIR / "secret_key"

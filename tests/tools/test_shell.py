@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from tools import launcher
-from tools.mcp_client import McpEndpoint, sandboxed_argv, server_environment
+from tools import landlock
+from tools.mcp_endpoint import McpEndpoint, sandboxed_argv, server_environment
 from tools.mcp_processes import OwnFolders
 from tools.registry import ToolCall, ToolError, tools
 
-pytestmark = pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="no Landlock on this kernel")
+pytestmark = pytest.mark.skipif(landlock.sandbox_problem() is not None, reason="no Landlock on this kernel")
 
 
 @pytest.fixture
@@ -148,18 +148,18 @@ def test_the_launcher_grants_writing_beneath_the_writable_folders_only(tmp_path)
     (tmp_path / "data" / "workspace" / "deep").mkdir(parents=True)
     (tmp_path / "data" / "secret_key").write_text("k")
     (tmp_path / "data" / "db").write_text("d")
-    abi = launcher.landlock_abi()
-    grants = dict(launcher.writable_rules(abi, [str(tmp_path / "data" / "workspace")],
+    abi = landlock.landlock_abi()
+    grants = dict(landlock.writable_rules(abi, [str(tmp_path / "data" / "workspace")],
                                           [str(tmp_path / "data" / "secret_key")]))
-    assert grants[str(tmp_path / "data" / "workspace")] & launcher.LANDLOCK_ACCESS_FS_MAKE_REG
-    assert not grants[str(tmp_path / "data" / "workspace")] & launcher.DEVICE_MAKING
-    assert grants["/dev/null"] == launcher.LANDLOCK_ACCESS_FS_WRITE_FILE
+    assert grants[str(tmp_path / "data" / "workspace")] & landlock.LANDLOCK_ACCESS_FS_MAKE_REG
+    assert not grants[str(tmp_path / "data" / "workspace")] & landlock.DEVICE_MAKING
+    assert grants["/dev/null"] == landlock.LANDLOCK_ACCESS_FS_WRITE_FILE
     assert str(tmp_path / "data") not in grants and str(tmp_path) not in grants
     # A writable folder that holds a hidden file: granted around it.
-    around = dict(launcher.writable_rules(abi, [str(tmp_path / "data")], [str(tmp_path / "data" / "secret_key")]))
+    around = dict(landlock.writable_rules(abi, [str(tmp_path / "data")], [str(tmp_path / "data" / "secret_key")]))
     assert str(tmp_path / "data") not in around and str(tmp_path / "data" / "secret_key") not in around
-    assert around[str(tmp_path / "data" / "workspace")] & launcher.LANDLOCK_ACCESS_FS_REMOVE_FILE
-    assert not around[str(tmp_path / "data" / "db")] & launcher.LANDLOCK_ACCESS_FS_REMOVE_FILE
+    assert around[str(tmp_path / "data" / "workspace")] & landlock.LANDLOCK_ACCESS_FS_REMOVE_FILE
+    assert not around[str(tmp_path / "data" / "db")] & landlock.LANDLOCK_ACCESS_FS_REMOVE_FILE
 
 
 # --- stdio MCP servers: the same confinement, with a home and temp folder of their own -----------------

@@ -18,7 +18,7 @@ import pytest
 from automation.models import TaskStatus
 from tests.factories import make_task
 from tools import files as files_module
-from tools import launcher
+from tools import landlock, launcher
 from tools.registry import ToolCall, ToolError, tools
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -582,7 +582,7 @@ def test_a_cancel_kills_detached_children_too(workspace, marker):
     assert pids_with_argument(marker) == []
 
 
-@pytest.mark.skipif(launcher.landlock_abi() < 6, reason="signal scoping needs Landlock ABI 6 (Linux 6.12)")
+@pytest.mark.skipif(landlock.landlock_abi() < 6, reason="signal scoping needs Landlock ABI 6 (Linux 6.12)")
 def test_a_command_cannot_signal_its_launcher_or_the_server(workspace):
     # Killing the launcher would let the command's children escape its clean-up.
     # kill -0 only asks whether a signal would be allowed. In a PID namespace of
@@ -737,7 +737,7 @@ def run_hiding(data: Path, argv: list[str]) -> dict:
         return exc.result
 
 
-@pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="no Landlock on this kernel")
+@pytest.mark.skipif(landlock.sandbox_problem() is not None, reason="no Landlock on this kernel")
 def test_a_command_cannot_read_the_secret_key_file_however_it_names_it(data_folder):
     secret_key = data_folder / "secret_key"
     attempts = [
@@ -760,7 +760,7 @@ def test_a_command_cannot_read_the_secret_key_file_however_it_names_it(data_fold
     assert secret_key.read_text() == "the-secret-key-value"
 
 
-@pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="no Landlock on this kernel")
+@pytest.mark.skipif(landlock.sandbox_problem() is not None, reason="no Landlock on this kernel")
 def test_a_command_cannot_move_the_secret_key_file_out_of_its_hiding_place(data_folder):
     # Rules are made at each command's start, from the paths: moving the folder
     # aside would leave the next command nothing to hide.
@@ -771,7 +771,7 @@ def test_a_command_cannot_move_the_secret_key_file_out_of_its_hiding_place(data_
     assert "the-secret-key-value" not in run_hiding(data_folder, ["cat", "../secret_key"])["stdout"]
 
 
-@pytest.mark.skipif(launcher.sandbox_problem() is not None, reason="no Landlock on this kernel")
+@pytest.mark.skipif(landlock.sandbox_problem() is not None, reason="no Landlock on this kernel")
 def test_hiding_the_secret_key_file_leaves_everything_else_as_it_was(data_folder):
     result = run_hiding(data_folder, ["sh", "-c", (
         "mkdir -p src/deep && echo made > src/deep/f && cat src/deep/f && rm -r src"
@@ -806,13 +806,13 @@ def test_the_launcher_grants_around_the_hidden_paths_only(tmp_path):
     (tmp_path / "data" / "db").write_text("d")
     (tmp_path / "data" / "link").symlink_to("db")
     (tmp_path / "beside").mkdir()
-    grants = dict(launcher.hidden_paths_rules([str(tmp_path / "data" / "secret_key"), str(tmp_path / "missing")]))
+    grants = dict(landlock.hidden_paths_rules([str(tmp_path / "data" / "secret_key"), str(tmp_path / "missing")]))
     assert grants[str(tmp_path / "beside")] is True
     assert grants[str(tmp_path / "data" / "workspace")] is True
     assert grants[str(tmp_path / "data" / "db")] is False
     for never in ("data/secret_key", "data/hard-link", "data/link", "data", "data/workspace/deep", "missing"):
         assert str(tmp_path / never) not in grants, never
-    assert launcher.hidden_paths_rules([str(tmp_path / "missing")]) == []
+    assert landlock.hidden_paths_rules([str(tmp_path / "missing")]) == []
 
 
 @pytest.mark.parametrize("argv,parsed", [

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tools import launcher
+from tools import landlock, launcher
 
 
 @pytest.mark.parametrize("stat,expected", [
@@ -35,7 +35,7 @@ def test_child_pids_lists_the_children_of_a_process():
 
 def test_this_kernel_has_landlock():
     # shell.run refuses to run without it; a failure here explains the others.
-    assert launcher.landlock_abi() >= 1
+    assert landlock.landlock_abi() >= 1
 
 
 # --- whether the sandbox exists here: the launcher's test, also manage.py check's and make doctor's ---
@@ -50,19 +50,19 @@ def test_this_kernel_has_landlock():
     (-1, errno.EINVAL, "landlock_create_ruleset failed: Invalid argument"),
 ])
 def test_landlock_refusal_says_why_the_kernels_answer_leaves_no_sandbox(version, code, words):
-    refusal = launcher.landlock_refusal(version, code)
+    refusal = landlock.landlock_refusal(version, code)
     assert refusal is None if words is None else words in refusal
 
 
 def test_this_kernel_gives_the_sandbox_even_without_securityfs():
     # The README's old hint read /sys/kernel/security/lsm, absent on many machines where Landlock works.
-    assert launcher.sandbox_problem() is None
+    assert landlock.sandbox_problem() is None
 
 
 def test_the_launcher_refuses_to_start_a_command_for_the_reason_the_check_gives(monkeypatch, tmp_path):
-    monkeypatch.setattr(launcher, "_landlock_version", lambda: (-1, errno.EOPNOTSUPP))
+    monkeypatch.setattr(landlock, "_landlock_version", lambda: (-1, errno.EOPNOTSUPP))
     status, _ = socket.socketpair()
     with status:
         report = launcher.run(["touch", str(tmp_path / "ran")], status)
-    assert report == {"error": "sandbox", "detail": launcher.landlock_refusal(-1, errno.EOPNOTSUPP)}
+    assert report == {"error": "sandbox", "detail": landlock.landlock_refusal(-1, errno.EOPNOTSUPP)}
     assert not (tmp_path / "ran").exists()

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from tools import launcher
+from tools import landlock
 from tools.checks import SIGNAL_SCOPING_ABI
 from tools.registry import ToolCall, ToolError
 from tools.shell import shell_run, shell_run_trial
@@ -25,9 +25,9 @@ class Command(BaseCommand):
     requires_system_checks = []
 
     def handle(self, *args, **options):
-        if (problem := launcher.sandbox_problem()) is not None:
+        if (problem := landlock.sandbox_problem()) is not None:
             raise CommandError(f"shell.run: cannot run commands here: {problem}")
-        abi = launcher.landlock_abi()
+        abi = landlock.landlock_abi()
         with tempfile.TemporaryDirectory(prefix="conductor-doctor-") as workspace:
             try:
                 result = shell_run_trial(workspace=Path(workspace))
