@@ -116,16 +116,9 @@ def _mail_between_owners(env: environ.Env) -> frozenset[frozenset[str]]:
     return frozenset(pairs)
 
 
-def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
-    """Return every ``CONDUCTOR_*`` setting of SPEC §8, read from ``env``.
-
-    Raises ``ImproperlyConfigured`` with the setting's name when a value is
-    out of range, so a typo fails at start-up instead of at the first task.
-    """
+def _engine_settings(env: environ.Env) -> dict[str, Any]:
+    """The task engine: the dispatcher's tick and lease, retries, deliveries, retention and the django-q2 cluster."""
     return {
-        "CONDUCTOR_WORKSPACE": Path(
-            env.str("CONDUCTOR_WORKSPACE", default=str(data_dir / "workspace"))
-        ).resolve(),
         "CONDUCTOR_TICK_SECONDS": _positive_float(env, "CONDUCTOR_TICK_SECONDS", 2.0),
         # The server a dispatcher loop runs for: `serve` names it host:port for its children.
         "CONDUCTOR_SERVER_NAME": env.str("CONDUCTOR_SERVER_NAME", default="").strip()[:128] or socket.gethostname(),
@@ -143,12 +136,18 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
             env, "CONDUCTOR_DELIVERY_TIMEOUT_SECONDS", 30
         ),
         "CONDUCTOR_DELIVERY_METHODS": _delivery_methods(env),
-        "CONDUCTOR_RESULT_MAX_CHARS": _positive_int(env, "CONDUCTOR_RESULT_MAX_CHARS", 20000),
-        # Beyond SPEC §8: the most a tool's result may take when stored (its
-        # JSON, in bytes); a larger one is stored as its size and a preview.
-        "CONDUCTOR_RESULT_STORE_MAX_BYTES": _positive_int(
-            env, "CONDUCTOR_RESULT_STORE_MAX_BYTES", 1024 * 1024, minimum=1024
-        ),
+        "CONDUCTOR_RETENTION_DAYS": _positive_int(env, "CONDUCTOR_RETENTION_DAYS", 30),
+        # The django-q2 cluster: its workers (one runs the dispatcher loop,
+        # one stands by to take it over, the rest serve renewal and pruning)
+        # and the longest any other task may run before the cluster kills it.
+        "CONDUCTOR_Q_WORKERS": _positive_int(env, "CONDUCTOR_Q_WORKERS", 4, minimum=2),
+        "CONDUCTOR_Q_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_Q_TIMEOUT_SECONDS", 300),
+    }
+
+
+def _plugin_settings(env: environ.Env) -> dict[str, Any]:
+    """The plugins and their sockets, what they may send, mail between owners, and what operators watch."""
+    return {
         "CONDUCTOR_PLUGIN_ORIGINS": tuple(env.list("CONDUCTOR_PLUGIN_ORIGINS", default=[])),
         "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR": _positive_int(
             env, "CONDUCTOR_MAX_INSTRUCTIONS_PER_HOUR", 120
@@ -159,22 +158,9 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         "CONDUCTOR_MAX_FRAMES_PER_SECOND": _positive_int(
             env, "CONDUCTOR_MAX_FRAMES_PER_SECOND", 50
         ),
-        "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS": _positive_int(
-            env, "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS", 300
-        ),
-        "CONDUCTOR_RETENTION_DAYS": _positive_int(env, "CONDUCTOR_RETENTION_DAYS", 30),
         # The oldest plugin version this server supports (SPEC §9): an older
         # hello gets `"plugin_outdated": true`. Empty: every version is supported.
         "CONDUCTOR_OLDEST_PLUGIN_VERSION": _plugin_version(env, "CONDUCTOR_OLDEST_PLUGIN_VERSION", "1.0.0"),
-        # MCP servers (SPEC §5.4): the longest call timeout a server may set,
-        # and a JSON file of servers in the shared ``mcpServers`` shape.
-        "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS", 300),
-        "CONDUCTOR_MCP_SERVERS": env.str("CONDUCTOR_MCP_SERVERS", default="").strip(),
-        # Keep a stdio server running between calls, one per worker process (off: a fresh one per call).
-        "CONDUCTOR_MCP_KEEP_ALIVE": env.bool("CONDUCTOR_MCP_KEEP_ALIVE", default=True),
-        # Whether a Streamable HTTP server's URL may reach loopback, link-local
-        # and private addresses (tools/mcp_addresses.py); off, they are refused.
-        "CONDUCTOR_MCP_ALLOW_PRIVATE_URLS": env.bool("CONDUCTOR_MCP_ALLOW_PRIVATE_URLS", default=False),
         # Beyond SPEC §8: how often a live socket refreshes its client's
         # presence (a client counts as gone after twice this, at most 60 s),
         # how long a new socket may wait before its hello, and the largest
@@ -192,11 +178,6 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         # layer opens at once; a burst past it waits for a free one (see
         # docs/operations.md, "Redis", for sizing it to the sockets a server holds).
         "CONDUCTOR_REDIS_MAX_CONNECTIONS": _positive_int(env, "CONDUCTOR_REDIS_MAX_CONNECTIONS", 100),
-        # The django-q2 cluster: its workers (one runs the dispatcher loop,
-        # one stands by to take it over, the rest serve renewal and pruning)
-        # and the longest any other task may run before the cluster kills it.
-        "CONDUCTOR_Q_WORKERS": _positive_int(env, "CONDUCTOR_Q_WORKERS", 4, minimum=2),
-        "CONDUCTOR_Q_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_Q_TIMEOUT_SECONDS", 300),
         # How long a platform that had captures may have none before the
         # overview warns that its chats went quiet.
         "CONDUCTOR_CAPTURE_SILENCE_HOURS": _positive_float(env, "CONDUCTOR_CAPTURE_SILENCE_HOURS", 24.0),
@@ -204,3 +185,39 @@ def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
         # session (with the overview's permission) may read it.
         "CONDUCTOR_METRICS_TOKEN": env.str("CONDUCTOR_METRICS_TOKEN", default="").strip(),
     }
+
+
+def _tool_settings(env: environ.Env, data_dir: Path) -> dict[str, Any]:
+    """The tools: the workspace, their results, ``shell.run`` and MCP servers."""
+    return {
+        "CONDUCTOR_WORKSPACE": Path(
+            env.str("CONDUCTOR_WORKSPACE", default=str(data_dir / "workspace"))
+        ).resolve(),
+        "CONDUCTOR_RESULT_MAX_CHARS": _positive_int(env, "CONDUCTOR_RESULT_MAX_CHARS", 20000),
+        # Beyond SPEC §8: the most a tool's result may take when stored (its
+        # JSON, in bytes); a larger one is stored as its size and a preview.
+        "CONDUCTOR_RESULT_STORE_MAX_BYTES": _positive_int(
+            env, "CONDUCTOR_RESULT_STORE_MAX_BYTES", 1024 * 1024, minimum=1024
+        ),
+        "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS": _positive_int(
+            env, "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS", 300
+        ),
+        # MCP servers (SPEC §5.4): the longest call timeout a server may set,
+        # and a JSON file of servers in the shared ``mcpServers`` shape.
+        "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS", 300),
+        "CONDUCTOR_MCP_SERVERS": env.str("CONDUCTOR_MCP_SERVERS", default="").strip(),
+        # Keep a stdio server running between calls, one per worker process (off: a fresh one per call).
+        "CONDUCTOR_MCP_KEEP_ALIVE": env.bool("CONDUCTOR_MCP_KEEP_ALIVE", default=True),
+        # Whether a Streamable HTTP server's URL may reach loopback, link-local
+        # and private addresses (tools/mcp_addresses.py); off, they are refused.
+        "CONDUCTOR_MCP_ALLOW_PRIVATE_URLS": env.bool("CONDUCTOR_MCP_ALLOW_PRIVATE_URLS", default=False),
+    }
+
+
+def conductor_settings(env: environ.Env, *, data_dir: Path) -> dict[str, Any]:
+    """Return every ``CONDUCTOR_*`` setting of SPEC §8, read from ``env``.
+
+    Raises ``ImproperlyConfigured`` with the setting's name when a value is
+    out of range, so a typo fails at start-up instead of at the first task.
+    """
+    return {**_engine_settings(env), **_plugin_settings(env), **_tool_settings(env, data_dir)}

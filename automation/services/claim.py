@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Collection
+from collections.abc import Callable, Collection, Iterable
 
 from django.db import IntegrityError
 from django.db.models import Exists, OuterRef, Q
@@ -115,6 +115,22 @@ def tasks_claim(
         .order_by("-priority", "execute_after", "sequence")
         .values_list("task_id", "status", "target_client_id", "target_platform", "conversation_id", "lane")
     )[: limit * CANDIDATES_PER_SLOT]
+    chosen = _one_per_target_and_lane(candidates, limit)
+    lease = functools.partial(
+        tasks_lease, still_claimable=claimable, lease_owner=lease_owner, lease_until=now + lease_ms, now=now,
+        detail=detail,
+        start_kinds=[
+            kind for kind in runnable if not (outbound_jitter and kinds.get(kind).is_outbound)
+        ] if start_at_once else (),
+    )
+    leased = _lease_all_or_each(lease, chosen)
+    order = {task_id: n for n, task_id in enumerate(chosen)}
+    return sorted(leased, key=lambda task: order[task.pk])
+
+
+def _one_per_target_and_lane(candidates: Iterable[tuple], limit: int) -> dict[str, str]:
+    """Up to ``limit`` of the candidates, best first, at most one per target and per conversation lane:
+    their ids and the statuses they were read in."""
     chosen: dict[str, str] = {}
     taken: set[tuple] = set()
     for task_id, status, client_id, platform, conversation_id, lane in candidates:
@@ -127,27 +143,27 @@ def tasks_claim(
         taken |= keys
         if len(chosen) == limit:
             break
-    lease = functools.partial(
-        tasks_lease, still_claimable=claimable, lease_owner=lease_owner, lease_until=now + lease_ms, now=now,
-        detail=detail,
-        start_kinds=[
-            kind for kind in runnable if not (outbound_jitter and kinds.get(kind).is_outbound)
-        ] if start_at_once else (),
-    )
+    return chosen
+
+
+def _lease_all_or_each(
+    lease: Callable[[dict[str, str]], list[AutomationTask]], chosen: dict[str, str]
+) -> list[AutomationTask]:
+    """Lease the chosen tasks in one statement; when another dispatcher won a target or a lane
+    meanwhile (the unique indexes refuse the batch), one per transaction, each loser skipped."""
     try:
-        leased = lease(chosen)
+        return lease(chosen)
     except IntegrityError as exc:
         log_event(logger, "claim_race_lost", level=logging.DEBUG, tasks=len(chosen), error=str(exc),
                   detail="leasing them one at a time")
-        leased = []
-        for task_id, status in chosen.items():
-            try:
-                leased += lease({task_id: status})
-            except IntegrityError as exc:
-                # Another dispatcher took this task's target or lane first.
-                log_event(logger, "claim_race_lost", level=logging.DEBUG, task_id=task_id, error=str(exc))
-    order = {task_id: n for n, task_id in enumerate(chosen)}
-    return sorted(leased, key=lambda task: order[task.pk])
+    leased = []
+    for task_id, status in chosen.items():
+        try:
+            leased += lease({task_id: status})
+        except IntegrityError as exc:
+            # Another dispatcher took this task's target or lane first.
+            log_event(logger, "claim_race_lost", level=logging.DEBUG, task_id=task_id, error=str(exc))
+    return leased
 
 
 def tasks_reclaim_expired(

@@ -219,10 +219,8 @@ def message_view(message: Message) -> MessageView:
 # --- tasks ----------------------------------------------------------------------------------
 
 
-def task_views(
-    tasks: list[AutomationTask], conversation: Conversation
-) -> dict[str, TaskView]:
-    """Each task with its delivery requests, the text it carried and the other party of a mail: three queries."""
+def _requests_by_task(tasks: list[AutomationTask]) -> dict[str, list[dict]]:
+    """Each task's delivery requests with their answers, oldest first: one query."""
     requests: dict[str, list[dict]] = {}
     for row in (
         DeliveryRequest.objects.filter(task__in=tasks)
@@ -240,18 +238,24 @@ def task_views(
         )
     ):
         requests.setdefault(row["task_id"], []).append(row)
-    results = {task.pk: _json_or_none(task.result_json) for task in tasks}
+    return requests
+
+
+def _delivered_texts(results: dict[str, Any]) -> dict[int, str]:
+    """The text of each message a task's result says it delivered: one query."""
     delivered_ids = [
         r["message_id"]
         for r in results.values()
         if isinstance(r, dict) and isinstance(r.get("message_id"), int)
     ]
-    delivered = {
-        m.pk: m.text for m in Message.objects.filter(pk__in=delivered_ids).only("text")
-    }
-    headings = {task.pk: _heading(task, conversation) for task in tasks}
-    # The other conversations a heading names, but a task's own (already read with it).
-    others = Conversation.objects.in_bulk(
+    return {m.pk: m.text for m in Message.objects.filter(pk__in=delivered_ids).only("text")}
+
+
+def _other_conversations(
+    tasks: list[AutomationTask], headings: dict[str, StoryHeading]
+) -> dict[int, Conversation]:
+    """The other conversations the headings name, but a task's own (already read with it): one query."""
+    return Conversation.objects.in_bulk(
         {
             heading.other_conversation_id
             for task in tasks
@@ -259,19 +263,32 @@ def task_views(
         }
     )
 
+
+def _carried_text(task: AutomationTask, result: Any, delivered: dict[int, str]) -> tuple[Text | None, str]:
+    """The text a task carried (what was delivered, else its payload's) and a note when there is none yet."""
+    message_id = result.get("message_id") if isinstance(result, dict) else None
+    if message_id in delivered:
+        return Text.of(delivered[message_id]), ""
+    if isinstance(task.payload.get("text"), str):
+        return Text.of(task.payload["text"]), ""
+    return None, "rendered from the message's blocks when it goes out"
+
+
+def task_views(
+    tasks: list[AutomationTask], conversation: Conversation
+) -> dict[str, TaskView]:
+    """Each task with its delivery requests, the text it carried and the other party of a mail: three queries."""
+    requests = _requests_by_task(tasks)
+    results = {task.pk: _json_or_none(task.result_json) for task in tasks}
+    delivered = _delivered_texts(results)
+    headings = {task.pk: _heading(task, conversation) for task in tasks}
+    others = _other_conversations(tasks, headings)
+
     views = {}
     for task in tasks:
-        payload = task.payload
         result = results[task.pk]
-        message_id = result.get("message_id") if isinstance(result, dict) else None
         mine = requests.get(task.pk, [])
-        text, note = None, ""
-        if message_id in delivered:
-            text = Text.of(delivered[message_id])
-        elif isinstance(payload.get("text"), str):
-            text = Text.of(payload["text"])
-        else:
-            note = "rendered from the message's blocks when it goes out"
+        text, note = _carried_text(task, result, delivered)
         heading = headings[task.pk]
         other = None
         if heading.other_conversation_id is not None:
