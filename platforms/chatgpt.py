@@ -49,12 +49,12 @@ from platforms.registry import (
 from platforms.wire import (
     client_uuid,
     describe_error,
-    json_text,
     known_or_page,
     loads,
     nested,
     page,
     sse_events,
+    stream_post,
 )
 
 URL = "https://chatgpt.com/backend-api/f/conversation"
@@ -108,12 +108,9 @@ class ChatGPTAdapter(PlatformAdapter):
             "supported_encodings": ["v1"],
             "system_hints": [],
         }
-        return ProxyRequest(
-            method="POST",
-            url=URL,
-            headers={
-                "Content-Type": "application/json",
-                "Accept": "text/event-stream",
+        return stream_post(
+            URL,
+            {
                 "Authorization": "Bearer " + page("access_token"),
                 "openai-sentinel-chat-requirements-token": page("sentinel_chat_requirements_token"),
                 "openai-sentinel-chat-requirements-prepare-token": page("sentinel_prepare_token"),
@@ -127,7 +124,7 @@ class ChatGPTAdapter(PlatformAdapter):
                 "oai-session-id": page("session_id"),
                 "chatgpt-account-id": page("account_id"),
             },
-            body=json_text(body),
+            body,
         )
 
     def read_body(self, body: str) -> BodyReading:

@@ -34,12 +34,12 @@ from platforms.wire import (
     client_uuid,
     describe_error,
     excerpt,
-    json_text,
     known_or_page,
     loads,
     nested,
     page,
     sse_events,
+    stream_post,
     url_part,
 )
 
@@ -68,16 +68,10 @@ class ClaudeAdapter(PlatformAdapter):
                 "assistant_message_uuid": client_uuid(target.delivery_key, "claude.assistant_message"),
             },
         }
-        return ProxyRequest(
-            method="POST",
-            url=f"{ORIGIN}/api/organizations/{org}/chat_conversations/{conversation}/completion",
-            headers={
-                "Content-Type": "application/json",
-                "Accept": "text/event-stream",
-                "anthropic-client-platform": "web_claude_ai",
-                "anthropic-device-id": page("device_id"),
-            },
-            body=json_text(body),
+        return stream_post(
+            f"{ORIGIN}/api/organizations/{org}/chat_conversations/{conversation}/completion",
+            {"anthropic-client-platform": "web_claude_ai", "anthropic-device-id": page("device_id")},
+            body,
         )
 
     def read_body(self, body: str) -> BodyReading:

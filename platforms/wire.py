@@ -211,6 +211,16 @@ def error_detail(body: str) -> str:
     return excerpt(body)
 
 
+def stream_post(url: str, headers: Mapping[str, str], body: Any) -> ProxyRequest:
+    """A JSON POST answered with server-sent events: the two headers every such send carries, then ``headers``."""
+    return ProxyRequest(
+        method="POST",
+        url=url,
+        headers={"Content-Type": "application/json", "Accept": "text/event-stream", **headers},
+        body=json_text(body),
+    )
+
+
 def sse_events(body: str) -> Iterator[tuple[str, str]]:
     """``(event, data)`` for each ``data:`` line of a server-sent-event stream.
 
