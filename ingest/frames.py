@@ -251,13 +251,7 @@ class GuideRequest:
 
 
 def parse_guide_request(frame: dict[str, Any]) -> GuideRequest:
-    platform = _platform(frame)
-    _field(frame, "id", str, max_length=MAX_FRAME_ID_CHARS)
-    return GuideRequest(
-        frame_id=frame_id(frame),
-        platform=platform,
-        conversation_id=_field(frame, "conversation_id", str, max_length=255) or None,
-    )
+    return GuideRequest(*_chat_fields(frame, conversation_required=False))
 
 
 @dataclass(frozen=True)
@@ -276,13 +270,15 @@ def parse_request_id(frame: dict[str, Any]) -> str | None:
 
 
 def parse_conversation_request(frame: dict[str, Any]) -> ConversationRequest:
+    return ConversationRequest(*_chat_fields(frame, conversation_required=True))
+
+
+def _chat_fields(frame: dict[str, Any], *, conversation_required: bool) -> tuple[str | None, str, Any]:
+    """A chat request's checked ``id``, ``platform`` and ``conversation_id`` (None when absent and optional)."""
     platform = _platform(frame)
-    _field(frame, "id", str, max_length=MAX_FRAME_ID_CHARS)
-    return ConversationRequest(
-        frame_id=frame_id(frame),
-        platform=platform,
-        conversation_id=_field(frame, "conversation_id", str, required=True, max_length=255),
-    )
+    request_id = parse_request_id(frame)
+    conversation_id = _field(frame, "conversation_id", str, required=conversation_required, max_length=255)
+    return request_id, platform, conversation_id or None
 
 
 @dataclass(frozen=True)
