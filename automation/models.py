@@ -36,6 +36,11 @@ def new_lease_token() -> int:
     return secrets.randbits(63) or 1
 
 
+def _came_from(model: str) -> models.ForeignKey:
+    """A task's link to where it came from: optional, and cleared (the task kept) when that row is deleted."""
+    return models.ForeignKey(model, on_delete=models.SET_NULL, null=True, blank=True, related_name="tasks")
+
+
 class TaskStatus(models.TextChoices):
     # Waiting to be claimed once execute_after has passed.
     PENDING = "pending", "Pending"
@@ -153,27 +158,9 @@ class AutomationTask(models.Model):
     started_at = models.BigIntegerField(null=True, blank=True)
     finished_at = models.BigIntegerField(null=True, blank=True)
 
-    conversation = models.ForeignKey(
-        "conversations.Conversation",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="tasks",
-    )
-    message = models.ForeignKey(
-        "conversations.Message",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="tasks",
-    )
-    instruction = models.ForeignKey(
-        "ingest.Instruction",
-        on_delete=models.SET_NULL,
-        null=True,
-        blank=True,
-        related_name="tasks",
-    )
+    conversation = _came_from("conversations.Conversation")
+    message = _came_from("conversations.Message")
+    instruction = _came_from("ingest.Instruction")
 
     class Meta:
         db_table = "automation_tasks"

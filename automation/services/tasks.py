@@ -9,7 +9,6 @@ task's routing fields (SPEC §2.2).
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,12 +22,11 @@ from automation.changes import tasks_changed_on_commit
 from automation.kinds import kinds
 from automation.models import AutomationTask, TaskEvent, TaskStatus
 from automation.services.statements import event_insert_sql
+from automation.services.transitions import log_transition
 from automation.wake import dispatcher_wake_on_commit
 from conversations.selectors import Route, conversation_route
 from core.clock import now_ms, sequence_next
-from core.logfmt import log_event
 
-logger = logging.getLogger(__name__)
 
 INITIAL_STATUSES = frozenset({TaskStatus.PENDING, TaskStatus.BLOCKED})
 # Not yet running and not held by a dispatcher: safe to send elsewhere.
@@ -99,7 +97,7 @@ def task_create(
         return existing, False
     dispatcher_wake_on_commit(created=[task.pk])
     tasks_changed_on_commit([task])
-    _log_create(task, actor=actor)
+    _log_create(task, actor)
     return task, True
 
 
@@ -123,7 +121,7 @@ def tasks_create(*, tasks: Sequence[NewTask], actor: str, now: int | None = None
     dispatcher_wake_on_commit(created=[task.pk for task in created])
     tasks_changed_on_commit(created)
     for task in created:
-        _log_create(task, actor=actor)
+        _log_create(task, actor)
     return created
 
 
@@ -217,19 +215,6 @@ def _task_build(new: NewTask, *, now: int, routes: dict[int, Route | None]) -> A
     )
 
 
-def _log_create(task: AutomationTask, *, actor: str) -> None:
-    log_event(
-        logger,
-        "create",
-        task_id=task.task_id,
-        kind=task.kind,
-        status_to=task.status,
-        actor=actor,
-        dedupe_key=task.dedupe_key,
-        target_client_id=task.target_client_id,
-    )
-
-
 def task_retarget(
     *, conversation_id: int, client_id: str, actor: str, now: int | None = None
 ) -> list[str]:
@@ -264,7 +249,10 @@ def tasks_retarget(*, client_ids: dict[int, str], actor: str, now: int | None = 
         tasks = list(
             AutomationTask.objects.select_for_update()
             .filter(elsewhere, status__in=RETARGETABLE_STATUSES, target_client_id__isnull=False)
-            .only("task_id", "kind", "status", "target_client_id", "conversation_id")
+            .only(
+                "task_id", "kind", "status", "target_client_id", "conversation_id",
+                "lease_owner", "lease_token", "attempt_count",
+            )
         )
         if not tasks:
             return []
@@ -285,15 +273,12 @@ def tasks_retarget(*, client_ids: dict[int, str], actor: str, now: int | None = 
             for task in tasks
         )
     for task in tasks:
-        log_event(
-            logger,
-            "retarget",
-            task_id=task.pk,
-            kind=task.kind,
-            status_from=task.status,
-            status_to=task.status,
-            actor=actor,
-            from_client_id=task.target_client_id,
-            to_client_id=client_ids[task.conversation_id],
+        log_transition(
+            task, "retarget", task.status, actor,
+            from_client_id=task.target_client_id, to_client_id=client_ids[task.conversation_id],
         )
     return [task.pk for task in tasks]
+
+
+def _log_create(task: AutomationTask, actor: str) -> None:
+    log_transition(task, "create", None, actor, dedupe_key=task.dedupe_key, target_client_id=task.target_client_id)

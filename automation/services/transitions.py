@@ -193,7 +193,8 @@ def _transition(
     return task
 
 
-def log_transition(task: AutomationTask, action: str, status_from: str, actor: str, **extra: Any) -> None:
+def log_transition(task: AutomationTask, action: str, status_from: str | None, actor: str, **extra: Any) -> None:
+    """The log line of a task event: the task, its move, its lease and ``extra`` (None fields left out)."""
     log_event(
         logger,
         action,
