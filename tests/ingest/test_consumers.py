@@ -358,12 +358,12 @@ async def test_frames_that_arrive_while_a_batch_is_stored_are_stored_together_an
     with mock.patch("ingest.batching.final_messages_ingest", side_effect=held_first):
         for frame in frames:
             await communicator.send_json_to(frame)
-        for _ in range(500):  # until every frame is read (the socket reads on while the first is stored)
+        for _ in range(3000):  # until every frame is read (the socket reads on while the first is stored)
             if final_message_queue().waiting == len(frames) - 1:
                 break
             await asyncio.sleep(0.01)
         release.set()
-        acks = {ack["id"]: ack for ack in [await communicator.receive_json_from() for _ in frames]}
+        acks = {ack["id"]: ack for ack in [await communicator.receive_json_from(timeout=10) for _ in frames]}
 
     assert batches == [["frame-0"], [frame["id"] for frame in frames[1:]]]
     stored = {m.remote_message_id: m.pk async for m in Message.objects.all()}
