@@ -113,7 +113,8 @@ def conversation_links_seen(
 ) -> dict[Conversation, int]:
     """Record that each conversation was seen through its sighting's plugin client, just now.
 
-    Blank values do not overwrite what an earlier sighting recorded. One read, one update of ``last_seen_at`` for them all, and one update per
+    Blank values do not overwrite what an earlier sighting recorded. One
+    read, one update of ``last_seen_at`` for them all, and one update per
     link whose other values change. The links are read and then written, so
     the caller holds the conversations' locks, as every writer of a link does.
     The caller also checked that each sighting's client has the
@@ -125,6 +126,18 @@ def conversation_links_seen(
     """
     if not sightings:
         return {}
+    existing, route_of = _links_read(sightings)
+    _links_write(sightings, existing, now=now)
+    moved = {
+        conversation: route_of[conversation.pk] for conversation, sighting in sightings.items()
+        if route_of.get(conversation.pk, sighting.client_pk) != sighting.client_pk
+    }
+    _moves_record(moved, sightings, now=now)
+    return moved
+
+
+def _links_read(sightings: dict[Conversation, LinkSighting]) -> tuple[dict[int, ConversationLink], dict[int, int]]:
+    """Each conversation's link to its sighting's client (when it has one), and its route before this sighting."""
     client_of = {conversation.pk: sighting.client_pk for conversation, sighting in sightings.items()}
     owner_of = {conversation.pk: conversation.owner for conversation in sightings}
     existing: dict[int, ConversationLink] = {}
@@ -139,6 +152,13 @@ def conversation_links_seen(
             existing[link.conversation_id] = link
         if link.client_owner == owner_of[link.conversation_id]:
             route_of.setdefault(link.conversation_id, link.client_id)
+    return existing, route_of
+
+
+def _links_write(
+    sightings: dict[Conversation, LinkSighting], existing: dict[int, ConversationLink], *, now: dt.datetime,
+) -> None:
+    """New links inserted, changed ones updated each, the others' ``last_seen_at`` in one update."""
     first_seen = []
     only_seen = []
     for conversation, sighting in sightings.items():
@@ -161,22 +181,24 @@ def conversation_links_seen(
     if only_seen:
         ConversationLink.objects.filter(pk__in=only_seen).update(last_seen_at=now)
     ConversationLink.objects.bulk_create(first_seen)
-    moved = {
-        conversation: route_of[conversation.pk] for conversation, sighting in sightings.items()
-        if route_of.get(conversation.pk, sighting.client_pk) != sighting.client_pk
-    }
-    if moved:
-        ConversationMove.objects.bulk_create(
-            ConversationMove(conversation=conversation, from_client_id=from_pk, to_client_id=client_of[conversation.pk],
-                             at=now)
-            for conversation, from_pk in moved.items()
+
+
+def _moves_record(
+    moved: dict[Conversation, int], sightings: dict[Conversation, LinkSighting], *, now: dt.datetime,
+) -> None:
+    """Each move stored (``ConversationMove``) and logged."""
+    if not moved:
+        return
+    ConversationMove.objects.bulk_create(
+        ConversationMove(conversation=conversation, from_client_id=from_pk,
+                         to_client_id=sightings[conversation].client_pk, at=now)
+        for conversation, from_pk in moved.items()
+    )
+    for conversation, from_pk in moved.items():
+        log_event(
+            logger, "conversation_move", conversation_id=conversation.pk, owner=conversation.owner,
+            from_client_pk=from_pk, to_client_pk=sightings[conversation].client_pk,
         )
-        for conversation, from_pk in moved.items():
-            log_event(
-                logger, "conversation_move", conversation_id=conversation.pk, owner=conversation.owner,
-                from_client_pk=from_pk, to_client_pk=client_of[conversation.pk],
-            )
-    return moved
 
 
 def _flag_set(

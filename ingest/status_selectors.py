@@ -72,6 +72,31 @@ def message_statuses(
     ids = sorted(set(message_ids))
     if not ids:
         return []
+    rows = _message_rows(ids, listened_to_only=listened_to_only, with_approvals=with_approvals)
+    if not rows:
+        return []
+    blocks_of = _blocks_by_message([row["pk"] for row in rows])
+    statuses = []
+    for row in rows:
+        blocks = [_block_status(instruction, row["conversation_id"]) for instruction in blocks_of.get(row["pk"], ())]
+        has_delivery = row["delivery_status"] is not None
+        statuses.append(StatusOfMessage(
+            owner=row["conversation__owner"], platform=row["conversation__platform"],
+            conversation_id=row["conversation__remote_id"],
+            status=shown.message_status(
+                remote_message_id=row["remote_message_id"], message_pk=row["pk"], blocks=blocks,
+                delivery=shown.delivery_status(shown.DeliveryRow(
+                    status=row["delivery_status"], result=_result_head(row["delivery_result"]),
+                    error=row["delivery_error"],
+                ) if has_delivery else None),
+            ),
+            approvals_waiting=row.get("approvals_waiting"),
+        ))
+    return statuses
+
+
+def _message_rows(ids: list[int], *, listened_to_only: bool, with_approvals: bool) -> list[dict[str, Any]]:
+    """The first statement: the messages of ``ids`` that have blocks, with their latest delivery (and owner's count)."""
     # A block's task names its block; a delivery names none. The latest delivery counts: a retried block's own.
     deliveries = AutomationTask.objects.filter(
         message_id=OuterRef("pk"), kind__in=(INSTRUCTION_EXECUTE, INSTRUCTION_DELIVER), instruction_id__isnull=True,
@@ -98,12 +123,14 @@ def message_statuses(
         )
         messages = messages.annotate(approvals_waiting=Coalesce(Subquery(waiting), 0))
         fields.append("approvals_waiting")
-    rows = list(messages.order_by("pk").values(*fields))
-    if not rows:
-        return []
+    return list(messages.order_by("pk").values(*fields))
+
+
+def _blocks_by_message(message_pks: list[int]) -> dict[int, Iterable[dict[str, Any]]]:
+    """The second statement: each message's blocks in order, each with its latest task's fields."""
     instructions: dict[int, dict[int, dict[str, Any]]] = {}
     blocks_with_tasks = (
-        Instruction.objects.filter(message_id__in=[row["pk"] for row in rows])
+        Instruction.objects.filter(message_id__in=message_pks)
         .alias(task=FilteredRelation("tasks", condition=Q(tasks__kind__in=(INSTRUCTION_EXECUTE, INSTRUCTION_DELIVER))))
         .annotate(task_result_head=_result_head_of("task__result_json"))
         .order_by("message_id", "block_index", "task__created_at", "task__task_id")
@@ -115,40 +142,26 @@ def message_statuses(
     for row in blocks_with_tasks:
         # One row per task of the block (none: one row with no task): the latest one counts.
         instructions.setdefault(row["message_id"], {})[row["pk"]] = row
-    statuses = []
-    for row in rows:
-        blocks = []
-        for instruction in instructions.get(row["pk"], {}).values():
-            has_task = instruction["task__task_id"] is not None
-            block = shown.BlockRow(
-                index=instruction["block_index"], target=instruction["target"] or DEFAULT_TARGET,
-                tool=instruction["tool"], params=instruction["params"],
-                instruction_status=instruction["status"], instruction_error=instruction["error"],
-                task_id=instruction["task__task_id"], task_status=instruction["task__status"],
-                task_error=instruction["task__last_error"],
-                task_result=_result_head(instruction["task_result_head"]) if has_task else None,
-                updated_at=instruction["task__updated_at"] if has_task
-                else int(instruction["created_at"].timestamp() * 1000),
-            )
-            approve = approval_path(
-                conversation_pk=row["conversation_id"], task_id=instruction["task__task_id"],
-                instruction_pk=instruction["pk"],
-            ) if has_task and instruction["task__status"] == TaskStatus.BLOCKED else None
-            blocks.append(shown.block_status(block, approve_url=approve))
-        has_delivery = row["delivery_status"] is not None
-        statuses.append(StatusOfMessage(
-            owner=row["conversation__owner"], platform=row["conversation__platform"],
-            conversation_id=row["conversation__remote_id"],
-            status=shown.message_status(
-                remote_message_id=row["remote_message_id"], message_pk=row["pk"], blocks=blocks,
-                delivery=shown.delivery_status(shown.DeliveryRow(
-                    status=row["delivery_status"], result=_result_head(row["delivery_result"]),
-                    error=row["delivery_error"],
-                ) if has_delivery else None),
-            ),
-            approvals_waiting=row.get("approvals_waiting"),
-        ))
-    return statuses
+    return {message_pk: blocks.values() for message_pk, blocks in instructions.items()}
+
+
+def _block_status(instruction: dict[str, Any], conversation_pk: int) -> dict[str, Any]:
+    """A block's status from its row of ``_blocks_by_message``: with an approval link while its task is blocked."""
+    has_task = instruction["task__task_id"] is not None
+    block = shown.BlockRow(
+        index=instruction["block_index"], target=instruction["target"] or DEFAULT_TARGET,
+        tool=instruction["tool"], params=instruction["params"],
+        instruction_status=instruction["status"], instruction_error=instruction["error"],
+        task_id=instruction["task__task_id"], task_status=instruction["task__status"],
+        task_error=instruction["task__last_error"],
+        task_result=_result_head(instruction["task_result_head"]) if has_task else None,
+        updated_at=instruction["task__updated_at"] if has_task
+        else int(instruction["created_at"].timestamp() * 1000),
+    )
+    approve = approval_path(
+        conversation_pk=conversation_pk, task_id=instruction["task__task_id"], instruction_pk=instruction["pk"],
+    ) if has_task and instruction["task__status"] == TaskStatus.BLOCKED else None
+    return shown.block_status(block, approve_url=approve)
 
 
 def _result_head(head: str | None) -> Any:

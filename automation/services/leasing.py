@@ -72,26 +72,36 @@ def tasks_lease(
             )
         tasks_changed_on_commit(leased)
     else:
-        if connection.features.has_select_for_update_skip_locked:
-            of = ("self",) if connection.features.has_select_for_update_of else ()
-            claimable = claimable.select_for_update(skip_locked=True, of=of)
-        with transaction.atomic():
-            task_ids = list(claimable.values_list("pk", flat=True))
-            leased = tasks_returned(*lease(", ".join(["%s"] * len(task_ids)), task_ids), using=connection.alias) \
-                if task_ids else []
-            events = []
-            for task in leased:
-                events.append(TaskEvent(task_id=task.pk, action=LEASE.action, status_from=seen[task.pk],
-                                        status_to=S.LEASED, actor=lease_owner, at=now, detail=event_detail))
-                if task.status == S.RUNNING:
-                    events.append(TaskEvent(task_id=task.pk, action=START.action, status_from=S.LEASED,
-                                            status_to=S.RUNNING, actor=lease_owner, at=now))
-            TaskEvent.objects.bulk_create(events)
-            tasks_changed_on_commit(leased)
+        leased = _lease_then_record(claimable, lease, seen=seen, lease_owner=lease_owner, now=now, detail=event_detail)
     for task in leased:
         log_transition(task, LEASE.action, seen[task.pk], lease_owner)
         if task.status == S.RUNNING:
             log_transition(task, START.action, S.LEASED, lease_owner)
+    return leased
+
+
+def _lease_then_record(
+    claimable: QuerySet[AutomationTask], lease: Callable[[str, list[Any]], tuple[str, list[Any]]], *,
+    seen: Mapping[str, str], lease_owner: str, now: int, detail: dict[str, Any],
+) -> list[AutomationTask]:
+    """``lease_and_record`` where one statement cannot both update and insert: read, lease, record, in one
+    transaction (on SQLite it holds the write lock from its start)."""
+    if connection.features.has_select_for_update_skip_locked:
+        of = ("self",) if connection.features.has_select_for_update_of else ()
+        claimable = claimable.select_for_update(skip_locked=True, of=of)
+    with transaction.atomic():
+        task_ids = list(claimable.values_list("pk", flat=True))
+        leased = tasks_returned(*lease(", ".join(["%s"] * len(task_ids)), task_ids), using=connection.alias) \
+            if task_ids else []
+        events = []
+        for task in leased:
+            events.append(TaskEvent(task_id=task.pk, action=LEASE.action, status_from=seen[task.pk],
+                                    status_to=S.LEASED, actor=lease_owner, at=now, detail=detail))
+            if task.status == S.RUNNING:
+                events.append(TaskEvent(task_id=task.pk, action=START.action, status_from=S.LEASED,
+                                        status_to=S.RUNNING, actor=lease_owner, at=now))
+        TaskEvent.objects.bulk_create(events)
+        tasks_changed_on_commit(leased)
     return leased
 
 

@@ -127,15 +127,7 @@ def _transition(
     field updates (values or expressions of the row's own fields).
     """
     now = now_ms() if now is None else now
-    values = dict(changes or {})
-    if routed := ROUTING_FIELDS & values.keys():
-        # A task's recipient is never cleared or changed by a change of state (SPEC §5.1).
-        raise ValueError(f"task {task_id}: a transition may not write its route ({', '.join(sorted(routed))})")
-    if edge.to_status is not None:
-        values["status"] = edge.to_status
-    values["updated_at"] = now
-    if error is not None:
-        values["last_error"] = error
+    values = _values(task_id, edge, changes, error=error, now=now)
     where = Q(pk=task_id, status__in=edge.allowed_from)
     if fenced is not None:
         where &= Q(lease_token=fenced.token, lease_owner=fenced.owner)
@@ -155,9 +147,44 @@ def _transition(
         status_from = edge.known_from or task.status
         if task.status != status_from:
             tasks_changed_on_commit([task])
-        log_transition(task, edge.action, status_from, actor, error=error, jitter_ms=jitter_ms, backoff_ms=backoff_ms)
-        return task
+    else:
+        task, status_from = _transition_locked(
+            task_id, edge, where, values, event, reads_first=reads_first, fenced=fenced, guards=guards, now=now,
+        )
+    log_transition(task, edge.action, status_from, actor, error=error, jitter_ms=jitter_ms, backoff_ms=backoff_ms)
+    return task
 
+
+def _values(
+    task_id: str, edge: Edge, changes: dict[str, Any] | None, *, error: str | None, now: int,
+) -> dict[str, Any]:
+    """What a transition writes: ``changes``, the edge's status, the time and the error; never the route."""
+    values = dict(changes or {})
+    if routed := ROUTING_FIELDS & values.keys():
+        # A task's recipient is never cleared or changed by a change of state (SPEC §5.1).
+        raise ValueError(f"task {task_id}: a transition may not write its route ({', '.join(sorted(routed))})")
+    if edge.to_status is not None:
+        values["status"] = edge.to_status
+    values["updated_at"] = now
+    if error is not None:
+        values["last_error"] = error
+    return values
+
+
+def _transition_locked(
+    task_id: str,
+    edge: Edge,
+    where: Q,
+    values: dict[str, Any],
+    event: TaskEvent | None,
+    *,
+    reads_first: bool,
+    fenced: Lease | None,
+    guards: Collection[Guard],
+    now: int,
+) -> tuple[AutomationTask, str]:
+    """A transition in a transaction: the row read first where the edge leaves several states, then its update
+    and its event; the task and the state it left, or its refusal raised once the block is left."""
     # No savepoint inside a caller's transaction (a step and its follow-up): a refusal
     # writes nothing and is raised after the block, so the caller's transaction goes on
     # as it would after a savepoint's rollback; a database error fails it, as it should.
@@ -189,8 +216,7 @@ def _transition(
                 tasks_changed_on_commit([task])
     if refusal is not None:
         raise refusal
-    log_transition(task, edge.action, status_from, actor, error=error, jitter_ms=jitter_ms, backoff_ms=backoff_ms)
-    return task
+    return task, status_from
 
 
 def log_transition(task: AutomationTask, action: str, status_from: str | None, actor: str, **extra: Any) -> None:
