@@ -251,7 +251,7 @@ class GuideRequest:
 
 
 def parse_guide_request(frame: dict[str, Any]) -> GuideRequest:
-    return GuideRequest(*_chat_fields(frame, conversation_required=False))
+    return GuideRequest(**_chat_fields(frame, conversation_required=False))
 
 
 @dataclass(frozen=True)
@@ -270,15 +270,15 @@ def parse_request_id(frame: dict[str, Any]) -> str | None:
 
 
 def parse_conversation_request(frame: dict[str, Any]) -> ConversationRequest:
-    return ConversationRequest(*_chat_fields(frame, conversation_required=True))
+    return ConversationRequest(**_chat_fields(frame, conversation_required=True))
 
 
-def _chat_fields(frame: dict[str, Any], *, conversation_required: bool) -> tuple[str | None, str, Any]:
+def _chat_fields(frame: dict[str, Any], *, conversation_required: bool) -> dict[str, Any]:
     """A chat request's checked ``id``, ``platform`` and ``conversation_id`` (None when absent and optional)."""
     platform = _platform(frame)
     request_id = parse_request_id(frame)
     conversation_id = _field(frame, "conversation_id", str, required=conversation_required, max_length=255)
-    return request_id, platform, conversation_id or None
+    return {"frame_id": request_id, "platform": platform, "conversation_id": conversation_id or None}
 
 
 @dataclass(frozen=True)

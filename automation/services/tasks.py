@@ -215,6 +215,10 @@ def _task_build(new: NewTask, *, now: int, routes: dict[int, Route | None]) -> A
     )
 
 
+def _log_create(task: AutomationTask, actor: str) -> None:
+    log_transition(task, "create", None, actor, dedupe_key=task.dedupe_key, target_client_id=task.target_client_id)
+
+
 def task_retarget(
     *, conversation_id: int, client_id: str, actor: str, now: int | None = None
 ) -> list[str]:
@@ -278,7 +282,3 @@ def tasks_retarget(*, client_ids: dict[int, str], actor: str, now: int | None = 
             from_client_id=task.target_client_id, to_client_id=client_ids[task.conversation_id],
         )
     return [task.pk for task in tasks]
-
-
-def _log_create(task: AutomationTask, actor: str) -> None:
-    log_transition(task, "create", None, actor, dedupe_key=task.dedupe_key, target_client_id=task.target_client_id)

@@ -21,13 +21,13 @@ from django.core.management.base import BaseCommand, CommandError
 from automation.models import AutomationTask, TaskStatus
 from automation.selectors import dispatcher_last_tick_age_seconds
 from automation.services.operator import has_every_permission, tasks_approve
+from conductor_site.simulator import SimulatedPlugin
 from console.story.waits import conversation_waits
 from conversations.models import Conversation
 from core.clock import now_ms
 from ingest.models import PluginClient
 from ingest.services.clients import plugin_client_create, plugin_client_rotate
 from ingest.services.instructions import INSTRUCTION_EXECUTE
-from conductor_site.simulator import SimulatedPlugin
 from pipelines.results_text import parse_results
 
 DEMO_CLIENT = "demo-plugin"
