@@ -41,6 +41,11 @@ class McpServer(models.Model):
         max_length=1000, blank=True,
         help_text="stdio: the folder it runs in; relative to the workspace; empty: the workspace.",
     )
+    writable = models.JSONField(
+        default=list, blank=True,
+        help_text="stdio: folders it may write in besides the workspace and its own home, "
+        "a JSON list of absolute paths, e.g. [\"/srv/notes\"].",
+    )
     url = models.URLField(max_length=1000, blank=True, help_text="Streamable HTTP: the endpoint URL.")
     secret_env = models.TextField(blank=True, default="")
     env_names = models.JSONField(default=list, blank=True)
