@@ -93,6 +93,8 @@ MIDDLEWARE = [
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     # Serves the admin's static files: daphne serves none by itself.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # Before anything queries: a NUL or a lone surrogate anywhere in a request is a 400.
+    "conductor_site.unstorable_text.UnstorableTextMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -22,6 +22,7 @@ from automation.services import transitions as tr
 from automation.services.steps import transition_and_follow_up
 from automation.wake import dispatcher_wake_on_commit
 from conversations.services import conversations_pause_set
+from core.text import storable
 
 
 @dataclass
@@ -109,11 +110,11 @@ def tasks_reject(*, task_ids: Iterable[str], actor: str, reason: str = "") -> Op
     """Blocked tasks fail with the operator's reason.
 
     ``reason`` (optional, cut to ``REJECT_REASON_MAX_CHARS``, blanks around it
-    dropped) is written to each task's ``reject`` event and ``last_error``
+    and any NUL or lone surrogate dropped: PostgreSQL refuses them) is written to each task's ``reject`` event and ``last_error``
     (``rejected by alice: too broad``), so the story shows it and the block's
     result tells the chat.
     """
-    reason = reason.strip()[:REJECT_REASON_MAX_CHARS].strip()
+    reason = storable(reason).strip()[:REJECT_REASON_MAX_CHARS].strip()
     return _apply(task_ids, lambda task_id: tr.task_reject(task_id, actor=actor, reason=reason), actor=actor)
 
 

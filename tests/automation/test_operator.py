@@ -42,6 +42,15 @@ def test_reject_fails_blocked_tasks_with_the_reason():
     assert AutomationTask.objects.get(pk=blocked.pk).last_error == "rejected by bob: not today"
 
 
+def test_a_reason_loses_the_characters_postgresql_refuses_and_the_rejection_stands():
+    blocked = make_task(S.BLOCKED)
+    report = tasks_reject(task_ids=[blocked.pk], actor="bob", reason="not\x00 to\ud800day")
+    assert report.done == [blocked.pk]
+    task = AutomationTask.objects.get(pk=blocked.pk)
+    assert (task.status, task.last_error) == (S.FAILED, "rejected by bob: not today")
+    assert task.events.get(action="reject").error == "rejected by bob: not today"
+
+
 def test_retry_takes_only_failed_or_cancelled_tasks_and_resets_attempts():
     failed, cancelled, succeeded = make_task(S.FAILED), make_task(S.CANCELLED), make_task(S.SUCCEEDED)
     report = tasks_retry(task_ids=[failed.pk, cancelled.pk, succeeded.pk], actor="alice", has_perm=has_every_permission)
