@@ -18,14 +18,14 @@
  * (Chrome 116+).
  */
 
-import { adapterByName } from "./adapters/index.js";
+import { adapterByName, NETWORK_ADAPTERS } from "./adapters/index.js";
 import { onDomDelivery, onProxyDelivery, tabReady } from "./worker/delivering.js";
 import { answers } from "./worker/questions.js";
 import { guideForNewChat, insertGuideIntoTab } from "./worker/guide-requests.js";
 import { acknowledged, flush, queueFinalMessage, refused } from "./worker/outbox-sending.js";
 import { conversationStatus, onConnected, onInstructionStatus, onNotificationClicked, onStatusAnswer, pauseConversation } from "./worker/panel-relay.js";
 import { countReport, sendDueReports } from "./worker/report-sending.js";
-import { descriptionForPage, refreshSites, sitesReady, syncScripts, takeSites } from "./worker/site-sync.js";
+import { descriptionForPage, isSiteOn, refreshSites, sitesReady, switchSite, syncScripts, takeSites } from "./worker/site-sync.js";
 import { ensureConnected, helloAcknowledged, listen, reconnect } from "./worker/socket.js";
 
 const RECONNECT_ALARM = "conductor-reconnect";
@@ -77,14 +77,21 @@ function isFromExtensionPage(sender) {
   return sender.id === chrome.runtime.id && typeof sender.url === "string" && sender.url.startsWith(chrome.runtime.getURL(""));
 }
 
-/** Is the sender a content script on one of this platform's pages? */
-function isFromPlatform(sender, platform) {
+/**
+ * Is the sender a content script on one of this platform's pages, and is the
+ * platform read: one of the adapters with network capture, or a site the
+ * person switched on (a script left from before a switch-off is not heard)?
+ */
+async function isFromPlatform(sender, platform) {
   if (sender.id !== chrome.runtime.id || !sender.tab || !sender.url) return false;
+  let adapter;
   try {
-    return adapterByName(platform).origins.includes(new URL(sender.url).origin);
+    adapter = adapterByName(platform);
+    if (!adapter.origins.includes(new URL(sender.url).origin)) return false;
   } catch {
     return false;
   }
+  return NETWORK_ADAPTERS.includes(adapter) || isSiteOn(adapter.name);
 }
 
 const MESSAGE_HANDLERS = {
@@ -95,7 +102,7 @@ const MESSAGE_HANDLERS = {
   },
   /** A new chat's page asks for its platform's guide (the "insert into every new conversation" option). */
   async "content.guide"(message, sender) {
-    if (!isFromPlatform(sender, message.platform)) return { ok: false, error: "not a page of that platform" };
+    if (!(await isFromPlatform(sender, message.platform))) return { ok: false, error: "not a page of that platform" };
     // The page's own URL, from its content script: `sender.url` stays the
     // loaded one when the app moves to another chat without loading a page.
     return guideForNewChat(message.platform, String(message.page_url ?? ""));
@@ -114,11 +121,11 @@ const MESSAGE_HANDLERS = {
     return pauseConversation(message);
   },
   async "content.final_message"(message, sender) {
-    if (isFromPlatform(sender, message.platform)) await queueFinalMessage(message);
+    if (await isFromPlatform(sender, message.platform)) await queueFinalMessage(message);
     return null;
   },
   async "content.adapter_report"(message, sender) {
-    if (!isFromPlatform(sender, message.platform)) return null;
+    if (!(await isFromPlatform(sender, message.platform))) return null;
     await countReport({ platform: message.platform, adapter: adapterByName(message.platform).version, kind: message.kind, detail: message.detail });
     return null;
   },
@@ -127,10 +134,15 @@ const MESSAGE_HANDLERS = {
     if (sender.id !== chrome.runtime.id || !sender.tab || !sender.url) return null;
     return { description: await descriptionForPage(sender.url) };
   },
-  /** The options page's "Sites": the known sites, each on or off, once the scripts match the grants. */
+  /** The options page's "Sites": the known sites, each on or off, and the descriptions not used, once the scripts match. */
   async "options.sites"(_message, sender) {
     if (!isFromExtensionPage(sender)) return null;
     return syncScripts();
+  },
+  /** The options page's switch of a site, after the page asked Chrome for its origins (on) or before giving them back (off). */
+  async "options.site_switch"(message, sender) {
+    if (!isFromExtensionPage(sender) || typeof message.name !== "string") return null;
+    return switchSite(message.name, message.isOn === true);
   },
   async "content.ready"(_message, sender) {
     if (sender.tab?.id !== undefined) tabReady(sender.tab.id);
@@ -183,19 +195,17 @@ function listenToNotificationClicks() {
   });
 }
 listenToNotificationClicks();
+// A grant turns no site on by itself (lib/sites.js `sitesOn`): synced all the same, as a switch waits for it.
 chrome.permissions.onAdded.addListener(() => {
   listenToNotificationClicks();
   syncScripts();
 });
-// A site's origins given back (the options' switch, or Chrome's own site access menu): its script goes.
+// A site's origins given back (the options' switch, or Chrome's own site access menu): its script goes, and its switch.
 chrome.permissions.onRemoved.addListener(() => syncScripts());
 chrome.runtime.onStartup.addListener(() => ensureConnected());
 chrome.runtime.onInstalled.addListener(() => ensureConnected());
 chrome.alarms.onAlarm.addListener((alarm) => {
   if (alarm.name === RECONNECT_ALARM) ensureConnected();
-// The registered scripts and the granted origins may have parted while the
-// worker slept (a grant withdrawn in Chrome's menu, new descriptions): made to match at every start.
-syncScripts();
   if (alarm.name === REPORTS_ALARM) sendDueReports();
 });
 chrome.alarms.get(REPORTS_ALARM).then((alarm) => {
@@ -206,6 +216,6 @@ chrome.alarms.get(RECONNECT_ALARM).then((alarm) => {
 });
 
 ensureConnected();
-// The registered scripts and the granted origins may have parted while the
-// worker slept (a grant withdrawn in Chrome's menu, new descriptions): made to match at every start.
+// The registered scripts and the sites on may have parted while the worker
+// slept (a grant withdrawn in Chrome's menu, new descriptions): made to match at every start.
 syncScripts();

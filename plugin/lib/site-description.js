@@ -17,8 +17,15 @@
 const DATE = /^20[2-9][0-9]-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$/;
 /** At most 16 characters: the server keeps the platform in a 16-character column. */
 const NAME = /^[a-z][a-z0-9_]{1,15}$/;
-/** The three adapters with network capture keep their names. */
+/** The three adapters with network capture keep their names... */
 const RESERVED_NAMES = new Set(["claude", "chatgpt", "gemini"]);
+/**
+ * ...and their origins: the schema's `$defs/origin` `not` enum (a test
+ * checks both against adapters/index.js NETWORK_ORIGINS). That an origin
+ * belongs to one site only is a rule over a set of descriptions, which a
+ * schema cannot say: lib/sites.js `sitesInForce`.
+ */
+export const RESERVED_ORIGINS = Object.freeze(["https://claude.ai", "https://chatgpt.com", "https://gemini.google.com"]);
 const PLAIN_TEXT = /^[^<>{}\u0000-\u001f]+$/;
 const ORIGIN = /^https:\/\/[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$/;
 const PATH_PREFIX = /^\/([A-Za-z0-9._~-]{1,40}\/){0,6}$/;
@@ -88,6 +95,12 @@ const sources = list(
 );
 
 /** @type {Rule} */
+function origin(value, path, problems) {
+  text({ pattern: ORIGIN, max: 100 })(value, path, problems);
+  if (RESERVED_ORIGINS.includes(value)) problems.push(`${path}: the origin of an adapter with network capture`);
+}
+
+/** @type {Rule} */
 function name(value, path, problems) {
   text({ pattern: NAME })(value, path, problems);
   if (RESERVED_NAMES.has(value)) problems.push(`${path}: the name of an adapter with network capture`);
@@ -98,7 +111,7 @@ const description = record(
     name,
     title: text({ pattern: PLAIN_TEXT, max: 60 }),
     version: date,
-    origins: list(text({ pattern: ORIGIN, max: 100 }), { min: 1, max: 4, unique: true }),
+    origins: list(origin, { min: 1, max: 4, unique: true }),
     pages: list(pathPrefix, { min: 1, max: 8, unique: true }),
     capture: oneOf(["dom"]),
     delivery: list(oneOf(["dom"]), { min: 1, max: 1 }),

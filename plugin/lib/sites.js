@@ -6,25 +6,36 @@
  *   each replaced by the one of that name the paired server handed over
  *   (`sites` frame, kept in chrome.storage.local under SITES_KEY) when that
  *   one is still valid; a site only the server knows is added. A
- *   description that does not validate, or that claims an origin another
- *   site (or one of the three adapters with network capture) has, is
- *   dropped, and the built-in one of its name, if any, stays.
+ *   description that does not validate is dropped, and the built-in one of
+ *   its name, if any, stays.
+ * - An origin belongs to one site (`sitesInForce`): no description may
+ *   claim an origin of the three adapters with network capture, and a
+ *   server's description claiming an origin another site in force claims is
+ *   refused and reported (`dropped`), never settled by name order: the
+ *   plugin's own description keeps its origins.
  * - The server's answer: `sitesGetFrame` asks only when `hello.ok`'s
  *   `sites_version` differs from the stored one; `storedSitesOf` keeps the
  *   valid descriptions of a `sites` frame.
- * - Switched on: a site whose origins Chrome granted (optional host
- *   permissions), and where the plugin's modules may load (`isLoadable`),
- *   gets one registered content script (`siteScript`);
- *   `registrationPlan` says what to register and unregister so that the
- *   registered scripts are exactly those of the sites switched on.
+ * - Switched on: a site is read only once the person switched it on in the
+ *   options page (kept in chrome.storage.local under SWITCHED_ON_KEY with
+ *   the origins it was switched on for), Chrome granted those origins
+ *   (asked for by the same switch), and the plugin's modules may load there
+ *   (`isLoadable`): `sitesOn`. A grant alone, given in Chrome's own menu or
+ *   for something else, turns nothing on; a description whose origins grew
+ *   since is off until switched on again. A site on gets one registered
+ *   content script (`siteScript`); `registrationPlan` says what to register
+ *   and unregister so that the registered scripts are exactly those of the
+ *   sites on.
  *
  * Pure: no chrome.*, no I/O.
  */
 
-import { siteDescriptionProblems, validSiteDescription } from "./site-description.js";
+import { RESERVED_ORIGINS, siteDescriptionProblems, validSiteDescription } from "./site-description.js";
 
 /** chrome.storage.local key of the server's descriptions: `{version, descriptions: {name: description}}`. */
 export const SITES_KEY = "sites";
+/** chrome.storage.local key of the sites the person switched on: `{name: {origins: [origin…]}}` (worker/site-sync.js writes it). */
+export const SWITCHED_ON_KEY = "sitesSwitchedOn";
 /** What a server may hand over at most (the server keeps to the same). */
 export const MAX_SITES = 64;
 export const MAX_DESCRIPTION_BYTES = 16 * 1024;
@@ -51,7 +62,14 @@ export function handedOverProblems(value) {
 /**
  * The descriptions in force, by name: the built-in ones, each replaced by a
  * valid stored one of its name, and the stored sites the plugin does not
- * ship. `reservedOrigins` are the origins of the adapters with network
+ * ship; each origin claimed by one site at most.
+ *
+ * An origin two of them claim is not given to either by name: every stored
+ * description claiming it is refused (the built-in one of its name, if
+ * any, comes back), so the plugin's own description keeps its origins and
+ * two of the server's that collide are both left out. Built-in
+ * descriptions never collide (a test says so); should two, both are left
+ * out. `reservedOrigins` are the origins of the adapters with network
  * capture, which no description may take.
  *
  * @param {Record<string, unknown>} builtIn the packaged descriptions, by name
@@ -59,35 +77,64 @@ export function handedOverProblems(value) {
  * @param {{reservedOrigins?: readonly string[]}} [options]
  * @returns {{sites: Map<string, Description>, dropped: Dropped[]}} in name order; `dropped`: what was left out and why
  */
-export function sitesInForce(builtIn, stored, { reservedOrigins = [] } = {}) {
-  /** @type {Map<string, Description>} */
-  const chosen = new Map();
+export function sitesInForce(builtIn, stored, { reservedOrigins = RESERVED_ORIGINS } = {}) {
   const dropped = [];
-  const take = (name, value, from) => {
+  const reserved = new Set(reservedOrigins);
+  const refuse = (name, from, problem) => void dropped.push({ name, problems: [`${from}: ${problem}`] });
+  /** The valid description, or null with why it is not in `dropped`. */
+  const checked = (name, value, from) => {
     const problems = from === "stored" ? handedOverProblems(value) : siteDescriptionProblems(value);
     if (!problems.length && value.name !== name) problems.push(`$.name: "${value.name}" kept under "${name}"`);
-    if (problems.length) return void dropped.push({ name, problems: [`${from}: ${problems[0]}`, ...problems.slice(1)] });
-    chosen.set(name, validSiteDescription(value));
+    const taken = problems.length ? undefined : value.origins.find((origin) => reserved.has(origin));
+    if (taken) problems.push(`$.origins: ${taken} is an adapter's with network capture`);
+    if (!problems.length) return validSiteDescription(value);
+    dropped.push({ name, problems: [`${from}: ${problems[0]}`, ...problems.slice(1)] });
+    return null;
   };
-  for (const [name, value] of Object.entries(builtIn)) take(name, value, "built-in");
-  const storedDescriptions = isObject(stored?.descriptions) ? stored.descriptions : {};
-  for (const [name, value] of Object.entries(storedDescriptions).slice(0, MAX_SITES)) take(name, value, "stored");
 
-  // One site per origin: the built-in adapters' first, then by name.
-  const owner = new Map(reservedOrigins.map((origin) => [origin, "(an adapter with network capture)"]));
-  const sites = new Map();
-  for (const name of [...chosen.keys()].sort()) {
-    const description = chosen.get(name);
-    const taken = description.origins.find((origin) => owner.has(origin));
-    if (taken) {
-      dropped.push({ name, problems: [`$.origins: ${taken} is ${owner.get(taken)}'s`] });
-      continue;
-    }
-    for (const origin of description.origins) owner.set(origin, name);
-    sites.set(name, description);
+  /** @type {Map<string, Description>} */
+  const own = new Map();
+  for (const [name, value] of Object.entries(builtIn)) {
+    const description = checked(name, value, "built-in");
+    if (description) own.set(name, description);
   }
+  for (const [origin, names] of contestedOrigins(own)) {
+    for (const name of names) if (own.delete(name)) refuse(name, "built-in", `$.origins: ${origin} is claimed by ${others(names, name)} too: an origin belongs to one site`);
+  }
+
+  const inForce = new Map(own);
+  const fromServer = new Set();
+  const storedDescriptions = isObject(stored?.descriptions) ? stored.descriptions : {};
+  for (const [name, value] of Object.entries(storedDescriptions).slice(0, MAX_SITES)) {
+    const description = checked(name, value, "stored");
+    if (!description) continue;
+    inForce.set(name, description);
+    fromServer.add(name);
+  }
+  // Each pass refuses at least one of the server's (the plugin's own never
+  // collide), and a refused one's built-in may claim an origin again: until none collide.
+  for (let contested = contestedOrigins(inForce); contested.size; contested = contestedOrigins(inForce)) {
+    for (const [origin, names] of contested) {
+      for (const name of names.filter((each) => fromServer.has(each))) {
+        refuse(name, "stored", `$.origins: ${origin} is claimed by ${others(names, name)} too: an origin belongs to one site`);
+        fromServer.delete(name);
+        if (own.has(name)) inForce.set(name, own.get(name));
+        else inForce.delete(name);
+      }
+    }
+  }
+  const sites = new Map([...inForce.keys()].sort().map((name) => [name, inForce.get(name)]));
   return { sites, dropped };
 }
+
+/** The origins more than one of `sites` claims, each with the names claiming it. */
+function contestedOrigins(sites) {
+  const claims = new Map();
+  for (const [name, description] of sites) for (const origin of description.origins) claims.set(origin, [...(claims.get(origin) ?? []), name]);
+  return new Map([...claims].filter(([, names]) => names.length > 1));
+}
+
+const others = (names, name) => names.filter((each) => each !== name).join(", ");
 
 /**
  * The question to send after a `hello.ok`, or null: only when the server
@@ -190,6 +237,80 @@ export function registrationPlan({ sites, isOn, registered }) {
   const unregister = [...current.keys()].filter((id) => !wanted.has(id) || !sameScript(current.get(id), wanted.get(id)));
   const register = [...wanted.values()].filter((script) => !current.has(script.id) || unregister.includes(script.id));
   return { unregister: unregister.sort(), register };
+}
+
+/** @typedef {Readonly<Record<string, {origins: readonly string[]}>>} SwitchedOn the person's switches: each site switched on, with the origins it was switched on for */
+
+/**
+ * The switches as stored (SWITCHED_ON_KEY), anything else in the value left out.
+ *
+ * @param {unknown} value
+ * @returns {SwitchedOn}
+ */
+export function switchedOnOf(value) {
+  if (!isObject(value)) return {};
+  const switchedOn = {};
+  for (const [name, entry] of Object.entries(value)) {
+    const origins = isObject(entry) && Array.isArray(entry.origins) ? entry.origins.filter((origin) => typeof origin === "string") : [];
+    if (origins.length) switchedOn[name] = { origins };
+  }
+  return switchedOn;
+}
+
+/** `switchedOn` with the site of `description` switched on, for its origins of now. */
+export function switchOn(switchedOn, description) {
+  return { ...switchedOn, [description.name]: { origins: [...description.origins].sort() } };
+}
+
+/** `switchedOn` with the site `name` switched off. */
+export function switchOff(switchedOn, name) {
+  const { [name]: _off, ...rest } = switchedOn;
+  return rest;
+}
+
+/**
+ * Did the person switch this site on, for every origin its description
+ * claims now? A description handed over later with an origin more is not:
+ * the person said yes to the origins they saw.
+ *
+ * @param {SwitchedOn} switchedOn
+ * @param {Description} description
+ */
+export function isSwitchedOn(switchedOn, description) {
+  const entry = Object.hasOwn(switchedOn, description.name) ? switchedOn[description.name] : null;
+  return entry !== null && description.origins.every((origin) => entry.origins.includes(origin));
+}
+
+/**
+ * The sites the plugin reads: switched on by the person (`isSwitchedOn`),
+ * loadable, and with all their origins granted. A grant alone is not enough.
+ *
+ * @param {{sites: Map<string, Description>, switchedOn: SwitchedOn, granted: ReadonlySet<string>, accessiblePatterns: readonly string[]}} state
+ *   `granted`: the sites whose origins Chrome grants
+ * @returns {Set<string>}
+ */
+export function sitesOn({ sites, switchedOn, granted, accessiblePatterns }) {
+  const on = new Set();
+  for (const [name, description] of sites) {
+    if (isSwitchedOn(switchedOn, description) && granted.has(name) && isLoadable(description, accessiblePatterns)) on.add(name);
+  }
+  return on;
+}
+
+/**
+ * The switches once the grants withdrawn since are taken into account: a
+ * site switched on whose origins Chrome no longer grants all of (the
+ * person took them back in Chrome's menu) is switched off, so that a later
+ * grant does not turn it on again by itself. A switch of a site not known
+ * now, or whose description claims other origins than were switched on,
+ * stays as it is (such a site is off: `isSwitchedOn`).
+ *
+ * @param {{sites: Map<string, Description>, switchedOn: SwitchedOn, granted: ReadonlySet<string>}} state
+ * @returns {SwitchedOn} `switchedOn` itself when nothing changes
+ */
+export function withoutWithdrawn({ sites, switchedOn, granted }) {
+  const withdrawn = Object.keys(switchedOn).filter((name) => sites.has(name) && isSwitchedOn(switchedOn, sites.get(name)) && !granted.has(name));
+  return withdrawn.reduce(switchOff, switchedOn);
 }
 
 /**

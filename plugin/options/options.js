@@ -209,18 +209,23 @@ notifyApprovals.addEventListener("change", async () => {
   }
 });
 
-// "Sites": each chat site read from the page, with a switch. On asks Chrome
-// for the site's origins (optional host permissions) inside the click, then
-// the worker registers its content script; off gives the origins back and
-// the worker unregisters it. The worker answers with the rows once its
-// scripts match the grants (`options.sites`, worker/site-sync.js).
+// "Sites": each chat site read from the page, with a switch, the one thing
+// that turns a site on (a grant in Chrome's own menu does not). On asks
+// Chrome for the site's origins (optional host permissions) inside the
+// click, then tells the worker, which keeps the switch in chrome.storage and
+// registers the site's content script; off tells the worker first, then
+// gives the origins back. The worker answers with the rows once its scripts
+// match the switches (`options.sites`, `options.site_switch`,
+// worker/site-sync.js), and with the descriptions it does not use (one that
+// claims another site's origin or an adapter's), listed under the switches.
 const siteList = document.getElementById("site-list");
+const sitesNotUsed = document.getElementById("sites-not-used");
 const sitesOutcome = document.getElementById("sites-outcome");
 /** The descriptions shown, by name: a switch's origins are known before its click, so the request stays in the gesture. */
 let knownSites = new Map();
 
-/** Draws the rows (text nodes only: titles and origins may come from the server). */
-function renderSites(rows) {
+/** Draws the rows and what is not used (text nodes only: titles, origins and problems may come from the server). */
+function renderSites({ rows, notUsed }) {
   siteList.replaceChildren(
     ...rows.map((row) => {
       const item = document.createElement("li");
@@ -239,10 +244,18 @@ function renderSites(rows) {
       return item;
     }),
   );
+  sitesNotUsed.replaceChildren(
+    ...notUsed.map(({ name, problems }) => {
+      const item = document.createElement("li");
+      item.dataset.site = name;
+      item.textContent = `Not used: the description of "${name}" (${problems[0]}).`;
+      return item;
+    }),
+  );
 }
 
 async function loadSiteList() {
-  knownSites = await loadSites();
+  knownSites = (await loadSites()).sites;
   renderSites(await chrome.runtime.sendMessage({ type: "options.sites" }));
 }
 
@@ -252,15 +265,22 @@ siteList.addEventListener("change", async (event) => {
   if (!description) return;
   const origins = matchPatterns(description);
   sitesOutcome.textContent = "";
-  let isDone;
-  if (input.checked) isDone = await chrome.permissions.request({ origins }).catch(() => false);
-  else isDone = await chrome.permissions.remove({ origins }).catch(() => false);
-  const rows = await chrome.runtime.sendMessage({ type: "options.sites" });
-  renderSites(rows);
-  const isOn = rows.find((row) => row.name === description.name)?.isOn === true;
+  let isGranted = false;
+  let answer;
+  if (input.checked) {
+    // First, inside the click: Chrome grants permissions only on a user gesture.
+    isGranted = await chrome.permissions.request({ origins }).catch(() => false);
+    answer = await chrome.runtime.sendMessage({ type: "options.site_switch", name: description.name, isOn: isGranted });
+  } else {
+    answer = await chrome.runtime.sendMessage({ type: "options.site_switch", name: description.name, isOn: false });
+    // Origins the manifest grants (a developer's copy) cannot be given back: the switch alone turns the site off.
+    await chrome.permissions.remove({ origins }).catch(() => false);
+  }
+  renderSites(answer);
+  const isOn = answer.rows.find((row) => row.name === description.name)?.isOn === true;
   sitesOutcome.textContent = isOn
     ? `${description.title} is on: reload its open pages.`
-    : isDone || !input.checked
+    : isGranted || !input.checked
       ? `${description.title} is off.`
       : `${description.title} stays off: Chrome did not allow it.`;
   sitesOutcome.dataset.site = description.name;

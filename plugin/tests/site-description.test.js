@@ -37,6 +37,8 @@ const HOSTILE = [
   ["an http origin", (d) => (d.origins = ["http://chat.deepseek.com"])],
   ["an origin with a path", (d) => (d.origins = ["https://chat.deepseek.com/a"])],
   ["a reserved name", (d) => (d.name = "chatgpt")],
+  ["an origin of an adapter with network capture", (d) => (d.origins = ["https://chat.deepseek.com", "https://claude.ai"])],
+  ["Gemini's origin", (d) => (d.origins = ["https://gemini.google.com"])],
   ["a bad name", (d) => (d.name = "Deep-Seek")],
   ["a name over 16 characters (the server's column)", (d) => (d.name = "a".padEnd(17, "b"))],
   ["another capture", (d) => (d.capture = "network")],

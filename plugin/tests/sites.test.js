@@ -10,8 +10,10 @@ import { describe, it } from "node:test";
 import { ADAPTERS, adapterByName, adapterForUrl, NETWORK_ADAPTERS, NETWORK_ORIGINS, useSites } from "../adapters/index.js";
 import { SITE_NAMES } from "../adapters/site.js";
 import { helloFrame, MAX_HELLO_ADAPTERS } from "../lib/frames.js";
+import { RESERVED_ORIGINS } from "../lib/site-description.js";
 import {
-  isLoadable, matchPatterns, MAX_SITES, registrationPlan, siteRows, siteScript, sitesGetFrame, sitesInForce, storedSitesOf,
+  isLoadable, isSwitchedOn, matchPatterns, MAX_SITES, registrationPlan, siteRows, siteScript, sitesGetFrame, sitesInForce, sitesOn,
+  storedSitesOf, switchedOnOf, switchOff, switchOn, withoutWithdrawn,
 } from "../lib/sites.js";
 
 const read = (name) => JSON.parse(readFileSync(new URL(`../sites/${name}.json`, import.meta.url), "utf8"));
@@ -65,6 +67,68 @@ describe("the descriptions in force", () => {
     const { sites, dropped } = sitesInForce(BUILT_IN, { version: "v", descriptions: { copycat: stolen, zz_twin: twin, other: misnamed } }, { reservedOrigins });
     assert.deepEqual(dropped.map((entry) => entry.name).sort(), ["copycat", "other", "zz_twin"]);
     assert.ok(sites.has("deepseek") && !sites.has("zz_twin") && !sites.has("copycat"));
+  });
+
+  it("keep the built-in owner of an origin: a server's description claiming it is refused and reported, whatever its name", () => {
+    // "aaa_reader" sorts before "copilot": the old rule gave it github.com, and the grant the person gave Copilot.
+    for (const name of ["aaa_reader", "zz_reader"]) {
+      const reader = { ...serverOnlySite(), name, title: "Reader", origins: ["https://github.com"] };
+      const { sites, dropped } = sitesInForce(BUILT_IN, { version: "v", descriptions: { [name]: reader } }, { reservedOrigins });
+      assert.ok(!sites.has(name), name);
+      assert.deepEqual(sites.get("copilot").origins, ["https://github.com"]);
+      assert.deepEqual(dropped, [{ name, problems: ["stored: $.origins: https://github.com is claimed by copilot too: an origin belongs to one site"] }]);
+    }
+  });
+
+  it("refuse both of the server's descriptions that claim one origin, in either order, and keep the built-in one of a name", () => {
+    const one = { ...serverOnlySite(), name: "acme_one", origins: ["https://chat.acme.test"] };
+    const two = { ...serverOnlySite(), name: "acme_two", origins: ["https://chat.acme.test", "https://two.acme.test"] };
+    for (const descriptions of [{ acme_one: one, acme_two: two }, { acme_two: two, acme_one: one }]) {
+      const { sites, dropped } = sitesInForce(BUILT_IN, { version: "v", descriptions }, { reservedOrigins });
+      assert.ok(!sites.has("acme_one") && !sites.has("acme_two"));
+      assert.deepEqual(dropped.map((entry) => entry.name).sort(), ["acme_one", "acme_two"]);
+    }
+    // The server's copilot and a reader on its origin: both refused, the plugin's own copilot stays in force.
+    const copilot = { ...read("copilot"), title: "Copilot (the server's)" };
+    const reader = { ...serverOnlySite(), name: "gh_reader", origins: ["https://github.com"] };
+    const { sites, dropped } = sitesInForce(BUILT_IN, { version: "v", descriptions: { copilot, gh_reader: reader } }, { reservedOrigins });
+    assert.equal(sites.get("copilot").title, "GitHub Copilot");
+    assert.ok(!sites.has("gh_reader"));
+    assert.deepEqual(dropped.map((entry) => entry.name).sort(), ["copilot", "gh_reader"]);
+  });
+
+  it("let the server move a site off an origin and give it to another", () => {
+    const copilot = { ...read("copilot"), origins: ["https://copilot.acme.test"] };
+    const reader = { ...serverOnlySite(), name: "gh_reader", origins: ["https://github.com"] };
+    const { sites, dropped } = sitesInForce(BUILT_IN, { version: "v", descriptions: { copilot, gh_reader: reader } }, { reservedOrigins });
+    assert.deepEqual(dropped, []);
+    assert.deepEqual(sites.get("copilot").origins, ["https://copilot.acme.test"]);
+    assert.deepEqual(sites.get("gh_reader").origins, ["https://github.com"]);
+  });
+
+  it("leave out both of two built-in descriptions on one origin, and any on an adapter's origin", () => {
+    const twin = { ...read("grok"), name: "grok_twin" };
+    const { sites, dropped } = sitesInForce({ grok: read("grok"), grok_twin: twin, kimi: read("kimi") }, undefined, { reservedOrigins });
+    assert.deepEqual([...sites.keys()], ["kimi"]);
+    assert.deepEqual(dropped.map((entry) => entry.name).sort(), ["grok", "grok_twin"]);
+    const onClaude = { ...serverOnlySite(), name: "copycat", origins: ["https://claude.ai"] };
+    const refused = sitesInForce({}, { version: "v", descriptions: { copycat: onClaude } }, { reservedOrigins });
+    assert.equal(refused.sites.size, 0);
+    assert.match(refused.dropped[0].problems[0], /^stored: \$\.origins\[0\]: the origin of an adapter with network capture/);
+  });
+
+  it("are shipped on origins of their own, none an adapter's, the schema's list of those being the adapters'", () => {
+    const owners = new Map();
+    for (const description of Object.values(BUILT_IN)) {
+      for (const origin of description.origins) {
+        assert.ok(!owners.has(origin), `${origin}: ${owners.get(origin)} and ${description.name}`);
+        owners.set(origin, description.name);
+      }
+    }
+    for (const origin of NETWORK_ORIGINS) assert.ok(!owners.has(origin), origin);
+    const schema = read("schema");
+    assert.deepEqual([...schema.$defs.origin.not.enum].sort(), [...NETWORK_ORIGINS].sort());
+    assert.deepEqual([...RESERVED_ORIGINS].sort(), [...NETWORK_ORIGINS].sort());
   });
 
   it("are the adapters in force once used, the three first, and the hello names at most 16", () => {
@@ -160,6 +224,53 @@ describe("the content scripts of the sites switched on", () => {
     assert.equal(rows.length, SITE_NAMES.length);
     assert.deepEqual(rows.find((row) => row.name === "deepseek"), { name: "deepseek", title: "DeepSeek", origins: ["https://chat.deepseek.com"], isOn: true, isLoadable: true });
     assert.deepEqual(rows.map((row) => row.title), [...rows.map((row) => row.title)].sort((a, b) => a.localeCompare(b, "en")));
+  });
+});
+
+describe("the sites switched on", () => {
+  const { sites } = sitesInForce(BUILT_IN, undefined, { reservedOrigins });
+  const copilot = sites.get("copilot");
+  const on = (switchedOn, granted, accessiblePatterns = ACCESSIBLE) => [...sitesOn({ sites, switchedOn, granted: new Set(granted), accessiblePatterns })];
+
+  it("turns nothing on for a grant alone: only the person's switch, with the grant, does", () => {
+    assert.deepEqual(on({}, ["copilot", "grok"]), []);
+    const switchedOn = switchOn({}, copilot);
+    assert.deepEqual(switchedOn, { copilot: { origins: ["https://github.com"] } });
+    assert.deepEqual(on(switchedOn, ["copilot", "grok"]), ["copilot"]);
+    assert.deepEqual(on(switchedOn, []), [], "switched on, its grant not given (or taken back)");
+    assert.deepEqual(on(switchedOn, ["copilot"], []), [], "switched on, the plugin's modules not loadable there");
+  });
+
+  it("holds a switch to the origins it was given for: a description grown since is off, one shrunk stays on", () => {
+    const switchedOn = switchOn({}, copilot);
+    assert.equal(isSwitchedOn(switchedOn, copilot), true);
+    assert.equal(isSwitchedOn(switchedOn, { ...copilot, origins: ["https://github.com", "https://gist.github.com"] }), false);
+    const perplexity = sites.get("perplexity");
+    const both = switchOn({}, perplexity);
+    assert.equal(isSwitchedOn(both, { ...perplexity, origins: ["https://www.perplexity.ai"] }), true);
+    assert.equal(isSwitchedOn(both, { ...perplexity, name: "other" }), false, "a switch is a site's, by name");
+  });
+
+  it("switches on and off without changing the value it was given, and reads a stored value defensively", () => {
+    const before = switchOn({}, sites.get("grok"));
+    const after = switchOn(before, copilot);
+    assert.deepEqual(Object.keys(before), ["grok"]);
+    assert.deepEqual(Object.keys(switchOff(after, "grok")), ["copilot"]);
+    assert.deepEqual(switchOff(after, "kimi"), after);
+    assert.deepEqual(switchedOnOf(undefined), {});
+    assert.deepEqual(switchedOnOf(["copilot"]), {});
+    assert.deepEqual(switchedOnOf({ copilot: true, grok: { origins: "https://grok.com" }, kimi: { origins: [1, "https://www.kimi.com"] } }), {
+      kimi: { origins: ["https://www.kimi.com"] },
+    });
+    assert.equal(isSwitchedOn(switchedOnOf({ toString: { origins: ["x"] } }), copilot), false);
+  });
+
+  it("switches a site off once its grant is taken back, so that a later grant does not turn it on again", () => {
+    const switchedOn = switchOn(switchOn({ gone_site: { origins: ["https://gone.test"] } }, copilot), sites.get("grok"));
+    const kept = withoutWithdrawn({ sites, switchedOn, granted: new Set(["grok"]) });
+    assert.deepEqual(Object.keys(kept).sort(), ["gone_site", "grok"]);
+    assert.deepEqual(on(kept, ["copilot", "grok"]), ["grok"]);
+    assert.equal(withoutWithdrawn({ sites, switchedOn: kept, granted: new Set(["grok"]) }), kept, "nothing to change: the same value");
   });
 });
 

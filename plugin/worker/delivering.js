@@ -7,7 +7,7 @@
  * about the site counted as an adapter report.
  */
 
-import { adapterByName } from "../adapters/index.js";
+import { adapterByName, NETWORK_ADAPTERS } from "../adapters/index.js";
 import { clampTimeout } from "../lib/composer.js";
 import { Deliveries, DELIVERY_KINDS } from "../lib/deliveries.js";
 import { DeliveryMemory } from "../lib/delivery-memory.js";
@@ -15,6 +15,7 @@ import { frameRefusal } from "../lib/delivery-rules.js";
 import { domResultFrame, proxyResultFrame } from "../lib/frames.js";
 import { afterProxyDelivery } from "../lib/reply-note.js";
 import { reportDeliveryFailure } from "./report-sending.js";
+import { isSiteOn } from "./site-sync.js";
 import { send } from "./socket.js";
 import { local } from "./storage.js";
 
@@ -65,6 +66,10 @@ async function deliverInTab(frame, message, kind, onAnswer = () => {}) {
     adapter = adapterByName(frame.platform);
   } catch (error) {
     return kind.failed(error.message);
+  }
+  // A site the person has not switched on (or switched off since) is not typed into, nor is a tab of it opened.
+  if (!NETWORK_ADAPTERS.includes(adapter) && !(await isSiteOn(adapter.name))) {
+    return kind.failed(`${adapter.description?.title ?? adapter.name} is switched off in the plugin's options: nothing is read or typed there`);
   }
   const target = { conversation_id: String(frame.conversation_id ?? ""), page_url: typeof frame.page_url === "string" ? frame.page_url : "" };
   for (const tab of await conversationTabs(adapter, target.conversation_id)) {

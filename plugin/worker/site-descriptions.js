@@ -23,14 +23,17 @@ async function readBuiltIn() {
 
 /**
  * Reads the descriptions, puts their adapters in force and returns them by
- * name; what was dropped is logged (the built-in one of that name stays).
+ * name, with what was left out and why (`dropped`: a description that does
+ * not validate, or claims an origin of the adapters with network capture
+ * or of another site; the built-in one of that name, if any, stays). Each
+ * left out is logged, and the options page lists them.
  *
- * @returns {Promise<Map<string, Readonly<Record<string, any>>>>}
+ * @returns {Promise<{sites: Map<string, Readonly<Record<string, any>>>, dropped: import('../lib/sites.js').Dropped[]}>}
  */
 export async function loadSites() {
   const { [SITES_KEY]: stored } = await chrome.storage.local.get(SITES_KEY);
   const { sites, dropped } = sitesInForce(await readBuiltIn(), stored, { reservedOrigins: NETWORK_ORIGINS });
   for (const { name, problems } of dropped) console.warn("Conductor: a site description is not used:", name, problems.slice(0, 3).join("; "));
   useSites(sites.values());
-  return sites;
+  return { sites, dropped };
 }

@@ -11,15 +11,28 @@
  *   that key, and only with a frame from the socket to the paired server:
  *   no message from a page or a content script reaches it. Pages use them
  *   from their next load.
- * - A site is switched on when Chrome granted its origins (the options
- *   page asks, inside the click); its content script is then registered
- *   (chrome.scripting), and unregistered when the grant goes. `syncScripts`
- *   makes the registered scripts match the grants: at every start of the
- *   worker, on every change of permissions, after new descriptions.
+ * - A site is read only once the person switched it on in the options
+ *   page: the page asks Chrome for the site's origins inside the click, then
+ *   tells this worker (`switchSite`), which keeps the switch in
+ *   chrome.storage.local (lib/sites.js SWITCHED_ON_KEY, with the origins
+ *   switched on for; only this module writes it, for the extension's own
+ *   pages; content scripts cannot read or write that area). A grant alone
+ *   (Chrome's own site access menu, or one given for something else) turns
+ *   nothing on. A site on (lib/sites.js `sitesOn`) gets its content script
+ *   registered (chrome.scripting); `syncScripts` makes the registered
+ *   scripts match the sites on: at every start of the worker, on every
+ *   change of permissions, after new descriptions, at each switch. A grant
+ *   taken back in Chrome's menu switches its site off.
+ * - What a site's page may do is asked of `isSiteOn` each time: its
+ *   description (`descriptionForPage`), its messages and reports taken
+ *   (background.js), a delivery into it (worker/delivering.js).
  */
 
 import { answerOf } from "../lib/answers.js";
-import { isLoadable, matchPatterns, registrationPlan, SITES_KEY, siteRows, sitesGetFrame, storedSitesOf } from "../lib/sites.js";
+import {
+  isLoadable, matchPatterns, registrationPlan, SITES_KEY, siteRows, sitesGetFrame, sitesOn, storedSitesOf, switchedOnOf, SWITCHED_ON_KEY, switchOff,
+  switchOn, withoutWithdrawn,
+} from "../lib/sites.js";
 import { ask } from "./questions.js";
 import { loadSites } from "./site-descriptions.js";
 import { local } from "./storage.js";
@@ -28,11 +41,11 @@ import { local } from "./storage.js";
 function load() {
   return loadSites().catch((error) => {
     console.warn("Conductor: the site descriptions could not be read:", error);
-    return new Map();
+    return { sites: new Map(), dropped: [] };
   });
 }
 
-/** The descriptions in force; every use of the adapters waits for it (background.js). */
+/** The descriptions in force and those left out; every use of the adapters waits for it (background.js). */
 export let sitesReady = load();
 
 /**
@@ -68,7 +81,7 @@ export async function takeSites(frame) {
 /** Where the plugin's modules may load: the manifest's web_accessible_resources matches. */
 const ACCESSIBLE_PATTERNS = chrome.runtime.getManifest().web_accessible_resources.flatMap((entry) => entry.matches ?? []);
 
-/** The sites switched on: all their origins granted, and the plugin's modules loadable there. */
+/** The sites whose origins Chrome grants, all of them, among those where the plugin's modules may load. */
 async function grantedSites(sites) {
   const granted = new Set();
   for (const [name, description] of sites) {
@@ -78,29 +91,78 @@ async function grantedSites(sites) {
   return granted;
 }
 
+/**
+ * The sites the plugin reads now (lib/sites.js `sitesOn`); the switches of
+ * sites whose grant was taken back are switched off on the way.
+ */
+async function sitesOnNow(sites) {
+  const granted = await grantedSites(sites);
+  const stored = switchedOnOf(await local.get(SWITCHED_ON_KEY));
+  const switchedOn = withoutWithdrawn({ sites, switchedOn: stored, granted });
+  if (switchedOn !== stored) await local.set(SWITCHED_ON_KEY, switchedOn);
+  return sitesOn({ sites, switchedOn, granted, accessiblePatterns: ACCESSIBLE_PATTERNS });
+}
+
+/** Is the site `name` read now? Asked at each use: the worker may have slept since the last sync. */
+export async function isSiteOn(name) {
+  const { sites } = await sitesReady;
+  if (!sites.has(name)) return false;
+  const one = new Map([[name, sites.get(name)]]);
+  const switchedOn = switchedOnOf(await local.get(SWITCHED_ON_KEY));
+  return sitesOn({ sites: one, switchedOn, granted: await grantedSites(one), accessiblePatterns: ACCESSIBLE_PATTERNS }).has(name);
+}
+
 let syncing = Promise.resolve();
 
-/**
- * Registers the content scripts of the sites switched on and unregisters
- * the others (lib/sites.js `registrationPlan`), one sync after the other.
- * Resolves with the options page's rows.
- */
-export function syncScripts() {
-  const run = async () => {
-    const sites = await sitesReady;
-    const granted = await grantedSites(sites);
-    const registered = await chrome.scripting.getRegisteredContentScripts();
-    const plan = registrationPlan({ sites, isOn: (name) => granted.has(name), registered });
-    if (plan.unregister.length) await chrome.scripting.unregisterContentScripts({ ids: plan.unregister });
-    if (plan.register.length) await chrome.scripting.registerContentScripts(plan.register);
-    return siteRows(sites, (name) => granted.has(name), ACCESSIBLE_PATTERNS);
-  };
-  const next = syncing.then(run);
+/** Runs `step` after every earlier sync or switch: each reads and writes the switches whole. */
+function inTurn(step) {
+  const next = syncing.then(step);
   syncing = next.catch((error) => console.warn("Conductor: the sites' content scripts were not brought up to date:", error));
   return next;
 }
 
-/** The site description in force for a page's URL, for its content script; null when none. */
+/** @returns {Promise<{rows: ReturnType<typeof siteRows>, notUsed: import('../lib/sites.js').Dropped[]}>} */
+async function sync() {
+  const { sites, dropped } = await sitesReady;
+  const on = await sitesOnNow(sites);
+  const registered = await chrome.scripting.getRegisteredContentScripts();
+  const plan = registrationPlan({ sites, isOn: (name) => on.has(name), registered });
+  if (plan.unregister.length) await chrome.scripting.unregisterContentScripts({ ids: plan.unregister });
+  if (plan.register.length) await chrome.scripting.registerContentScripts(plan.register);
+  return { rows: siteRows(sites, (name) => on.has(name), ACCESSIBLE_PATTERNS), notUsed: dropped };
+}
+
+/**
+ * Registers the content scripts of the sites on and unregisters the others
+ * (lib/sites.js `registrationPlan`), one sync after the other. Resolves
+ * with what the options page shows: the rows, and the descriptions not used.
+ */
+export function syncScripts() {
+  return inTurn(sync);
+}
+
+/**
+ * The options page's switch: on (after Chrome granted the site's origins,
+ * asked for by the page inside the click) or off; then the scripts are
+ * synced. Switched on only for a site known, loadable and granted now.
+ *
+ * @param {string} name
+ * @param {boolean} isOn
+ */
+export function switchSite(name, isOn) {
+  return inTurn(async () => {
+    const { sites } = await sitesReady;
+    const description = sites.get(name);
+    const switchedOn = switchedOnOf(await local.get(SWITCHED_ON_KEY));
+    if (!isOn) await local.set(SWITCHED_ON_KEY, switchOff(switchedOn, name));
+    else if (description && (await grantedSites(new Map([[name, description]]))).has(name)) {
+      await local.set(SWITCHED_ON_KEY, switchOn(switchedOn, description));
+    }
+    return sync();
+  });
+}
+
+/** The description of a page's site, for its content script: only a site on; null otherwise. */
 export async function descriptionForPage(url) {
   let origin;
   try {
@@ -108,6 +170,8 @@ export async function descriptionForPage(url) {
   } catch {
     return null;
   }
-  for (const description of (await sitesReady).values()) if (description.origins.includes(origin)) return description;
+  for (const description of (await sitesReady).sites.values()) {
+    if (description.origins.includes(origin)) return (await isSiteOn(description.name)) ? description : null;
+  }
   return null;
 }
