@@ -66,7 +66,7 @@ def valid_site_description(value: Any) -> dict[str, Any]:
 
 @cache
 def shipped_site_descriptions() -> dict[str, dict[str, Any]]:
-    """The descriptions shipped in ``plugin/sites/``, by name; a file that does not validate stops the start."""
+    """The descriptions shipped in ``plugin/sites/``, by name; a file that does not validate, or two on one origin, stop the start."""
     shipped: dict[str, dict[str, Any]] = {}
     for path in sorted(SITES_DIR.glob("*.json")):
         if path == SCHEMA_PATH:
@@ -79,6 +79,13 @@ def shipped_site_descriptions() -> dict[str, dict[str, Any]]:
         if description["name"] != path.stem:
             raise InvalidSiteDescription(f"{path}: its name is {description['name']!r}, its file {path.stem!r}")
         shipped[description["name"]] = description
+    # An origin belongs to one site: two shipped files claiming one is a packaging mistake.
+    owners: dict[str, str] = {}
+    for name, description in shipped.items():
+        for origin in description["origins"]:
+            if origin in owners:
+                raise InvalidSiteDescription(f"{SITES_DIR}: {origin} is claimed by both {owners[origin]!r} and {name!r}")
+            owners[origin] = name
     return shipped
 
 

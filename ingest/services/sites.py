@@ -4,6 +4,9 @@ Read them with ``ingest.site_selectors``. The plugins connected when a
 change commits are sent the sites in force at once (an unasked ``sites``
 frame); the others learn of it from their next ``hello.ok``
 (``sites_version``) and fetch them with ``sites.get``.
+
+A description may not claim an origin of the adapters with network capture
+(the schema) nor one another site claims (``site_origin_problems``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from core import layer_send
 from core.logfmt import log_event
 from ingest.models import SiteDescription, plugin_owner_group_name
 from ingest.selectors import plugin_clients_connected
-from ingest.site_selectors import sites_in_force, sites_version
+from ingest.site_selectors import site_origin_problems, sites_in_force, sites_version
 from platforms.sites import valid_site_description
 
 logger = logging.getLogger(__name__)
@@ -29,13 +32,24 @@ class SiteNameMismatch(ValueError):
     pass
 
 
+class SiteOriginTaken(ValueError):
+    """The description claims an origin another site, or an adapter with network capture, has."""
+
+
 def site_description_save(*, name: str, description: dict[str, Any], actor: str) -> SiteDescription:
-    """Store ``description`` as the site ``name``'s, a revision more; ``InvalidSiteDescription`` or
-    ``SiteNameMismatch`` say what is wrong and store nothing."""
+    """Store ``description`` as the site ``name``'s, a revision more; ``InvalidSiteDescription``,
+    ``SiteNameMismatch`` or ``SiteOriginTaken`` say what is wrong and store nothing."""
     valid_site_description(description)
     if description["name"] != name:
         raise SiteNameMismatch(f"the description names the site {description['name']!r}, not {name!r}")
     with transaction.atomic():
+        # Two saves that race past this check (another name, the same origin)
+        # both commit; the sites in force then leave out both (site_selectors
+        # ``sites_in_force``), and neither reaches a plugin: no lock is needed
+        # for the rule to hold where it matters.
+        problems = site_origin_problems(name=name, description=description)
+        if problems:
+            raise SiteOriginTaken(" ".join(problems))
         updated = SiteDescription.objects.filter(name=name).update(
             description=description, revision=F("revision") + 1, updated_at=timezone.now(), updated_by=actor,
         )

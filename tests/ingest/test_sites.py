@@ -1,20 +1,23 @@
 """Chat sites described as data, from the server's side (SPEC §9, "Platforms as data")."""
 
 import copy
+import html
 import json
+import shutil
 
 import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.contrib.admin.models import LogEntry
+from django.utils import timezone
 
 from conductor_site.asgi import application
 from conversations.models import Conversation
 from ingest.models import SiteDescription
-from ingest.services.sites import SiteNameMismatch, site_description_delete, site_description_save
-from ingest.site_selectors import sites_in_force, sites_version
+from ingest.services.sites import SiteNameMismatch, SiteOriginTaken, site_description_delete, site_description_save
+from ingest.site_selectors import builtin_adapter_origins, sites_in_force, sites_left_out, sites_version
 from platforms import platforms
-from platforms.sites import InvalidSiteDescription, shipped_site_descriptions
+from platforms.sites import SCHEMA_PATH, InvalidSiteDescription, shipped_site_descriptions
 from tests.factories import TEST_TOKEN, PluginClientFactory
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -210,3 +213,136 @@ def test_removing_an_operators_copy_in_the_admin_puts_the_shipped_one_back(admin
     assert not SiteDescription.objects.exists()
     assert sites_version() != changed
     assert {d["name"]: d for d in sites_in_force()}["perplexity"] == shipped_site_descriptions()["perplexity"]
+
+
+# ---- an origin belongs to one site ------------------------------------------------------------
+
+
+def on_origin(name, *origins, title="Reader"):
+    """A new site of that name on those origins, from a shipped one."""
+    description = a_new_site()
+    description.update(name=name, title=title, origins=list(origins))
+    return description
+
+
+@pytest.fixture
+def forget_added_sites():
+    """The sites a test adds become platforms of this process: gone again after it."""
+    yield
+    for name in ("gh_reader", "reader_two", "poe"):
+        if name in platforms:
+            platforms.unregister(name)
+
+
+def test_the_schema_keeps_the_adapters_origins_out_and_the_shipped_sites_on_origins_of_their_own():
+    schema = json.loads(SCHEMA_PATH.read_text())
+    assert sorted(schema["$defs"]["origin"]["not"]["enum"]) == sorted(builtin_adapter_origins())
+    assert builtin_adapter_origins()["https://claude.ai"] == "claude"
+    origins = [origin for description in shipped_site_descriptions().values() for origin in description["origins"]]
+    assert len(origins) == len(set(origins))
+    assert not set(origins) & set(builtin_adapter_origins())
+
+
+def test_two_shipped_files_on_one_origin_stop_the_start(tmp_path, monkeypatch):
+    import platforms.sites as sites_module
+
+    shutil.copy(SCHEMA_PATH, tmp_path / "schema.json")
+    (tmp_path / "grok.json").write_text(json.dumps(grok()))
+    (tmp_path / "grok_twin.json").write_text(json.dumps(grok(name="grok_twin")))
+    monkeypatch.setattr(sites_module, "SITES_DIR", tmp_path)
+    monkeypatch.setattr(sites_module, "SCHEMA_PATH", tmp_path / "schema.json")
+    shipped_site_descriptions.cache_clear()
+    try:
+        with pytest.raises(InvalidSiteDescription, match="https://grok.com is claimed by both 'grok' and 'grok_twin'"):
+            shipped_site_descriptions()
+    finally:
+        monkeypatch.undo()
+        shipped_site_descriptions.cache_clear()
+        assert sorted(shipped_site_descriptions()) == list(SHIPPED)
+
+
+@pytest.mark.parametrize("origin", ["https://claude.ai", "https://chatgpt.com", "https://gemini.google.com"])
+def test_a_description_cannot_claim_an_origin_of_the_adapters_with_network_capture(origin):
+    with pytest.raises(InvalidSiteDescription, match="origins/1"):
+        site_description_save(name="perplexity", description=perplexity(origins=["https://perplexity.ai", origin]),
+                              actor="ops")
+    assert not SiteDescription.objects.exists()
+
+
+def test_a_description_cannot_claim_a_shipped_sites_or_an_operators_sites_origin(forget_added_sites):
+    with pytest.raises(SiteOriginTaken) as raised:
+        site_description_save(name="gh_reader", description=on_origin("gh_reader", "https://github.com"), actor="ops")
+    assert "https://github.com already belongs to the site 'copilot' (GitHub Copilot, shipped with Conductor)" in str(
+        raised.value)
+    # A shipped site's copy may not take another shipped site's origin either.
+    with pytest.raises(SiteOriginTaken, match="'deepseek'"):
+        site_description_save(name="grok", description=grok(origins=["https://grok.com", "https://chat.deepseek.com"]),
+                              actor="ops")
+    assert not SiteDescription.objects.exists()
+
+    site_description_save(name="poe", description=a_new_site(), actor="ops")
+    with pytest.raises(SiteOriginTaken) as raised:
+        site_description_save(name="reader_two", description=on_origin("reader_two", "https://poe.com"), actor="ops")
+    assert "the site 'poe' (Poe, an operator's description)" in str(raised.value)
+    assert list(SiteDescription.objects.values_list("name", flat=True)) == ["poe"]
+    # Its own origins, saved again: this one replaces itself.
+    assert site_description_save(name="poe", description=a_new_site(), actor="ops").revision == 2
+
+
+def test_an_origin_a_site_gave_up_may_go_to_another(forget_added_sites):
+    site_description_save(name="copilot", description=shipped_with("copilot", origins=["https://copilot.acme.test"]),
+                          actor="ops")
+    site_description_save(name="gh_reader", description=on_origin("gh_reader", "https://github.com"), actor="ops")
+    in_force = {site["name"]: site["origins"] for site in sites_in_force()}
+    assert (in_force["copilot"], in_force["gh_reader"]) == (["https://copilot.acme.test"], ["https://github.com"])
+    assert sites_left_out() == {}
+
+
+def test_the_sites_in_force_leave_out_both_operators_descriptions_that_raced_onto_one_origin(forget_added_sites):
+    # Two saves that passed the check at the same moment: both rows are there.
+    for name in ("gh_reader", "reader_two"):
+        SiteDescription.objects.create(name=name, description=on_origin(name, "https://reader.acme.test"),
+                                       updated_at=timezone.now(), updated_by="ops")
+    names = [site["name"] for site in sites_in_force()]
+    assert names == list(SHIPPED)
+    assert sites_left_out() == {"gh_reader": "https://reader.acme.test is claimed by reader_two too",
+                                "reader_two": "https://reader.acme.test is claimed by gh_reader too"}
+
+
+def test_removing_a_copy_that_gave_up_an_origin_leaves_out_the_site_that_took_it(admin_client, forget_added_sites):
+    moved = site_description_save(
+        name="copilot", description=shipped_with("copilot", origins=["https://copilot.acme.test"]), actor="ops")
+    site_description_save(name="gh_reader", description=on_origin("gh_reader", "https://github.com"), actor="ops")
+    assert admin_client.post(f"/admin/ingest/sitedescription/{moved.pk}/delete/", {"post": "yes"}).status_code == 302
+    in_force = {site["name"]: site for site in sites_in_force()}
+    assert in_force["copilot"] == shipped_site_descriptions()["copilot"]
+    assert "gh_reader" not in in_force
+    listed = html.unescape(admin_client.get("/admin/ingest/sitedescription/").content.decode())
+    assert "no: https://github.com is claimed by copilot too" in listed
+
+
+def test_the_admin_refuses_a_description_on_another_sites_origin_and_names_that_site(admin_client, forget_added_sites):
+    taken = admin_client.post("/admin/ingest/sitedescription/add/",
+                              {"name": "gh_reader", "description": json.dumps(on_origin("gh_reader", "https://github.com"))})
+    assert taken.status_code == 200
+    page = html.unescape(taken.content.decode())
+    assert ("https://github.com already belongs to the site 'copilot' (GitHub Copilot, shipped with Conductor): "
+            "an origin belongs to one site.") in page
+    builtin = admin_client.post("/admin/ingest/sitedescription/add/",
+                                {"name": "gh_reader", "description": json.dumps(on_origin("gh_reader", "https://claude.ai"))})
+    page = html.unescape(builtin.content.decode())
+    assert builtin.status_code == 200
+    assert "https://claude.ai is the built-in Claude adapter's: a site description cannot claim it." in page
+    assert "should not be valid under" not in page
+    assert not SiteDescription.objects.exists()
+
+    # A row's change form: the row's own origins are its own; another's are not.
+    site = site_description_save(name="poe", description=a_new_site(), actor="ops")
+    assert admin_client.post(f"/admin/ingest/sitedescription/{site.pk}/change/",
+                             {"description": json.dumps(a_new_site())}).status_code == 302
+    onto_grok = a_new_site()
+    onto_grok["origins"] = ["https://poe.com", "https://grok.com"]
+    refused = admin_client.post(f"/admin/ingest/sitedescription/{site.pk}/change/", {"description": json.dumps(onto_grok)})
+    assert refused.status_code == 200 and "the site 'grok' (Grok, shipped with Conductor)" in html.unescape(
+        refused.content.decode())
+    assert SiteDescription.objects.get().revision == 2
