@@ -16,8 +16,9 @@ def validate_delivery_methods(value: str) -> None:
 
 
 # Whose browsers and chat accounts a plugin client is (docs/security.md, "Whose conversation"):
-# a conversation belongs to the owner of the first client it was seen through, and
-# only that owner's clients route it.
+# a conversation is its owner's. The key of a conversation is (owner, platform, remote id): the
+# same chat id sent by clients of two owners is two conversations, and only the owner's clients
+# route each.
 DEFAULT_OWNER = "default"
 MAX_OWNER_CHARS = 64
 
@@ -33,7 +34,7 @@ validate_handle = RegexValidator(
 
 
 class Conversation(models.Model):
-    """One chat on one platform, identified by the platform's own id."""
+    """One owner's chat on one platform, identified by its owner and the platform's own id."""
 
     platform = models.CharField(
         max_length=16, choices=platform_choices, help_text="The chat web app: a registered platform adapter."
@@ -43,10 +44,11 @@ class Conversation(models.Model):
     )
     title = models.CharField(max_length=500, blank=True)
     # Ingest sets it: the owner of the client a new conversation arrives through, or "" when it
-    # arrives through none (replayed without a client), which the first client to send it claims.
+    # arrives through none (replayed without a client), which the first client to send it claims
+    # unless that client's owner has a conversation with this id already.
     owner = models.CharField(
         max_length=MAX_OWNER_CHARS, blank=True, default=DEFAULT_OWNER, validators=[validate_owner],
-        help_text="The owner of the plugin client it was first seen through; only that owner's clients route it. "
+        help_text="The owner of the plugin clients that send into it; only that owner's clients route it. "
         "Empty: not yet seen through a client.",
     )
     handle = models.CharField(
@@ -75,8 +77,9 @@ class Conversation(models.Model):
 
     class Meta:
         constraints = [
+            # Each owner's chat with one id is its own conversation (docs/security.md, "Whose conversation").
             models.UniqueConstraint(
-                fields=["platform", "remote_id"], name="conversation_platform_remote_id_uniq"
+                fields=["owner", "platform", "remote_id"], name="conversation_owner_platform_remote_id_uniq"
             ),
         ]
 

@@ -46,26 +46,51 @@ def message_counts_by_source_and_role() -> dict[tuple[str, str], int]:
     return {(source, role): n for source, role, n in rows}
 
 
+def conversation_of_owner(*, owner: str, platform: str, remote_id: str) -> Conversation | None:
+    """The conversation a message with this id from a client of ``owner`` goes to now, or None for a new one.
+
+    The owner's own conversation with the id, else the unclaimed one (stored
+    without a client), which that message would claim; never another
+    owner's (docs/security.md, "Whose conversation").
+    """
+    found = {
+        conversation.owner: conversation
+        for conversation in Conversation.objects.filter(owner__in=(owner, ""), platform=platform, remote_id=remote_id)
+    }
+    return found.get(owner) or found.get("")
+
+
 class ConversationNotFound(LookupError):
     pass
 
 
-def conversation_by_reference(*, reference: str, platform: str | None = None) -> Conversation:
-    """The conversation an operator names: Conductor's id, or the platform's id (with ``platform`` when two match).
+def conversation_by_reference(
+    *, reference: str, platform: str | None = None, owner: str | None = None
+) -> Conversation:
+    """The conversation an operator names: Conductor's id, or the platform's id (with ``platform`` and
+    ``owner`` when several match: two platforms, or two owners' chats with one id).
 
     Raises ``ConversationNotFound`` saying why none or several match.
     """
     matches = Conversation.objects.filter(remote_id=reference)
     if platform:
         matches = matches.filter(platform=platform)
+    if owner is not None:
+        matches = matches.filter(owner=owner)
     if reference.isdigit():
         by_pk = Conversation.objects.filter(pk=int(reference))
         matches = by_pk if by_pk.exists() else matches
     found = list(matches[:2])
     if not found:
-        raise ConversationNotFound(f"no conversation {reference!r}" + (f" on {platform}" if platform else ""))
+        where = "".join([f" on {platform}" if platform else "", f" of owner {owner!r}" if owner is not None else ""])
+        raise ConversationNotFound(f"no conversation {reference!r}{where}")
     if len(found) > 1:
-        raise ConversationNotFound(f"{reference!r} names conversations on several platforms: give --platform")
+        if found[0].platform != found[1].platform:
+            raise ConversationNotFound(f"{reference!r} names conversations on several platforms: give --platform")
+        raise ConversationNotFound(
+            f"{reference!r} names conversations of several owners on {found[0].platform}: "
+            "give --client (one of the owner's plugin clients) or Conductor's id"
+        )
     return found[0]
 
 

@@ -18,67 +18,103 @@ from core.logfmt import log_event
 logger = logging.getLogger(__name__)
 
 
-def conversation_get_locked(
-    *, platform: str, remote_id: str, title: str, now: dt.datetime, owner: str = ""
-) -> Conversation:
-    """Get or create the conversation and hold its row until the transaction ends.
+class ConversationKey(NamedTuple):
+    """What names a conversation at ingest: its owner, platform and the platform's id.
 
-    Holding it serialises ingest per conversation, so per-conversation counts
-    (the hourly instruction limit) hold under concurrent writers. A
-    conversation created now gets ``owner`` ("" when it arrives through no
-    plugin client: unclaimed).
+    ``owner`` is the owner of the plugin client the message came through, or
+    "" when it came through none (replayed without a client).
     """
+
+    owner: str
+    platform: str
+    remote_id: str
+
+
+def _conversation_create_locked(*, key: ConversationKey, title: str, now: dt.datetime) -> Conversation:
+    """Get or create the conversation of exactly ``key``, held until the transaction ends."""
     # A row this transaction inserts is held by it too.
     conversation, _ = Conversation.objects.select_for_update().get_or_create(
-        platform=platform, remote_id=remote_id, defaults={"title": title, "last_activity_at": now, "owner": owner}
+        owner=key.owner, platform=key.platform, remote_id=key.remote_id,
+        defaults={"title": title, "last_activity_at": now},
     )
     return conversation
 
 
 def conversations_get_locked(
-    *, titles: dict[tuple[str, str], str], now: dt.datetime, owners: dict[tuple[str, str], str] | None = None
-) -> dict[tuple[str, str], Conversation]:
-    """``conversation_get_locked`` for several conversations, keyed ``(platform, remote_id)``.
+    *, titles: dict[ConversationKey, str], now: dt.datetime
+) -> dict[ConversationKey, Conversation]:
+    """The conversation of each key, held until the transaction ends; created when new, claimed when unclaimed.
 
-    ``titles`` maps each key to the title a conversation created now gets,
-    ``owners`` to its owner (none: unclaimed).
-    The existing rows are locked in one statement, in primary-key order, so
-    two callers locking overlapping sets wait for each other instead of
+    A conversation is its owner's (docs/security.md, "Whose conversation"):
+    a key with an owner gets that owner's conversation with the id; else the
+    unclaimed one (owner "", stored without a client), which it claims for
+    the owner; else a new one of the owner. Another owner's conversation with
+    the same id is never it. A key without an owner (a message through no
+    client) gets the unclaimed conversation with the id, else the first one
+    stored with it (an operator's replay; ``--client`` says whose), else a
+    new unclaimed one. ``titles`` maps each key to the title a conversation
+    created now gets.
+
+    Holding the rows serialises ingest per conversation, so per-conversation
+    counts (the hourly instruction limit) hold under concurrent writers. The
+    existing rows are locked in one statement, in primary-key order, so two
+    callers locking overlapping sets wait for each other instead of
     deadlocking; missing ones are then created one by one, in key order.
     """
-    remote_ids: dict[str, list[str]] = {}
-    for platform, remote_id in titles:
-        remote_ids.setdefault(platform, []).append(remote_id)
-    keys = Q()
-    for platform, ids in remote_ids.items():
-        keys |= Q(platform=platform, remote_id__in=ids)
-    found = {
-        (conversation.platform, conversation.remote_id): conversation
-        for conversation in Conversation.objects.select_for_update().filter(keys).order_by("pk")
-    }
-    for platform, remote_id in sorted(titles.keys() - found.keys()):
-        found[platform, remote_id] = conversation_get_locked(
-            platform=platform, remote_id=remote_id, title=titles[platform, remote_id], now=now,
-            owner=(owners or {}).get((platform, remote_id), ""),
-        )
+    found = _conversations_lock(titles.keys())
+    resolved: dict[ConversationKey, Conversation] = {}
+    for key in sorted(titles, key=lambda key: (key.owner == "", key)):  # the clients' keys claim first
+        candidates = found.get((key.platform, key.remote_id), [])
+        if key.owner:
+            # A row another key of this call claimed has that key's owner by now.
+            conversation = next((c for c in candidates if c.owner == key.owner), None) or _claimed(
+                key, next((c for c in candidates if c.owner == ""), None)
+            )
+        else:
+            conversation = next((c for c in candidates if c.owner == ""), None) or next(iter(candidates), None)
+        if conversation is None:
+            conversation = _conversation_create_locked(key=key, title=titles[key], now=now)
+        resolved[key] = conversation
+    return resolved
+
+
+def _conversations_lock(keys: Iterable[ConversationKey]) -> dict[tuple[str, str], list[Conversation]]:
+    """The stored conversations the keys may resolve to, locked, in primary-key order, by (platform, remote id).
+
+    A key with an owner reads only that owner's row and the unclaimed one:
+    another owner's conversation with the same id is not locked. A key
+    without an owner reads every row with its id.
+    """
+    remote_ids: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+    for key in keys:
+        owners = (key.owner, "") if key.owner else ()
+        remote_ids.setdefault((key.platform, owners), []).append(key.remote_id)
+    if not remote_ids:
+        return {}
+    rows = Q()
+    for (platform, owners), ids in remote_ids.items():
+        rows |= Q(platform=platform, remote_id__in=ids, **({"owner__in": owners} if owners else {}))
+    found: dict[tuple[str, str], list[Conversation]] = {}
+    for conversation in Conversation.objects.select_for_update().filter(rows).order_by("pk"):
+        found.setdefault((conversation.platform, conversation.remote_id), []).append(conversation)
     return found
 
 
-def conversations_claim(*, owners: dict[Conversation, str]) -> None:
-    """Give unclaimed conversations (``owner`` empty) the owner of the client they were just seen through.
+def _claimed(key: ConversationKey, conversation: Conversation | None) -> Conversation | None:
+    """The unclaimed ``conversation`` given ``key``'s owner, or None when there is none or another claimed it.
 
-    The caller holds the conversations' locks, so two clients of different
-    owners cannot both claim one; only rows still unclaimed are written.
+    The caller holds its lock, so two owners' clients cannot both claim it;
+    only a row still unclaimed is written. When the owner's own conversation
+    with the id was created meanwhile, the update breaks the unique key and
+    ingest tries again, finding it.
     """
-    by_owner: dict[str, list[Conversation]] = {}
-    for conversation, owner in owners.items():
-        if not conversation.owner:
-            by_owner.setdefault(owner, []).append(conversation)
-    for owner, conversations in by_owner.items():
-        Conversation.objects.filter(pk__in=[c.pk for c in conversations], owner="").update(owner=owner)
-        for conversation in conversations:
-            conversation.owner = owner
-            log_event(logger, "conversation_claim", conversation_id=conversation.pk, owner=owner)
+    if conversation is None:
+        return None
+    if not Conversation.objects.filter(pk=conversation.pk, owner="").update(owner=key.owner):
+        return None
+    conversation.owner = key.owner
+    log_event(logger, "conversation_claim", conversation_id=conversation.pk, owner=key.owner)
+    return conversation
 
 
 def conversations_touch(*, titles: dict[Conversation, str], now: dt.datetime) -> None:

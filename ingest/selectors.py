@@ -448,3 +448,8 @@ def tool_guide(*, platform: str, conversation: Conversation | None = None, clien
 
 def plugin_client_pk(*, client_id: str) -> int | None:
     return PluginClient.objects.filter(client_id=client_id).values_list("pk", flat=True).first()
+
+
+def plugin_client_owner(*, client_pk: int) -> str | None:
+    """The owner of plugin client ``client_pk``; None when there is no such client."""
+    return PluginClient.objects.filter(pk=client_pk).values_list("owner", flat=True).first()

@@ -176,8 +176,8 @@ class ConversationForm(forms.ModelForm):
 class ConversationAdmin(ToolGuideAdminMixin, StoryAdminMixin, ListColumnsMixin, admin.ModelAdmin):
     form = ConversationForm
     list_display = [
-        "title", "handle", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at", "open_tasks",
-        "story",
+        "title", "handle", "platform", "remote_id", "owner", "paused", "renewal_enabled", "last_activity_at",
+        "open_tasks", "story",
     ]
     list_display_links = ["title", "remote_id"]
     list_filter = ["platform", "owner", "paused", "renewal_enabled"]
@@ -215,8 +215,9 @@ class ConversationAdmin(ToolGuideAdminMixin, StoryAdminMixin, ListColumnsMixin, 
 
     def get_list_queryset(self, queryset):
         # The columns, and the flags the actions read.
+        # Two owners' chats may share a platform's id: the owner tells them apart.
         return queryset.only(
-            "title", "handle", "platform", "remote_id", "paused", "renewal_enabled", "last_activity_at",
+            "title", "handle", "platform", "remote_id", "owner", "paused", "renewal_enabled", "last_activity_at",
         )
 
     def save_model(self, request, obj, form, change):

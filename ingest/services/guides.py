@@ -6,14 +6,15 @@ import datetime as dt
 import logging
 
 from django.db import IntegrityError, transaction
-from django.db.models import F, Q, Subquery
+from django.db.models import F
 from django.utils import timezone
 
 from conversations.models import Conversation
+from conversations.selectors import conversation_of_owner
 from core.logfmt import log_event
 from ingest.guide import ToolGuide
-from ingest.models import PluginClient, ToolGuideServed
-from ingest.selectors import tool_guide
+from ingest.models import ToolGuideServed
+from ingest.selectors import plugin_client_owner, tool_guide
 
 logger = logging.getLogger(__name__)
 
@@ -23,18 +24,17 @@ def tool_guide_serve(
 ) -> ToolGuide:
     """The guide for a chat the plugin is on, recorded as served to that client.
 
-    ``conversation_id`` is the platform's id of the chat; a chat Conductor has
-    not seen (a new one) gets the platform's guide, with the client's policies;
-    so does another owner's chat: its policies and story are none of this
-    client's business.
+    ``conversation_id`` is the platform's id of the chat, looked up among the
+    client's owner's conversations (``conversation_of_owner``, where the
+    owner's next message with that id goes); a chat Conductor has not seen
+    for this owner gets the platform's guide, with the client's policies,
+    even when another owner has a chat with the same id: its policies and
+    story are none of this client's business.
     """
     now = now or timezone.now()
     conversation = None
-    if conversation_id:
-        client_owner = PluginClient.objects.filter(pk=client_pk).values("owner")[:1]
-        conversation = Conversation.objects.filter(
-            Q(owner="") | Q(owner=Subquery(client_owner)), platform=platform, remote_id=conversation_id
-        ).first()
+    if conversation_id and (owner := plugin_client_owner(client_pk=client_pk)) is not None:
+        conversation = conversation_of_owner(owner=owner, platform=platform, remote_id=conversation_id)
     guide = tool_guide(platform=platform, conversation=conversation, client_pk=client_pk)
     _record(client_pk=client_pk, platform=platform, conversation=conversation, guide=guide, now=now)
     log_event(

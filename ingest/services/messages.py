@@ -15,9 +15,9 @@ from django.utils import timezone
 from automation.services.tasks import NewTask, tasks_create, tasks_retarget
 from conversations.models import Conversation, Message
 from conversations.services import (
+    ConversationKey,
     LinkSighting,
     conversation_links_seen,
-    conversations_claim,
     conversations_get_locked,
     conversations_touch,
 )
@@ -30,7 +30,7 @@ from ingest.services.instructions import (
     instruction_task,
     message_delivery_task,
 )
-from ingest.services.judging import Judgement, Verdict
+from ingest.services.judging import Judgement
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +56,11 @@ class IngestResult:
 
 
 def message_dedupe_key(message: FinalMessage) -> str:
-    """A message's identity in its conversation: its remote id, or its text when it has none."""
+    """A message's identity in its conversation: its remote id, or its text when it has none.
+
+    Within its conversation, which is its owner's: the same key in another
+    owner's conversation with the same id is another message.
+    """
     if message.message_id:
         return f"id:{message.message_id}"
     return "text:" + hashlib.sha256(message.text.encode()).hexdigest()
@@ -90,7 +94,7 @@ def message_ingest(
     """Store an assistant message and queue the work of its ```baa blocks, in one transaction.
 
     A batch of one through ``messages_store``: the same message again (same
-    conversation and dedupe key) creates nothing and reports the first one
+    owner, platform, conversation and dedupe key) creates nothing and reports the first one
     with ``duplicate=True``; ``force`` (replay) stores it again regardless.
     ``client`` is the plugin client it came through; None when replayed without one.
     """
@@ -111,7 +115,8 @@ def final_messages_ingest(*, arrivals: Sequence[ClientMessage]) -> list[IngestRe
     A handful of statements for the whole batch instead of a score per
     message: what lets one ASGI process keep up with many plugins. When the
     batch cannot be stored together (a database error, a failing message,
-    one conversation arriving through two clients), it is rolled back and
+    one conversation arriving through two clients, or through a client and
+    through none), it is rolled back and
     each frame is stored as a batch of one, so a bad frame costs only itself:
     its exception is returned in its place.
     """
@@ -160,15 +165,13 @@ class _Batch:
     now: dt.datetime
     messages: list[FinalMessage] = field(default_factory=list)
     all_blocks: list[list[Block]] = field(default_factory=list)
-    keys: list[tuple[str, str]] = field(default_factory=list)  # each message's (platform, conversation id)
-    client_pk_of: dict[tuple[str, str], int | None] = field(default_factory=dict)
+    keys: list[ConversationKey] = field(default_factory=list)  # each message's (owner, platform, conversation id)
+    client_pk_of: dict[ConversationKey, int | None] = field(default_factory=dict)
     clients: dict[int, PluginClient] = field(default_factory=dict)
-    owner_of: dict[tuple[str, str], str] = field(default_factory=dict)
     dedupe_keys: list[str | None] = field(default_factory=list)
-    titles: dict[tuple[str, str], str] = field(default_factory=dict)
+    titles: dict[ConversationKey, str] = field(default_factory=dict)
     # Set within the transaction.
-    conversations: dict[tuple[str, str], Conversation] = field(default_factory=dict)
-    foreign: set[tuple[str, str]] = field(default_factory=set)
+    conversations: dict[ConversationKey, Conversation] = field(default_factory=dict)
     stored_before: dict[tuple[int, str], int] = field(default_factory=dict)
     first_of: dict[tuple[int, str], int] = field(default_factory=dict)
     new: list[int] = field(default_factory=list)
@@ -186,18 +189,21 @@ def _store(arrivals: Sequence[ClientMessage], now: dt.datetime) -> list[IngestRe
         _sightings_record(batch, newest_titles, links)
         _messages_insert(batch)
         batch.queued = _queue_blocks(
-            {index: (batch.stored[index], batch.all_blocks[index]) for index in batch.new}, now,
-            foreign={index for index in batch.new if batch.keys[index] in batch.foreign},
+            {index: (batch.stored[index], batch.all_blocks[index]) for index in batch.new}, now
         )
         batch.counts = _duplicates_counts(batch)
     return _results(batch)
 
 
 def _batch_read(arrivals: Sequence[ClientMessage], now: dt.datetime) -> _Batch:
-    """Before the transaction: the blocks parsed, each message's conversation key, client and dedupe key.
+    """Before the transaction: the blocks parsed, each message's client, conversation key and dedupe key.
 
-    Raises ``_NotTogether`` when a conversation would change route within the
-    batch, or a client of it was deleted (those frames fail on their own).
+    A conversation's key holds the owner of the client its message came
+    through ("" for none): a conversation is its owner's. Raises
+    ``_NotTogether`` when a conversation would change route within the batch,
+    a conversation id arrives both through a client and through none (the
+    two keys might name one conversation), or a client of it was deleted
+    (those frames fail on their own).
     """
     batch = _Batch(arrivals=arrivals, now=now, messages=[arrival.message for arrival in arrivals])
     # Parsed before the transaction: the parse is pure and, for a large
@@ -208,31 +214,40 @@ def _batch_read(arrivals: Sequence[ClientMessage], now: dt.datetime) -> _Batch:
     batch.all_blocks = [
         arrival.blocks if arrival.blocks is not None else parse_blocks(arrival.message.text) for arrival in arrivals
     ]
-    batch.keys = [(message.platform, message.conversation_id) for message in batch.messages]
-    for key, arrival in zip(batch.keys, arrivals, strict=True):
-        if batch.client_pk_of.setdefault(key, arrival.client_pk) != arrival.client_pk:
-            raise _NotTogether  # the conversation's route would change within the batch
-    client_pks = {pk for pk in batch.client_pk_of.values() if pk is not None}
+    client_pks = {arrival.client_pk for arrival in arrivals if arrival.client_pk is not None}
     batch.clients = PluginClient.objects.in_bulk(client_pks) if client_pks else {}
     if len(batch.clients) < len(client_pks):
         if len(arrivals) > 1:
             raise _NotTogether  # a client was deleted: those frames fail on their own
         raise PluginClient.DoesNotExist(f"plugin client {arrivals[0].client_pk} no longer exists")
+    batch.keys = [
+        ConversationKey(
+            owner=batch.clients[arrival.client_pk].owner if arrival.client_pk is not None else "",
+            platform=arrival.message.platform, remote_id=arrival.message.conversation_id,
+        )
+        for arrival in arrivals
+    ]
+    for key, arrival in zip(batch.keys, arrivals, strict=True):
+        if batch.client_pk_of.setdefault(key, arrival.client_pk) != arrival.client_pk:
+            raise _NotTogether  # the conversation's route would change within the batch
+    if {(key.platform, key.remote_id) for key in batch.keys if not key.owner} & {
+        (key.platform, key.remote_id) for key in batch.keys if key.owner
+    }:
+        raise _NotTogether  # a message through no client may land in a client's conversation of the batch
     batch.dedupe_keys = [None if arrival.force else message_dedupe_key(arrival.message) for arrival in arrivals]
     for key, message in zip(batch.keys, batch.messages, strict=True):
         batch.titles.setdefault(key, message.title)
-    batch.owner_of = {key: batch.clients[pk].owner for key, pk in batch.client_pk_of.items() if pk is not None}
     return batch
 
 
 def _conversations_resolve(batch: _Batch) -> None:
-    """The batch's conversations, locked (created when new, claimed when unowned), and those it saw
-    through a client of another owner (``foreign``)."""
-    batch.conversations = conversations_get_locked(titles=batch.titles, now=batch.now, owners=batch.owner_of)
-    conversations_claim(owners={batch.conversations[key]: owner for key, owner in batch.owner_of.items()})
-    # Through a client of another owner than the conversation's: stored, but it neither
-    # routes the conversation nor runs anything in it (docs/security.md, "Whose conversation").
-    batch.foreign = {key for key, owner in batch.owner_of.items() if batch.conversations[key].owner != owner}
+    """The batch's conversations, locked: each client's owner's own (created when new, claimed when unclaimed).
+
+    A client of another owner naming the same conversation id gets a
+    conversation of its own (docs/security.md, "Whose conversation"): what
+    one owner sends never shows in, suppresses or changes another's.
+    """
+    batch.conversations = conversations_get_locked(titles=batch.titles, now=batch.now)
 
 
 def _duplicates_set_aside(batch: _Batch) -> tuple[dict[Conversation, str], dict[Conversation, dict[str, str]]]:
@@ -256,8 +271,6 @@ def _duplicates_set_aside(batch: _Batch) -> tuple[dict[Conversation, str], dict[
                 continue
             batch.first_of[identity] = index  # the first message of the batch with it; the others repeat it
         batch.new.append(index)
-        if key in batch.foreign:
-            continue
         # What one message after another would leave: the last non-blank values.
         newest_titles[conversation] = message.title or newest_titles.get(conversation, "")
         if batch.client_pk_of[key] is None:
@@ -277,8 +290,9 @@ def _sightings_record(
     conversations_touch(titles=newest_titles, now=batch.now)
     if not links:
         return
-    client_pk_of = {conversation: batch.client_pk_of[conversation.platform, conversation.remote_id]
-                    for conversation in links}
+    # Each key with a client names a conversation of that client's owner: a link never crosses owners.
+    client_pk_of = {batch.conversations[key]: client_pk for key, client_pk in batch.client_pk_of.items()
+                    if client_pk is not None}
     conversation_links_seen(
         sightings={
             conversation: LinkSighting(
@@ -327,12 +341,6 @@ def _duplicates_counts(batch: _Batch) -> dict[int, int]:
 
 def _results(batch: _Batch) -> list[IngestResult]:
     """Each message's ack, in order, once committed; the log lines of what was stored."""
-    for key in batch.foreign:
-        log_event(
-            logger, "message_foreign_client", level=logging.WARNING, conversation_id=batch.conversations[key].pk,
-            owner=batch.conversations[key].owner, client_id=batch.clients[batch.client_pk_of[key]].client_id,
-            client_owner=batch.owner_of[key],
-        )
     results: list[IngestResult] = []
     for index, (key, dedupe_key) in enumerate(zip(batch.keys, batch.dedupe_keys, strict=True)):
         conversation = batch.conversations[key]
@@ -355,42 +363,24 @@ def _results(batch: _Batch) -> list[IngestResult]:
     return results
 
 
-FOREIGN_CLIENT_ERROR = (
-    "not run: this conversation belongs to owner {owner!r} and the message came through plugin client "
-    "{client!r} of owner {client_owner!r}; a client runs nothing in, and receives nothing from, "
-    "another owner's conversation"
-)
-
-
-def _queue_blocks(
-    messages: dict[int, tuple[Message, list[Block]]], now: dt.datetime, *, foreign: set[int]
-) -> dict[int, int]:
+def _queue_blocks(messages: dict[int, tuple[Message, list[Block]]], now: dt.datetime) -> dict[int, int]:
     """Create an Instruction per block and a task per accepted one, in bulk; return each message's tasks created.
 
     Blocks are judged in the messages' order (``Judgement``); a message whose
     blocks were all refused gets its delivery at once, so the chat hears why.
-    The blocks of a message in ``foreign`` (it came through another owner's
-    client) are all refused and it gets no delivery: its conversation's
-    route is another client's, which must not hear it, and its own client
-    must hear nothing of that conversation.
     Each task wakes the dispatcher once the transaction commits.
     """
     judgement = Judgement.load(
         conversation_pks={stored.conversation_id for stored, _ in messages.values()},
         client_pks={stored.client_id for stored, _ in messages.values()},
-        blocks=[block for index, (_, blocks) in messages.items() if index not in foreign for block in blocks],
+        blocks=[block for _, blocks in messages.values() for block in blocks],
         now=now,
     )
     judged: dict[int, list[tuple[Instruction, str | None]]] = {}
     for index, (stored, blocks) in messages.items():
         judged[index] = []
         for block in blocks:
-            if index in foreign:
-                verdict = Verdict(None, FOREIGN_CLIENT_ERROR.format(
-                    owner=stored.conversation.owner, client=stored.client.client_id, client_owner=stored.client.owner,
-                ))
-            else:
-                verdict = judgement.judge(block, conversation_pk=stored.conversation_id, client_pk=stored.client_id)
+            verdict = judgement.judge(block, conversation_pk=stored.conversation_id, client_pk=stored.client_id)
             instruction = Instruction(
                 message=stored, block_index=block.index, raw_text=block.raw_text,
                 target=block.target, tool=block.tool, params=block.params,
@@ -408,7 +398,7 @@ def _queue_blocks(
             for instruction, task_status in judged[index]
             if task_status is not None
         ]
-        if blocks and not tasks and index not in foreign:
+        if blocks and not tasks:
             # Every block was rejected: the chat hears why at once.
             tasks.append(message_delivery_task(message_id=stored.pk, conversation_id=stored.conversation_id))
         new_tasks += tasks

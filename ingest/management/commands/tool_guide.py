@@ -4,7 +4,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from conversations.selectors import ConversationNotFound, conversation_by_reference
 from ingest.guide import LEFT_OUT_NO_HANDLES
-from ingest.selectors import conversation_guide_client_pk, plugin_client_pk, tool_guide
+from ingest.selectors import conversation_guide_client_pk, plugin_client_owner, plugin_client_pk, tool_guide
 from platforms import platforms
 
 
@@ -17,7 +17,8 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument(
             "--conversation", metavar="ID",
-            help="Conductor's id of the conversation, or the platform's (with --platform when ambiguous).",
+            help="Conductor's id of the conversation, or the platform's (with --platform or --client when ambiguous: "
+            "two platforms, or two owners' chats with one id).",
         )
         parser.add_argument("--platform", choices=platforms.names(), help="The platform of a new conversation.")
         parser.add_argument(
@@ -27,18 +28,20 @@ class Command(BaseCommand):
         parser.add_argument("--format", choices=["markdown", "json"], default="markdown")
 
     def handle(self, *args, conversation, platform, client, format, **options):
-        found = None
-        if conversation:
-            try:
-                found = conversation_by_reference(reference=conversation, platform=platform)
-            except ConversationNotFound as exc:
-                raise CommandError(str(exc)) from exc
-        client_pk = None
+        client_pk = owner = None
         if client:
             client_pk = plugin_client_pk(client_id=client)
             if client_pk is None:
                 raise CommandError(f"no plugin client {client!r}")
-        elif found is not None:
+            owner = plugin_client_owner(client_pk=client_pk)
+        found = None
+        if conversation:
+            try:
+                # With --client, the platform's id names that client's owner's conversation.
+                found = conversation_by_reference(reference=conversation, platform=platform, owner=owner)
+            except ConversationNotFound as exc:
+                raise CommandError(str(exc)) from exc
+        if found is not None and client_pk is None:
             client_pk = conversation_guide_client_pk(conversation=found)
         guide = tool_guide(
             platform=found.platform if found else (platform or ""), conversation=found, client_pk=client_pk
