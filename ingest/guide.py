@@ -11,6 +11,12 @@ The text has, in this order: what a block is, one line per callable tool
 worked example per tool family (each parses as a valid block of that tool),
 what comes back, the limits, and the mail handles when there are any. Denied
 tools are left out by the caller (``GuideFacts.tools`` holds only callable ones).
+
+The text is bounded as a whole (``MAX_GUIDE_BYTES``): a server may list a
+thousand tools, and a guide is pasted into a chat. Tools are described in
+registry order (Conductor's own first) while their lines fit; the rest are
+named only, with their count, within ``MAX_NAMED_ONLY_BYTES``, and past that
+counted only (``ToolGuide.named_only``, ``is_cut``).
 A mail tool with no handle to write to is left out of the text too, as the
 assistant could not use it; the operator's views say so
 (``GuideFacts.tools_left_out``, ``LEFT_OUT_NO_HANDLES``) and how to add a handle.
@@ -32,6 +38,9 @@ VERSION_CHARS = 12
 MAX_DESCRIPTION_CHARS = 160  # an MCP server's description can be pages long
 MAX_SIGNATURE_CHARS = 300  # an MCP server's schema can name hundreds of params
 MAX_HANDLES_SHOWN = 50
+# The whole text, in UTF-8 bytes, and within it the line naming the tools there is no room to describe.
+MAX_GUIDE_BYTES = 64 * 1024
+MAX_NAMED_ONLY_BYTES = 8 * 1024
 # The tools that write to other conversations (``mail.send``): shown with the
 # handles they can write to, and left out when there are none.
 MAIL_FAMILY = "mail"
@@ -95,6 +104,13 @@ class ToolGuide:
     version: str
     text: str
     facts: GuideFacts
+    # Callable tools the text names without describing them (their lines would pass MAX_GUIDE_BYTES).
+    named_only: tuple[GuideTool, ...] = ()
+
+    @property
+    def is_cut(self) -> bool:
+        """Whether the text leaves tools undescribed for want of room."""
+        return bool(self.named_only)
 
     def as_json(self, *, conversation_id: str | None = None) -> dict[str, Any]:
         """The guide and what it was made of, as ``tool_guide --format json`` prints it."""
@@ -115,6 +131,8 @@ class ToolGuide:
             "tools_left_out": [
                 {"header": tool.header, "why": LEFT_OUT_NO_HANDLES} for tool in facts.tools_left_out
             ],
+            "tools_named_only": [tool.header for tool in self.named_only],
+            "max_bytes": MAX_GUIDE_BYTES,
             "mail_handles": list(facts.mail_handles),
             "more_mail_handles": facts.more_handles,
             "limits": {
@@ -198,20 +216,68 @@ def examples(facts: GuideFacts) -> list[tuple[GuideTool, dict[str, Any]]]:
     return list(chosen.values())
 
 
-def _tool_lines(tools: list[GuideTool]) -> list[str]:
-    return [
+def _tool_line(tool: GuideTool) -> str:
+    return (
         f"- `{tool.header}` {guide_inline(params_signature(tool.spec.params_schema), MAX_SIGNATURE_CHARS)}: "
         f"{guide_inline(tool.spec.description, MAX_DESCRIPTION_CHARS)}"
-        for tool in tools
-    ]
+    )
 
 
-def _body(facts: GuideFacts) -> str:
+def _size(lines: list[str]) -> int:
+    """The bytes ``lines`` take in the text, each with its newline."""
+    return sum(len(line.encode("utf-8")) + 1 for line in lines)
+
+
+def described_tools(
+    tools: tuple[GuideTool, ...], *, room: int
+) -> tuple[list[tuple[GuideTool, str]], tuple[GuideTool, ...]]:
+    """Which of ``tools`` get their line within ``room`` bytes: those tools with their lines, and the rest.
+
+    In order, so Conductor's own tools (first in the registry) are described
+    before any server's. When not every line fits, ``MAX_NAMED_ONLY_BYTES``
+    of the room are kept for the names of the rest.
+    """
+    lines = [(tool, _tool_line(tool)) for tool in tools]
+    # 200: both sections' headers, with their blank lines.
+    if _size([line for _, line in lines]) + 200 <= room:
+        return lines, ()
+    room -= MAX_NAMED_ONLY_BYTES + 200
+    count = 0
+    for _, line in lines:
+        room -= _size([line])
+        if room < 0:
+            break
+        count += 1
+    return lines[:count], tools[count:]
+
+
+def _named_only_lines(tools: tuple[GuideTool, ...]) -> list[str]:
+    """The paragraph naming the tools there is no room to describe, within ``MAX_NAMED_ONLY_BYTES``."""
+    if not tools:
+        return []
+    intro = (
+        f"… and {len(tools)} more tools, named only (no room to describe them here; a block with params "
+        "that do not fit comes back with an error saying what does, and each waits for my approval "
+        "unless I allowed it):"
+    )
+    room = MAX_NAMED_ONLY_BYTES - len(intro.encode("utf-8")) - 80
+    names = []
+    for tool in tools:
+        name = f"`{tool.header}`"
+        room -= len(name.encode("utf-8")) + 2
+        if room < 0:
+            break
+        names.append(name)
+    rest = len(tools) - len(names)
+    tail = f", and {rest} more not named here." if rest else "."
+    return ["", intro, ", ".join(names) + tail]
+
+
+def _body(facts: GuideFacts) -> tuple[str, tuple[GuideTool, ...]]:
+    """The text after its title, and the tools it names without describing."""
     tools = facts.shown_tools
-    at_once = [tool for tool in tools if tool.runs_at_once]
-    approval = [tool for tool in tools if not tool.runs_at_once]
     first = examples(facts)
-    lines = [
+    head = [
         "You can run tools on my computer through Conductor. To call a tool, write a fenced code block "
         f"whose info string is `{INFO_STRING}`: its first line is the tool's name, the rest one JSON object "
         "of params (leave it out when there are none). Conductor reads your answer once it is complete, runs "
@@ -221,21 +287,14 @@ def _body(facts: GuideFacts) -> str:
         "## Tools",
     ]
     if not tools:
-        lines += ["", "No tool can be called in this conversation now."]
-    if at_once:
-        lines += ["", "These run at once:", *_tool_lines(at_once)]
-    if approval:
-        lines += [
-            "", "These wait for my approval (I may refuse; a refusal comes back as an error):",
-            *_tool_lines(approval),
-        ]
-    lines += ["", "`name?` means optional; `= value` is the default. File paths are relative to the "
-              "workspace folder; nothing outside it can be reached."]
+        head += ["", "No tool can be called in this conversation now."]
+    tail = ["", "`name?` means optional; `= value` is the default. File paths are relative to the "
+            "workspace folder; nothing outside it can be reached."]
     if first:
-        lines += ["", "## Examples"]
+        tail += ["", "## Examples"]
         for tool, params in first:
-            lines += ["", block_text(tool.header, params)]
-    lines += [
+            tail += ["", block_text(tool.header, params)]
+    tail += [
         "",
         "## What comes back",
         "",
@@ -260,19 +319,30 @@ def _body(facts: GuideFacts) -> str:
     mail = next((tool for tool in tools if tool.spec.family == MAIL_FAMILY), None)
     if mail is not None:
         more = f" (and {facts.more_handles} more)" if facts.more_handles else ""
-        lines += [
+        tail += [
             "",
             "## Mail",
             "",
             f"`{mail.header}` sends a text to another conversation as its next user message. "
             f"You can write to: {', '.join(facts.mail_handles)}{more}. An answer comes back as a mail to you.",
         ]
-    return "\n".join(lines) + "\n"
+    # The title (``tool_guide_render``) takes a line and a blank one.
+    room = MAX_GUIDE_BYTES - _size(head) - _size(tail) - 64
+    described, named_only = described_tools(tools, room=room)
+    at_once = [line for tool, line in described if tool.runs_at_once]
+    approval = [line for tool, line in described if not tool.runs_at_once]
+    lines = list(head)
+    if at_once:
+        lines += ["", "These run at once:", *at_once]
+    if approval:
+        lines += ["", "These wait for my approval (I may refuse; a refusal comes back as an error):", *approval]
+    lines += _named_only_lines(named_only)
+    return "\n".join(lines + tail) + "\n", named_only
 
 
 def tool_guide_render(facts: GuideFacts) -> ToolGuide:
     """The guide for these facts; its version is a hash of its text, which names the version in its title."""
-    body = _body(facts)
+    body, named_only = _body(facts)
     version = hashlib.sha256(body.encode("utf-8")).hexdigest()[:VERSION_CHARS]
     text = f"# Conductor tool guide ({version})\n\n{body}"
-    return ToolGuide(version=version, text=text, facts=facts)
+    return ToolGuide(version=version, text=text, facts=facts, named_only=named_only)

@@ -20,7 +20,7 @@ from django.utils.html import format_html
 
 from console.helpers import admin_pages
 from conversations.selectors import mail_owners
-from ingest.guide import LEFT_OUT_NO_HANDLES, MAIL_FAMILY
+from ingest.guide import LEFT_OUT_NO_HANDLES, MAIL_FAMILY, MAX_GUIDE_BYTES
 from ingest.selectors import conversation_guide_client_pk, tool_guide
 from platforms import platforms
 
@@ -77,6 +77,7 @@ class ToolGuideAdminMixin:
             "opts": self.model._meta,
             "original": conversation,
             "guide": guide,
+            "guide_max_kib": MAX_GUIDE_BYTES // 1024,
             "platform": platform,
             "platforms": platforms,
             "served": list(conversation.guides_served.order_by("-last_served_at")[:10]) if conversation else [],

@@ -12,8 +12,11 @@ from django.contrib import admin, messages
 from django.utils.html import format_html, format_html_join
 
 from console.helpers import SuperuserOnlyMixin, readable_json
+from ingest.guide import MAX_GUIDE_BYTES
+from ingest.selectors import tool_guide
 from mcp_servers.models import RESERVED_TARGETS, McpServer, McpTool
 from mcp_servers.services import mcp_server_refresh, mcp_server_secrets_set
+from platforms import platforms
 
 
 def _pairs(text: str, separator: str, what: str) -> dict[str, str]:
@@ -117,10 +120,10 @@ class McpServerAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     list_filter = ["enabled", "transport", "source"]
     search_fields = ["name"]
     actions = ["refresh_tools"]
-    readonly_fields = ["stored_secrets", "tools_listed_at", "listing_error", "source"]
+    readonly_fields = ["stored_secrets", "tools_listed_at", "listing_error", "source", "in_the_guide"]
     fieldsets = [
         (None, {"fields": ["name", "transport", "enabled", "timeout_seconds", "listing_error", "tools_listed_at",
-                           "source"]}),
+                           "source", "in_the_guide"]}),
         ("stdio", {"fields": ["command", "args", "cwd", "env_text", "clear_env"]}),
         ("Streamable HTTP", {"fields": ["url", "headers_text", "clear_headers"]}),
         ("Secrets", {"fields": ["stored_secrets"]}),
@@ -139,6 +142,22 @@ class McpServerAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     @admin.display(description="why the last listing failed")
     def listing_error(self, server):
         return server.last_error or "—"
+
+    @admin.display(description="in the tool guide")
+    def in_the_guide(self, server):
+        """Whether a new conversation's guide (the global policies) describes this server's tools or is cut."""
+        if server.pk is None or not server.enabled:
+            return "—"
+        guide = tool_guide(platform=platforms.names()[0])
+        prefix = f"{server.name}::"
+        listed = [tool for tool in guide.facts.shown_tools if tool.header.startswith(prefix)]
+        named_only = [tool for tool in guide.named_only if tool.header.startswith(prefix)]
+        if not named_only:
+            return f"every callable tool described ({len(listed)})"
+        return (
+            f"the guide is cut: {len(listed) - len(named_only)} of its {len(listed)} callable tools are described, "
+            f"{len(named_only)} named only (a guide is kept within {MAX_GUIDE_BYTES // 1024} KiB)"
+        )
 
     @admin.display(description="stored secrets (names only)")
     def stored_secrets(self, server):

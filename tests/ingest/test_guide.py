@@ -2,12 +2,15 @@
 
 import dataclasses
 import json
+import time
 
 import pytest
 
 from ingest.blocks import MAX_BLOCK_BYTES, MAX_BLOCKS, parse_blocks
 from ingest.guide import (
     LEFT_OUT_NO_HANDLES,
+    MAX_GUIDE_BYTES,
+    MAX_NAMED_ONLY_BYTES,
     GuideFacts,
     GuideTool,
     examples,
@@ -201,3 +204,44 @@ def test_handles_past_fifty_are_counted_not_listed():
 )
 def test_guide_inline_keeps_a_servers_text_on_one_bounded_line_that_opens_nothing(text, limit, line):
     assert guide_inline(text, limit) == line
+
+
+def many_tools(count, *, name_chars=12):
+    """``count`` callable tools of one server, each line as long as a guide lets it be."""
+    schema = {"type": "object", "properties": {"x": {"type": "string", "description": "d" * 400}}}
+    spec = ToolSpec(name="t", description="words " * 100, params_schema=schema, is_idempotent=False,
+                    default_policy=Policy.APPROVE, target="big")
+    return tuple(
+        GuideTool(spec=dataclasses.replace(spec, name=f"{n:0{name_chars}d}"), policy=Policy.APPROVE)
+        for n in range(count)
+    )
+
+
+def test_a_thousand_tools_make_a_guide_within_its_bound_naming_the_rest_with_their_count():
+    own = facts(handles=["notes"])
+    big = dataclasses.replace(own, tools=own.tools + many_tools(1000))
+    started = time.perf_counter()
+    guide = tool_guide_render(big)
+    assert time.perf_counter() - started < 1
+    assert len(guide.text.encode()) <= MAX_GUIDE_BYTES
+    assert guide.is_cut and len(guide.named_only) < 1000
+    # Conductor's own tools come first and are all described; the examples are still there.
+    for spec in tools:
+        assert guide.text.count(f"- `{spec.name}` ") == 1, spec.name
+    assert [block.tool for block in parse_blocks(guide.text)] == [tool.spec.name for tool, _ in examples(big)]
+    described = [line for line in guide.text.splitlines() if line.startswith("- `big::")]
+    assert len(described) + len(guide.named_only) == 1000
+    assert f"… and {len(guide.named_only)} more tools, named only" in guide.text
+    assert f"`{guide.named_only[0].header}`, `{guide.named_only[1].header}`" in guide.text
+    assert guide.as_json()["tools_named_only"] == [tool.header for tool in guide.named_only]
+    assert not tool_guide_render(own).is_cut
+
+
+def test_the_names_of_the_tools_not_described_are_bounded_too():
+    own = facts()
+    guide = tool_guide_render(dataclasses.replace(own, tools=own.tools + many_tools(5000, name_chars=120)))
+    assert len(guide.text.encode()) <= MAX_GUIDE_BYTES
+    [names] = [line for line in guide.text.splitlines() if line.startswith("`big::")]
+    shown = names.count("`big::")
+    assert len(names.encode()) <= MAX_NAMED_ONLY_BYTES
+    assert names.endswith(f", and {len(guide.named_only) - shown} more not named here.")

@@ -1,7 +1,10 @@
 """The tool guide lists each MCP tool callable in the conversation (SPEC §5.5)."""
 
+import time
+
 import pytest
 
+from ingest.guide import MAX_GUIDE_BYTES
 from ingest.models import ToolPolicy
 from ingest.blocks import parse_blocks
 from ingest.selectors import tool_guide, tool_guide_facts
@@ -44,3 +47,42 @@ def test_the_conversations_policies_decide_what_is_listed_and_how():
     # Another conversation still sees the time server.
     assert any(tool.header.startswith("time::") for tool in tool_guide_facts(platform="claude").tools)
     assert len([tool for tool in facts.tools if tool.spec.target == "conductor"]) == len(list(tools))
+
+
+def large_server(count):
+    """An enabled server whose ``count`` listed tools have long names, descriptions and schemas; never started."""
+    from mcp_servers.models import McpServer, McpTool
+
+    server = McpServer.objects.create(name="large", command="/bin/false", enabled=True)
+    schema = {"type": "object", "properties": {f"p{n}": {"type": "string"} for n in range(40)}}
+    McpTool.objects.bulk_create(
+        McpTool(server=server, name=f"tool_{n:03d}_" + "x" * 100, description="does a thing " * 40,
+                input_schema=schema, position=n)
+        for n in range(count)
+    )
+    return server
+
+
+def test_a_server_with_many_tools_gets_a_bounded_guide_said_cut_on_its_page_and_the_guides(admin_client):
+    server = large_server(300)
+    guide = tool_guide(platform="claude")
+    assert len(guide.text.encode()) <= MAX_GUIDE_BYTES and guide.is_cut
+    described = len(mcp_lines(guide.text))
+    assert described + len(guide.named_only) == 300 and f"… and {len(guide.named_only)} more tools" in guide.text
+    # The process keeps the specs it checked: the next guide does not check 300 schemas again.
+    started = time.perf_counter()
+    assert tool_guide(platform="claude").text == guide.text
+    assert time.perf_counter() - started < 1
+
+    page = admin_client.get(f"/admin/mcp_servers/mcpserver/{server.pk}/change/").content.decode()
+    assert (f"the guide is cut: {described} of its 300 callable tools are described, "
+            f"{len(guide.named_only)} named only") in page
+    page = admin_client.get("/admin/conversations/conversation/tool-guide/?platform=claude").content.decode()
+    assert "The guide is cut:" in page and f"{len(guide.named_only)} of its tools are named only" in page
+
+
+def test_a_server_whose_tools_fit_says_so_on_its_page(admin_client):
+    server = large_server(3)
+    assert not tool_guide(platform="claude").is_cut
+    page = admin_client.get(f"/admin/mcp_servers/mcpserver/{server.pk}/change/").content.decode()
+    assert "every callable tool described (3)" in page
