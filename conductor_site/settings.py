@@ -274,6 +274,12 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
 
+# The admin's login is the only one: a login whose ``next`` is missing or
+# points elsewhere (another host, a scheme) lands on the admin's index, not on
+# Django's default /accounts/profile/, which does not exist here.
+LOGIN_URL = "admin:login"
+LOGIN_REDIRECT_URL = "admin:index"
+
 # Admin login throttling (django-axes): after AXES_FAILURE_LIMIT wrong
 # passwords for one username from one address, that pair is locked out for
 # AXES_COOLOFF_MINUTES, even with the right password (docs/console.md, "Admin login").

@@ -58,3 +58,21 @@ def test_a_lockout_is_of_one_username_and_a_success_forgets_earlier_failures(sta
         log_in(browser, "operator", f"again-{n}")
     assert log_in(browser, "operator", "pw") == 429
     assert log_in(browser, "colleague", "pw") == 302
+
+
+@pytest.mark.parametrize(
+    "next_url",
+    [None, "", "https://evil.example/admin/", "//evil.example/", "javascript:alert(1)", "http://testserver@evil.example/"],
+)
+def test_a_login_without_a_safe_next_lands_on_the_admins_index(staff, next_url):
+    url = "/admin/login/" if next_url is None else f"/admin/login/?next={next_url}"
+    response = Client().post(url, {"username": "operator", "password": "pw", **(
+        {"next": next_url} if next_url is not None else {})})
+    assert (response.status_code, response["Location"]) == (302, "/admin/")
+
+
+def test_a_login_with_a_safe_next_goes_there(staff):
+    response = Client().post("/admin/login/?next=/admin/automation/automationtask/",
+                             {"username": "operator", "password": "pw",
+                              "next": "/admin/automation/automationtask/"})
+    assert response["Location"] == "/admin/automation/automationtask/"
