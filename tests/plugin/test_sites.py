@@ -6,7 +6,10 @@ site switched on, an answer with a ``baa`` block read from the page, its
 result typed into the site's composer and sent, and the console showing the
 site's title. Then an operator changes a site's streaming selector on the
 server: the plugin fetches the new description and reads the next page load
-with it.
+with it. And, against a scripted server: a grant alone turns no site on
+(only the options page's switch does, and the switch outlives the service
+worker), and a description the server hands over on another site's origin
+is refused and listed, not applied.
 
 How the site's origins are granted: Chrome asks the person in a prompt that
 a headless browser cannot answer (``chrome.permissions.request`` never
@@ -33,7 +36,7 @@ from conversations.models import Message
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from tests.browser import require_chromium
 from tests.factories import TEST_TOKEN, PluginClientFactory
-from tests.plugin.extension import PLUGIN, plugin_browser
+from tests.plugin.extension import PLUGIN, ScriptedServer, plugin_browser
 from tests.plugin.site_apps import site_app
 from tests.server import running_server
 
@@ -200,3 +203,69 @@ def test_a_streaming_selector_an_operator_changes_reads_the_next_page_load(chrom
         page.evaluate("([html]) => mockSite.answer(html)", [ASK_HTML % 2])
         message = browser.wait_until(lambda: assistant_messages("perplexity").first(), "the answer read with the new selector", WAIT)
         assert message.text == "Checking:\n\n" + (ASK % 2).rstrip("\n")
+
+
+def sites_listed(options):
+    """The options page's site rows (name → checked) and its "Not used" lines."""
+    rows = options.evaluate(
+        "Object.fromEntries([...document.querySelectorAll('#site-list input')].map((i) => [i.dataset.site, i.checked]))")
+    return rows, options.evaluate("[...document.querySelectorAll('#sites-not-used li')].map((li) => li.textContent)")
+
+
+def test_a_grant_alone_turns_no_site_on_and_a_description_on_a_taken_origin_is_refused(chromium, tmp_path):
+    app = site_app("copilot")
+    reader = json.loads((PLUGIN / "sites" / "copilot.json").read_text())
+    # Sorted before "copilot", on its origin, every page of it: the old rule gave it github.com.
+    reader.update(name="aaa_reader", title="Any GitHub page")
+    del reader["pages"]
+    with plugin_browser(chromium, tmp_path / "profile", plugin_granted(tmp_path, "copilot")) as browser:
+        with ScriptedServer(sleep=browser.pause) as server:
+            app.install(browser.context)
+            browser.pair(server.url, "laptop", TEST_TOKEN)
+            browser.wait_for_state("connected")
+
+            # github.com is granted (as by Chrome's own menu), the switch is off: nothing reads the page.
+            options = browser.open_options()
+            browser.wait_in_extension_page(options, "!!document.querySelector('input[data-site=\"copilot\"]')", "the rows")
+            assert sites_listed(options)[0]["copilot"] is False
+            options.close()
+            assert registered_sites(browser) == []
+            page = open_site(browser, app)
+            page.evaluate("([html]) => mockSite.answer(html)", [ASK_HTML % 1])
+            browser.pause(4)
+            assert server.frames("browser.final_message") == []
+            page.close()
+
+            # The server hands over a site on copilot's origin: refused, listed, not applied.
+            server.send({"type": "sites", "id": None, "sites_version": "v-reader", "sites": [reader]})
+            browser.wait_until(lambda: stored_sites(browser).get("version") == "v-reader", "the server's sites stored")
+            options = browser.open_options()
+            browser.wait_in_extension_page(options, "document.querySelectorAll('#sites-not-used li').length > 0", "the refusal")
+            rows, not_used = sites_listed(options)
+            options.close()
+            assert "aaa_reader" not in rows and rows["copilot"] is False
+            assert not_used == ['Not used: the description of "aaa_reader" (stored: $.origins: https://github.com '
+                                'is claimed by copilot too: an origin belongs to one site).']
+
+            # The switch turns it on; it stays on once the worker was stopped and woke again.
+            row, is_on = switch_on(browser, "copilot")
+            assert is_on, row
+            assert registered_sites(browser) == ["site-copilot"]
+            assert browser.storage()["sitesSwitchedOn"] == {"copilot": {"origins": ["https://github.com"]}}
+            page = open_site(browser, app)
+            browser.stop_worker(page)
+            page.reload()
+            page.wait_for_function("typeof window.mockSite === 'object'")
+            page.wait_for_timeout(500)
+            page.evaluate("([html]) => mockSite.answer(html)", [ASK_HTML % 2])
+            [sent] = server.wait_for_frames("browser.final_message")
+            assert (sent["platform"], sent["conversation_id"]) == ("copilot", app.conversation)
+            assert "{\"step\": 2}" in sent["text"]
+
+            # Off again: the grant stays (the manifest's), the site is off.
+            options = browser.open_options()
+            browser.wait_in_extension_page(options, "!!document.querySelector('input[data-site=\"copilot\"]')", "the rows")
+            options.click('input[data-site="copilot"]')
+            browser.wait_in_extension_page(
+                options, "document.getElementById('sites-outcome').textContent === 'GitHub Copilot is off.'", "the switch off")
+            options.close()
