@@ -259,6 +259,7 @@ def test_a_grant_alone_turns_no_site_on_and_a_description_on_a_taken_origin_is_r
             page.wait_for_timeout(500)
             page.evaluate("([html]) => mockSite.answer(html)", [ASK_HTML % 2])
             [sent] = server.wait_for_frames("browser.final_message")
+            assert server.connections == 2, "the worker was stopped: a new one connected"
             assert (sent["platform"], sent["conversation_id"]) == ("copilot", app.conversation)
             assert "{\"step\": 2}" in sent["text"]
 
@@ -269,3 +270,15 @@ def test_a_grant_alone_turns_no_site_on_and_a_description_on_a_taken_origin_is_r
             browser.wait_in_extension_page(
                 options, "document.getElementById('sites-outcome').textContent === 'GitHub Copilot is off.'", "the switch off")
             options.close()
+            assert registered_sites(browser) == []
+            # Off, nothing is typed into it, and no tab of it is opened for a delivery.
+            page.close()
+            tabs = len(browser.context.pages)
+            server.send({"type": "browser.dom_delivery", "request_id": "d-1", "delivery_key": "k-1", "platform": "copilot",
+                         "conversation_id": app.conversation, "page_url": app.page_url, "text": "results",
+                         "timeout_ms": 5_000})
+            [result] = server.wait_for_frames("browser.dom_delivery.result")
+            assert result["ok"] is False
+            assert result["error"] == ("GitHub Copilot is switched off in the plugin's options: "
+                                       "nothing is read or typed there")
+            assert len(browser.context.pages) == tabs
