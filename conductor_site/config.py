@@ -202,6 +202,9 @@ def _tool_settings(env: environ.Env, data_dir: Path) -> dict[str, Any]:
         "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS": _positive_int(
             env, "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS", 300
         ),
+        # Run shell.run's commands and stdio MCP servers where the kernel refuses a part of their
+        # sandbox (Landlock, the namespaces, the socket filter); off, they are refused (tools/shell.py).
+        "CONDUCTOR_SHELL_UNCONFINED": env.bool("CONDUCTOR_SHELL_UNCONFINED", default=False),
         # MCP servers (SPEC §5.4): the longest call timeout a server may set,
         # and a JSON file of servers in the shared ``mcpServers`` shape.
         "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS": _positive_int(env, "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS", 300),

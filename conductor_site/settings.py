@@ -57,8 +57,9 @@ _CONDUCTOR = conductor_settings(env, data_dir=DATA_DIR)
 globals().update(_CONDUCTOR)
 
 # Files that hold the secret key (the generated one, a .env that may set
-# SECRET_KEY): commands shell.run starts cannot read them (tools/shell.py).
-CONDUCTOR_SECRET_FILES = (SECRET_KEY_FILE, BASE_DIR / ".env")
+# SECRET_KEY, the deploy kit's environment file): commands shell.run starts
+# cannot read them (tools/shell.py), wherever they are.
+CONDUCTOR_SECRET_FILES = (SECRET_KEY_FILE, BASE_DIR / ".env", Path("/etc/conductor.env"))
 
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost", "[::1]"])

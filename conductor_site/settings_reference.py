@@ -218,6 +218,13 @@ SECTIONS: tuple[Section, ...] = (
                 "is answered as an unknown one ([Mail](mail.md#whose-handles)).",
             ),
             Setting("CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS", "300", "The longest `timeout_s` a `shell.run` may ask for."),
+            Setting(
+                "CONDUCTOR_SHELL_UNCONFINED", "false",
+                "`true`: run `shell.run` commands and stdio MCP servers even where the kernel refuses a part of "
+                "their sandbox (Landlock, the namespaces that take away the network and other processes), "
+                "seeing and reaching more than they should; `manage.py doctor` says what is missing. "
+                "Off: they are refused there ([Security](security.md#what-a-command-sees-and-reaches)).",
+            ),
             Setting("CONDUCTOR_RESULT_MAX_CHARS", "20000", "The longest results text posted back to a chat; the largest results give way to previews."),
             Setting(
                 "CONDUCTOR_RESULT_STORE_MAX_BYTES", "1048576",

@@ -240,10 +240,6 @@ class AdapterReport(models.Model):
         return f"{self.platform} {self.kind} ×{self.count}"
 
 
-# The one tool whose sandbox has no network unless a policy allows it (SPEC §5.1).
-NETWORK_TOOL = "shell.run"
-
-
 class ToolPolicy(models.Model):
     """Permission for a tool of a target, globally or for one plugin client and/or conversation.
 
@@ -272,7 +268,7 @@ class ToolPolicy(models.Model):
     policy = models.CharField(max_length=16, choices=Policy.CHOICES)
     allow_network = models.BooleanField(
         default=False,
-        help_text="shell.run only: the command may use the network (the internet and this machine's loopback, "
+        help_text="shell.run: the command may use the network (the internet and this machine's loopback, "
         "where the server, its database and Redis listen). Off: it runs in a network namespace of its own.",
     )
     note = models.CharField(max_length=200, blank=True)
@@ -320,13 +316,14 @@ class ToolPolicy(models.Model):
         return f"{self.full_name}: {self.policy} ({scope})"
 
     def clean(self) -> None:
-        if self.allow_network and (self.target, self.tool) != (DEFAULT_TARGET, NETWORK_TOOL):
-            raise ValidationError({"allow_network": f"only {NETWORK_TOOL} runs in a sandbox without network"})
         if self.target == DEFAULT_TARGET:
             if self.tool not in tools:
                 raise ValidationError({"tool": f"unknown tool {self.tool!r}"})
         elif not McpServer.objects.filter(name=self.target).exists():
             raise ValidationError({"target": f"unknown target {self.target!r}: no MCP server has this name"})
+        if self.allow_network and not (self.target == DEFAULT_TARGET and tools.get(self.tool).network_by_policy):
+            by_policy = ", ".join(spec.name for spec in tools if spec.network_by_policy)
+            raise ValidationError({"allow_network": f"only {by_policy} runs without network unless allowed"})
 
 
 def new_request_id() -> str:

@@ -265,8 +265,18 @@ def message_block_rows(*, message_id: int | None, instruction_ids: Sequence[int]
     ]
 
 
-def block_policy_now(*, tool: str, target: str, message_id: int | None, conversation_pk: int | None) -> str:
-    """The policy that applies now to a block of ``message_id`` (its client's and conversation's).
+class BlockPolicy(NamedTuple):
+    """What applies now to a block: its policy, and whether its command may use the network."""
+
+    policy: str
+    allow_network: bool
+
+
+def block_policy_now(
+    *, tool: str, target: str, message_id: int | None, conversation_pk: int | None
+) -> BlockPolicy:
+    """The policy that applies now to a block of ``message_id`` (its client's and conversation's),
+    and whether the row that decides it allows the network (``ToolPolicy.allow_network``).
 
     One query reads the message's client and the policies' version token; the
     rows come from this process's copy at that version (``tool_policies_current``).
@@ -280,7 +290,8 @@ def block_policy_now(*, tool: str, target: str, message_id: int | None, conversa
         version=version, tools=[tool] if target == DEFAULT_TARGET else [],
         targets=[target] if target != DEFAULT_TARGET else [], client_pks=[client_pk], conversation_pks=[conversation_pk],
     )
-    return policies.policy_for(tool=tool, target=target, client_pk=client_pk, conversation_pk=conversation_pk)
+    scope = {"tool": tool, "target": target, "client_pk": client_pk, "conversation_pk": conversation_pk}
+    return BlockPolicy(policies.policy_for(**scope), policies.network_for(**scope))
 
 
 class ToolPolicies:
@@ -291,10 +302,13 @@ class ToolPolicies:
     would, for any of them, without a query.
     """
 
-    def __init__(self, rows: list[tuple[str, str, str, int | None, int | None]]) -> None:
-        self._rows: dict[tuple[str, str], list[tuple[str, int | None, int | None]]] = {}
-        for target, tool, policy, client_pk, conversation_pk in rows:
-            self._rows.setdefault((target, tool), []).append((policy, client_pk, conversation_pk))
+    # What each row is read as: the fields ``__init__`` takes, in order.
+    FIELDS = ("target", "tool", "policy", "client_id", "conversation_id", "allow_network")
+
+    def __init__(self, rows: list[tuple[str, str, str, int | None, int | None, bool]]) -> None:
+        self._rows: dict[tuple[str, str], list[tuple[str, int | None, int | None, bool]]] = {}
+        for target, tool, policy, client_pk, conversation_pk, allow_network in rows:
+            self._rows.setdefault((target, tool), []).append((policy, client_pk, conversation_pk, allow_network))
 
     @classmethod
     def load(
@@ -307,7 +321,7 @@ class ToolPolicies:
             Q(client__isnull=True) | Q(client_id__in=client_pks),
             Q(conversation__isnull=True) | Q(conversation_id__in=conversation_pks),
             Q(target=DEFAULT_TARGET, tool__in=set(tools)) | Q(target__in=set(targets) - {DEFAULT_TARGET}),
-        ).values_list("target", "tool", "policy", "client_id", "conversation_id")
+        ).values_list(*cls.FIELDS)
         return cls(list(rows))
 
     def policy_for(
@@ -317,15 +331,30 @@ class ToolPolicies:
         """Raises ``UnknownTool`` for a tool that is not registered (unless ``default`` is given)."""
         if default is None:
             default = tools.get(tool, target=target).default_policy
+        row = self._winning(tool=tool, target=target, client_pk=client_pk, conversation_pk=conversation_pk)
+        return row[0] if row is not None else default
+
+    def network_for(
+        self, *, tool: str, client_pk: int | None, conversation_pk: int | None, target: str = DEFAULT_TARGET
+    ) -> bool:
+        """Whether the row deciding ``policy_for`` allows the network; without one, it does not."""
+        row = self._winning(tool=tool, target=target, client_pk=client_pk, conversation_pk=conversation_pk)
+        return row is not None and row[3]
+
+    def _winning(
+        self, *, tool: str, target: str, client_pk: int | None, conversation_pk: int | None
+    ) -> tuple[str, int | None, int | None, bool] | None:
+        """The most specific row that applies (see ``ToolPolicy``), or None."""
         rows = [
-            (policy, row_client, row_conversation, is_tool_row)
+            (row, is_tool_row)
             for is_tool_row, key in ((True, (target, tool)), (False, (target, "")))
             if target != DEFAULT_TARGET or is_tool_row
-            for policy, row_client, row_conversation in self._rows.get(key, ())
-            if row_client in (None, client_pk) and row_conversation in (None, conversation_pk)
+            for row in self._rows.get(key, ())
+            if row[1] in (None, client_pk) and row[2] in (None, conversation_pk)
         ]
-        ranked = sorted(rows, key=lambda row: (row[2] is not None, row[1] is not None, row[3]), reverse=True)
-        return ranked[0][0] if ranked else default
+        if not rows:
+            return None
+        return max(rows, key=lambda ranked: (ranked[0][2] is not None, ranked[0][1] is not None, ranked[1]))[0]
 
 
 # At most this many ToolPolicy rows are kept in memory; past it, each batch reads the rows it
@@ -360,8 +389,7 @@ def tool_policies_current(
         if _cached_policies is not None and _cached_policies[0] == version:
             policies = _cached_policies[1]
         else:
-            rows = list(ToolPolicy.objects.order_by().values_list(
-                "target", "tool", "policy", "client_id", "conversation_id")[:MAX_CACHED_POLICIES + 1])
+            rows = list(ToolPolicy.objects.order_by().values_list(*ToolPolicies.FIELDS)[:MAX_CACHED_POLICIES + 1])
             policies = ToolPolicies(rows) if len(rows) <= MAX_CACHED_POLICIES else None
             _cached_policies = (version, policies)
         if policies is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.conf import settings
 
 from mcp_servers.models import McpServer
@@ -24,4 +26,11 @@ def mcp_endpoint(*, server: McpServer) -> McpEndpoint:
         name=server.name, command=server.command, args=tuple(str(arg) for arg in server.args),
         cwd=server.cwd, env=tuple(sorted(env.items())), timeout_seconds=timeout,
         hidden_files=tuple(str(path) for path in settings.CONDUCTOR_SECRET_FILES),
+        home=str(mcp_server_home(name=server.name)), writable=tuple(str(path) for path in server.writable),
+        private_folders=(str(settings.DATA_DIR),), unconfined=settings.CONDUCTOR_SHELL_UNCONFINED,
     )
+
+
+def mcp_server_home(*, name: str) -> Path:
+    """A stdio server's home, kept between its sessions: its own folder in the data folder, outside the workspace."""
+    return Path(settings.DATA_DIR) / "mcp" / name / "home"

@@ -17,7 +17,7 @@ from mcp_servers.models import RESERVED_TARGETS, TARGET_NAME, McpServer, McpTool
 from mcp_servers.secrets import SecretError, secrets_seal
 from mcp_servers.endpoints import mcp_endpoint
 from tools.mcp_client import McpProtocolError, mcp_tool_call, mcp_tools_list
-from tools.mcp_results import mcp_error_text, mcp_result_render
+from tools.mcp_results import mcp_error_text, mcp_result_render, write_refused_hint
 from tools.registry import ToolCall, ToolError
 
 logger = logging.getLogger(__name__)
@@ -147,7 +147,8 @@ def mcp_tool_run(call: ToolCall, *, server_name: str, tool_name: str) -> dict[st
         raise ToolError(f"{exc}{'; its tool list was refreshed' if refreshed else ''}") from None
     result = mcp_result_render(wire)
     if wire.get("isError"):
-        raise ToolError(mcp_error_text(wire), result=result)
+        writable = (str(call.workspace), endpoint.home, *endpoint.writable) if endpoint.is_stdio else ()
+        raise ToolError(write_refused_hint(mcp_error_text(wire), writable), result=result)
     return result
 
 

@@ -75,7 +75,7 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
         return TerminalFailure(f"tool {spec.full_name} cannot run on this server")
     if error := spec.call_error(params, conversation_id=task.conversation_id):
         return TerminalFailure(error)
-    policy = block_policy_now(
+    policy, allow_network = block_policy_now(
         tool=spec.name, target=spec.target, message_id=task.message_id, conversation_pk=task.conversation_id
     )
     if policy == Policy.DENY:
@@ -88,6 +88,9 @@ def instruction_execute(ctx: ExecutionContext) -> Outcome:
         shell_max_timeout_seconds=settings.CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS,
         cancelled=ctx.cancelled,
         secret_files=settings.CONDUCTOR_SECRET_FILES,
+        private_folders=(settings.DATA_DIR,),
+        allow_network=allow_network and spec.network_by_policy,
+        unconfined=settings.CONDUCTOR_SHELL_UNCONFINED,
         origin=ToolOrigin(
             instruction_id=task.instruction_id, message_id=task.message_id, conversation_id=task.conversation_id,
         ) if task.instruction_id is not None else None,

@@ -108,4 +108,5 @@ tools.register(ToolSpec(
     is_idempotent=False,
     default_policy=Policy.APPROVE,
     runs_code=True,
+    network_by_policy=True,
 ))

@@ -1,11 +1,16 @@
 """Landlock, the sandbox every ``shell.run`` command and stdio MCP server runs in: which ABI the
 kernel has, the rules of a command's ruleset, and entering it (see ``tools/launcher.py``).
 
-A command may write only beneath the folders named writable
-(``writable_rules``), and the files named hidden cannot be read from inside
-it (``hidden_paths_rules``). Standard library only, as the launcher: it is
-imported by the launcher in a fresh interpreter without the project's
-packages, and by the server for its checks (``sandbox_problem``).
+What a command may see is a list, not a list of what is hidden: it reads
+(and runs) only beneath the folders named readable (the system's: ``/usr``,
+``/etc``, ...; ``readable_rules``) and the ones it may write in, and writes
+only beneath the folders named writable (``writable_rules``). A readable
+folder that holds a hidden path (the data folder under ``/opt``, the secret
+key) is granted around it (``hidden_paths_rules``). So a new file in the
+data folder is out of reach without anyone naming it. Standard library only,
+as the launcher: it is imported by the launcher in a fresh interpreter
+without the project's packages, and by the server for its checks
+(``sandbox_problem``).
 """
 
 from __future__ import annotations
@@ -32,8 +37,10 @@ SYS_LANDLOCK_ADD_RULE = 445
 SYS_LANDLOCK_RESTRICT_SELF = 446
 LANDLOCK_CREATE_RULESET_VERSION = 1 << 0
 LANDLOCK_RULE_PATH_BENEATH = 1
+LANDLOCK_ACCESS_FS_EXECUTE = 1 << 0
 LANDLOCK_ACCESS_FS_WRITE_FILE = 1 << 1
 LANDLOCK_ACCESS_FS_READ_FILE = 1 << 2
+LANDLOCK_ACCESS_FS_READ_DIR = 1 << 3
 LANDLOCK_ACCESS_FS_REMOVE_DIR = 1 << 4
 LANDLOCK_ACCESS_FS_REMOVE_FILE = 1 << 5
 LANDLOCK_ACCESS_FS_MAKE_CHAR = 1 << 6
@@ -47,6 +54,11 @@ LANDLOCK_ACCESS_FS_REFER = 1 << 13  # ABI 2 (Linux 5.19)
 LANDLOCK_ACCESS_FS_TRUNCATE = 1 << 14  # ABI 3 (Linux 6.2)
 LANDLOCK_SCOPE_SIGNAL = 1 << 1  # ABI 6 (Linux 6.12)
 
+# Reading a file, listing a folder, running a program: handled always, granted only beneath the
+# folders a command may see. A file (not a folder) takes only a file's rights.
+READ_ACCESS = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_READ_DIR
+FILE_READ_ACCESS = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE
+
 # Every right that changes the file system: the sandbox handles them all and
 # grants them only beneath the folders a command may write in.
 WRITE_ACCESS = (
@@ -58,9 +70,10 @@ WRITE_ACCESS = (
 # Device nodes are made nowhere, not even in the workspace: a root command
 # could otherwise make one for the machine's memory or disks.
 DEVICE_MAKING = LANDLOCK_ACCESS_FS_MAKE_CHAR | LANDLOCK_ACCESS_FS_MAKE_BLOCK
-# Character devices any program may write to (``echo x > /dev/null``, a
-# prompt on the terminal, a pseudo-terminal a program opens): writing to
-# them changes no file.
+# Character devices any program may read and write (``echo x > /dev/null``,
+# randomness, a prompt on the terminal, a pseudo-terminal a program opens):
+# writing to them changes no file. The rest of ``/dev`` is not seen (the
+# system's ``/dev/shm`` holds other programs' shared memory).
 WRITABLE_DEVICES = (
     "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts",
 )
@@ -142,27 +155,27 @@ class Ruleset(NamedTuple):
     handled: int  # the file system rights it handles
 
 
-def create_ruleset(abi: int, *, hidden: list[str] = (), writable: list[str] = ()) -> Ruleset:
-    """A Landlock ruleset letting the command write only beneath ``writable`` and read nothing beneath ``hidden``.
+def create_ruleset(
+    abi: int, *, readable: list[str] = (), hidden: list[str] = (), writable: list[str] = ()
+) -> Ruleset:
+    """A Landlock ruleset letting the command read only beneath ``readable`` and ``writable``, but
+    nothing beneath ``hidden``, and write only beneath ``writable``.
 
-    Returns it (its fd is close-on-exec). It handles every write right
-    (``write_access``) and grants them beneath each ``writable`` folder (the
-    workspace, the command's own temp folder) and on the devices programs
-    write to (``writable_rules``): the command creates, changes, renames and
-    removes nothing anywhere else, the data folder around the workspace
-    included, and makes no device node anywhere.
+    Returns it (its fd is close-on-exec). It handles reading (``READ_ACCESS``)
+    and every write right (``write_access``): reading is granted beneath each
+    readable folder (around the hidden paths in it: ``readable_rules``), both
+    beneath each ``writable`` folder (the workspace, the command's own temp
+    folder) and on the devices programs use (``writable_rules``): the command
+    sees nothing else (the data folder around the workspace included),
+    changes nothing else, and makes no device node anywhere.
 
     The domain it creates matters too: a process in a Landlock domain may not
     read or trace any process outside it. From ABI 6 it also scopes signals:
     the command cannot kill this launcher to escape the clean-up, nor signal
     the server.
-
-    When a ``hidden`` path exists, it also handles reading files, and grants
-    it everywhere but around the hidden paths (``hidden_paths_rules``).
     """
-    reading = hidden_paths_rules(hidden)
-    writing = writable_rules(abi, writable, hidden)
-    handled = write_access(abi) | (LANDLOCK_ACCESS_FS_READ_FILE if reading else 0)
+    grants = readable_rules(readable, hidden) + writable_rules(abi, writable, hidden)
+    handled = READ_ACCESS | write_access(abi)
     attr = (ctypes.c_uint64 * 3)(handled, 0, LANDLOCK_SCOPE_SIGNAL if abi >= 6 else 0)
     # The kernel reads only as much of the struct as its ABI knows.
     size = ctypes.sizeof(attr) if abi >= 6 else ctypes.sizeof(ctypes.c_uint64)
@@ -170,9 +183,7 @@ def create_ruleset(abi: int, *, hidden: list[str] = (), writable: list[str] = ()
         libc.syscall(SYS_LANDLOCK_CREATE_RULESET, attr, ctypes.c_size_t(size), 0), "landlock_create_ruleset"
     )
     try:
-        for path, _is_folder in reading:
-            grant(ruleset, path, LANDLOCK_ACCESS_FS_READ_FILE)
-        for path, access in writing:
+        for path, access in grants:
             grant(ruleset, path, access)
     except BaseException:
         os.close(ruleset)
@@ -180,23 +191,56 @@ def create_ruleset(abi: int, *, hidden: list[str] = (), writable: list[str] = ()
     return Ruleset(ruleset, handled)
 
 
-def writable_rules(abi: int, writable: list[str], hidden: list[str] = ()) -> list[tuple[str, int]]:
-    """What to grant (each path, and its rights) so that a command writes only beneath ``writable`` and on the devices.
+def writable_folder_access(abi: int) -> int:
+    """Every right in a folder a command may write in, but making device nodes."""
+    return READ_ACCESS | (write_access(abi) & ~DEVICE_MAKING)
 
-    A writable folder gets every write right but making device nodes. One
-    that holds a hidden file (a workspace set to the data folder itself) is
+
+def readable_rules(readable: list[str], hidden: list[str] = ()) -> list[tuple[str, int]]:
+    """What to grant so that a command reads beneath each ``readable`` folder but nothing beneath ``hidden``.
+
+    A folder that is hidden, or lies beneath a hidden one, is not granted; one
+    that holds a hidden path is granted around it (``hidden_paths_rules``).
+    Symlinked folders (``/lib64`` on a merged ``/usr``) are granted where
+    they lead.
+    """
+    hidden_real = [os.path.realpath(path) for path in hidden if os.path.lexists(path)]
+    grants: list[tuple[str, int]] = []
+    for folder in dict.fromkeys(os.path.realpath(path) for path in readable):
+        if not os.path.exists(folder) or any(folder == path or _is_beneath(folder, path) for path in hidden_real):
+            continue
+        if not any(_is_beneath(path, folder) for path in hidden_real):
+            grants.append((folder, READ_ACCESS if os.path.isdir(folder) else FILE_READ_ACCESS))
+            continue
+        grants += [
+            (path, READ_ACCESS if is_folder else FILE_READ_ACCESS)
+            for path, is_folder in hidden_paths_rules(hidden, beneath=folder)
+        ]
+    return grants
+
+
+def writable_rules(abi: int, writable: list[str], hidden: list[str] = ()) -> list[tuple[str, int]]:
+    """What to grant (each path, and its rights) so that a command reads and writes only beneath
+    ``writable`` and on the devices.
+
+    A writable folder gets every right but making device nodes. One that
+    holds a hidden file (a workspace set to the data folder itself) is
     granted around it, as reading is (``hidden_paths_rules``): the folders
     around in full, the files around their contents. The folders on the way
     to the hidden file get nothing, so nothing directly in them can be made,
     removed or renamed, and the hidden file stays where the next command's
     rules look for it.
     """
-    rights = write_access(abi) & ~DEVICE_MAKING
-    contents = LANDLOCK_ACCESS_FS_WRITE_FILE | (LANDLOCK_ACCESS_FS_TRUNCATE if abi >= 3 else 0)
-    grants = [(device, LANDLOCK_ACCESS_FS_WRITE_FILE) for device in WRITABLE_DEVICES]
+    rights = writable_folder_access(abi)
+    contents = FILE_READ_ACCESS | LANDLOCK_ACCESS_FS_WRITE_FILE | (LANDLOCK_ACCESS_FS_TRUNCATE if abi >= 3 else 0)
+    device = LANDLOCK_ACCESS_FS_READ_FILE | LANDLOCK_ACCESS_FS_WRITE_FILE
+    grants = [
+        (path, device | (LANDLOCK_ACCESS_FS_READ_DIR if os.path.isdir(path) else 0)) for path in WRITABLE_DEVICES
+    ]
+    hidden_real = [os.path.realpath(path) for path in hidden if os.path.lexists(path)]
     for folder in writable:
         real = os.path.realpath(folder)
-        if not any(_is_beneath(os.path.realpath(path), real) for path in hidden):
+        if not any(_is_beneath(path, real) for path in hidden_real):
             grants.append((real, rights))
             continue
         grants += [
@@ -209,12 +253,13 @@ def _is_beneath(path: str, folder: str) -> bool:
     return path != folder and os.path.commonpath([path, folder]) == folder
 
 
-def hidden_paths_rules(hidden: list[str], *, beneath: str = "/") -> list[tuple[str, bool]]:
-    """What to grant (each path, and whether it is a folder) so that only the files beneath ``hidden`` are out of reach.
+def hidden_paths_rules(hidden: list[str], *, beneath: str) -> list[tuple[str, bool]]:
+    """What to grant (each path, and whether it is a folder) beneath ``beneath`` so that only what is
+    beneath ``hidden`` is out of reach.
 
     Landlock only grants, beneath a path; it cannot take a file out of a
     grant. So the grants go around each hidden path: every entry of each of
-    its parent folders, from ``beneath`` (``/`` for reading) down, except
+    its parent folders, from ``beneath`` down, except
     the entries on the way to a hidden path. Nothing directly in a folder on
     the way (the data folder's own files) can be removed or renamed, since
     removing is granted only in the writable folders (``writable_rules``, which
@@ -282,15 +327,11 @@ def grant(ruleset: int, path: str, access: int) -> None:
         os.close(fd)
 
 
-def enter_sandbox(ruleset_fd: int) -> None:
-    """Called in the command's process between fork and exec (the launcher has one thread, so this is safe).
-
-    Drops the capabilities that read other processes' memory (they exist
-    only when the server runs as root, and the drop needs root), clears
-    ambient capabilities, sets no_new_privs (so no setuid program gives them
-    back) and enters the Landlock domain, which every descendant inherits
-    and none can leave.
-    """
+def drop_privileges() -> None:
+    """Drop the capabilities that read other processes' memory (they exist only when the server runs
+    as root, and the drop needs root), clear ambient capabilities and set no_new_privs (so no setuid
+    program gives them back). Called in the command's process between fork and exec (the launcher
+    has one thread, so this is safe)."""
     checked(libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0), "clear ambient capabilities")
     for capability in MEMORY_READING_CAPABILITIES:
         # EPERM: not root (no CAP_SETPCAP), and under no_new_privs a
@@ -301,4 +342,15 @@ def enter_sandbox(ruleset_fd: int) -> None:
         ):
             checked(-1, f"drop capability {capability}")
     checked(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+def restrict_self(ruleset_fd: int) -> None:
+    """Enter the Landlock domain, which every descendant inherits and none can leave (after ``drop_privileges``)."""
     checked(libc.syscall(SYS_LANDLOCK_RESTRICT_SELF, ruleset_fd, 0), "landlock_restrict_self")
+
+
+def enter_sandbox(ruleset_fd: int | None) -> None:
+    """``drop_privileges``, then the Landlock domain of ``ruleset_fd`` (None: none, where the kernel has none)."""
+    drop_privileges()
+    if ruleset_fd is not None:
+        restrict_self(ruleset_fd)

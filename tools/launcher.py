@@ -1,33 +1,41 @@
 """The process ``shell.run`` starts every command from; see ``tools.shell`` for why.
 
-Run as ``python -I -S launcher.py STATUS_FD [--hide PATH]... [--write PATH]... -- ARGV...``, with the minimal
-environment the command gets and the command's folder as its own. It uses the
-standard library only, and its sandbox (``tools/landlock.py``, beside it): it
-runs in a fresh interpreter without the project, its settings or its
-site-packages. It
+Run as ``python -I -S launcher.py STATUS_FD [--read PATH]... [--hide PATH]... [--write PATH]...
+[--network] [--unconfined] -- ARGV...``, with the minimal environment the command gets and the
+command's folder as its own. It uses the standard library only, and its sandbox
+(``tools/landlock.py`` and ``tools/isolation.py``, beside it): it runs in a fresh interpreter
+without the project, its settings or its site-packages. It
 
 1. becomes a child subreaper, so every process the command starts stays below
    it however it detaches (``setsid``, a double fork): an orphan is
    re-parented to the launcher, not to init;
-2. starts the command in the sandbox of ``landlock.enter_sandbox``, in a session of
-   its own, with stdin from ``/dev/null`` and its own stdout and stderr (the
-   server's pipes); it may write only beneath the folders named by
-   ``--write`` (the workspace, its own temp folder; ``writable_rules``), and
-   the files named by ``--hide`` (the server's secret key file) cannot be
-   read from inside it (``hidden_paths_rules``);
-3. waits until the command exits, or until the server asks it to stop by
+2. moves into a network namespace of its own (unless ``--network``) and has
+   the command started in a PID namespace of its own (``isolation.own_namespaces``);
+3. starts the command in a session of its own, with stdin from ``/dev/null``
+   and its own stdout and stderr (the server's pipes), after it mounted a
+   ``/proc`` and ``/dev/shm`` of its own, and entered the socket filter
+   (without network) and the Landlock domain (``landlock.enter_sandbox``): it
+   reads only beneath the folders named by ``--read`` and ``--write``, never
+   beneath those named by ``--hide`` (the data folder, the secret key), and
+   writes only beneath those named by ``--write`` (the workspace, its own
+   temp folder);
+4. waits until the command exits, or until the server asks it to stop by
    shutting down its end of the status socket (a timeout or a cancel). A
    server that dies closes that socket too, so no command outlives it;
-4. kills every process left below it, the command included, and reaps them,
+5. kills every process left below it, the command included, and reaps them,
    so nothing holds the output pipes once it exits;
-5. writes one JSON line on the status socket and exits: ``{"exit_code": N}``
-   (``-N`` when killed by signal N, as ``Popen.returncode``), or
-   ``{"error": KIND, "detail": "..."}`` when the command could not start.
+6. writes one JSON line on the status socket and exits: ``{"exit_code": N}``
+   (``-N`` when killed by signal N, as ``Popen.returncode``), with
+   ``"unconfined": "..."`` saying what of the sandbox this machine refused when
+   ``--unconfined`` let the command run without it; or ``{"error": KIND,
+   "detail": "..."}`` when the command could not start (``"sandbox"``: the
+   kernel refused a part of the sandbox, and ``--unconfined`` was not given).
 
-Run as ``python -I -S launcher.py exec [--hide PATH]... [--write PATH]... -- ARGV...`` it only enters the same
-sandbox and replaces itself with the command (an MCP stdio server, whose
-process group the ``mcp`` SDK starts and ends); a machine without the
-sandbox gets the reason on stderr and exit code 126, a missing command 127.
+Run as ``python -I -S launcher.py exec [--read PATH]... [--hide PATH]... [--write PATH]... [--unconfined]
+-- ARGV...`` it only enters the same Landlock domain (no namespace: an MCP stdio server keeps the
+network it needs, and its process group is the ``mcp`` SDK's to start and end) and replaces itself
+with the command; a machine without the sandbox gets the reason on stderr and exit code 126, a
+missing command 127.
 
 Linux only: it needs prctl, pidfd and Landlock (Linux 5.13 or newer).
 """
@@ -46,19 +54,16 @@ import time
 from typing import NamedTuple
 
 if __package__:
-    from tools import landlock  # imported by the server and its tests
+    from tools import isolation, landlock  # imported by the server and its tests
 else:
     # Run as ``python -I -S launcher.py``: isolated mode leaves the script's
     # own folder off sys.path. It goes last, after the standard library.
     sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    import isolation
     import landlock
 
 # prctl(2) option, from <linux/prctl.h>.
 PR_SET_CHILD_SUBREAPER = 36
-
-# unshare(2) flags, from <linux/sched.h>; mount(2) flags, from <linux/mount.h>.
-CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID = 0x00020000, 0x10000000, 0x20000000
-MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
 
 # How long the kill loop waits for SIGKILLed children to become reapable.
 REAP_POLL_SECONDS = 0.01
@@ -131,79 +136,80 @@ def _stop(signum: int, frame: object) -> None:
     raise Stop(signal.Signals(signum).name)
 
 
-def own_pid_namespace() -> str | None:
-    """Start this launcher's children in a PID namespace of their own; None when it could, else why not.
+class Sandbox(NamedTuple):
+    """What a command may see and do: the launcher's options."""
 
-    The command becomes the first process of the namespace (its pid 1):
-    when it exits, the kernel kills every process left in it. As root the
-    launcher may make one; another user needs a user namespace around it
-    (mapping the user to itself), which the kernel may refuse (unprivileged
-    user namespaces disabled, a container's seccomp filter, an AppArmor
-    restriction).
-    """
-    try:
-        if os.geteuid() == 0:
-            landlock.checked(landlock.libc.unshare(CLONE_NEWPID), "unshare")
-            return None
-        uid, gid = os.geteuid(), os.getegid()
-        landlock.checked(landlock.libc.unshare(CLONE_NEWUSER | CLONE_NEWPID), "unshare")
-        for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-            with open(f"/proc/self/{name}", "w") as file:
-                file.write(text)
-    except OSError as exc:
-        return f"no PID namespace: {exc}"
-    return None
+    readable: tuple[str, ...] = ()
+    hidden: tuple[str, ...] = ()
+    writable: tuple[str, ...] = ()
+    network: bool = False  # shell.run: a tool policy allowed it the network
+    unconfined: bool = False  # run even where the kernel refuses a part of the sandbox, and say which
 
 
-def mount_own_proc() -> None:
-    """In the namespace's first process: a mount namespace of its own, with ``/proc`` showing only the namespace.
+def enter_confinement(ruleset: landlock.Ruleset | None, told: int | None, *, socket_filter: bool, strict: bool) -> None:
+    """In the command's process, between fork and exec: its own ``/proc`` and ``/dev/shm`` when its
+    launcher made a PID namespace, then the socket filter and the Landlock domain.
 
-    The mounts are made private first, so that the new ``/proc`` stays in
-    this namespace. Raises OSError when the kernel refuses (a ``/proc``
-    partly hidden by a container's mounts, say).
-    """
-    landlock.checked(landlock.libc.unshare(CLONE_NEWNS), "unshare")
-    landlock.checked(landlock.libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None), "make the mounts private")
-    landlock.checked(
-        landlock.libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None), "mount /proc"
-    )
-
-
-def enter_sandbox_with_own_proc(ruleset: landlock.Ruleset, told: int | None) -> None:
-    """``enter_sandbox``, after mounting a ``/proc`` of the command's own when its launcher made a PID namespace.
-
-    ``told``: a pipe's end to write b"1" on once the ``/proc`` is its own.
-    Where it cannot be mounted, the command still runs, seeing every
-    process of the machine in ``/proc`` as before (the launcher reports it).
+    ``told``: a pipe's end to write b"1" on once the mounts are its own.
+    Where they cannot be made, ``strict`` stops the command from starting;
+    otherwise it runs seeing the machine's (the launcher reports it).
     """
     if told is not None:
         try:
-            mount_own_proc()
+            isolation.mount_own_proc_and_shm()
         except OSError:
-            pass
+            if strict:
+                raise
         else:
-            if ruleset.handled & landlock.LANDLOCK_ACCESS_FS_READ_FILE:
-                # The rules granting reading (around hidden files) name the
-                # /proc that was there; the new one needs its own.
-                landlock.grant(ruleset.fd, "/proc", landlock.LANDLOCK_ACCESS_FS_READ_FILE)
+            if ruleset is not None:
+                # The rules name the mounts that were there; the new ones need their own.
+                landlock.grant(ruleset.fd, "/proc", landlock.READ_ACCESS)
+                landlock.grant(ruleset.fd, "/dev/shm", landlock.writable_folder_access(landlock.landlock_abi()))
             os.write(told, b"1")
-    landlock.enter_sandbox(ruleset.fd)
+    landlock.drop_privileges()
+    if socket_filter:
+        isolation.enter_socket_filter()
+    if ruleset is not None:
+        landlock.restrict_self(ruleset.fd)
 
 
-def run(
-    command: list[str], status: socket.socket, *, hidden: list[str] = (), writable: list[str] = ()
-) -> dict[str, object]:
-    """Start ``command``, wait, end every process below us; returns the report for the server."""
+def sandbox_gaps(sandbox: Sandbox) -> tuple[landlock.Ruleset | None, list[str]]:
+    """The command's Landlock ruleset (None where the kernel has none) and what of the sandbox the kernel refuses.
+
+    Raises OSError when a ruleset cannot be made where Landlock works.
+    """
+    gaps = []
+    ruleset = None
     if (problem := landlock.sandbox_problem()) is not None:
-        return {"error": "sandbox", "detail": problem}
+        gaps.append(problem)
+    else:
+        ruleset = landlock.create_ruleset(
+            landlock.landlock_abi(), readable=sandbox.readable, hidden=sandbox.hidden, writable=sandbox.writable
+        )
+    return ruleset, gaps
+
+
+def run(command: list[str], status: socket.socket, sandbox: Sandbox = Sandbox()) -> dict[str, object]:
+    """Start ``command`` in ``sandbox``, wait, end every process below us; returns the report for the server."""
     try:
-        ruleset = landlock.create_ruleset(landlock.landlock_abi(), hidden=hidden, writable=writable)
+        ruleset, gaps = sandbox_gaps(sandbox)
     except OSError as exc:
         return {"error": "sandbox", "detail": str(exc)}
+    if gaps and not sandbox.unconfined:
+        return {"error": "sandbox", "detail": gaps[0]}
     landlock.checked(landlock.libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "child subreaper")
-    namespace_problem = own_pid_namespace()
+    namespace_problem = isolation.own_namespaces(network=sandbox.network)
+    filter_problem = None if sandbox.network else isolation.socket_filter_problem()
+    for problem in (namespace_problem, filter_problem):
+        if problem is not None:
+            if not sandbox.unconfined:
+                if ruleset is not None:
+                    os.close(ruleset.fd)
+                return {"error": "sandbox", "detail": problem}
+            gaps.append(problem)
+    socket_filter = not sandbox.network and filter_problem is None
     told, tell = os.pipe() if namespace_problem is None else (None, None)
-    child, own_proc = None, False
+    child, own_mounts = None, False
     try:
         try:
             child = subprocess.Popen(
@@ -211,7 +217,9 @@ def run(
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
                 close_fds=True,
-                preexec_fn=lambda: enter_sandbox_with_own_proc(ruleset, tell),
+                preexec_fn=lambda: enter_confinement(
+                    ruleset, tell, socket_filter=socket_filter, strict=not sandbox.unconfined
+                ),
             )
         except FileNotFoundError:
             return {"error": "not_found"}
@@ -220,9 +228,11 @@ def run(
         except OSError as exc:
             return {"error": "start", "detail": exc.strerror or str(exc)}
         except subprocess.SubprocessError:
-            return {"error": "sandbox", "detail": "the command could not enter the sandbox"}
+            return {"error": "sandbox", "detail": "the kernel refused the command a /proc, a /dev/shm, "
+                                                  "its socket filter or its Landlock domain"}
         finally:
-            os.close(ruleset.fd)
+            if ruleset is not None:
+                os.close(ruleset.fd)
             if tell is not None:
                 os.close(tell)
         wait_for_exit_or_stop(child.pid, status)
@@ -234,33 +244,33 @@ def run(
             signal.signal(signum, signal.SIG_IGN)
         statuses = end_descendants()
         if told is not None:
-            own_proc = os.read(told, 1) == b"1"  # the child wrote it before exec, or never will
+            own_mounts = os.read(told, 1) == b"1"  # the child wrote it before exec, or never will
             os.close(told)
     if child is None:
         return {"error": "start", "detail": "the launcher was stopped before the command started"}
     child.returncode = os.waitstatus_to_exitcode(statuses[child.pid])
-    if namespace_problem is None and not own_proc:
-        namespace_problem = "no /proc of its own: the kernel refused to mount one"
+    if namespace_problem is None and not own_mounts:
+        gaps.append("no /proc of its own: the kernel refused to mount one")
     report: dict[str, object] = {"exit_code": child.returncode}
-    if namespace_problem is not None:
-        report["processes_visible"] = namespace_problem
+    if gaps:
+        report["unconfined"] = "; ".join(gaps)
     return report
 
 
-def exec_in_sandbox(command: list[str], *, hidden: list[str] = (), writable: list[str] = ()) -> int:
-    """Enter the sandbox and become ``command``; returns (an exit code) only when that fails."""
-    if (problem := landlock.sandbox_problem()) is not None:
-        print(f"the sandbox is not available: {problem}", file=sys.stderr)
-        return 126
+def exec_in_sandbox(command: list[str], sandbox: Sandbox = Sandbox()) -> int:
+    """Enter the Landlock domain and become ``command``; returns (an exit code) only when that fails."""
     try:
-        ruleset = landlock.create_ruleset(landlock.landlock_abi(), hidden=hidden, writable=writable)
+        ruleset, gaps = sandbox_gaps(sandbox)
     except OSError as exc:
-        print(f"the sandbox is not available: {exc}", file=sys.stderr)
+        gaps, ruleset = [str(exc)], None
+    if gaps and not sandbox.unconfined:
+        print(f"the sandbox is not available: {gaps[0]}", file=sys.stderr)
         return 126
     try:
-        landlock.enter_sandbox(ruleset.fd)
+        landlock.enter_sandbox(None if ruleset is None else ruleset.fd)
     finally:
-        os.close(ruleset.fd)
+        if ruleset is not None:
+            os.close(ruleset.fd)
     try:
         os.execvp(command[0], command)
     except FileNotFoundError:
@@ -273,34 +283,46 @@ def exec_in_sandbox(command: list[str], *, hidden: list[str] = (), writable: lis
 
 class Arguments(NamedTuple):
     status_fd: int | None  # None for ``exec``
-    hidden: list[str]
-    writable: list[str]
+    sandbox: Sandbox
     command: list[str]
 
 
+# The launcher's options: those naming a path (each may repeat), and the flags.
+PATH_OPTIONS = {"--read": "readable", "--hide": "hidden", "--write": "writable"}
+FLAGS = {"--network": "network", "--unconfined": "unconfined"}
+
+
 def parse_arguments(argv: list[str]) -> Arguments:
-    """``STATUS_FD [--hide PATH]... [--write PATH]... -- ARGV...`` or the same with ``exec`` for ``STATUS_FD``."""
-    usage = f"usage: {argv[0]} STATUS_FD|exec [--hide PATH]... [--write PATH]... -- ARGV..."
+    """``STATUS_FD [OPTION]... -- ARGV...`` or the same with ``exec`` for ``STATUS_FD``."""
+    usage = (f"usage: {argv[0]} STATUS_FD|exec [--read PATH]... [--hide PATH]... [--write PATH]... "
+             f"[--network] [--unconfined] -- ARGV...")
     if len(argv) < 2:
         raise SystemExit(usage)
     first, rest = argv[1], argv[2:]
-    paths: dict[str, list[str]] = {"--hide": [], "--write": []}
-    while rest[:1] and rest[0] in paths and len(rest) >= 2 and rest[1] != "--":
-        paths[rest[0]].append(rest[1])
-        rest = rest[2:]
+    options: dict[str, object] = {field: [] for field in PATH_OPTIONS.values()}
+    while rest[:1] and rest[0] != "--":
+        if rest[0] in FLAGS:
+            options[FLAGS[rest[0]]] = True
+            rest = rest[1:]
+        elif rest[0] in PATH_OPTIONS and len(rest) >= 2 and rest[1] != "--":
+            options[PATH_OPTIONS[rest[0]]].append(rest[1])
+            rest = rest[2:]
+        else:
+            raise SystemExit(usage)
     if rest[:1] != ["--"] or len(rest) < 2:
         raise SystemExit(usage)
-    return Arguments(None if first == "exec" else int(first), paths["--hide"], paths["--write"], rest[1:])
+    sandbox = Sandbox(**{name: tuple(value) if isinstance(value, list) else value for name, value in options.items()})
+    return Arguments(None if first == "exec" else int(first), sandbox, rest[1:])
 
 
 def main(argv: list[str]) -> int:
-    status_fd, hidden, writable, command = parse_arguments(argv)
+    status_fd, sandbox, command = parse_arguments(argv)
     if status_fd is None:
-        return exec_in_sandbox(command, hidden=hidden, writable=writable)
+        return exec_in_sandbox(command, sandbox)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, _stop)
     with socket.socket(fileno=status_fd) as status:
-        report = run(command, status, hidden=hidden, writable=writable)
+        report = run(command, status, sandbox)
         with contextlib.suppress(OSError):  # the server is gone: nobody to tell
             status.sendall(json.dumps(report).encode() + b"\n")
     return 0

@@ -11,7 +11,7 @@ next call.
 
 Processes. A stdio server starts with ``shell.run``'s minimal environment
 (``PATH``, ``LANG``; ``HOME``, ``XDG_CACHE_HOME`` and ``TMPDIR`` in folders of
-its own outside the workspace, ``OwnFolders``) plus its configured variables,
+its own outside the workspace, ``OwnFolders``: the home kept between sessions) plus its configured variables,
 never the server's own environment. (The SDK adds the handful of variables
 it always passes on, ``USER``, ``LOGNAME``, ``SHELL``, ``TERM``, which hold
 no secret.) The SDK starts it in a process group of its own
@@ -23,7 +23,9 @@ environment or memory of the Conductor process that started it. Without
 Landlock the launcher refuses, and the server's page says why. Its
 stderr is drained and only its last lines kept, so a flooding server neither
 blocks on a full pipe nor fills memory or the logs; they explain a server
-that fails to start. It may write only in the workspace and its own folders.
+that fails to start. It reads only the system's folders, the places its command line
+names and those it may write in: the workspace, its own folders and its entry's
+``writable`` ones (``tools/mcp_endpoint.py``).
 
 A session that dies during a call (the process exited, the connection
 dropped) fails that call as interrupted (``McpInterrupted``); one whose call
@@ -54,7 +56,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from core.kept_loop import KeptLoop, PerProcess
 from core.logfmt import log_event
-from tools.mcp_endpoint import McpEndpoint, sandboxed_argv, server_environment, server_folder
+from tools.mcp_endpoint import McpEndpoint, sandboxed_argv, server_environment, server_folder, server_readable
 from tools.mcp_processes import MARKER_VARIABLE, OwnFolders, StderrTail, child_with_marker
 from tools.registry import ToolError, ToolRetryableError
 from tools.workspace import workspace_root
@@ -139,14 +141,15 @@ class _Connection:
         endpoint = self.endpoint
         if endpoint.is_stdio:
             self.stderr = StderrTail()
-            self.folders = OwnFolders()
+            self.folders = OwnFolders(endpoint.home)
             folder = server_folder(endpoint, self.workspace)
-            writable = (workspace_root(self.workspace), self.folders.root)
-            own = self.folders.environment()
+            writable = (workspace_root(self.workspace), *self.folders.writable)
+            env = server_environment(endpoint, self.workspace, self.folders.environment())
+            readable = server_readable(endpoint, self.workspace, env)
             return stdio_client(
                 StdioServerParameters(
-                    command=sys.executable, args=sandboxed_argv(endpoint, writable), cwd=folder,
-                    env={**server_environment(endpoint, self.workspace, own), MARKER_VARIABLE: self.marker},
+                    command=sys.executable, args=sandboxed_argv(endpoint, writable, readable), cwd=folder,
+                    env={**env, MARKER_VARIABLE: self.marker},
                 ),
                 errlog=self.stderr.writer,
             )

@@ -62,25 +62,38 @@ def child_with_marker(marker: str) -> int | None:
 
 
 class OwnFolders:
-    """A stdio server's own home (its cache in it) and temp folder, outside the workspace, for one session.
+    """A stdio server's own home (its cache in it) and temp folder, outside the workspace.
 
-    Made private (0700) in the system's temp folder when the session starts,
-    removed when it ends. The sandbox lets the server write only in these and
-    in the workspace (``landlock.writable_rules``), so ``HOME``,
-    ``XDG_CACHE_HOME`` and ``TMPDIR`` point here: what a package runner
-    caches (``npx``'s ``~/.npm``, ``uvx``'s ``~/.cache/uv``) lands here, not
-    in the user's workspace, and is fetched again by the next session.
+    The home is ``home`` when given (kept between sessions: the server's
+    entry's folder in the data folder, so that ``npx`` fetches a package once
+    and a server that keeps a file beside its code remembers it), else one
+    made for the session. The temp folder, and a made home, are private
+    (0700) in the system's temp folder, made when the session starts and
+    removed when it ends. The sandbox lets the server write only in these,
+    the workspace and its entry's ``writable`` folders
+    (``landlock.writable_rules``), so ``HOME``, ``XDG_CACHE_HOME`` and
+    ``TMPDIR`` point here: what a package runner caches (``npx``'s ``~/.npm``,
+    ``uvx``'s ``~/.cache/uv``) lands in the home, not in the user's workspace.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, home: str = "") -> None:
         self.root = Path(tempfile.mkdtemp(prefix="conductor-mcp-"))
-        self.home = self.root / "home"
         self.temp = self.root / "tmp"
-        for folder in (self.home, self.temp):
-            folder.mkdir(mode=0o700)
+        self.temp.mkdir(mode=0o700)
+        if home:
+            self.home = Path(home)
+            self.home.mkdir(mode=0o700, parents=True, exist_ok=True)
+        else:
+            self.home = self.root / "home"
+            self.home.mkdir(mode=0o700)
+
+    @property
+    def writable(self) -> tuple[Path, ...]:
+        return tuple(dict.fromkeys((self.home, self.root)))
 
     def environment(self) -> dict[str, str]:
         return {"HOME": str(self.home), "XDG_CACHE_HOME": str(self.home / ".cache"), "TMPDIR": str(self.temp)}
 
     def remove(self) -> None:
+        """Remove the session's folders (a kept home stays)."""
         shutil.rmtree(self.root, ignore_errors=True)

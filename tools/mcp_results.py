@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
+from collections.abc import Sequence
 from typing import Any
 
 ERROR_MAX_CHARS = 500
@@ -52,3 +54,15 @@ def mcp_error_text(wire: dict[str, Any]) -> str:
             text = " ".join(item["text"].split())
             return text if len(text) <= ERROR_MAX_CHARS else text[: ERROR_MAX_CHARS - 1] + "…"
     return "the tool reported an error (isError) without a text"
+
+
+# What a refused write says in the error texts of the usual runtimes (Node's EACCES and EROFS,
+# Python's PermissionError, a C library's strerror).
+WRITE_REFUSED = re.compile(r"EACCES|EROFS|EPERM|permission denied|read-only file system|operation not permitted", re.I)
+
+
+def write_refused_hint(error: str, writable: Sequence[str]) -> str:
+    """``error``, with where the server may write when it reads as a refused write (its sandbox's doing)."""
+    if not writable or not WRITE_REFUSED.search(error):
+        return error
+    return f"{error} (the sandbox lets this server write only in: {', '.join(writable)})"

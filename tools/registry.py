@@ -68,6 +68,13 @@ class ToolCall:
     # Files a command the tool starts must not be able to read: the server's
     # secret key file and its .env (CONDUCTOR_SECRET_FILES). shell.run hides them.
     secret_files: tuple[Path, ...] = ()
+    # Folders of the server's own state that no command may see, whatever lies beside them in the
+    # system's folders (the data folder around the workspace: settings.DATA_DIR).
+    private_folders: tuple[Path, ...] = ()
+    # shell.run: a tool policy allowed this command the network (ToolPolicy.allow_network).
+    allow_network: bool = False
+    # shell.run: run even where the kernel refuses a part of the sandbox (CONDUCTOR_SHELL_UNCONFINED).
+    unconfined: bool = False
     # The instruction the tool runs for: tools that act on Conductor itself
     # (mail.send) say where it came from. None outside an instruction.
     origin: ToolOrigin | None = None
@@ -128,6 +135,9 @@ class ToolSpec:
     # since what it does is its server's to say): approving such a call needs
     # a permission of its own (``automation.approve_code``).
     runs_code: bool = False
+    # Whether the tool's sandbox has no network unless a tool policy allows it (``shell.run``,
+    # ``ToolPolicy.allow_network``): the call then gets ``ToolCall.allow_network``.
+    network_by_policy: bool = False
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:

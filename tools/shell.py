@@ -30,46 +30,53 @@ read, and the launcher puts the command where that check says no:
   itself. A root command still reads every file and can reach the machine's
   memory in other ways: run Conductor as an unprivileged user.
 
-The secret key on disk. The server's secret key may live in a file (the data
-folder's ``secret_key``, or a ``.env``), which the server user can read, and
-so could any command. The call names those files (``ToolCall.secret_files``,
-from ``CONDUCTOR_SECRET_FILES``) and the launcher's Landlock domain handles
-reading files and grants it everywhere but beneath them (see
-``landlock.hidden_paths_rules``): ``cat data/secret_key`` fails with
-"Permission denied", and no move or link between folders can bring the file
-out from under the refusal.
+What a command sees: a list, not a list of what is hidden. The same Landlock
+domain handles reading, listing and running files, and grants them only
+beneath the system's folders (``SYSTEM_FOLDERS``: ``/usr``, ``/etc``, ``/opt``,
+...), the workspace and a temp folder of the command's own (``TMPDIR``: made
+private for each command in the system's temp folder, removed after it).
+Nothing else is seen: not the data folder around the workspace (the
+databases ``conductor.sqlite3`` and ``channels.sqlite3`` and their journals,
+the channel layer's doorbell registry, the secret key, the logs), whatever
+is added to it later, nor ``/home``, ``/root``, ``/tmp`` or ``/run``. Where
+the data folder, or a file holding the key (``CONDUCTOR_SECRET_FILES``: the
+data folder's ``secret_key``, a ``.env``, the deploy kit's
+``/etc/conductor.env``), lies inside a system folder, the grant goes around
+it (``landlock.readable_rules``): no move or link between folders brings a
+file out from under it.
 
-Making the server non-dumpable (``PR_SET_DUMPABLE``) was weighed and left
-out: it protects the one process that calls it, not its parents or the other
-server processes, and not from root, while costing core dumps and same-user
-debugging.
+Writing only in the workspace. The domain also handles every right that
+changes the file system (writing a file, truncating it, making, removing,
+renaming or linking an entry) and grants them only beneath the workspace and
+the command's temp folder, and writing on the devices programs use
+(``/dev/null``, ``/dev/tty``, the pseudo-terminals; ``landlock.WRITABLE_DEVICES``).
+What fails says "Permission denied". Device nodes are made nowhere.
 
-Writing only in the workspace. The same Landlock domain handles every right
-that changes the file system (writing a file, truncating it, making,
-removing, renaming or linking an entry) and grants them only beneath the
-workspace and a temp folder of the command's own (``TMPDIR``: made private
-for each command in the system's temp folder, removed after it), and
-writing on the devices programs write to (``/dev/null``, ``/dev/tty``, the
-pseudo-terminals; ``landlock.WRITABLE_DEVICES``). So a command changes
-nothing in the data folder around the workspace (the databases, the channel
-layer's doorbell registry), in ``/tmp`` beyond its own folder, or anywhere
-else; what fails says "Permission denied". Device nodes are made nowhere.
+No network, by default. The launcher moves into a network namespace of its
+own before it starts the command: the command has a loopback of its own and
+nothing else, so it reaches neither the internet nor this machine's loopback
+(the server's port, PostgreSQL, Redis). Unix sockets are reached by path,
+past any network namespace, and Landlock does not check a socket's connect:
+a socket filter refuses the command every socket but IP and netlink ones
+(``isolation.enter_socket_filter``), so ``/run/postgresql``'s socket is out
+of reach too. A tool policy may allow the network for ``shell.run``
+(``ToolPolicy.allow_network``, e.g. for ``pip install``); the approval page
+then says "this command may use the network".
 
 Other processes out of sight. ``/proc`` lists every process of the machine,
 and a process's command line (``/proc/<pid>/cmdline``, a secret passed as an
 argument) is readable by any process of the same user, Landlock domain or
-not; ``hidepid`` hides other users' processes only. So the launcher starts
-the command in a PID namespace of its own (as root directly, as another
-user inside a user namespace mapping the user to itself) and the command
-mounts a ``/proc`` of that namespace over its own view (``launcher.mount_own_proc``):
-it sees itself and its children, and the command is the namespace's first
-process, whose exit kills every process left in it. Where the kernel refuses
-either (unprivileged user namespaces disabled, a container's ``/proc``),
-the command runs as before, seeing every process, and the server logs
-``shell_processes_visible`` once; ``manage.py doctor`` says which.
+not. So the command starts in a PID namespace of its own and mounts a
+``/proc`` of that namespace (and an empty ``/dev/shm``) over its own view
+(``isolation.mount_own_proc_and_shm``): it sees itself and its children, and
+is the namespace's first process, whose exit kills every process left in it.
 
-Otherwise a command reads with the server user's rights (its files, the
-data folder but the secret key): that is why ``shell.run`` needs approval.
+Where the kernel refuses a part of this (Landlock, the namespaces: unprivileged
+user namespaces disabled, a container's seccomp filter), ``shell.run`` refuses
+to run the command, saying why, unless the operator set
+``CONDUCTOR_SHELL_UNCONFINED=1``: then it runs with what the kernel gives,
+and the server logs ``shell_unconfined`` once with what is missing;
+``manage.py doctor`` and the server's start say which it is.
 
 Ending the whole tree. The launcher is a child subreaper: an orphan below
 it (``setsid``, a double fork) is re-parented to the launcher instead of
@@ -114,6 +121,11 @@ DEFAULT_TIMEOUT_SECONDS = 30
 OUTPUT_CAP_BYTES = 64 * 1024
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 LAUNCHER = Path(__file__).with_name("launcher.py")
+# What a command may read besides its workspace and temp folder: the system's files. /proc is its own
+# (a PID namespace's); of /dev, only the devices landlock.WRITABLE_DEVICES names and a /dev/shm of its own.
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/sys", "/proc")
+# The setting that lets commands run where the kernel refuses a part of their sandbox.
+UNCONFINED_SETTING = "CONDUCTOR_SHELL_UNCONFINED"
 # How often the wait looks at the cancel flag.
 POLL_SECONDS = 0.1
 # How long the launcher may take to kill and reap the tree once asked to stop.
@@ -163,10 +175,7 @@ class _CappedOutput:
         return self.total > len(self.kept)
 
 
-def _start_launcher(
-    argv: list[str], cwd: Path, env: dict[str, str], status_fd: int, *,
-    hidden: tuple[Path, ...] = (), writable: tuple[Path, ...] = (),
-) -> subprocess.Popen:
+def _start_launcher(argv: list[str], cwd: Path, env: dict[str, str], status_fd: int, options: list[str]) -> subprocess.Popen:
     if sys.platform != "linux":
         raise ToolError(f"shell.run needs Linux (its sandbox uses prctl and Landlock); this is {sys.platform}")
     if not sys.executable:
@@ -175,8 +184,7 @@ def _start_launcher(
         return subprocess.Popen(
             # -I -S: the launcher sees neither PYTHON* variables nor site-packages.
             [
-                sys.executable, "-I", "-S", str(LAUNCHER), str(status_fd),
-                *launcher_paths(hidden=hidden, writable=writable), "--", *argv,
+                sys.executable, "-I", "-S", str(LAUNCHER), str(status_fd), *options, "--", *argv,
             ],
             cwd=cwd,
             env=env,
@@ -195,19 +203,35 @@ def _start_launcher(
         raise ToolError(f"could not start the launcher: {exc.strerror or exc}") from exc
 
 
-def launcher_paths(*, hidden: Iterable[Path | str] = (), writable: Iterable[Path | str] = ()) -> list[str]:
-    """The launcher's arguments naming the files a command may not read and the folders it may write in."""
+def launcher_options(
+    *, readable: Iterable[Path | str] = SYSTEM_FOLDERS, hidden: Iterable[Path | str] = (),
+    writable: Iterable[Path | str] = (), network: bool = False, unconfined: bool = False,
+) -> list[str]:
+    """The launcher's options: what a command may read, may never read, may write in; whether it
+    has the network, and whether it runs where the kernel refuses a part of its sandbox."""
     return [
+        *(part for path in readable for part in ("--read", str(path))),
         *(part for path in hidden for part in ("--hide", str(path))),
         *(part for path in writable for part in ("--write", str(path))),
+        *(["--network"] if network else []),
+        *(["--unconfined"] if unconfined else []),
     ]
+
+
+def command_options(call: ToolCall, *, temp: Path) -> list[str]:
+    """``launcher_options`` for a ``shell.run`` command: the system's folders, its workspace and temp folder."""
+    return launcher_options(
+        hidden=(*call.private_folders, *call.secret_files), writable=(workspace_root(call.workspace), temp),
+        network=call.allow_network, unconfined=call.unconfined,
+    )
 
 
 # The launcher's start-up error codes (automation/tools/launcher.py) and what they mean.
 _START_ERRORS = {
     "not_found": "command not found: {command!r} (PATH is {path})",
     "not_executable": "command not executable: {command!r}",
-    "sandbox": "shell.run cannot sandbox commands on this machine: {detail}",
+    "sandbox": "shell.run cannot confine commands on this machine: {detail} "
+               f"(an operator may set {UNCONFINED_SETTING}=1 to run them unconfined)",
 }
 _START_ERROR_OTHER = "could not start {command!r}: {detail}"
 
@@ -283,18 +307,15 @@ def _watch(launcher: subprocess.Popen, status: socket.socket, *, deadline: float
     return _Watched(parsed, stdout, stderr, timed_out=timed_out, cancelled=cancelled)
 
 
-_processes_visible_said = False
+_unconfined_said = False
 
 
-def _processes_visible(reason: str) -> None:
-    """Say once per process that commands here see the other processes in ``/proc`` (their command lines)."""
-    global _processes_visible_said
-    if not _processes_visible_said:
-        _processes_visible_said = True
-        log_event(
-            logger, "shell_processes_visible", level=logging.WARNING, reason=reason,
-            effect="commands can read the command lines of this user's other processes in /proc",
-        )
+def _unconfined(reason: str) -> None:
+    """Say once per process that commands here run without a part of their sandbox, and which."""
+    global _unconfined_said
+    if not _unconfined_said:
+        _unconfined_said = True
+        log_event(logger, "shell_unconfined", level=logging.WARNING, reason=reason, setting=UNCONFINED_SETTING)
 
 
 def _resolve(call: ToolCall) -> tuple[Path, float]:
@@ -307,18 +328,36 @@ def _resolve(call: ToolCall) -> tuple[Path, float]:
     return cwd, timeout
 
 
+# What the approval page says of a command's network (SPEC §5.1).
+NETWORK_ALLOWED = "this command may use the network (a tool policy allows it): the internet and this machine's loopback"
+NETWORK_NONE = "none: it reaches neither the internet nor this machine's loopback"
+
+
 def shell_plan(call: ToolCall) -> dict[str, Any]:
-    """What ``shell_run`` would run: the argv, the real folder it runs in, the timeout it gets."""
+    """What ``shell_run`` would run: the argv, the real folder it runs in, the timeout it gets, its network."""
     cwd, timeout = _resolve(call)
-    return {"argv": call.params["argv"], "working folder": str(cwd), "timeout": f"{timeout:g} s"}
+    return {
+        "argv": call.params["argv"], "working folder": str(cwd), "timeout": f"{timeout:g} s",
+        "network": NETWORK_ALLOWED if call.allow_network else NETWORK_NONE,
+    }
 
 
-def shell_run_trial(*, workspace: Path) -> dict[str, Any]:
-    """Run ``true`` as a ``shell.run`` block would, in ``workspace``: proof that commands run here.
+def shell_run_trial(
+    *, workspace: Path, argv: tuple[str, ...] = ("true",), private_folders: tuple[Path, ...] = (),
+    unconfined: bool = False,
+) -> dict[str, Any]:
+    """Run ``argv`` as a ``shell.run`` block would, in ``workspace``: proof that commands run here.
 
-    Returns the block's result; raises ``ToolError`` with the reason a block would get.
+    Returns the block's result, with ``"unconfined"``: what of the sandbox
+    the kernel refused ("" when none; with ``unconfined`` the command runs
+    without it). Raises ``ToolError`` with the reason a block would get.
     """
-    return shell_run(ToolCall(params={"argv": ["true"]}, workspace=workspace, shell_max_timeout_seconds=10))
+    call = ToolCall(
+        params={"argv": list(argv)}, workspace=workspace, shell_max_timeout_seconds=10,
+        private_folders=private_folders, unconfined=unconfined,
+    )
+    result, report = _shell_run(call)
+    return {**result, "unconfined": report.get("unconfined", "")}
 
 
 def shell_run(call: ToolCall) -> dict[str, Any]:
@@ -330,6 +369,14 @@ def shell_run(call: ToolCall) -> dict[str, Any]:
     no process the command started is left running, and the call returns
     within ``STOP_GRACE_SECONDS + DRAIN_SECONDS`` of the timeout or the cancel.
     """
+    result, report = _shell_run(call)
+    if "unconfined" in report:
+        _unconfined(report["unconfined"])
+    return result
+
+
+def _shell_run(call: ToolCall) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``shell_run``'s work: the block's result and the launcher's report."""
     argv, cwd_name = call.params["argv"], call.params.get("cwd", ".")
     cwd, timeout = _resolve(call)
 
@@ -338,8 +385,7 @@ def shell_run(call: ToolCall) -> dict[str, Any]:
         status, launcher_end = socket.socketpair()
         try:
             launcher = _start_launcher(
-                argv, cwd, shell_environment(call, temp=temp), launcher_end.fileno(),
-                hidden=call.secret_files, writable=(workspace_root(call.workspace), temp),
+                argv, cwd, shell_environment(call, temp=temp), launcher_end.fileno(), command_options(call, temp=temp)
             )
         except BaseException:
             status.close()
@@ -361,8 +407,6 @@ def shell_run(call: ToolCall) -> dict[str, Any]:
 
     if "error" in watched.report:
         raise _start_error(watched.report, argv)
-    if "processes_visible" in watched.report:
-        _processes_visible(watched.report["processes_visible"])
     result = {
         "argv": argv,
         "cwd": cwd_name,
@@ -382,4 +426,4 @@ def shell_run(call: ToolCall) -> dict[str, Any]:
         raise ToolError(f"the command's launcher ended without a report (status {launcher.returncode})", result=result)
     if result["exit_code"] != 0:
         raise ToolError(f"exited with code {result['exit_code']}", result=result)
-    return result
+    return result, watched.report

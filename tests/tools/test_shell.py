@@ -153,7 +153,7 @@ def test_the_launcher_grants_writing_beneath_the_writable_folders_only(tmp_path)
                                           [str(tmp_path / "data" / "secret_key")]))
     assert grants[str(tmp_path / "data" / "workspace")] & landlock.LANDLOCK_ACCESS_FS_MAKE_REG
     assert not grants[str(tmp_path / "data" / "workspace")] & landlock.DEVICE_MAKING
-    assert grants["/dev/null"] == landlock.LANDLOCK_ACCESS_FS_WRITE_FILE
+    assert grants["/dev/null"] == landlock.LANDLOCK_ACCESS_FS_READ_FILE | landlock.LANDLOCK_ACCESS_FS_WRITE_FILE
     assert str(tmp_path / "data") not in grants and str(tmp_path) not in grants
     # A writable folder that holds a hidden file: granted around it.
     around = dict(landlock.writable_rules(abi, [str(tmp_path / "data")], [str(tmp_path / "data" / "secret_key")]))
@@ -228,8 +228,8 @@ def test_a_stdio_servers_own_folders_are_removed_when_its_session_ends(tmp_path,
     made = []
 
     class Recorded(OwnFolders):
-        def __init__(self) -> None:
-            super().__init__()
+        def __init__(self, home: str = "") -> None:
+            super().__init__(home)
             made.append(self)
 
     monkeypatch.setattr(mcp_client, "OwnFolders", Recorded)

@@ -18,7 +18,7 @@ import pytest
 from automation.models import TaskStatus
 from tests.factories import make_task
 from tools import files as files_module
-from tools import landlock, launcher
+from tools import landlock, launcher, shell
 from tools.registry import ToolCall, ToolError, tools
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -678,7 +678,8 @@ print(json.dumps({"ancestors": ancestors, "leaks": sorted(pid for pid in pids if
 def probe_from_server(workspace: Path, canary: str, mode: str) -> tuple[int, dict]:
     """Start a server whose environment holds ``canary``; returns its pid and what the probe it ran found."""
     env = {**os.environ, "CONDUCTOR_TEST_CANARY": canary}
-    server = start_server(workspace, [sys.executable, "-I", "-S", "-c", PROBE, canary], mode=mode, env=env)
+    # The system's Python: a command reads only the system's folders, not the project's venv.
+    server = start_server(workspace, ["python3", "-I", "-S", "-c", PROBE, canary], mode=mode, env=env)
     stdout, stderr = server.communicate(timeout=60)
     assert server.returncode == 0, stderr
     started, finished = (json.loads(line) for line in stdout.splitlines())
@@ -772,15 +773,16 @@ def test_a_command_cannot_move_the_secret_key_file_out_of_its_hiding_place(data_
 
 
 @pytest.mark.skipif(landlock.sandbox_problem() is not None, reason="no Landlock on this kernel")
-def test_hiding_the_secret_key_file_leaves_everything_else_as_it_was(data_folder):
+def test_a_command_sees_its_workspace_and_the_systems_files_and_nothing_around_them(data_folder):
     result = run_hiding(data_folder, ["sh", "-c", (
         "mkdir -p src/deep && echo made > src/deep/f && cat src/deep/f && rm -r src"
         " && echo again > g && cat g && rm g"
-        " && cat ../db.sqlite3 && echo && ls .. && head -c 4 /etc/passwd && echo && python3 -c 'print(3)'"
+        " && head -c 4 /etc/passwd && echo && python3 -c 'print(3)' && ls /usr | grep -c bin"
+        " && { cat ../db.sqlite3 || ls .. || echo unseen; }"
     )])
     assert result["exit_code"] == 0, result["stderr"]
-    assert result["stdout"].splitlines() == ["made", "again", "database", "db.sqlite3", "secret_key", "workspace",
-                                            "root", "3"]
+    assert result["stdout"].splitlines() == ["made", "again", "root", "3", "2", "unseen"]
+    assert result["stderr"].count("Permission denied") == 2, result["stderr"]
 
 
 @pytest.mark.parametrize("name", ["secret_key", "other-name"])
@@ -806,21 +808,24 @@ def test_the_launcher_grants_around_the_hidden_paths_only(tmp_path):
     (tmp_path / "data" / "db").write_text("d")
     (tmp_path / "data" / "link").symlink_to("db")
     (tmp_path / "beside").mkdir()
-    grants = dict(landlock.hidden_paths_rules([str(tmp_path / "data" / "secret_key"), str(tmp_path / "missing")]))
+    grants = dict(landlock.hidden_paths_rules([str(tmp_path / "data" / "secret_key"), str(tmp_path / "missing")],
+                                              beneath="/"))
     assert grants[str(tmp_path / "beside")] is True
     assert grants[str(tmp_path / "data" / "workspace")] is True
     assert grants[str(tmp_path / "data" / "db")] is False
     for never in ("data/secret_key", "data/hard-link", "data/link", "data", "data/workspace/deep", "missing"):
         assert str(tmp_path / never) not in grants, never
-    assert landlock.hidden_paths_rules([str(tmp_path / "missing")]) == []
+    assert landlock.hidden_paths_rules([str(tmp_path / "missing")], beneath="/") == []
 
 
 @pytest.mark.parametrize("argv,parsed", [
-    (["l", "5", "--", "ls"], (5, [], [], ["ls"])),
-    (["l", "5", "--hide", "/a", "--hide", "/b c", "--", "cat", "--hide"], (5, ["/a", "/b c"], [], ["cat", "--hide"])),
-    (["l", "exec", "--hide", "/a", "--write", "/w", "--", "server", "stdio"], (None, ["/a"], ["/w"], ["server", "stdio"])),
+    (["l", "5", "--", "ls"], (5, launcher.Sandbox(), ["ls"])),
+    (["l", "5", "--read", "/usr", "--hide", "/a", "--hide", "/b c", "--network", "--", "cat", "--hide"],
+     (5, launcher.Sandbox(readable=("/usr",), hidden=("/a", "/b c"), network=True), ["cat", "--hide"])),
+    (["l", "exec", "--hide", "/a", "--write", "/w", "--unconfined", "--", "server", "stdio"],
+     (None, launcher.Sandbox(hidden=("/a",), writable=("/w",), unconfined=True), ["server", "stdio"])),
 ])
-def test_the_launcher_reads_its_hidden_paths_before_the_command(argv, parsed):
+def test_the_launcher_reads_its_options_before_the_command(argv, parsed):
     assert launcher.parse_arguments(argv) == parsed
 
 
@@ -845,6 +850,7 @@ def test_shell_runs_plan_names_the_real_folder_and_the_capped_timeout(workspace)
     (workspace / "link").symlink_to(workspace / "src")
     assert plan(workspace, "shell.run", {"argv": ["ls", "-la"], "cwd": "link", "timeout_s": 900}, max_timeout=60) == {
         "argv": ["ls", "-la"], "working folder": str((workspace / "src").resolve()), "timeout": "60 s",
+        "network": shell.NETWORK_NONE,
     }
     assert plan(workspace, "shell.run", {"argv": ["id"]})["working folder"] == str(workspace.resolve())
 

@@ -12,22 +12,33 @@ this server's name (``CONDUCTOR_SERVER_NAME``, host:port unless set), so the
 cluster's scheduled loop sees this one and returns. A dispatcher that dies
 is started again a second later (its tasks go back by their own leases); if
 daphne or the cluster dies, everything is stopped and the command fails.
+
+Before it starts them, it says whether ``shell.run`` runs its commands
+confined here, unconfined, or refuses them (``tools.checks.shell_sandbox_state``),
+on its output and in the log (``shell_sandbox``).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from automation.dispatcher import STOP_AFTER_CANCEL_SECONDS
 from automation.loop import STOP_GRACE_SECONDS
+from core.logfmt import log_event
+from tools.checks import SandboxState, shell_sandbox_state
+
+logger = logging.getLogger(__name__)
 
 # Long enough for the dispatcher loop's own stop: its running tasks' grace,
 # then their cancellation. An idle system stops in about two seconds.
@@ -63,6 +74,7 @@ class Command(BaseCommand):
         if not no_cluster:
             starts["dispatcher"] = lambda: self._spawn([sys.executable, "manage.py", "dispatch", "--loop"])
             starts["qcluster"] = lambda: self._spawn([sys.executable, "manage.py", "qcluster"])
+        self._say_sandbox()
         children = {name: start() for name, start in starts.items()}
         self.stdout.write(f"Conductor on http://{host}:{port}/ (admin at /admin/); Ctrl-C stops it.")
 
@@ -94,6 +106,16 @@ class Command(BaseCommand):
         self._stop(children)
         if failed:
             sys.exit(1)
+
+    def _say_sandbox(self) -> None:
+        with tempfile.TemporaryDirectory(prefix="conductor-sandbox-") as workspace:
+            state = shell_sandbox_state(
+                workspace=Path(workspace), unconfined_allowed=settings.CONDUCTOR_SHELL_UNCONFINED
+            )
+        confined = state.state == SandboxState.CONFINED
+        log_event(logger, "shell_sandbox", level=logging.INFO if confined else logging.WARNING,
+                  state=state.state, missing=state.missing)
+        self.stdout.write(f"shell.run: {state.sentence()}")
 
     def _daphne(self, host: str, port: int) -> subprocess.Popen:
         size = str(settings.CONDUCTOR_SOCKET_MAX_MESSAGE_BYTES)
