@@ -14,6 +14,7 @@ system, but it runs nothing.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,9 +22,11 @@ from django.conf import settings
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.template.response import TemplateResponse
 
+from automation.kinds import kinds
 from automation.models import AutomationTask, TaskStatus
 from automation.services.operator import REJECT_REASON_MAX_CHARS
 from console.helpers import displayable_text, list_return_url, readable_json
+from ingest.selectors import message_clients, networks_allowed
 from tools.registry import DEFAULT_TARGET, ToolCall, ToolError, UnknownTool, tools
 
 
@@ -48,8 +51,29 @@ def _shown(value: Any) -> str:
     return readable_json(value)
 
 
-def held_call(payload: dict[str, Any]) -> HeldCall:
-    """The call an ``instruction.execute`` payload holds: tool, params and, where the tool has one, its plan."""
+def tasks_networks(tasks: Sequence[AutomationTask]) -> dict[int, bool]:
+    """For each task of a tool whose network a policy decides (``shell.run``): whether the policy that
+    applies now to its message's client and conversation allows the network. At most two queries."""
+    scopes = {
+        task.pk: (str(task.payload.get("tool", "")), str(task.payload.get("target") or DEFAULT_TARGET),
+                  task.message_id, task.conversation_id)
+        for task in tasks if kinds.display(task.kind).is_block
+    }
+    if not scopes:
+        return {}
+    clients = message_clients(message_ids=[scope[2] for scope in scopes.values()])
+    blocks = {pk: (tool, target, clients.get(message_id), conversation_id)
+              for pk, (tool, target, message_id, conversation_id) in scopes.items()}
+    networks = networks_allowed(blocks=blocks.values())
+    return {pk: networks.get(block, False) for pk, block in blocks.items()}
+
+
+def held_call(payload: dict[str, Any], *, allow_network: bool = False) -> HeldCall:
+    """The call an ``instruction.execute`` payload holds: tool, params and, where the tool has one, its plan.
+
+    ``allow_network``: whether the policy lets its command use the network
+    (``tasks_networks``); a ``shell.run`` plan says so.
+    """
     name, target = (
         str(payload.get("tool", "")),
         str(payload.get("target") or DEFAULT_TARGET),
@@ -86,6 +110,7 @@ def held_call(payload: dict[str, Any]) -> HeldCall:
         params=params,
         workspace=settings.CONDUCTOR_WORKSPACE,
         shell_max_timeout_seconds=settings.CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS,
+        allow_network=allow_network,
     )
     try:
         plan = spec.plan(call)
@@ -160,8 +185,10 @@ def decision_confirmation(model_admin, request, queryset, *, decision: str) -> T
         .order_by("sequence")[: APPROVAL_SHOWN + 1]
     )
     shown = selected[:APPROVAL_SHOWN]
+    networks = tasks_networks([task for task in shown if task.status == TaskStatus.BLOCKED])
     rows = [
-        (task, held_call(task.payload) if task.status == TaskStatus.BLOCKED else None)
+        (task, held_call(task.payload, allow_network=networks.get(task.pk, False))
+         if task.status == TaskStatus.BLOCKED else None)
         for task in shown
     ]
     opts = model_admin.model._meta

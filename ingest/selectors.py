@@ -294,6 +294,37 @@ def block_policy_now(
     return BlockPolicy(policies.policy_for(**scope), policies.network_for(**scope))
 
 
+# A block as its network is decided: (tool, target, client pk, conversation pk).
+BlockScope = tuple[str, str, "int | None", "int | None"]
+
+
+def networks_allowed(*, blocks: Iterable[BlockScope]) -> dict[BlockScope, bool]:
+    """Whether the policy that applies now lets each block's command use the network
+    (``ToolPolicy.allow_network``), for the blocks of a tool whose network a policy decides
+    (``ToolSpec.network_by_policy``); the others are left out. One query, none without such a block.
+    """
+    wanted = {
+        block for block in blocks
+        if block[1] == DEFAULT_TARGET and block[0] in tools and tools.get(block[0]).network_by_policy
+    }
+    if not wanted:
+        return {}
+    policies = ToolPolicies.load(
+        tools={block[0] for block in wanted}, client_pks={block[2] for block in wanted},
+        conversation_pks={block[3] for block in wanted},
+    )
+    return {
+        block: policies.network_for(tool=block[0], target=block[1], client_pk=block[2], conversation_pk=block[3])
+        for block in wanted
+    }
+
+
+def message_clients(*, message_ids: Iterable[int | None]) -> dict[int, int | None]:
+    """Each message's plugin client (its pk, or None). One query."""
+    ids = {pk for pk in message_ids if pk is not None}
+    return dict(Message.objects.filter(pk__in=ids).values_list("pk", "client_id")) if ids else {}
+
+
 class ToolPolicies:
     """The ``ToolPolicy`` rows that can apply to some tools, clients and conversations, read at once.
 

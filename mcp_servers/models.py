@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator, RegexValidator
@@ -77,6 +80,23 @@ class McpServer(models.Model):
         refused = self.transport == self.Transport.HTTP and self.url and url_host_refusal(self.url)
         if refused:
             raise ValidationError({"url": refused})
+        if problem := writable_problem(self.writable):
+            raise ValidationError({"writable": problem})
+
+
+def writable_problem(writable: object) -> str:
+    """Why ``writable`` cannot be a server's extra writable folders ("" when it can): a list of absolute
+    paths, none of them the data folder, in it or around it (the databases and the key are there)."""
+    if not isinstance(writable, list) or not all(isinstance(path, str) for path in writable):
+        return 'a JSON list of absolute paths, e.g. ["/srv/notes"]'
+    data = Path(settings.DATA_DIR).resolve()
+    for path in writable:
+        if not path.startswith("/"):
+            return f"{path!r} is not an absolute path"
+        real = Path(os.path.realpath(path))
+        if real == data or data in real.parents or real in data.parents:
+            return f"{path!r} is the data folder, in it or around it: the server's databases and key are there"
+    return ""
 
 
 def url_host_refusal(url: str) -> str:

@@ -13,7 +13,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from core.logfmt import log_event
-from mcp_servers.models import RESERVED_TARGETS, TARGET_NAME, McpServer, McpTool, url_host_refusal
+from mcp_servers.models import (
+    RESERVED_TARGETS, TARGET_NAME, McpServer, McpTool, url_host_refusal, writable_problem,
+)
 from mcp_servers.secrets import SecretError, secrets_seal
 from mcp_servers.endpoints import mcp_endpoint
 from tools.mcp_client import McpProtocolError, mcp_tool_call, mcp_tools_list
@@ -169,6 +171,8 @@ def mcp_servers_file_read(path: Path) -> dict[str, dict[str, Any]]:
         refused = entry.get("url") and url_host_refusal(str(entry["url"]))
         if refused:
             raise ServersFileError(f"{path}: server {name!r}: {refused}")
+        if problem := writable_problem(entry.get("writable", [])):
+            raise ServersFileError(f"{path}: server {name!r}: \"writable\": {problem}")
     return servers
 
 
@@ -187,6 +191,7 @@ def mcp_servers_file_sync(*, path: Path, refresh: bool = True) -> list[str]:
         server.command, server.url = entry.get("command", ""), entry.get("url", "")
         server.args = [str(arg) for arg in entry.get("args", [])]
         server.cwd = entry.get("cwd", "")
+        server.writable = entry.get("writable", [])
         server.enabled = not entry.get("disabled", False)
         server.timeout_seconds = min(int(entry.get("timeout", server.timeout_seconds or 60)),
                                      settings.CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS)

@@ -101,7 +101,7 @@ def own_namespaces(*, network: bool) -> str | None:
             loopback_up()
     except OSError as exc:
         what = "namespaces" if network else "network namespace"
-        return f"the kernel refused a PID and {what}: {exc}"
+        return f"the kernel refused a PID and {what}: {exc.strerror or exc}"
     return None
 
 

@@ -221,7 +221,7 @@ def launcher_options(
 def command_options(call: ToolCall, *, temp: Path) -> list[str]:
     """``launcher_options`` for a ``shell.run`` command: the system's folders, its workspace and temp folder."""
     return launcher_options(
-        hidden=(*call.private_folders, *call.secret_files), writable=(workspace_root(call.workspace), temp),
+        readable=SYSTEM_FOLDERS, hidden=(*call.private_folders, *call.secret_files), writable=(workspace_root(call.workspace), temp),
         network=call.allow_network, unconfined=call.unconfined,
     )
 
@@ -369,10 +369,7 @@ def shell_run(call: ToolCall) -> dict[str, Any]:
     no process the command started is left running, and the call returns
     within ``STOP_GRACE_SECONDS + DRAIN_SECONDS`` of the timeout or the cancel.
     """
-    result, report = _shell_run(call)
-    if "unconfined" in report:
-        _unconfined(report["unconfined"])
-    return result
+    return _shell_run(call)[0]
 
 
 def _shell_run(call: ToolCall) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -407,6 +404,8 @@ def _shell_run(call: ToolCall) -> tuple[dict[str, Any], dict[str, Any]]:
 
     if "error" in watched.report:
         raise _start_error(watched.report, argv)
+    if "unconfined" in watched.report:
+        _unconfined(watched.report["unconfined"])
     result = {
         "argv": argv,
         "cwd": cwd_name,

@@ -47,7 +47,7 @@ class McpServerForm(forms.ModelForm):
 
     class Meta:
         model = McpServer
-        fields = ["name", "transport", "command", "args", "cwd", "url", "enabled", "timeout_seconds"]
+        fields = ["name", "transport", "command", "args", "cwd", "writable", "url", "enabled", "timeout_seconds"]
 
     def clean_name(self):
         name = self.cleaned_data["name"]
@@ -124,7 +124,7 @@ class McpServerAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     fieldsets = [
         (None, {"fields": ["name", "transport", "enabled", "timeout_seconds", "listing_error", "tools_listed_at",
                            "source", "in_the_guide"]}),
-        ("stdio", {"fields": ["command", "args", "cwd", "env_text", "clear_env"]}),
+        ("stdio", {"fields": ["command", "args", "cwd", "writable", "env_text", "clear_env"]}),
         ("Streamable HTTP", {"fields": ["url", "headers_text", "clear_headers"]}),
         ("Secrets", {"fields": ["stored_secrets"]}),
     ]

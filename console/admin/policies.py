@@ -18,7 +18,7 @@ class ToolPolicyForm(forms.ModelForm):
 
     class Meta:
         model = ToolPolicy
-        fields = ["tool", "policy", "client", "conversation", "note"]
+        fields = ["tool", "policy", "allow_network", "client", "conversation", "note"]
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -42,6 +42,8 @@ class ToolPolicyForm(forms.ModelForm):
 @admin.register(ToolPolicy)
 class ToolPolicyAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     form = ToolPolicyForm
-    list_display = ["__str__", "target", "tool", "policy", "client", "conversation", "note", "updated_at"]
+    list_display = [
+        "__str__", "target", "tool", "policy", "allow_network", "client", "conversation", "note", "updated_at",
+    ]
     list_filter = ["policy", "target", "tool"]
     raw_id_fields = ["client", "conversation"]

@@ -28,7 +28,7 @@ from automation.services import operator
 from console.admin import bulk
 from console.admin.story import story_link
 from console.admin.task_filters import DeliveredByFilter, FailureGroupFilter, OutcomeFilter, ToolFilter
-from console.approval import decision_confirmation, held_call
+from console.approval import decision_confirmation, held_call, tasks_networks
 from console.helpers import (
     EVERYWHERE,
     admin_link,
@@ -353,7 +353,8 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
         """A block's tool and params, and what the tool resolves them to (a command's argv and folder)."""
         if not kinds.display(task.kind).is_block:
             return "-"
-        return render_to_string("admin/automation/automationtask/call.html", {"call": held_call(task.payload)})
+        return render_to_string("admin/automation/automationtask/call.html", {"call": held_call(
+            task.payload, allow_network=tasks_networks([task]).get(task.pk, False))})
 
     @admin.display(description="payload")
     def payload(self, task):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,7 @@ from conversations.models import Conversation, Message
 from core.clock import EPOCH
 from ingest.blocks import block_spans
 from ingest.models import DeliveryRequest, Instruction
+from ingest.selectors import BlockScope, networks_allowed
 
 # A text longer than this is cut on the page; its own admin page has it whole.
 TEXT_CHARS = 20_000
@@ -145,7 +147,7 @@ PENDING_OUTCOMES = {
 }
 
 
-def _block(instruction: Instruction) -> Block:
+def _block(instruction: Instruction, networks: dict[BlockScope, bool], client_pk: int | None) -> Block:
     tasks = list(instruction.tasks.all())
     task = tasks[-1] if tasks else None
     words, state = OUTCOMES.get(instruction.status, ("queued", "open"))
@@ -170,7 +172,9 @@ def _block(instruction: Instruction) -> Block:
         if task is not None and task.result_json
         else None,
         error=Text.of(error) if error else None,
-        call=held_call(task.payload) if is_held else None,
+        call=held_call(task.payload, allow_network=networks.get(
+            (instruction.tool, instruction.target, client_pk, task.conversation_id), False))
+        if is_held else None,
         started=ms_moment(task.started_at) if task is not None else None,
         finished=ms_moment(task.finished_at) if task is not None else None,
     )
@@ -180,8 +184,18 @@ def ms_moment(ms: int | None) -> dt.datetime | None:
     return None if ms is None else local_moment(ms * 1000)
 
 
-def message_view(message: Message) -> MessageView:
-    blocks = [_block(instruction) for instruction in message.shown_instructions]
+def held_networks(messages: Iterable[Message]) -> dict[BlockScope, bool]:
+    """Whether the policy lets each held block's command use the network (``networks_allowed``). One query
+    when a held block's tool has its network decided by a policy, none otherwise."""
+    return networks_allowed(blocks=[
+        (instruction.tool, instruction.target, message.client_id, message.conversation_id)
+        for message in messages for instruction in message.shown_instructions
+        if instruction.status == Instruction.Status.AWAITING_APPROVAL
+    ])
+
+
+def message_view(message: Message, networks: dict[BlockScope, bool] | None = None) -> MessageView:
+    blocks = [_block(instruction, networks or {}, message.client_id) for instruction in message.shown_instructions]
     more_blocks = max(0, (message.block_count or 0) - len(blocks))
     by_index = {block.instruction.block_index: block for block in blocks}
     text = message.text

@@ -21,7 +21,7 @@ from django.db.models.fields.json import KT
 from automation.kinds import KindSpec, kinds
 from automation.models import AutomationTask, TaskEvent
 from automation.services.transitions import APPROVE, CANCEL, REJECT, RETRY
-from console.story.entries import MessageView, local_moment, message_view, task_views
+from console.story.entries import MessageView, held_networks, local_moment, message_view, task_views
 from console.story.waits import Wait, conversation_waits, is_block_kind
 from conversations.models import Conversation, ConversationMove, Message
 from core.clock import EPOCH
@@ -389,7 +389,8 @@ def _add_views(entries: Iterable[Entry], conversation: Conversation) -> None:
 
 
 def _message_views(messages: list[Message], conversation: Conversation) -> dict[int, MessageView]:
-    return {message.pk: message_view(message) for message in messages}
+    networks = held_networks(messages)
+    return {message.pk: message_view(message, networks) for message in messages}
 
 
 def _operator_views(events: list[TaskEvent], conversation: Conversation) -> dict[int, str]:

@@ -10,10 +10,11 @@ import re
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.exceptions import ValidationError
 
 from automation.models import AutomationTask, TaskStatus
 from automation.services.operator import REJECT_REASON_MAX_CHARS
-from ingest.models import Instruction
+from ingest.models import Instruction, ToolPolicy
 from tests.console.test_story import block_tasks, ingest, story_url
 from tests.factories import make_staff, make_task
 
@@ -134,3 +135,18 @@ def test_staff_who_may_only_view_tasks_get_no_reject_page(client, shell):
     assert "Reject these calls?" not in response.content.decode()
     confirm(client, "reject", [shell.pk], reason="no")
     assert AutomationTask.objects.get(pk=shell.pk).status == S.BLOCKED
+
+
+def test_the_approval_page_says_whether_a_command_may_use_the_network(admin_client, shell):
+    page = html.unescape(ask(admin_client, "approve", shell))
+    assert "none: it reaches neither the internet nor this machine's loopback" in page
+    assert "this command may use the network" not in page
+    ToolPolicy.objects.create(tool="shell.run", policy="approve", allow_network=True)
+    page = html.unescape(ask(admin_client, "approve", shell))
+    assert "this command may use the network" in page
+
+
+def test_only_a_tool_that_runs_without_network_takes_allow_network():
+    with pytest.raises(ValidationError, match="only shell.run runs without network unless allowed"):
+        ToolPolicy(tool="files.read", policy="allow", allow_network=True).full_clean()
+    ToolPolicy(tool="shell.run", policy="approve", allow_network=True).full_clean()

@@ -3,6 +3,8 @@
 import hashlib
 import json
 import random
+import socket
+import urllib.parse
 
 import pytest
 
@@ -14,6 +16,7 @@ from ingest.frames import parse_final_message
 from ingest.models import Instruction, ToolPolicy
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
+from ingest.signals import tool_policies_changed
 from pipelines.results_text import parse_results
 from pipelines.deliveries import message_results_text
 from tests.factories import PluginClientFactory
@@ -224,3 +227,57 @@ def test_a_command_cannot_read_the_servers_secret_key_file(dispatcher, settings,
     for task in (cat, env):
         assert "the-secret-key-value" not in task.result_json
         assert settings.SECRET_KEY not in task.result_json
+
+
+# --- nothing of the server's state within reach, and no one to talk to (SPEC §5.1) ----------------
+
+
+def _database_probes(settings) -> list[str]:
+    """Python lines a command would try on this configuration's databases, Redis and key."""
+    probes = [f"open({str(settings.SECRET_KEY_FILE)!r}).read()"]
+    for database in settings.DATABASES.values():
+        if "sqlite3" in database["ENGINE"]:
+            for name in {str(database["NAME"]), str(database.get("TEST", {}).get("NAME") or database["NAME"])}:
+                probes.append(
+                    f"import sqlite3; sqlite3.connect('file:{name}?mode=ro', uri=True).execute('select 1').fetchall()"
+                )
+        else:
+            host, port = database["HOST"] or "127.0.0.1", int(database["PORT"] or 5432)
+            probes.append(f"import socket; socket.create_connection(({host!r}, {port}), 3)")
+    if redis := urllib.parse.urlparse(getattr(settings, "REDIS_URL", "") or ""):
+        if redis.hostname:
+            probes.append(f"import socket; socket.create_connection(({redis.hostname!r}, {redis.port or 6379}), 3)")
+    return probes
+
+
+@pytest.mark.skipif(landlock.sandbox_problem() is not None, reason="no Landlock on this kernel")
+def test_an_approved_command_reaches_neither_the_database_nor_the_channel_layer_nor_the_key(dispatcher, settings):
+    ToolPolicy.objects.create(tool="shell.run", policy="allow")
+    probes = _database_probes(settings)
+    result = ingest("\n".join(block("shell.run", {"argv": ["python3", "-c", probe]}) for probe in probes))
+    run_until_quiet(dispatcher)
+    tasks = executed(result.message_id)
+    assert len(tasks) == len(probes)
+    for task, probe in zip(tasks, probes):
+        assert task.status == "failed", (probe, task.result_json)
+        stderr = json.loads(task.result_json)["stderr"]
+        assert any(word in stderr for word in ("Permission denied", "unable to open", "Connection refused")), stderr
+
+
+@pytest.mark.skipif(landlock.sandbox_problem() is not None, reason="no Landlock on this kernel")
+def test_a_policy_that_allows_the_network_lets_the_command_reach_this_machines_loopback(dispatcher):
+    connect = "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), 3); print('connected')"
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = str(server.getsockname()[1])
+        ToolPolicy.objects.create(tool="shell.run", policy="allow")
+        first = ingest(block("shell.run", {"argv": ["python3", "-c", connect, port]}), message_id="m1")
+        run_until_quiet(dispatcher)
+        ToolPolicy.objects.filter(tool="shell.run").update(allow_network=True)
+        tool_policies_changed()
+        second = ingest(block("shell.run", {"argv": ["python3", "-c", connect, port]}), message_id="m2")
+        run_until_quiet(dispatcher)
+    [without] = executed(first.message_id)
+    [with_network] = executed(second.message_id)
+    assert without.status == "failed" and "Connection refused" in json.loads(without.result_json)["stderr"]
+    assert with_network.status == "succeeded", with_network.result_json
+    assert json.loads(with_network.result_json)["stdout"] == "connected\n"
