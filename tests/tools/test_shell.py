@@ -239,3 +239,68 @@ def test_a_stdio_servers_own_folders_are_removed_when_its_session_ends(tmp_path,
                                       keep_alive=False)
     assert result["structuredContent"] == {"result": 3}
     assert len(made) == 1 and not made[0].root.exists()
+
+
+def test_a_stdio_server_sees_nothing_of_the_data_folder_and_writes_in_its_entrys_writable_folders(data, tmp_path):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    own = OwnFolders(str(data / "mcp" / "own" / "home"))
+    try:
+        endpoint = McpEndpoint(name="own", command="sh", args=("-c", (
+            f"touch {notes}/note \"$HOME/kept\" && echo wrote; cat ../secret_key ../channels.sqlite3; ls ..;"
+            " touch ../outside"
+        )), hidden_files=(str(data / "secret_key"),), writable=(str(notes),), private_folders=(str(data),))
+        done = subprocess.run(
+            [sys.executable, *sandboxed_argv(endpoint, (data / "workspace", *own.writable))],
+            cwd=data / "workspace", env=server_environment(endpoint, data / "workspace", own.environment()),
+            capture_output=True, text=True, timeout=30,
+        )
+    finally:
+        own.remove()
+    assert done.stdout == "wrote\n", done.stderr
+    assert done.stderr.count("Permission denied") == 4, done.stderr
+    assert (notes / "note").exists() and not (data / "outside").exists()
+    assert (data / "mcp" / "own" / "home" / "kept").exists()  # the home outlives its session
+
+
+def test_a_stdio_server_reads_the_installation_its_command_line_names(tmp_path):
+    from tools.mcp_endpoint import server_readable
+
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    script = venv / "bin" / "mcp-server-x"
+    script.write_text(f"#!{sys.executable}\n")
+    script.chmod(0o755)
+    (tmp_path / "srv").mkdir()
+    (tmp_path / "srv" / "server.js").write_text("")
+    endpoint = McpEndpoint(name="x", command=str(script), args=(str(tmp_path / "srv" / "server.js"), "--flag"))
+    places = server_readable(endpoint, tmp_path / "workspace", {"PATH": "/usr/bin"})
+    assert str(venv) in places and str(tmp_path / "srv") in places
+    interpreter = Path(os.path.realpath(sys.executable))
+    assert str(interpreter.parent.parent) in places  # the interpreter's prefix, where its #! leads
+    assert str(tmp_path / "workspace") in places
+
+
+def test_a_refused_write_says_where_the_server_may_write():
+    from tools.mcp_results import write_refused_hint
+
+    error = "EACCES: permission denied, open '/srv/other/x'"
+    assert write_refused_hint(error, ["/w", "/h"]) == f"{error} (the sandbox lets this server write only in: /w, /h)"
+    assert write_refused_hint("no such tool", ["/w"]) == "no such tool"
+    assert write_refused_hint(error, []) == error
+
+
+@pytest.mark.parametrize("writable,problem", [
+    (["/srv/notes"], ""),
+    ("/srv/notes", "a JSON list of absolute paths"),
+    (["notes"], "'notes' is not an absolute path"),
+    (["{data}"], "is the data folder, in it or around it"),
+    (["{data}/mcp"], "is the data folder, in it or around it"),
+    (["/"], "is the data folder, in it or around it"),
+])
+def test_an_mcp_servers_writable_folders_keep_away_from_the_data_folder(settings, writable, problem):
+    from mcp_servers.models import writable_problem
+
+    if isinstance(writable, list):
+        writable = [path.format(data=settings.DATA_DIR) for path in writable]
+    assert (writable_problem(writable) == "") if not problem else (problem in writable_problem(writable))
