@@ -14,7 +14,12 @@ at least 10 s) died or hangs: the next live loop deletes its row, and its
 tasks go back by their own leases (a tick's reclaim), with no hand-over. A
 loop started by the schedule returns as soon as it has seen an older loop of
 its server (``CONDUCTOR_SERVER_NAME``) beat, so the schedule only fills a
-gap; a foreground loop ticks whatever else runs.
+gap; a foreground loop ticks whatever else runs. A scheduled loop joins (writes
+its row) only once it ticks, and while it ticks it stops itself, logged
+(``dispatcher_loop_superseded``), when it finds a newer live loop of its
+server (``serve``'s own loop resumed after a stall, having rejoined, or
+started again), or when it rejoins itself after a stall and an older one of
+its server is live: one loop per server at any moment once a beat has passed.
 
 What must happen once in the whole system (renewal, pruning) runs as
 django-q2 schedules, which fire once per period across clusters.
@@ -40,7 +45,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from automation.dispatcher import Dispatcher
-from automation.selectors import dispatcher_server_elder
+from automation.selectors import dispatcher_server_elder, dispatcher_server_newer
 from automation.services.dispatcher_state import dispatcher_worker_beat, dispatcher_worker_leave
 from automation.wake import wake_listener
 from core.logfmt import log_event
@@ -70,6 +75,7 @@ class LoopReport:
     tick_errors: int = 0
     covered: bool = False  # a scheduled loop that returned: an older loop of its server runs
     rejoined: int = 0  # times its row was found gone (pruned as stalled) and written again
+    superseded_by: str = ""  # a scheduled loop that stopped itself: the loop of its server it left the work to
 
 
 class DispatcherLoop:
@@ -125,7 +131,8 @@ class DispatcherLoop:
         first_seen = None
         while not self.stop.is_set():
             try:
-                self._beat()
+                # No row yet: a waiting loop is nobody's newer loop (``_superseded_by``). Two
+                # that find no elder at once both tick, and the older of them stops at its next beat.
                 elder = dispatcher_server_elder(
                     server=self.server, owner=self.owner, stalled_before=self.dispatcher.clock() - self.stall_ms,
                 )
@@ -149,11 +156,32 @@ class DispatcherLoop:
         had_row = dispatcher_worker_beat(
             owner=self.owner, server=self.server, now=now, stalled_before=now - self.stall_ms,
         )
-        if not had_row and self._joined:
+        is_rejoining = not had_row and self._joined
+        if is_rejoining:
             self.report.rejoined += 1
             log_event(logger, "dispatcher_worker_rejoined", level=logging.WARNING, lease_owner=self.owner,
                       detail="its heartbeat had stalled; tasks taken back meanwhile stay with their new leases")
         self._joined = True
+        if self.exit_when_covered:
+            other = self._superseded_by(now=now, is_rejoining=is_rejoining)
+            if other:
+                self.report.superseded_by = other
+                log_event(logger, "dispatcher_loop_superseded", level=logging.WARNING, lease_owner=self.owner,
+                          server=self.server, by=other, detail="another loop of its server runs; this one stops")
+
+    def _superseded_by(self, *, now: int, is_rejoining: bool) -> str:
+        """The loop of its server a scheduled loop leaves the work to ("" for none).
+
+        A newer live loop: ``serve``'s own, resumed after a stall (its row
+        pruned, it rejoined) or started again, or the other of two scheduled
+        loops that found no elder at once. After its own stall, any older live
+        loop: the one that took over.
+        """
+        stalled_before = now - self.stall_ms
+        other = dispatcher_server_newer(server=self.server, owner=self.owner, stalled_before=stalled_before)
+        if other is None and is_rejoining:
+            other = dispatcher_server_elder(server=self.server, owner=self.owner, stalled_before=stalled_before)
+        return other.owner if other is not None else ""
 
     # --- ticking ---------------------------------------------------------------
 
@@ -165,6 +193,8 @@ class DispatcherLoop:
             next_tick = self.monotonic()
             while not self.stop.is_set():
                 self._tick()
+                if self.report.superseded_by:
+                    break
                 # The next slot after now. A tick a wake-up brought early keeps
                 # the slot it came before: a burst of wake-ups (200 plugins
                 # saying hello) must not push the scheduled ticks, and with

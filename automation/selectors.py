@@ -46,6 +46,23 @@ def dispatcher_server_elder(*, server: str, owner: str, stalled_before: int) -> 
     return elders.order_by("started_at", "owner").first()
 
 
+def dispatcher_server_newer(*, server: str, owner: str, stalled_before: int) -> DispatcherWorker | None:
+    """The newest live loop of ``server`` started after ``owner``'s (ties by owner), or None.
+
+    None too when ``owner`` has no row: a loop that has not joined has no place in the order.
+    """
+    mine = DispatcherWorker.objects.filter(owner=owner).values_list("started_at", flat=True).first()
+    if mine is None:
+        return None
+    return (
+        DispatcherWorker.objects.filter(server=server, heartbeat_at__gte=stalled_before)
+        .exclude(owner=owner)
+        .filter(Q(started_at__gt=mine) | Q(started_at=mine, owner__gt=owner))
+        .order_by("-started_at", "-owner")
+        .first()
+    )
+
+
 def dispatcher_is_paused() -> bool:
     return DispatcherState.objects.filter(pk=1, is_paused=True).exists()
 

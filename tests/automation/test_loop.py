@@ -132,12 +132,12 @@ def test_every_loop_ticks_and_claims_beside_the_others_and_each_task_runs_once()
 
 def test_a_scheduled_loop_returns_once_it_sees_an_older_loop_of_its_server_beat():
     first = LoopThread("first", server="server-a", exit_when_covered=True)
-    wait_for(lambda: first.dispatcher.tick_times)
+    wait_for(lambda: "first" in workers())  # it joined: its first tick's beat
     second = LoopThread("second", server="server-a", exit_when_covered=True).join(5)
     assert second.covered and second.ticks == 0
     other = LoopThread("other", server="server-b", exit_when_covered=True)  # another server: it ticks
     wait_for(lambda: other.dispatcher.tick_times)
-    assert set(workers()) == {"first", "other"}
+    wait_for(lambda: set(workers()) == {"first", "other"})
     assert not first.stop().covered and not other.stop().covered
     assert workers() == {}
 
@@ -150,7 +150,7 @@ def test_a_scheduled_loop_that_finds_its_servers_older_loop_dead_ticks_instead_o
     restarted = LoopThread("restarted", server="server-a", tick_seconds=0.2, exit_when_covered=True)
     wait_for(lambda: restarted.dispatcher.tick_times)
     takeover = min(restarted.dispatcher.tick_times) - started
-    assert "dead" not in workers()  # stalled: the live loop deleted its row
+    wait_for(lambda: "dead" not in workers())  # stalled: the live loop deletes its row at its first beat
     report = restarted.stop()
     assert not report.covered and report.ticks >= 1
     assert takeover < 1.0 + 0.2 + 0.5  # the dead row's last second, a tick, and polling
@@ -250,3 +250,47 @@ def test_the_scheduled_task_stops_within_a_tick_on_a_signal(signum):
         if process.is_alive():
             process.kill()
     assert workers() == {}
+
+
+def test_a_scheduled_loop_that_finds_a_newer_loop_of_its_server_stops_itself(caplog):
+    # serve's own loop stalled (SIGSTOP) and the schedule's loop took over; serve's loop resumes,
+    # finds its row pruned and writes it again: it is now the newer loop of the server.
+    scheduled = LoopThread("scheduled", server="server-a", exit_when_covered=True)
+    wait_for(lambda: scheduled.dispatcher.tick_times)
+    other_server = LoopThread("other", server="server-b", exit_when_covered=True)
+    wait_for(lambda: "other" in workers())
+    resumed = LoopThread("resumed", server="server-a")  # a foreground loop, as serve's is
+    report = scheduled.join(5)
+    assert report.superseded_by == "resumed" and not report.covered
+    ticks = len(resumed.dispatcher.tick_times)
+    wait_for(lambda: len(resumed.dispatcher.tick_times) > ticks)  # the resumed loop goes on
+    assert set(workers()) == {"resumed", "other"}  # another server's loop is none of its business
+    assert any("action=dispatcher_loop_superseded" in r.getMessage() and "by=resumed" in r.getMessage()
+               for r in caplog.records)
+    assert not resumed.stop().superseded_by and not other_server.stop().superseded_by
+
+
+def test_a_scheduled_loop_that_rejoins_after_its_own_stall_stops_beside_the_loop_that_took_over():
+    clock = {"now": now_ms()}
+    dispatcher = RecordingDispatcher(owner="stalled", clock=lambda: clock["now"])
+    stalled = LoopThread("stalled", server="server-a", exit_when_covered=True, dispatcher=dispatcher)
+    wait_for(lambda: "stalled" in workers())
+    # While it was stopped, its row went stale, a live loop pruned it and took over (an older
+    # loop by then: it started before this one's row was written again).
+    dispatcher_worker_beat(owner="took-over", server="server-a", now=clock["now"] - 1000, stalled_before=0)
+    DispatcherWorker.objects.filter(owner="stalled").delete()
+    clock["now"] += 500  # its next beat (the injected clock): the row is gone, it rejoins
+    report = stalled.join(5)
+    assert (report.rejoined, report.superseded_by) == (1, "took-over")
+    assert set(workers()) == {"took-over"}
+
+
+def test_two_scheduled_loops_that_start_at_once_leave_one_ticking():
+    # Neither has a row while it looks for an elder, so both may tick; the older stops at its next beat.
+    first = LoopThread("first", server="server-a", exit_when_covered=True)
+    second = LoopThread("second", server="server-a", exit_when_covered=True)
+    wait_for(lambda: len(workers()) == 1 and (first._thread.is_alive() ^ second._thread.is_alive()), timeout=10)
+    survivor = first if first._thread.is_alive() else second
+    ticks = len(survivor.dispatcher.tick_times)
+    wait_for(lambda: len(survivor.dispatcher.tick_times) > ticks)
+    survivor.stop()
