@@ -27,6 +27,7 @@ from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUT
 from ingest.services.messages import ClientMessage, final_messages_ingest, message_ingest
 from pipelines.deliveries import instruction_deliver
 from tests.factories import PluginClientFactory, TEST_TOKEN, lease_of, make_staff, task_lease
+from tests.procs import run_in_processes
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -382,3 +383,23 @@ def test_a_batch_mixing_a_client_and_no_client_on_one_id_is_stored_message_by_me
     assert [r.duplicate for r in results] == [False, False]
     # One after the other: the replayed one lands in alice's conversation, the first stored with the id.
     assert set(Message.objects.values_list("conversation__owner", flat=True)) == {"alice"}
+
+
+def test_two_owners_clients_racing_on_an_unclaimed_conversation_each_get_one_conversation(clients):
+    alice, bob, desktop = clients
+    message_ingest(message=parse_final_message(final("replayed", message_id="r-1", conversation_id="conv-race")),
+                   client=None)
+    unclaimed = Conversation.objects.get(remote_id="conv-race")
+    # Four processes at once: two of alice's clients, bob's client twice; 25 messages each.
+    work = [(client.pk, "conv-race", [f"{name}-{n}" for n in range(25)])
+            for client, name in ((alice, "laptop"), (bob, "bob"), (desktop, "desktop"), (bob, "bob-again"))]
+    stored = run_in_processes("tests.ingest.workers:final_messages_ingest_as", work)
+
+    conversations = {c.owner: c for c in Conversation.objects.filter(remote_id="conv-race")}
+    assert set(conversations) == {"alice", "bob"}
+    assert unclaimed.pk in {c.pk for c in conversations.values()}  # one of them claimed it, the other made its own
+    owner_of = dict(Message.objects.filter(client__isnull=False).values_list("pk", "conversation__owner"))
+    for (client_pk, _, _), message_pks in zip(work, stored, strict=True):
+        expected = "bob" if client_pk == bob.pk else "alice"
+        assert {owner_of[pk] for pk in message_pks} == {expected}
+    assert Message.objects.filter(client__isnull=False).count() == 100

@@ -54,3 +54,20 @@ def answers_waited(request_ids: list[str], ready: str, timeout: float) -> list[t
     for thread in threads:
         thread.join()
     return [results[request_id] for request_id in request_ids]
+
+
+def final_messages_ingest_as(client_pk: int, conversation_id: str, message_ids: list[str]) -> list[int]:
+    """Ingest a final message per id into ``conversation_id`` through client ``client_pk``; the stored ids."""
+    from ingest.frames import parse_final_message
+    from ingest.models import PluginClient
+    from ingest.services.messages import message_ingest
+
+    client = PluginClient.objects.get(pk=client_pk)
+    stored = []
+    for message_id in message_ids:
+        message = parse_final_message({
+            "type": "browser.final_message", "platform": "claude", "conversation_id": conversation_id,
+            "message_id": message_id, "text": f"{message_id} says hi",
+        })
+        stored.append(message_ingest(message=message, client=client).message_id)
+    return stored
