@@ -41,6 +41,7 @@ def test_defaults_match_the_spec():
         "CONDUCTOR_MAIL_BETWEEN_OWNERS": frozenset(),
         "CONDUCTOR_MAX_FRAMES_PER_SECOND": 50,
         "CONDUCTOR_SHELL_MAX_TIMEOUT_SECONDS": 300,
+        "CONDUCTOR_SHELL_UNCONFINED": False,
         "CONDUCTOR_MCP_MAX_TIMEOUT_SECONDS": 300,
         "CONDUCTOR_MCP_SERVERS": "",
         "CONDUCTOR_MCP_KEEP_ALIVE": True,
