@@ -13,6 +13,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='toolpolicy',
             name='allow_network',
-            field=models.BooleanField(default=False, help_text="shell.run only: the command may use the network (the internet and this machine's loopback, where the server, its database and Redis listen). Off: it runs in a network namespace of its own."),
+            field=models.BooleanField(default=False, help_text="shell.run: the command may use the network (the internet and this machine's loopback, where the server, its database and Redis listen). Off: it runs in a network namespace of its own."),
         ),
     ]
