@@ -36,6 +36,11 @@ import platform
 import socket
 import struct
 
+if __package__:
+    from tools.landlock import checked  # imported by the server and its tests
+else:
+    from landlock import checked  # beside the launcher, run as a script (see launcher.py)
+
 # unshare(2) flags, from <linux/sched.h>; mount(2) flags, from <linux/mount.h>.
 CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
 MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 1 << 14, 1 << 18
@@ -71,13 +76,6 @@ ARCHITECTURES = {
 OWN_NAMESPACE_FAMILIES = (socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK)
 
 libc = ctypes.CDLL(None, use_errno=True)
-
-
-def checked(result: int, what: str) -> int:
-    if result < 0:
-        code = ctypes.get_errno()
-        raise OSError(code, f"{what}: {os.strerror(code)}")
-    return result
 
 
 def own_namespaces(*, network: bool) -> str | None:
