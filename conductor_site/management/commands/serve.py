@@ -53,6 +53,12 @@ STOP = {
 # Children started again when they die, rather than stopping the server.
 RESTARTED = {"dispatcher"}
 RESTART_DELAY_SECONDS = 1.0
+# Children asked again, once a second, until they stop. A cluster stopping
+# still hands the tasks already in its queue to its workers: a scheduled
+# dispatcher loop that starts after the first SIGINT installs its handlers
+# too late for it, and would keep the cluster waiting until the grace runs out.
+ASKED_AGAIN = {"qcluster"}
+ASK_AGAIN_SECONDS = 1.0
 
 
 class Command(BaseCommand):
@@ -142,15 +148,21 @@ class Command(BaseCommand):
         # as a terminal's Ctrl-C would. Its main process stops the workers in
         # order (about 2 s); the workers ignore SIGINT, except a scheduled
         # dispatcher loop, which stops within a tick instead of making the
-        # cluster wait.
+        # cluster wait. The cluster is asked again each second (``ASKED_AGAIN``).
         for name, child in children.items():
             if child.poll() is None:
                 STOP[name](child)
         deadline = time.monotonic() + GRACE_SECONDS
+        asked_at = time.monotonic()
+        while time.monotonic() < deadline and any(child.poll() is None for child in children.values()):
+            if time.monotonic() - asked_at >= ASK_AGAIN_SECONDS:
+                asked_at = time.monotonic()
+                for name in ASKED_AGAIN & children.keys():
+                    if children[name].poll() is None:
+                        STOP[name](children[name])
+            time.sleep(0.1)
         for name, child in children.items():
-            try:
-                child.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
+            if child.poll() is None:
                 self.stderr.write(f"{name} did not stop within {GRACE_SECONDS:.0f} s; killing it.")
             # Kill the whole group: daphne or cluster workers left behind would
             # keep the port or the broker busy.
