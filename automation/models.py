@@ -272,6 +272,11 @@ class DispatcherWorker(models.Model):
     )
     started_at = models.BigIntegerField(help_text="Epoch milliseconds.")
     heartbeat_at = models.BigIntegerField(help_text="Epoch milliseconds.")
+    key_fingerprint = models.CharField(
+        max_length=16, blank=True, default="",
+        help_text="Which SECRET_KEY its server signs with (core.keys): one that another server does not "
+        "accept is named on /healthz and the overview. Empty: not told.",
+    )
 
     class Meta:
         indexes = [models.Index(fields=["server", "started_at"], name="dispatcher_worker_server_idx")]

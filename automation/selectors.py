@@ -25,6 +25,7 @@ from automation.models import (
     TaskStatus,
     task_outcome,
 )
+from core.keys import accepted_key_fingerprints
 
 
 def dispatcher_state() -> DispatcherState:
@@ -35,6 +36,18 @@ def dispatcher_state() -> DispatcherState:
 def dispatcher_workers_live(*, stalled_before: int) -> list[DispatcherWorker]:
     """The dispatcher loops at work (heartbeat at or after ``stalled_before``), by server, oldest first."""
     return list(DispatcherWorker.objects.filter(heartbeat_at__gte=stalled_before).order_by("server", "started_at", "owner"))
+
+
+def dispatcher_servers_signing_otherwise(*, stalled_before: int) -> list[str]:
+    """The servers with a live loop signing with a key this process does not accept (``core.keys``), by name.
+
+    A row with no fingerprint (written before loops told theirs) names no one.
+    """
+    rows = (
+        DispatcherWorker.objects.filter(heartbeat_at__gte=stalled_before)
+        .exclude(key_fingerprint="").exclude(key_fingerprint__in=accepted_key_fingerprints())
+    )
+    return sorted(set(rows.values_list("server", flat=True)))
 
 
 def dispatcher_server_elder(*, server: str, owner: str, stalled_before: int) -> DispatcherWorker | None:

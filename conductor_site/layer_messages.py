@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.core.exceptions import ImproperlyConfigured
 
+from core.keys import channel_refusals
 from core.logfmt import CountedLines, log_event
 
 logger = logging.getLogger(__name__)
@@ -121,10 +122,25 @@ class RefusesForgedMessages:
         try:
             decoded = super().deserialize(message)
         except InvalidToken:
-            self._refuse(message, reason="not sealed with this installation's key, or expired")
+            if self._sealed_here(message):
+                self._refuse(message, reason="expired")
+            # Sealed under another key: a process of another installation, or a
+            # server of this one started with a key of its own (``core.keys``).
+            channel_refusals.record()
+            self._refuse(message, reason="not sealed with this installation's key")
         if not isinstance(decoded, dict):
             self._refuse(message, reason="not a message")
         return decoded
+
+    def _sealed_here(self, message: bytes) -> bool:
+        """True when one of this process's keys sealed ``message`` (it was refused as expired)."""
+        serializer = self._serializer
+        token = message[serializer.random_prefix_length:]
+        try:
+            serializer.crypter.extract_timestamp(token)  # checks the seal, not the age
+        except InvalidToken:
+            return False
+        return True
 
     def _refuse(self, message: bytes, *, reason: str):
         raise RefusedMessage(reason)

@@ -378,13 +378,16 @@ LOGGING = {
     },
     "filters": {
         "one_line_refusals": {"()": "core.logfmt.OneLineRefusals"},
+        "one_line_foreign_tasks": {"()": "core.logfmt.OneLineForeignTasks"},
     },
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain"},
     },
-    # A refused request (an admin 403, a 404) is one line, not a traceback.
+    # A refused request (an admin 403, a 404) is one line, not a traceback; so
+    # is, once a minute, a queued task signed with another SECRET_KEY.
     "loggers": {
         "django.request": {"filters": ["one_line_refusals"]},
+        "django-q": {"filters": ["one_line_foreign_tasks"]},
     },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
 }

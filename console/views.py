@@ -33,6 +33,7 @@ from automation.selectors import (
     HourlyFinishes,
     dispatcher_last_tick_age_seconds,
     dispatcher_state,
+    dispatcher_servers_signing_otherwise,
     dispatcher_workers_live,
     paused_kinds,
     task_counts_by_kind_status_and_outcome,
@@ -44,6 +45,7 @@ from automation.services.dispatcher_state import dispatcher_pause_set, kind_paus
 from console.first_run import has_staff_user
 from console.helpers import datetime_from_ms, log_change
 from core.clock import now_ms
+from core.keys import other_key_report
 from ingest.health import capture_warnings
 from ingest.selectors import plugin_clients_connected
 
@@ -181,6 +183,7 @@ def status_table(counts: dict[tuple[str, str, str], int]) -> dict:
 def overview(request):
     """Tasks by status and kind, held instructions, throughput, failures, dispatcher, clients."""
     now = now_ms()
+    stalled_before = now - int(stall_seconds(settings.CONDUCTOR_TICK_SECONDS) * 1000)
     state = dispatcher_state()
     tick_age = dispatcher_last_tick_age_seconds(now_ms=now)
     lag_limit = LAG_TICKS * settings.CONDUCTOR_TICK_SECONDS
@@ -203,7 +206,8 @@ def overview(request):
         "tick_age": tick_age,
         "lag_limit": lag_limit,
         "is_lagging": tick_age is None or tick_age > lag_limit,
-        "workers": dispatcher_workers_live(stalled_before=now - int(stall_seconds(settings.CONDUCTOR_TICK_SECONDS) * 1000)),
+        "workers": dispatcher_workers_live(stalled_before=stalled_before),
+        "other_secret_key": other_key_report(dispatcher_servers_signing_otherwise(stalled_before=stalled_before)),
         "connected_clients": plugin_clients_connected().order_by("client_id"),
         "capture_warnings": capture_warnings(),
         "can_pause": request.user.is_superuser,

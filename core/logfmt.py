@@ -109,3 +109,38 @@ class CountedLines:
             return None
         due, self.pending, self._logged_at = self.pending, 0, now
         return due
+
+
+class OneLineForeignTasks(logging.Filter):
+    """django-q2's record of a queued task it cannot verify, as one line a minute instead of a traceback each.
+
+    A cluster's pusher logs "Failed to push task to queue" with the
+    ``BadSignature`` traceback for every task signed with another
+    ``SECRET_KEY`` (a server of this installation started with a key of its
+    own, ``core.keys``), and drops the task. The first such record becomes
+    ``action=queue_task_refused`` with how many were refused since the last
+    line; the others within the minute are dropped. Other records pass as
+    they are.
+    """
+
+    def __init__(self, name: str = "", *, interval: float = 60.0) -> None:
+        super().__init__(name)
+        self._lines = CountedLines(interval)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from django.core.signing import BadSignature
+
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, BadSignature) or hasattr(record, "fields"):
+            return True
+        count = self._lines.add()
+        if count is None:
+            return False
+        line, present = event_line(
+            "queue_task_refused", tasks=count, reason=f"{type(error).__name__}: {error}",
+            detail="a task signed with another SECRET_KEY (is a server of this installation started with a key "
+            "of its own?); django-q2 dropped it",
+        )
+        record.msg, record.args, record.fields = line, (), present
+        record.exc_info = record.exc_text = None
+        return True

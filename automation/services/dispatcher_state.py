@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from automation.models import DispatcherState, DispatcherWorker, KindPause, LeaseLoss
 from automation.wake import dispatcher_wake_on_commit
+from core.keys import own_key_fingerprint
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
@@ -75,12 +76,15 @@ def dispatcher_worker_beat(*, owner: str, server: str, now: int, stalled_before:
 
     Returns False when ``owner`` had no row: it starts now, or it stalled
     itself and a live loop deleted it (it rejoins, and its tasks, if any were
-    taken back meanwhile, stay with whoever holds their leases now).
+    taken back meanwhile, stay with whoever holds their leases now). A new
+    row tells which key its server signs with (``core.keys``).
     """
     had_row = bool(DispatcherWorker.objects.filter(owner=owner).update(heartbeat_at=now))
     if not had_row:
         DispatcherWorker.objects.get_or_create(
-            owner=owner, defaults={"server": server, "started_at": now, "heartbeat_at": now}
+            owner=owner,
+            defaults={"server": server, "started_at": now, "heartbeat_at": now,
+                      "key_fingerprint": own_key_fingerprint()},
         )
     pruned, _ = DispatcherWorker.objects.filter(heartbeat_at__lt=stalled_before).delete()
     if pruned:

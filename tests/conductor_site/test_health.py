@@ -24,6 +24,7 @@ def test_healthz_reports_database_dispatcher_and_connected_clients(client, setti
         "database": True,
         "dispatcher_last_tick_age_seconds": None,
         "connected_clients": 1,
+        "other_secret_key": None,
     }
     assert "no-store" in response["Cache-Control"]
 
