@@ -113,6 +113,11 @@ class McpTool(models.Model):
     input_schema = models.JSONField(default=dict)
     annotations = models.JSONField(default=dict, blank=True)
     position = models.PositiveIntegerField(default=0)
+    schema_problem = models.TextField(
+        null=True, blank=True,
+        help_text="Why its input schema is not valid JSON Schema, checked when listed: empty when it is; "
+        "null when not checked (listed before the check was stored; checked when used).",
+    )
 
     class Meta:
         verbose_name = "MCP tool"

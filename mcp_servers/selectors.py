@@ -30,9 +30,12 @@ def mcp_tool_as_spec(*, server: McpServer, tool: McpTool) -> ToolSpec:
     Conductor did not write. Raises ``UnknownTool`` when its input schema is
     not a valid JSON Schema.
     """
+    if tool.schema_problem:
+        raise UnknownTool(_schema_refused(server.name, tool.name, tool.schema_problem))
     built = _spec_built(
         server.name, tool.name, " ".join((tool.description or "").split()),
         json.dumps(tool.input_schema or ANY_OBJECT), tool.is_idempotent, tool.is_read_only,
+        tool.schema_problem == "",
     )
     if isinstance(built, str):
         raise UnknownTool(built)
@@ -41,15 +44,18 @@ def mcp_tool_as_spec(*, server: McpServer, tool: McpTool) -> ToolSpec:
 
 @functools.lru_cache(maxsize=KEPT_SPECS)
 def _spec_built(
-    server_name: str, tool_name: str, description: str, schema_json: str, is_idempotent: bool, is_read_only: bool
+    server_name: str, tool_name: str, description: str, schema_json: str, is_idempotent: bool, is_read_only: bool,
+    schema_checked: bool,
 ) -> ToolSpec | str:
     """The spec of a tool with these fields, or why its schema is refused; kept by the process.
 
-    A spec checks its schema against its draft's meta-schema, which takes
-    jsonschema milliseconds per tool (8 ms for a dozen params under draft
-    2020-12): the guide of a server with a thousand tools took seconds each
-    time. A spec depends only on these fields, so the next guide, block or
-    approval page of an unchanged tool finds it here.
+    Checking a schema against its draft's meta-schema takes jsonschema
+    milliseconds per tool (5 ms for a dozen params under draft 2020-12): the
+    first guide of a server with a thousand tools took seconds in each
+    process. The check's verdict is stored when the server is listed
+    (``McpTool.schema_problem``), so a spec of a checked schema skips it; a
+    spec depends only on these fields, so the next guide, block or approval
+    page of an unchanged tool finds it here.
     """
     try:
         return ToolSpec(
@@ -59,12 +65,14 @@ def _spec_built(
             default_policy=Policy.APPROVE,
             runs_code=not is_read_only,
             run=partial(_run, server_name, tool_name),
+            schema_checked=schema_checked,
         )
     except SchemaError as exc:
-        return (
-            f"tool {tool_name!r} of MCP server {server_name!r} has an input schema that is not valid JSON Schema: "
-            f"{exc.message}"
-        )
+        return _schema_refused(server_name, tool_name, exc.message)
+
+
+def _schema_refused(server_name: str, tool_name: str, problem: str) -> str:
+    return f"tool {tool_name!r} of MCP server {server_name!r} has an input schema that is not valid JSON Schema: {problem}"
 
 
 def mcp_tool_spec(target: str, name: str) -> ToolSpec:

@@ -20,7 +20,7 @@ from mcp_servers.secrets import SecretError, secrets_seal
 from mcp_servers.endpoints import mcp_endpoint
 from tools.mcp_client import McpProtocolError, mcp_tool_call, mcp_tools_list
 from tools.mcp_results import mcp_error_text, mcp_result_render, write_refused_hint
-from tools.registry import ToolCall, ToolError
+from tools.registry import ToolCall, ToolError, schema_problem
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +113,7 @@ def mcp_server_refresh(*, server: McpServer) -> bool:
                 description=text_bounded(tool.get("description") or "", MAX_DESCRIPTION_CHARS),
                 input_schema=tool.get("inputSchema") or {"type": "object"},
                 annotations=_annotations_kept(tool.get("annotations")), position=position,
+                schema_problem=_listed_schema_problem(tool),
             )
             for position, tool in enumerate(kept)
         )
@@ -122,6 +123,11 @@ def mcp_server_refresh(*, server: McpServer) -> bool:
     log_event(logger, "mcp_server_refresh", server=server.name, ok=True, tools=len(kept), skipped=skipped,
               cut=bool(listing.cut))
     return True
+
+
+def _listed_schema_problem(tool: dict[str, Any]) -> str:
+    """The check of a listed tool's schema, stored so that no process repeats it (``McpTool.schema_problem``)."""
+    return text_bounded(schema_problem(tool.get("inputSchema") or {"type": "object"}), MAX_ERROR_CHARS)
 
 
 def mcp_tool_run(call: ToolCall, *, server_name: str, tool_name: str) -> dict[str, Any]:

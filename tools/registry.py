@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
+from jsonschema.exceptions import SchemaError, best_match
 from jsonschema.validators import validator_for
 
 from core.registry import Registry
@@ -109,6 +109,21 @@ class DuplicateTool(ValueError):
     pass
 
 
+def _schema_validator(schema: dict[str, Any]) -> type[Draft202012Validator]:
+    # The schema's own "$schema" picks the draft (MCP servers often write
+    # draft-07); without one, 2020-12.
+    return validator_for(schema, default=Draft202012Validator)
+
+
+def schema_problem(schema: dict[str, Any]) -> str:
+    """Why ``schema`` is not a valid JSON Schema of its draft, in one line; "" when it is."""
+    try:
+        _schema_validator(schema).check_schema(schema)
+    except SchemaError as exc:
+        return exc.message
+    return ""
+
+
 @dataclass(frozen=True)
 class ToolSpec:
     name: str
@@ -138,13 +153,16 @@ class ToolSpec:
     # Whether the tool's sandbox has no network unless a tool policy allows it (``shell.run``,
     # ``ToolPolicy.allow_network``): the call then gets ``ToolCall.allow_network``.
     network_by_policy: bool = False
+    # The schema was already checked against its draft's meta-schema (an MCP
+    # tool's, when its server was listed: ``schema_problem``), which costs
+    # jsonschema milliseconds per tool; False: it is checked here.
+    schema_checked: bool = field(default=False, repr=False, compare=False)
     _validator: Draft202012Validator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        # The schema's own "$schema" picks the draft (MCP servers often write
-        # draft-07); without one, 2020-12.
-        validator = validator_for(self.params_schema, default=Draft202012Validator)
-        validator.check_schema(self.params_schema)
+        validator = _schema_validator(self.params_schema)
+        if not self.schema_checked:
+            validator.check_schema(self.params_schema)
         object.__setattr__(self, "_validator", validator(self.params_schema))
 
     @property

@@ -86,3 +86,40 @@ def test_a_server_whose_tools_fit_says_so_on_its_page(admin_client):
     assert not tool_guide(platform="claude").is_cut
     page = admin_client.get(f"/admin/mcp_servers/mcpserver/{server.pk}/change/").content.decode()
     assert "every callable tool described (3)" in page
+
+
+def test_a_listing_checks_each_schema_once_and_no_process_checks_it_again(monkeypatch):
+    """The first guide after a start checked a thousand schemas (seconds); the listing stores the verdicts."""
+    from jsonschema import Draft202012Validator
+
+    from mcp_servers import selectors, services
+    from mcp_servers.models import McpServer
+    from tools.mcp_client import McpToolListing
+    from tools.registry import UnknownTool
+
+    listed = [
+        {"name": "good", "inputSchema": {"type": "object", "properties": {"q": {"type": "string"}}}},
+        {"name": "broken", "inputSchema": {"type": "object", "properties": {"q": {"type": "no-such-type"}}}},
+    ]
+    monkeypatch.setattr(services, "mcp_tools_list", lambda *args, **kwargs: McpToolListing(tools=listed))
+    server = McpServer.objects.create(name="checked", command="/bin/false", enabled=True)
+    assert services.mcp_server_refresh(server=server)
+    problems = dict(server.tools.values_list("name", "schema_problem"))
+    assert problems["good"] == "" and "is not valid under any of the given schemas" in problems["broken"]
+
+    checks = []
+    original = Draft202012Validator.check_schema
+    monkeypatch.setattr(Draft202012Validator, "check_schema",
+                        classmethod(lambda cls, schema, **kw: checks.append(schema) or original.__func__(cls, schema)))
+    selectors._spec_built.cache_clear()  # a process just started
+    assert [spec.name for spec in selectors.mcp_tool_specs()] == ["good"]
+    with pytest.raises(UnknownTool, match="'broken' of MCP server 'checked' has an input schema that is not valid"):
+        selectors.mcp_tool_spec("checked", "broken")
+    assert checks == []
+    assert selectors.mcp_tool_spec("checked", "good").params_error({"q": 1}) == "params.q: 1 is not of type 'string'"
+
+    # A tool listed before the verdicts were stored is checked when it is used, as before.
+    server.tools.filter(name="good").update(schema_problem=None)
+    selectors._spec_built.cache_clear()
+    assert selectors.mcp_tool_spec("checked", "good").name == "good"
+    assert len(checks) == 1
