@@ -37,7 +37,7 @@ from automation.outcomes import (
 )
 from automation.permissions import APPROVE_CODE_PERMISSION
 from core.logfmt import log_event
-from ingest.selectors import block_policy_now
+from ingest.policy_selectors import block_policy_now
 from ingest.services.instructions import (
     FINISHED,
     INSTRUCTION_EXECUTE,
