@@ -204,7 +204,7 @@ def _start_launcher(argv: list[str], cwd: Path, env: dict[str, str], status_fd: 
 
 
 def launcher_options(
-    *, readable: Iterable[Path | str] = SYSTEM_FOLDERS, hidden: Iterable[Path | str] = (),
+    *, readable: Iterable[Path | str], hidden: Iterable[Path | str] = (),
     writable: Iterable[Path | str] = (), network: bool = False, unconfined: bool = False,
 ) -> list[str]:
     """The launcher's options: what a command may read, may never read, may write in; whether it
@@ -221,8 +221,8 @@ def launcher_options(
 def command_options(call: ToolCall, *, temp: Path) -> list[str]:
     """``launcher_options`` for a ``shell.run`` command: the system's folders, its workspace and temp folder."""
     return launcher_options(
-        readable=SYSTEM_FOLDERS, hidden=(*call.private_folders, *call.secret_files), writable=(workspace_root(call.workspace), temp),
-        network=call.allow_network, unconfined=call.unconfined,
+        readable=SYSTEM_FOLDERS, hidden=(*call.private_folders, *call.secret_files),
+        writable=(workspace_root(call.workspace), temp), network=call.allow_network, unconfined=call.unconfined,
     )
 
 
