@@ -57,8 +57,24 @@ RESTART_DELAY_SECONDS = 1.0
 # still hands the tasks already in its queue to its workers: a scheduled
 # dispatcher loop that starts after the first SIGINT installs its handlers
 # too late for it, and would keep the cluster waiting until the grace runs out.
-ASKED_AGAIN = {"qcluster"}
+# Its workers are asked again, not its main process, which is stopping them.
+STOP_AGAIN = {
+    "qcluster": lambda process: _signal_group_but_leader(process.pid, signal.SIGINT),
+}
 ASK_AGAIN_SECONDS = 1.0
+
+
+def _signal_group_but_leader(group: int, signum: int) -> None:
+    """Send ``signum`` to every process of process group ``group`` but its leader (Linux's /proc)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == group:
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == group:
+                os.kill(int(entry.name), signum)
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
 
 
 class Command(BaseCommand):
@@ -148,7 +164,7 @@ class Command(BaseCommand):
         # as a terminal's Ctrl-C would. Its main process stops the workers in
         # order (about 2 s); the workers ignore SIGINT, except a scheduled
         # dispatcher loop, which stops within a tick instead of making the
-        # cluster wait. The cluster is asked again each second (``ASKED_AGAIN``).
+        # cluster wait. The cluster's workers are asked again each second (``STOP_AGAIN``).
         for name, child in children.items():
             if child.poll() is None:
                 STOP[name](child)
@@ -157,9 +173,9 @@ class Command(BaseCommand):
         while time.monotonic() < deadline and any(child.poll() is None for child in children.values()):
             if time.monotonic() - asked_at >= ASK_AGAIN_SECONDS:
                 asked_at = time.monotonic()
-                for name in ASKED_AGAIN & children.keys():
+                for name in STOP_AGAIN.keys() & children.keys():
                     if children[name].poll() is None:
-                        STOP[name](children[name])
+                        STOP_AGAIN[name](children[name])
             time.sleep(0.1)
         for name, child in children.items():
             if child.poll() is None:
