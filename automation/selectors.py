@@ -8,7 +8,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from django.db.models import Count, Exists, F, Q, QuerySet, Value
+from django.db.models import Count, F, Q, QuerySet, Value
 from django.db.models.functions import Substr
 
 from automation.errors import error_first_line, error_signature, failure_group_key
@@ -107,13 +107,6 @@ def task_counts_by_kind_status_and_outcome() -> dict[tuple[str, str, str], int]:
 def paused_kinds() -> set[str]:
     """The kinds the dispatcher does not claim (paused from the overview)."""
     return set(KindPause.objects.values_list("kind", flat=True))
-
-
-def claim_not_paused() -> Q:
-    """What the overview's pauses leave a claim to take, as a condition of the claim's own statements:
-    nothing while the dispatcher is paused, no task of a paused kind. It costs no statement of its
-    own, and the lease's update checks it again."""
-    return ~Q(kind__in=KindPause.objects.values("kind")) & ~Exists(DispatcherState.objects.filter(pk=1, is_paused=True))
 
 
 def task_event_counts(*, actions: Collection[str]) -> dict[tuple[str, str, str], int]:

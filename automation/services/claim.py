@@ -7,18 +7,11 @@ import logging
 from collections.abc import Callable, Collection, Iterable
 
 from django.db import IntegrityError
-from django.db.models import Exists, OuterRef, Q
 
+from automation.claim_rules import claimable as claimable_now
 from automation.kinds import kinds
-from automation.models import (
-    CLAIMABLE_STATUSES,
-    LEASE_HOLDING_STATUSES,
-    OPEN_STATUSES,
-    AutomationTask,
-    TaskStatus,
-)
+from automation.models import LEASE_HOLDING_STATUSES, AutomationTask, TaskStatus
 from automation.retry import RetryPolicy
-from automation.selectors import claim_not_paused
 from automation.services.leasing import tasks_lease
 from automation.services.steps import transition_and_follow_up
 from automation.services.transitions import (
@@ -26,57 +19,12 @@ from automation.services.transitions import (
     task_reclaim_interrupted,
     task_reclaim_unstarted,
 )
-from conversations.models import Conversation
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
 
 # Candidates read per free slot: some share a target or lane with a better one.
 CANDIDATES_PER_SLOT = 4
-
-def _target_present(now: int, runnable_kinds: Collection[str]) -> Q:
-    """Outbound tasks whose target can take them now, as their kinds' ``targets`` say."""
-    present = Q(pk__in=[])
-    by_targets: dict[int, tuple[object, list[str]]] = {}
-    for name in runnable_kinds:
-        if (targets := kinds.get(name).targets) is not None:
-            by_targets.setdefault(id(targets), (targets, []))[1].append(name)
-    for targets, names in by_targets.values():
-        present |= Q(kind__in=names, target_client_id__in=targets.present(now=now))
-    return present
-
-
-def _claimable(now: int, runnable_kinds: Collection[str]) -> Q:
-    """Due tasks that may run now.
-
-    A task is held back while the dispatcher or its kind is paused (from the
-    overview), while its conversation is paused, while an earlier
-    task of its conversation lane is unfinished (instructions one at a time in
-    arrival order; a blocked instruction or a delivery waiting to retry holds
-    back the rest), and, when it is outbound, while another task is in flight
-    to its target or its target client is not connected. Every condition is
-    on the task's own row or a subquery, never a join, so the same filter
-    serves the candidates' query and the update that leases them.
-    """
-    paused = Conversation.objects.filter(pk=OuterRef("conversation_id"), paused=True)
-    earlier_in_lane = AutomationTask.objects.filter(
-        conversation_id=OuterRef("conversation_id"),
-        lane=OuterRef("lane"),
-        sequence__lt=OuterRef("sequence"),
-        status__in=OPEN_STATUSES,
-    )
-    target_busy = AutomationTask.objects.filter(
-        target_client_id=OuterRef("target_client_id"),
-        target_platform=OuterRef("target_platform"),
-        status__in=LEASE_HOLDING_STATUSES,
-    )
-    return (
-        Q(status__in=CLAIMABLE_STATUSES, execute_after__lte=now, kind__in=list(runnable_kinds))
-        & claim_not_paused()
-        & (Q(conversation_id__isnull=True) | ~Exists(paused))
-        & (Q(lane__isnull=True) | Q(conversation_id__isnull=True) | ~Exists(earlier_in_lane))
-        & (Q(target_client_id__isnull=True) | (~Exists(target_busy) & _target_present(now, runnable_kinds)))
-    )
 
 
 def tasks_claim(
@@ -106,7 +54,7 @@ def tasks_claim(
     if limit <= 0:
         return []
     runnable = kinds.runnable()
-    claimable = _claimable(now, runnable)
+    claimable = claimable_now(now, runnable)
     found = AutomationTask.objects.filter(claimable)
     if among is not None:
         found = found.filter(pk__in=list(among))
