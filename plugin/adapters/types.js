@@ -7,9 +7,11 @@
  *
  * @typedef {{feed(text: string): void, finish(): Capture | null, isRecognised(): boolean,
  *   handoff(): string | null, continues(): string | null, incomplete(): string,
- *   held(): {message_id: string, text: string} | null}} StreamParser
+ *   held(): {message_id: string, text: string} | null,
+ *   unknowns(): Record<string, string | number>[]}} StreamParser
  *   `feed` takes each decoded chunk, split anywhere; `finish` is called once
- *   when the body ended normally. `isRecognised` says whether the stream had
+ *   when the body ended normally, and gives a capture exactly when the
+ *   stream holds a finished answer. `isRecognised` says whether the stream had
  *   this adapter's shape (any event it knows, an error included): only the
  *   diagnosis of a stream without a capture depends on it (cut short or
  *   failed, or changed shape); either way the answer is left to the page.
@@ -18,11 +20,16 @@
  *   `stream_handoff`; "" when the id is not known), else null.
  *   `continues`: the conversation id when this request continues an answer
  *   handed off before (ChatGPT's `/resume`), else null.
- *   `incomplete` (after `finish`): why the stream said its answer stopped
- *   early (`max_tokens`, `overloaded_error`, `error_1037`, …), else "": such
- *   an answer is not final, and the page is not read for it either.
+ *   `incomplete` (after `finish`): why the stream said its answer is not
+ *   final (`max_tokens`, `refused`, `moderation_blocked`, `error_1037`,
+ *   `stop_reason_unknown`, …), else "": one of lib/finality.js's REASONS,
+ *   whose verdict says whether the page is read for it.
  *   `held` (after `finish`): that partial answer's id and text when the app
  *   continues the same message in a later request (ChatGPT), else null.
+ *   `unknowns` (after `finish`): what the stream held that the adapter does
+ *   not know and read past (an unknown Gemini error code after a finished
+ *   answer, an unknown Claude stop reason), each a report detail of names
+ *   and numbers, for `stream_unrecognised`.
  *
  * @typedef {{url: string,
  *   cookie(name: string): Promise<string | undefined> | string | undefined,

@@ -17,13 +17,16 @@
  *   off to the page's websocket), or its connection broke.
  *
  * Only the page itself stopping a stream (its stop button: the fetch is
- * aborted), an HTTP error status, or a stream that says its answer stopped
- * early (the parser's `incomplete`: a length limit, an error event
- * mid-answer, a usage limit) suppresses the page fallback: the answer was
- * not finished, or there is none, and the page shows a half answer or a
- * banner. The last is noticed as `stream_incomplete`; when the person
- * continues or regenerates, that request's stream is a new one and is
- * captured as usual.
+ * aborted), an HTTP error status, or a stream that says its answer was
+ * stopped, cut or withdrawn (the parser's `incomplete`, whose verdict is
+ * lib/finality.js's, the one rule of what is final) suppresses the page
+ * fallback: the answer was not finished, or there is none, and the page
+ * shows a half answer or a banner. The last is noticed as
+ * `stream_incomplete`, and a withdrawn answer is also told to `withdrawn`
+ * (the side panel's note); when the person continues or regenerates, that
+ * request's stream is a new one and is captured as usual. A stream whose
+ * reason is `open` (its stop reason unknown, a turn that goes on) leaves
+ * the answer to the page, as one that said nothing does.
  *
  * An answer can move from one request to another (ChatGPT's stream
  * handoff): the first leg's parser says so (`handoff`), and the request that
@@ -36,6 +39,7 @@
  * Pure: the clock, the timers and the DOM reading are passed in.
  */
 
+import { holdsPageBack, VERDICTS, verdictOf } from "./finality.js";
 import { StreamSignature, reportPath } from "./reports.js";
 
 /** @typedef {import('../adapters/types.js').Capture} Capture */
@@ -46,14 +50,16 @@ import { StreamSignature, reportPath } from "./reports.js";
  *   report(capture: Capture, method: "network" | "dom"): void,
  *   readDom(): {text: string, message_id: string} | null,
  *   conversationId(): string,
- *   notice?: (kind: string, detail: Record<string, string>) => void,
+ *   notice?: (kind: string, detail: Record<string, string | number | string[]>) => void,
+ *   withdrawn?: (note: {reason: string, conversation_id: string}) => void,
  *   graceMs?: number,
  *   setTimer?: (fn: () => void, ms: number) => any,
  *   clearTimer?: (handle: any) => void,
  * }} TrackerOptions
  *   `notice(kind, detail)`: the hook for `browser.adapter_report`
- *   (`stream_unrecognised`, `stream_incomplete`, `dom_fallback_used`); by
- *   default nothing is done.
+ *   (`stream_unrecognised`, `stream_incomplete`, `dom_fallback_used`);
+ *   `withdrawn(note)`: an answer the app withdrew (`moderation_blocked`,
+ *   `refused`), for the side panel; by default nothing is done with either.
  */
 
 /** How the page stops its own request: the fetch's AbortError, or XMLHttpRequest's abort event. */
@@ -89,6 +95,7 @@ export class CaptureTracker {
     readDom,
     conversationId,
     notice = () => {},
+    withdrawn = () => {},
     graceMs = DEFAULT_GRACE_MS,
     // Wrapped: a browser's setTimeout throws when called as another object's method.
     setTimer = (fn, ms) => setTimeout(fn, ms),
@@ -99,6 +106,7 @@ export class CaptureTracker {
     this.readDom = readDom;
     this.conversationId = conversationId;
     this.notice = notice;
+    this.withdrawn = withdrawn;
     this.graceMs = graceMs;
     this.setTimer = setTimer;
     this.clearTimer = clearTimer;
@@ -152,6 +160,7 @@ export class CaptureTracker {
       return;
     }
     const capture = parser.finish();
+    this.noticeUnknowns(stream, contentType);
     if (capture && capture.text) {
       answer.isCaptured = true;
       capture.text = this.continued(capture);
@@ -159,11 +168,9 @@ export class CaptureTracker {
       this.send(capture, "network");
       return;
     }
-    const incomplete = parser.incomplete?.() ?? "";
-    if (incomplete) {
-      answer.isStopped = true;
-      this.notice("stream_incomplete", { reason: incomplete, path: reportPath(stream.url) });
-      this.hold(parser.held?.() ?? null);
+    const reason = parser.incomplete?.() ?? "";
+    if (holdsPageBack(reason)) {
+      this.holdBack(stream, reason);
       return;
     }
     const handoff = parser.handoff?.() ?? null;
@@ -173,19 +180,42 @@ export class CaptureTracker {
       this.handedOff.set(handoff || this.conversationId(), answer);
       answer.fallbackReason ||= "stream_handed_off";
     } else if (parser.isRecognised()) {
-      // Cut short, or a failure the stream itself reported: the page shows
-      // what became of the answer. (A report hook: the adapter's shape was
-      // read, but no final message in it.)
-      answer.fallbackReason ||= "stream_without_final_message";
+      // Cut short, or open for a reason of its own (a stop reason not
+      // known, a turn that goes on): the page shows what became of the answer.
+      answer.fallbackReason ||= reason || "stream_without_final_message";
     } else {
       answer.fallbackReason ||= "stream_unrecognised";
       this.notice("stream_unrecognised", {
         path: reportPath(stream.url),
-        content_type: String(contentType).split(";")[0].trim().toLowerCase(),
+        content_type: mediaType(contentType),
         signature: stream.signature.signature(),
       });
     }
     if (answer.isPageDone) this.settle(answer);
+  }
+
+  /**
+   * A stream said its answer was stopped, cut or withdrawn: nothing of it
+   * is sent, from the stream or from the page; a partial answer its app may
+   * continue is held.
+   */
+  holdBack({ answer, parser, url }, reason) {
+    answer.isStopped = true;
+    this.notice("stream_incomplete", { reason, path: reportPath(url) });
+    if (verdictOf(reason) === VERDICTS.WITHDRAWN) this.withdrawn({ reason, conversation_id: this.conversationId() });
+    this.hold(parser.held?.() ?? null);
+  }
+
+  /** Reports what a stream held that its adapter does not know but read past, each once. */
+  noticeUnknowns({ parser, url, signature }, contentType) {
+    for (const unknown of parser.unknowns?.() ?? []) {
+      this.notice("stream_unrecognised", {
+        ...unknown,
+        path: reportPath(url),
+        content_type: mediaType(contentType),
+        signature: signature.signature(),
+      });
+    }
   }
 
   /**
@@ -278,4 +308,9 @@ export class CaptureTracker {
     this.lastText = capture.text;
     this.report(capture, method);
   }
+}
+
+/** A response's media type, without its parameters, in lower case. */
+function mediaType(contentType) {
+  return String(contentType).split(";")[0].trim().toLowerCase();
 }

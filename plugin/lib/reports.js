@@ -116,6 +116,8 @@ const DETAIL_VALUES = {
   names: (value) => Array.isArray(value) && value.every((entry) => typeof entry === "string" && NAME.test(entry)),
   method: (value) => typeof value === "string" && NAME.test(value),
   status: (value) => Number.isInteger(value) && value >= 0 && value < 1000,
+  // An in-stream error code the adapter does not know (Gemini's).
+  code: (value) => Number.isInteger(value) && value >= 0 && value < 1_000_000,
 };
 
 /** The entries of `detail` a report may carry (SPEC §6 bounds), the rest dropped. */

@@ -6,6 +6,8 @@
  * writes stay in its adapter.
  */
 
+import { isReason } from "./finality.js";
+
 /** A longer line (or Gemini frame) is hostile or broken: the stream is given up. */
 export const MAX_LINE_CHARS = 8 * 1024 * 1024;
 /** The server refuses frames over 1 MiB (SPEC §6), so a longer message cannot be sent anyway. */
@@ -212,49 +214,66 @@ export class JsonFrameReader {
   end() {}
 }
 
-/** Why a stream says its answer stopped early: a name of letters, digits and `_`, no chat content. */
-const INCOMPLETE_REASON = /^[a-z][a-z0-9_]{0,31}$/;
+/** Unknowns kept per stream for reports, at most (the first ones). */
+const MAX_UNKNOWNS = 4;
 
 /** What every adapter's parser state tracks, besides its own shape's fields. */
 export class StreamState {
   constructor() {
-    /** An error event, or a text past the bound, was read: the stream gives no capture. */
+    /** The stream gives no capture: it said its answer is not final, or a text outgrew the bound. */
     this.hasFailed = false;
     /** An event of the adapter's shape (an error included) was read: see StreamParser's `isRecognised`. */
     this.isRecognised = false;
-    /** Why the stream said its answer stopped early (see `stoppedEarly`); "" while it did not. */
+    /** Why the stream said its answer is not final (see `notFinal`); "" while it did not. */
     this.incompleteReason = "";
+    /** @type {Record<string, string | number>[]} what the stream held that the adapter does not know, as report details */
+    this.unknowns = [];
   }
 
   /**
-   * The stream itself says the answer stopped before its end (an error
-   * event mid-answer, a length limit, a usage limit): it gives no capture,
-   * and the page, which shows the partial text or a banner, is not read
-   * either. `reason` is a name of the adapter's own (`max_tokens`,
-   * `overloaded_error`, `error_1037`); the first one said is kept.
+   * The stream itself says its answer is not final: it gives no capture.
+   * `reason` is one of lib/finality.js's REASONS (`max_tokens`, `refused`,
+   * `error_1037`, …), whose verdict says what becomes of the answer; the
+   * first one said is kept, and one the rule does not name is
+   * `stopped_early`.
    */
-  stoppedEarly(reason) {
+  notFinal(reason) {
     this.hasFailed = true;
     this.isRecognised = true;
-    if (!this.incompleteReason) this.incompleteReason = INCOMPLETE_REASON.test(reason) ? reason : "stopped_early";
+    if (!this.incompleteReason) this.incompleteReason = isReason(reason) ? reason : "stopped_early";
+  }
+
+  /**
+   * Notes something the stream held that the adapter does not know and read
+   * past (an unknown error code after a finished answer, an unknown stop
+   * reason), for a `stream_unrecognised` report. `detail` holds names and
+   * numbers of the adapter's own, never a value of the chat's.
+   *
+   * @param {Record<string, string | number>} detail
+   */
+  unknown(detail) {
+    if (this.unknowns.length < MAX_UNKNOWNS) this.unknowns.push(detail);
   }
 }
 
 /**
  * The StreamParser (types.js) over a reader and the state its callback
  * builds: a stream that failed or outgrew the reader's bound gives no
- * capture; otherwise `capture` says whether it ended with a final message.
+ * capture; otherwise `capture` says whether it ended with a final message
+ * (it may call `state.notFinal` instead, when only the end tells).
  * `handoff` and `continues` are the adapter's when its answers can move
  * from one request to another (ChatGPT's stream handoff); by default a
  * stream neither hands off nor continues one. `incomplete` is why the
- * stream said it stopped early (by default the state's `incompleteReason`),
- * and `held` the partial answer it held back when its app continues the same
- * message later (ChatGPT's "Continue generating"); by default none.
+ * stream said its answer is not final (by default the state's
+ * `incompleteReason`), and `held` the partial answer it held back when its
+ * app continues the same message later (ChatGPT's "Continue generating");
+ * by default none. `unknowns` are the state's.
  *
  * @param {LineReader | JsonFrameReader} reader
  * @param {StreamState} state
  * @param {() => import('../adapters/types.js').Capture | null} capture
- * @param {{handoff?: () => string | null, continues?: () => string | null}} [moves]
+ * @param {{handoff?: () => string | null, continues?: () => string | null, incomplete?: () => string,
+ *   held?: () => {message_id: string, text: string} | null}} [moves]
  * @returns {import('../adapters/types.js').StreamParser}
  */
 export function streamParser(
@@ -278,6 +297,7 @@ export function streamParser(
     continues,
     incomplete: () => (reader.overflowed ? "" : incomplete()),
     held: () => (reader.overflowed ? null : held()),
+    unknowns: () => (reader.overflowed ? [] : [...state.unknowns]),
   };
 }
 

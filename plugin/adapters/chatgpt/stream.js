@@ -192,7 +192,7 @@ export function createStreamParser({ requestUrl, requestBody, pageUrl }) {
     const payload = parseJson(data);
     if (!isObject(payload)) return; // "v1" after `event: delta_encoding`, or garbage
     if (payload.error || at(payload, "v", "error")) {
-      state.stoppedEarly("error_event");
+      state.notFinal("error_event");
     } else if (isObject(payload.message)) {
       state.isRecognised = true;
       state.applyWholeMessage(payload);

@@ -149,7 +149,7 @@ export function createStreamParser({ requestUrl, requestBody }) {
   const reader = sseReader((event, data) => {
     const payload = parseJson(data);
     if (event === "error" || (isObject(payload) && (payload.type === "error" || payload.error))) {
-      state.stoppedEarly(errorReason(payload));
+      state.notFinal(errorReason(payload));
       return;
     }
     if (!isObject(payload) || typeof payload.type !== "string") return;
@@ -171,10 +171,10 @@ export function createStreamParser({ requestUrl, requestBody }) {
 
 /**
  * The error types claude.ai writes in its stream (the API's, as ClewdR and
- * OmniRoute read them); any other is `error_event`, so a report never
- * carries a value the stream made up.
+ * OmniRoute read them), each a reason of lib/finality.js; any other is
+ * `error_event`, so a report never carries a value the stream made up.
  */
-const ERROR_TYPES = new Set([
+export const ERROR_TYPES = new Set([
   "overloaded_error",
   "rate_limit_error",
   "api_error",

@@ -29,7 +29,7 @@ class GeminiStreamState extends StreamState {
     if (Number.isInteger(code)) {
       // An error code (1037 usage limit, 1060 IP blocked, …): the page shows
       // a banner, or the text so far, and neither is the answer.
-      this.stoppedEarly(code >= 0 && code < 100000 ? `error_${code}` : "error_code");
+      this.notFinal(code >= 0 && code < 100000 ? `error_${code}` : "error_code");
       return;
     }
     // A status list without an error code: the turn is queued, and its
@@ -61,7 +61,7 @@ export function createStreamParser({ requestBody }) {
     if (!Array.isArray(envelope) || state.hasFailed) return;
     for (const part of envelope) {
       if (!Array.isArray(part)) continue;
-      if (part[0] === "er") state.stoppedEarly("error_event"); // an HTTP-level error written as a frame
+      if (part[0] === "er") state.notFinal("error_event"); // an HTTP-level error written as a frame
       else if (part[0] === "wrb.fr") state.readPart(part);
       if (part[0] === "er" || part[0] === "wrb.fr") state.isRecognised = true;
     }
