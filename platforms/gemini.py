@@ -66,6 +66,8 @@ STREAMING_SLOT = 7
 REQUEST_UUID_SLOT = 59
 ACCOUNT_PATH = re.compile(r"^https://gemini\.google\.com/u/(\d+)/")
 
+# A candidate's status at [8][0] once its answer is finished (the completion marker).
+FINISHED_STATUS = 2
 # In-stream error codes (gemini_webapi, 2026).
 ERROR_CODES = {
     1013: "transient",
@@ -139,8 +141,11 @@ class GeminiAdapter(PlatformAdapter):
     def read_body(self, body: str) -> BodyReading:
         # Frames are read line by line rather than by their length prefix:
         # Google writes each one compact on one line, and the prefix counts
-        # UTF-16 code units where a str counts code points.
-        response_id = None
+        # UTF-16 code units where a str counts code points. An error part
+        # fails the delivery only when no candidate was finished: since 2026
+        # one with code 1096 follows every turn, finished or not (PLATFORMS.md,
+        # "what a finished answer is, in 2026").
+        response_id, error, is_finished = None, None, False
         for line in body.removeprefix(")]}'").splitlines():
             envelope = loads(line)
             if not isinstance(envelope, list):
@@ -148,12 +153,14 @@ class GeminiAdapter(PlatformAdapter):
             for part in envelope:
                 if nested(part, 0) != "wrb.fr":
                     continue
-                error = _part_error(part)
-                if error:
-                    return BodyReading(error=error)
+                error = error or _part_error(part)
                 payload = nested(part, 2)
-                rid = nested(loads(payload) if isinstance(payload, str) else None, 1, 1)
+                inner = loads(payload) if isinstance(payload, str) else None
+                rid = nested(inner, 1, 1)
                 response_id = rid if isinstance(rid, str) and rid else response_id
+                is_finished = is_finished or nested(inner, 4, 0, 8, 0) == FINISHED_STATUS
+        if error and not is_finished:
+            return BodyReading(error=error)
         return BodyReading(remote_message_id=response_id)
 
 

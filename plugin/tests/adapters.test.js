@@ -200,6 +200,24 @@ describe("page values", () => {
     });
   });
 
+  it("gemini: the context token from the sparse key \"26\", and none after a turn that had none", async () => {
+    const gemini = adapterByName("gemini");
+    const page = fakePage({ url: "https://gemini.google.com/app/4f2a9e7b1c3d5e6f" });
+    const streamOf = (name) => [
+      JSON.parse(readFileSync(new URL(`./fixtures/gemini/${name}.expected.json`, import.meta.url), "utf8")).request,
+      readFileSync(new URL(`./fixtures/gemini/${name}.stream`, import.meta.url)),
+    ];
+    assert.notEqual(parse(gemini, ...streamOf("context_token_as_sparse_key"), 3), null);
+    assert.deepEqual(await gemini.readPageValues(["chat_metadata.rid", "chat_metadata.context_token"], page), {
+      "chat_metadata.rid": "r_2b3c4d5e6f7a8b9c",
+      "chat_metadata.context_token": "!SparseContextToken_Zy98-x",
+    });
+    assert.notEqual(parse(gemini, ...streamOf("first_turn_1096_trailer_no_token"), 3), null);
+    assert.deepEqual(await gemini.readPageValues(["chat_metadata.rid", "chat_metadata.context_token"], page), {
+      "chat_metadata.rid": "r_2b3c4d5e6f7a8b9c",
+    });
+  });
+
   it("leave out what the page does not have, and never throw", async () => {
     const broken = {
       url: "https://claude.ai/new",
@@ -296,6 +314,10 @@ describe("readable text", () => {
     ["gemini", "Look:\nhttp://googleusercontent.com/image_generation_content/0\n\nDone.", "Look:\nDone."],
     ["gemini", "http://googleusercontent.com/youtube_content/12 text", " text"],
     ["gemini", "https://example.org/googleusercontent.com/x stays", "https://example.org/googleusercontent.com/x stays"],
+    ["gemini", 'Done.\n\n<FollowUp label="More" query="Tell me more"/>', "Done."],
+    ["gemini", "A\n<FollowUp label=\"x\" query=\"a > b\"/> <FollowUp label='z' query=\"w\"/>\n", "A"],
+    ["gemini", "Write `<FollowUp/>` tags.", "Write `<FollowUp/>` tags."],
+    ["gemini", 'Cut <FollowUp label="x"', 'Cut <FollowUp label="x"'],
   ];
   for (const [platform, input, output] of table) {
     it(`${platform}: ${JSON.stringify(input)}`, () => {

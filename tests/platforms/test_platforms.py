@@ -214,6 +214,7 @@ DELIVERED = [
     ("chatgpt", "stream_echoes_an_earlier_turn", "f3e2d1c0-b9a8-4776-8655-443322110099"),
     ("chatgpt", "stream_without_v1", "f3e2d1c0-b9a8-4776-8655-443322110099"),
     ("gemini", "stream_ok", "r_1a2b3c4d5e6f7a8b"),
+    ("gemini", "stream_ok_1096_after_the_answer", "r_1a2b3c4d5e6f7a8b"),
 ]
 
 
@@ -262,6 +263,8 @@ RETRYABLE = [
      "gemini answered HTTP 200 with an error in the stream: code 1037 (usage limit)"),
     ("gemini", answer("gemini", "stream_error_1013"),
      "gemini answered HTTP 200 with an error in the stream: code 1013 (transient)"),
+    ("gemini", answer("gemini", "stream_error_1096_before_any_answer"),
+     "gemini answered HTTP 200 with an error in the stream: code 1096"),
     ("gemini", answer("gemini", "stream_error_status_only"),
      "gemini answered HTTP 200 with an error in the stream: status 7 without a payload"),
     ("gemini", answer("gemini", "http_400_xsrf", ok=False, status=400),

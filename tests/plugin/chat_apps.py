@@ -236,6 +236,9 @@ class Answer:
     handoff: bool = False  # ChatGPT: the first response hands off, /resume streams the answer
     retracted: str = ""  # Claude: a block with this text is streamed, then withdrawn
     queued: bool = False  # Gemini: the turn is queued before its answer streams
+    # The 2026 ends (PLATFORMS.md "what a finished answer is, in 2026"):
+    # Gemini: a title frame and a 1096 error part after the finished candidate, the context token as sparse key "26".
+    trailer_1096: bool = False
     # A shape no adapter knows (the app changed its stream): the plugin must read the page instead.
     unknown_format: bool = False
 
@@ -255,6 +258,7 @@ class ChatApp:
     handed_off: deque[tuple[Answer, Posted]] = field(default_factory=deque)
     continued: list[Posted] = field(default_factory=list)
     message_ids: list[str] = field(default_factory=list)  # the assistant messages streamed, where the app names them
+    every_answer: dict[str, Any] = field(default_factory=dict)  # shape options every answer takes (a later version of the app)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     name = ""
@@ -270,7 +274,7 @@ class ChatApp:
 
     def answer_next(self, text: str, *, is_cut: bool = False, status: int = 200, **shape: Any) -> None:
         with self.lock:
-            self.answers.append(Answer(text, is_cut, status, **shape))
+            self.answers.append(Answer(text, is_cut, status, **{**self.every_answer, **shape}))
 
     def deliveries(self) -> list[Posted]:
         """The POSTs that carried Conductor's results (its text has ``baa-result`` blocks)."""
@@ -296,7 +300,7 @@ class ChatApp:
             posted = Posted(url=request.url, headers=dict(request.headers), body=request.post_data or "")
             with self.lock:
                 self.posted.append(posted)
-                answer = self.answers.popleft() if self.answers else Answer("Noted.")
+                answer = self.answers.popleft() if self.answers else Answer("Noted.", **self.every_answer)
             if answer.status != 200:
                 route.fulfill(status=answer.status, content_type="text/html; charset=utf-8", body=answer.text)
             elif answer.unknown_format:
@@ -636,8 +640,13 @@ class Gemini(ChatApp):
             frames.append([["wrb.fr", None, json.dumps([None, [self.conversation, rid], None, None, [candidate]])]])
         if not answer.is_cut:
             final = [None, [self.conversation, rid], None, None, [[rcid, [answer.text], None, None, None, None, None, None, [2]]]]
-            final += [None] * 20 + ["!MockContextToken_" + rid]
+            token = "!MockContextToken_" + rid
+            final += [{"26": token}] if answer.trailer_1096 else [None] * 20 + [token]
             frames.append([["wrb.fr", None, json.dumps(final)]])
+        if answer.trailer_1096:
+            title = [None, [self.conversation, rid], {"11": [self.title], "44": True}]
+            error = [3, None, [["type.googleapis.com/assistant.boq.bard.application.BardErrorInfo", [1096]]]]
+            frames += [[["wrb.fr", None, json.dumps(title)]], [["wrb.fr", None, None, None, None, error]]]
         out = [")]}'\n"]
         for envelope in frames:
             frame = json.dumps(envelope)
@@ -673,5 +682,5 @@ CONVERSATIONS = {
 }
 
 
-def chat_app(name: str) -> ChatApp:
-    return APPS[name](conversation=CONVERSATIONS[name])
+def chat_app(name: str, **options: Any) -> ChatApp:
+    return APPS[name](conversation=CONVERSATIONS[name], **options)

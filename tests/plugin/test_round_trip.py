@@ -70,14 +70,17 @@ def ask(browser, page, app, step, **shape):
     page.evaluate("([html]) => mockChat.ask('Go on', {html})", [ASK_HTML % step])
 
 
-@pytest.mark.parametrize("platform,shape", [
-    pytest.param("claude", {}, id="claude"), pytest.param("chatgpt", {}, id="chatgpt"), pytest.param("gemini", {}, id="gemini"),
+@pytest.mark.parametrize("platform,shape,every_answer", [
+    pytest.param("claude", {}, {}, id="claude"), pytest.param("chatgpt", {}, {}, id="chatgpt"), pytest.param("gemini", {}, {}, id="gemini"),
     # The answer handed off by the first response and streamed from /resume (PLATFORMS.md "Found since").
-    pytest.param("chatgpt", {"handoff": True}, id="chatgpt-handoff"),
+    pytest.param("chatgpt", {"handoff": True}, {}, id="chatgpt-handoff"),
+    # Every stream, the reply's too, ends as Gemini's do in 2026: a title frame and a 1096 error part after
+    # the finished candidate, the context token as sparse key "26" (PLATFORMS.md "what a finished answer is, in 2026").
+    pytest.param("gemini", {}, {"trailer_1096": True}, id="gemini-1096"),
 ])
-def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path, server_env, platform, shape):
+def test_an_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path, server_env, platform, shape, every_answer):
     PluginClientFactory(client_id="laptop")
-    app = chat_app(platform)
+    app = chat_app(platform, every_answer=every_answer)
     with (
         running_server(tmp_path, command="serve+cluster", **server_env) as server,
         plugin_browser(chromium, tmp_path / "profile") as browser,

@@ -6,9 +6,10 @@
  *   `["wrb.fr", null, "<inner JSON>"]` parts: gemini_webapi v2.0.0
  *   (2026-04-06), gpt4free (2026-08-20);
  * - inner [1] `[cid, rid]`, [4] candidates `[rcid, [text], …, [8]: [status]]`
- *   with cumulative text, [25] the context token; the turn is final when the
- *   response closed and the last candidate has status 2 and a context token
- *   (gemini_webapi, 2026-03); error codes at part [5][2][0][1][0] (2026);
+ *   with cumulative text, [25] the context token; error codes at part
+ *   [5][2][0][1][0] (2026). PLATFORMS.md's "final when the last candidate
+ *   has status 2 together with a context token" (gemini_webapi, 2026-03) is
+ *   wrong for 2026's first turns, which have no token: see below;
  * - the page's `WIZ_global_data` keys SNlM0e (`at`), cfb2h (`bl`), FdrFJe
  *   (`f.sid`), TuX5cc (language) (gemini_webapi, 2026);
  * - the URL `/app/<hex>`, the hex being the cid without `c_` (uncertain);
@@ -30,6 +31,22 @@
  * - a frame's length counts the UTF-16 units of "\n" + its JSON + "\n"
  *   (the reader matches brackets and does not rely on it).
  *
+ * and from PLATFORMS.md "Found since (2026-12-07)" (a protocol reference
+ * last verified 2026-09-21 against a live account; a Go client's test built
+ * from a packet capture), in stream.js:
+ * - the completion marker `[8][0] == 2` alone makes an answer final,
+ *   whatever follows it;
+ * - a BardErrorInfo part with code 1096 follows every turn, after the
+ *   finished candidate and a title frame (`{"11": [title], "44": true}`): a
+ *   code is a failure only when no finished answer came (1037, 1060, 1097,
+ *   7, and unknown codes then); an unknown code after a finished answer is
+ *   reported (`stream_unrecognised`, its code in the detail);
+ * - the context token is at slot 25 or, sparsely, at key "26" of the
+ *   trailing object, or absent (first turns): read when there, never
+ *   waited for;
+ * - a text can end with `<FollowUp label="…" query="…"/>` suggestions,
+ *   stripped (`readableText`).
+ *
  * Uncertain: which candidate the page shows when there are several (index 0
  * is read; sources disagree).
  */
@@ -42,7 +59,7 @@ import { createStreamParser, readableText } from "./stream.js";
 /** @type {import('../types.js').Adapter} */
 export default {
   name: "gemini",
-  version: "2026-12-03",
+  version: "2026-12-07",
   origins: [ORIGIN],
   conversationIdFromUrl,
   conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/app/${encodeURIComponent(id.replace(/^c_/, ""))}`),
