@@ -344,6 +344,14 @@ describe("chatgpt v1 operations", () => {
       [{ p: "/message/content/parts/0", o: "append", v: "a" }, { p: "", o: "patch", v: [{ p: "/message/metadata/x", o: "replace", v: 1 }] }, { v: "b" }], "ab"],
     ["a bare list after a patch is a patch", [{ p: "", o: "patch", v: [{ p: "/message/content/parts/0", o: "append", v: "a" }] }, { v: [{ p: "/message/content/parts/0", o: "append", v: "b" }] }], "ab"],
     ["a bare string right after the add is text", [{ v: "a" }, { v: "b" }], "ab"],
+    ["a bare list of operations after an append is a patch at the root",
+      [{ p: "/message/content/parts/0", o: "append", v: "a" }, { v: [{ p: "/message/content/parts/0", o: "append", v: "b" }] }], "ab"],
+    ["a patch's operations are relative to its own path",
+      [{ p: "/message/content", o: "patch", v: [{ p: "/parts/0", o: "append", v: "a" }] }], "a"],
+    ["a bare list after a patch with a path of its own is relative to that path",
+      [{ p: "/message/content", o: "patch", v: [{ p: "/parts/0", o: "append", v: "a" }] }, { v: [{ p: "/parts/0", o: "append", v: "b" }] }], "ab"],
+    ["a patch inside a patch nests its path",
+      [{ p: "", o: "patch", v: [{ p: "/message", o: "patch", v: [{ p: "/content/parts/0", o: "append", v: "a" }] }] }], "a"],
   ];
   for (const [name, ops, expected] of table) {
     it(name, () => {

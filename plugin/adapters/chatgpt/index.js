@@ -34,7 +34,20 @@
  * - the DOM: `[data-message-author-role="assistant"]` with
  *   `data-message-id`, `button[data-testid="stop-button"]`, the composer
  *   `#prompt-textarea` (ProseMirror) and `button[data-testid="send-button"]`
- *   (chrome-ai-bridge, 2025-26). Aria labels are localised and not used.
+ *   (chrome-ai-bridge, 2025-26). Aria labels are localised and not used;
+ *
+ * and from PLATFORMS.md "Found since (2026-12-07)" (a reverse client's audit
+ * of 2026-07-15; the web app's decoder in its 2026-09 bundle and a client
+ * test of that month), in stream.js:
+ * - bare patch arrays `{"v": [{"p", "o", "v"}, …]}` with no top-level
+ *   `p`/`o` carry most body deltas and the finishing status: each element
+ *   is an operation of its own, as inside a `patch`;
+ * - a patch's operations are relative to the patch's own path (the root
+ *   when it has none);
+ * - a thinking preamble (channel `commentary`,
+ *   `metadata.is_thinking_preamble_message`) is not the answer; `\r\n`
+ *   line ends, `event: ping`, `: keep-alive`, `perf_stats`,
+ *   `conversation_detail_metadata` are read past.
  *
  * Uncertain: that a message on another `channel` than "final" (or another
  * `recipient` than "all") is not the visible answer; the conversation's leaf
@@ -54,7 +67,7 @@ import { createStreamParser } from "./stream.js";
 /** @type {import('../types.js').Adapter} */
 export default {
   name: "chatgpt",
-  version: "2026-12-03",
+  version: "2026-12-07",
   origins: [ORIGIN],
   conversationIdFromUrl,
   conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/c/${encodeURIComponent(id)}`),

@@ -15,10 +15,15 @@ export function stoppedEarly(message) {
   return status === "finished_partial_completion" ? "partial_completion" : "";
 }
 
-/** The assistant's visible answer (not a tool call, a tool's output or hidden reasoning). */
+/**
+ * The assistant's visible answer (not a tool call, a tool's output, hidden
+ * reasoning, or a thinking preamble: channel `commentary` with
+ * `metadata.is_thinking_preamble_message`, 2026-12-07).
+ */
 export function isAnswer(message) {
   if (!isObject(message) || at(message, "author", "role") !== "assistant") return false;
   if (at(message, "content", "content_type") !== "text") return false;
+  if (at(message, "metadata", "is_thinking_preamble_message") === true) return false;
   const recipient = at(message, "recipient");
   const channel = at(message, "channel");
   return (recipient === undefined || recipient === "all") && (channel == null || channel === "final");

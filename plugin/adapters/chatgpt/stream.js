@@ -99,11 +99,13 @@ class ChatGptStreamState extends StreamState {
 
   /**
    * A top-level v1 op `{p, o, v}`; a missing `p`/`o` repeats the last
-   * top-level one. A `patch` applies its list of ops, each with its own `p`
-   * and `o`, which do not change what is repeated. A bare `{"v": …}` holding
-   * a message adds it at the root; a bare string where the repeated op takes
-   * none (at the root, a patch) is answer text, as gpt4free reads every bare
-   * string.
+   * top-level one. A `patch` applies its list of ops (`applyPatch`), which
+   * do not change what is repeated. A bare `{"v": …}` holding a message adds
+   * it at the root; a bare string where the repeated op takes none (at the
+   * root, a patch) is answer text, as gpt4free reads every bare string; a
+   * bare list of operations is a patch whatever is repeated (an append of
+   * operations means nothing): at the repeated path when the repeated op is
+   * a patch, else at the root (2026-07 audit, 2026-09 bundle).
    */
   applyOp(op) {
     const isBare = typeof op.p !== "string" && typeof op.o !== "string";
@@ -113,15 +115,24 @@ class ChatGptStreamState extends StreamState {
     this.lastPath = path;
     this.lastOp = kind;
     if (isBare && typeof op.v === "string" && (path === "" || kind === "patch")) [path, kind] = ["/message/content/parts/0", "append"];
-    if (kind === "patch") {
-      if (Array.isArray(op.v)) for (const inner of op.v) if (isObject(inner)) this.applyInnerOp(inner);
-      return;
-    }
-    this.apply(path, kind, op.v);
+    if (isBare && kind !== "patch" && isOperations(op.v)) [path, kind] = ["", "patch"];
+    if (kind === "patch") this.applyPatch(path, op.v, 0);
+    else this.apply(path, kind, op.v);
   }
 
-  applyInnerOp(op) {
-    if (typeof op.p === "string" && typeof op.o === "string") this.apply(op.p, op.o, op.v);
+  /**
+   * A patch's ops, each with its own `p` and `o`, relative to the patch's
+   * own path: `{"o": "patch", "p": "/message", "v": [{"p": "/status", …}]}`
+   * changes `/message/status`; with no path the patch is at the root (the
+   * web app's decoder, 2026-09). A patch inside a patch nests the same way.
+   */
+  applyPatch(base, ops, depth) {
+    if (!Array.isArray(ops) || depth > MAX_PATCH_DEPTH) return;
+    for (const op of ops) {
+      if (!isObject(op) || typeof op.p !== "string" || typeof op.o !== "string") continue;
+      if (op.o === "patch") this.applyPatch(base + op.p, op.v, depth + 1);
+      else this.apply(base + op.p, op.o, op.v);
+    }
   }
 
   apply(path, kind, value) {
@@ -147,6 +158,14 @@ class ChatGptStreamState extends StreamState {
     if (messageText(payload.message).length > MAX_TEXT_CHARS) this.hasFailed = true;
     this.observe(tracked);
   }
+}
+
+/** Patches nested deeper than this inside one another are not read (none is expected at all). */
+const MAX_PATCH_DEPTH = 4;
+
+/** A non-empty list whose every item is an operation `{p, o, …}`. */
+function isOperations(value) {
+  return Array.isArray(value) && value.length > 0 && value.every((item) => isObject(item) && typeof item.p === "string" && typeof item.o === "string");
 }
 
 /**
