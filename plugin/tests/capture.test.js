@@ -32,6 +32,7 @@ function recorded(tracker, id, platform, name) {
 function tracked({ dom = { text: "from the page", message_id: "" }, conversation = "11111111-2222-4333-8444-555555555555", adapter = claude } = {}) {
   const reports = [];
   const notices = [];
+  const withdrawals = [];
   const timers = [];
   // The page shows an earlier answer until it starts writing this one.
   let shown = { text: "an earlier answer", message_id: "m-earlier" };
@@ -39,6 +40,7 @@ function tracked({ dom = { text: "from the page", message_id: "" }, conversation
     adapter,
     report: (capture, method) => reports.push({ capture, method }),
     notice: (kind, detail) => notices.push({ kind, detail }),
+    withdrawn: (note) => withdrawals.push(note),
     readDom: () => shown,
     conversationId: () => conversation,
     graceMs: 1000,
@@ -66,7 +68,7 @@ function tracked({ dom = { text: "from the page", message_id: "" }, conversation
     willShow = showsAnswer ? dom : shown;
     tracker.generatingChanged(true);
   };
-  return { tracker, reports, notices, elapse, write };
+  return { tracker, reports, notices, withdrawals, elapse, write };
 }
 
 /** Feeds `text` as one stream in chunks of `size` characters. */
@@ -345,5 +347,107 @@ describe("CaptureTracker with ChatGPT's stream handoff", () => {
     tracker.generatingChanged(false);
     elapse();
     assert.equal(reports[0].capture.text, "Paris is the capital.");
+  });
+});
+
+describe("CaptureTracker on what is final, in 2026", () => {
+  const PATHS = {
+    claude: "/api/organizations/*/chat_conversations/*/completion",
+    chatgpt: "/backend-api/f/conversation",
+    gemini: "/*/BardChatUi/data/assistant.lamda.BardFrontendService/StreamGenerate",
+  };
+  const CONVERSATIONS = { claude: "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0", chatgpt: "6750a3b2-9c4d-8000-a1b2-c3d4e5f60718", gemini: "4f2a9e7b1c3d5e6f" };
+
+  /** One turn of fixture `name`: the page writes, the stream ends, the page stops, the grace period passes. */
+  function turn(platform, name, { dom } = {}) {
+    const shown = dom ?? { text: "what the page shows", message_id: "m-page" };
+    const harness = tracked({ adapter: adapterByName(platform), conversation: CONVERSATIONS[platform], dom: shown });
+    const { tracker, elapse, write } = harness;
+    write();
+    recorded(tracker, 1, platform, name);
+    tracker.streamEnded(1, { status: 200, contentType: "text/event-stream; charset=utf-8" });
+    tracker.generatingChanged(false);
+    elapse();
+    return harness;
+  }
+
+  // [platform, fixture]: a finished answer, read from the stream once, the page not read as well.
+  const FINISHED = [
+    ["gemini", "first_turn_1096_trailer_no_token"],
+    ["gemini", "context_token_as_sparse_key"],
+    ["gemini", "follow_up_suggestions"],
+    ["chatgpt", "v1_bare_patch_arrays"],
+    ["chatgpt", "v1_patch_with_own_path"],
+    ["claude", "model_fallback_inside_baa"],
+  ];
+  for (const [platform, name] of FINISHED) {
+    it(`${platform}: sends ${name} once, from its stream, with its text`, () => {
+      const { reports, notices, withdrawals } = turn(platform, name);
+      assert.deepEqual(reports, [{ capture: expectedOf(platform, name).capture, method: "network" }]);
+      assert.deepEqual(notices, []);
+      assert.deepEqual(withdrawals, []);
+    });
+  }
+
+  // [platform, fixture, reason, whether the person is told it was withdrawn]: never sent, from the stream or the page.
+  const HELD_BACK = [
+    ["gemini", "abandoned_at_status_1_then_1096", "error_1096", false],
+    ["chatgpt", "v1_moderation_blocked", "moderation_blocked", true],
+    ["claude", "max_tokens_inside_baa", "max_tokens", false],
+    ["claude", "refusal_after_baa", "refused", true],
+  ];
+  for (const [platform, name, reason, isWithdrawn] of HELD_BACK) {
+    it(`${platform}: never sends ${name}, though the page shows it, and says why (${reason})`, () => {
+      const partial = { text: "I'll write the file.\n\n```baa\nfiles.write\n{\"path\": \"notes/long.md\"}\n```", message_id: "m-page" };
+      const { reports, notices, withdrawals } = turn(platform, name, { dom: partial });
+      assert.deepEqual(reports, []);
+      assert.deepEqual(notices, [{ kind: "stream_incomplete", detail: { reason, path: PATHS[platform] } }]);
+      assert.deepEqual(withdrawals, isWithdrawn ? [{ reason, conversation_id: CONVERSATIONS[platform] }] : []);
+    });
+  }
+
+  it("gemini: sends an answer followed by a code it does not know, and reports the code", () => {
+    const { reports, notices } = turn("gemini", "unknown_code_after_answer");
+    assert.deepEqual(reports, [{ capture: expectedOf("gemini", "unknown_code_after_answer").capture, method: "network" }]);
+    assert.equal(notices.length, 1);
+    assert.equal(notices[0].kind, "stream_unrecognised");
+    const { signature, ...rest } = notices[0].detail;
+    assert.deepEqual(rest, { reason: "error_code_unknown", code: 4242, path: PATHS.gemini, content_type: "text/event-stream" });
+    assert.deepEqual(signature, ["xssi", "length", "array"]);
+  });
+
+  it("claude: reads the page for a stop reason it does not know, once the page finished, and reports it", () => {
+    const page = { text: "what the page shows", message_id: "" };
+    const { reports, notices } = turn("claude", "unknown_stop_reason", { dom: page });
+    assert.deepEqual(reports.map(({ capture, method }) => [capture.text, method]), [[page.text, "dom"]]);
+    assert.deepEqual(notices.map(({ kind, detail }) => [kind, detail.reason]), [
+      ["stream_unrecognised", "stop_reason_unknown"],
+      ["dom_fallback_used", "stop_reason_unknown"],
+    ]);
+  });
+
+  it("claude: waits for the page's own finish signal before reading it for such a stop reason", () => {
+    const { tracker, reports, elapse, write } = tracked({ adapter: claude, conversation: CONVERSATIONS.claude });
+    write();
+    recorded(tracker, 1, "claude", "unknown_stop_reason");
+    tracker.streamEnded(1, { status: 200 });
+    elapse();
+    assert.deepEqual(reports, [], "the page is still writing");
+    tracker.generatingChanged(false);
+    elapse();
+    assert.deepEqual(reports.map((report) => report.method), ["dom"]);
+  });
+
+  it("gemini: a finished answer from a later stream of the same turn is sent after one that stopped", () => {
+    const whole = expectedOf("gemini", "first_turn_1096_trailer_no_token").capture;
+    const { tracker, reports, elapse, write } = tracked({ adapter: adapterByName("gemini"), conversation: CONVERSATIONS.gemini });
+    write();
+    recorded(tracker, 1, "gemini", "abandoned_at_status_1_then_1096");
+    tracker.streamEnded(1, { status: 200 });
+    recorded(tracker, 2, "gemini", "first_turn_1096_trailer_no_token");
+    tracker.streamEnded(2, { status: 200 });
+    tracker.generatingChanged(false);
+    elapse();
+    assert.deepEqual(reports, [{ capture: whole, method: "network" }]);
   });
 });

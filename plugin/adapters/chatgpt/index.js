@@ -44,6 +44,8 @@
  *   is an operation of its own, as inside a `patch`;
  * - a patch's operations are relative to the patch's own path (the root
  *   when it has none);
+ * - `{"type": "moderation", "moderation_response": {"blocked": true}}`
+ *   after the whole answer withdraws it: not a final message;
  * - a thinking preamble (channel `commentary`,
  *   `metadata.is_thinking_preamble_message`) is not the answer; `\r\n`
  *   line ends, `event: ping`, `: keep-alive`, `perf_stats`,

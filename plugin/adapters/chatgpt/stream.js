@@ -190,6 +190,12 @@ const TYPED_EVENTS = {
   input_message(state) {
     state.isInNewTurn = true;
   },
+  // After the whole answer, before [DONE]: with `blocked`, the page takes
+  // the answer away, so it is not final (2026-12-07).
+  moderation(state, payload) {
+    state.isRecognised = true;
+    if (at(payload, "moderation_response", "blocked") === true) state.notFinal("moderation_blocked");
+  },
 };
 
 

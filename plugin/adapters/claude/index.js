@@ -22,7 +22,18 @@
  *   index on: their text is not part of the answer (OmniRoute lists the
  *   event with an `index` field, read when `from_index` is missing);
  * - `message_snapshot`, `thinking_summary_delta`, `signature_delta`,
- *   citation and tool-update deltas: none of them is answer text.
+ *   citation and tool-update deltas: none of them is answer text;
+ *
+ * and from PLATFORMS.md "Found since (2026-12-07)" (reverse clients of
+ * 2026; Anthropic's documentation fetched 2026-09-02), in stream.js:
+ * - only `stop_reason` `end_turn` or `stop_sequence` ends a finished
+ *   answer; `max_tokens` is an answer cut by the output limit, `refusal`
+ *   (with `stop_details`, after any part of the answer, "Chat paused" on the
+ *   page) one to discard whole; a reason the adapter does not know is
+ *   reported, and the page is read;
+ * - a `fallback` content block (beside a `model_fallback` event) marks
+ *   where another model continues the partial output: the text before and
+ *   after it is one, joined with nothing between.
  *
  * The answer is its text blocks as the page shows them: a text block right
  * after another flows on in the same paragraph (claude.ai splits cited text
@@ -39,7 +50,7 @@ import { createStreamParser } from "./stream.js";
 /** @type {import('../types.js').Adapter} */
 export default {
   name: "claude",
-  version: "2026-12-03",
+  version: "2026-12-07",
   origins: [ORIGIN],
   conversationIdFromUrl,
   conversationUrl: conversationUrlFor(conversationIdFromUrl, (id) => `${ORIGIN}/chat/${encodeURIComponent(id)}`),

@@ -46,7 +46,7 @@ const EVENT_HANDLERS = {
   },
   message_stop(state) {
     // The end signal counts only after a stop reason (OmniRoute treats a
-    // stream without it as failed).
+    // stream without it as failed); the reason says whether the answer is final.
     if (state.stopReason) state.isComplete = true;
   },
   // Legacy/raw rendering (ClewdR, 2026): each event carries the next piece
@@ -60,6 +60,31 @@ const EVENT_HANDLERS = {
     }
   },
 };
+
+/**
+ * What each stop reason says of the answer: "" final, else the reason
+ * (lib/finality.js) it is not. `end_turn` and `stop_sequence` end a finished
+ * answer, and no other reason proves one (PLATFORMS.md 2026-12-07);
+ * `max_tokens` is an answer the output limit cut (reverse clients map it to
+ * "length"), `refusal` one to discard whole, even after a whole block
+ * (Anthropic's documentation, 2026-09-02; claude.ai shows "Chat paused"),
+ * `tool_use` a turn that goes on after a tool call (PLATFORMS.md, OmniRoute
+ * 2026). A reason not here: the adapter cannot tell, and reports it.
+ */
+const STOP_REASONS = {
+  end_turn: "",
+  stop_sequence: "",
+  max_tokens: "max_tokens",
+  refusal: "refused",
+  tool_use: "tool_use",
+};
+
+/**
+ * Blocks that are not text but do not break it: a `fallback` block marks
+ * where another model continues the partial output, possibly mid-word or
+ * inside a fence, so the text before and after it is one (2026-09).
+ */
+const SEAMLESS_KINDS = new Set(["fallback"]);
 
 /** One content block of the answer: its kind and, for text, the pieces so far. */
 class Block {
@@ -114,14 +139,17 @@ class ClaudeStreamState extends StreamState {
     }
   }
 
-  /** The text blocks in index order; a paragraph break where a block of another kind stood between two. */
+  /**
+   * The text blocks in index order; a paragraph break where a block of
+   * another kind stood between two, unless it is a seamless one.
+   */
   text() {
     const out = [];
     let isAfterOtherBlock = false;
     for (const index of [...this.blocks.keys()].sort((x, y) => x - y)) {
       const block = this.blocks.get(index);
       if (block.kind !== "text") {
-        isAfterOtherBlock = out.length > 0;
+        if (!SEAMLESS_KINDS.has(block.kind)) isAfterOtherBlock = out.length > 0;
         continue;
       }
       const blockText = block.pieces.join("");
@@ -131,6 +159,29 @@ class ClaudeStreamState extends StreamState {
       isAfterOtherBlock = false;
     }
     return out.join("");
+  }
+
+  /** The stream ended: its capture when its stop reason says the answer is final, else null and why. */
+  capture() {
+    if (!this.stopReason) return null; // cut before its stop reason: it said nothing
+    if (!Object.hasOwn(STOP_REASONS, this.stopReason)) {
+      this.unknown({ reason: "stop_reason_unknown" }); // its value is the stream's: not in a report
+      this.notFinal("stop_reason_unknown");
+      return null;
+    }
+    const notFinal = STOP_REASONS[this.stopReason];
+    if (notFinal) {
+      this.notFinal(notFinal);
+      return null;
+    }
+    if (!this.isComplete) return null;
+    return {
+      conversation_id: this.conversationId,
+      message_id: this.messageId,
+      parent_message_id: this.parentId,
+      organization_id: this.organizationId,
+      text: this.text(),
+    };
   }
 }
 
@@ -157,16 +208,7 @@ export function createStreamParser({ requestUrl, requestBody }) {
     if (handler) state.isRecognised = true;
     if (handler && !state.isComplete) handler(state, payload);
   });
-  return streamParser(reader, state, () => {
-    if (!state.isComplete) return null;
-    return {
-      conversation_id: state.conversationId,
-      message_id: state.messageId,
-      parent_message_id: state.parentId,
-      organization_id: state.organizationId,
-      text: state.text(),
-    };
-  });
+  return streamParser(reader, state, () => state.capture());
 }
 
 /**
