@@ -23,7 +23,9 @@ import { onDomDelivery, onProxyDelivery, tabReady } from "./worker/delivering.js
 import { answers } from "./worker/questions.js";
 import { guideForNewChat, insertGuideIntoTab } from "./worker/guide-requests.js";
 import { acknowledged, flush, queueFinalMessage, refused } from "./worker/outbox-sending.js";
-import { conversationStatus, onConnected, onInstructionStatus, onNotificationClicked, onStatusAnswer, pauseConversation } from "./worker/panel-relay.js";
+import {
+  conversationStatus, noteWithdrawnAnswer, onConnected, onInstructionStatus, onNotificationClicked, onStatusAnswer, pauseConversation,
+} from "./worker/panel-relay.js";
 import { countReport, sendDueReports } from "./worker/report-sending.js";
 import { descriptionForPage, isSiteOn, refreshSites, sitesReady, switchSite, syncScripts, takeSites } from "./worker/site-sync.js";
 import { ensureConnected, helloAcknowledged, listen, reconnect } from "./worker/socket.js";
@@ -122,6 +124,11 @@ const MESSAGE_HANDLERS = {
   },
   async "content.final_message"(message, sender) {
     if (await isFromPlatform(sender, message.platform)) await queueFinalMessage(message);
+    return null;
+  },
+  /** An answer its app withdrew (moderation, a refusal): nothing was sent, and the side panel says so. */
+  async "content.answer_withdrawn"(message, sender) {
+    if (await isFromPlatform(sender, message.platform)) await noteWithdrawnAnswer(message);
     return null;
   },
   async "content.adapter_report"(message, sender) {

@@ -270,6 +270,9 @@ async function run(adapter, hook) {
     // instead) goes to the worker, which counts and reports it.
     // A site read from the page only has no stream to fall back from.
     notice: (kind, detail) => (hook || kind !== "dom_fallback_used") && noticed(adapter, kind, detail),
+    // An answer its app withdrew: the worker notes it for the side panel.
+    withdrawn: ({ reason, conversation_id }) =>
+      chrome.runtime.sendMessage({ type: "content.answer_withdrawn", platform: adapter.name, reason, conversation_id }).catch(() => {}),
     readDom() {
       const element = adapter.dom.lastAssistantMessage(document);
       if (!element) {

@@ -14,6 +14,7 @@
 
 import { adapterForUrl, NETWORK_ADAPTERS } from "../adapters/index.js";
 import { loadSites } from "../worker/site-descriptions.js";
+import { noteFor, noteText } from "../lib/answer-notes.js";
 import { guideOutcomeText } from "../lib/guide.js";
 import { applyInstructionStatus, cleanText, countOf, panelStateOf, renderMessages, safeApproveUrl } from "../lib/panel.js";
 import { showStatus } from "../popup/status.js";
@@ -26,6 +27,7 @@ const elements = {
   insertGuide: /** @type {HTMLButtonElement} */ (byId("insert-guide")),
   outcome: byId("outcome"),
   pausedNote: byId("paused-note"),
+  answerNote: byId("answer-note"),
   notice: byId("notice"),
   empty: byId("empty"),
   messages: byId("messages"),
@@ -46,6 +48,8 @@ const pinnedTabId = (() => {
  *   state: import('../lib/panel.js').PanelState | null, serverUrl: string}}
  */
 let view = { tabId: null, platform: null, conversationId: null, state: null, serverUrl: "" };
+/** The notes on withdrawn answers the worker keeps (chrome.storage.session `answerNotes`). */
+let answerNotes = [];
 /** Counts the questions asked, so an answer to an older one is dropped. */
 let question = 0;
 /** The pushes that came while a `status.get` was on its way (null: none is). */
@@ -121,8 +125,21 @@ function draw(problem = "") {
   elements.pause.disabled = !state;
   elements.pause.textContent = state?.paused ? "Resume" : "Pause";
   elements.pausedNote.hidden = !state?.paused;
+  drawAnswerNote();
   elements.empty.hidden = !state || state.messages.length > 0;
   elements.messages.replaceChildren(...(state ? [renderMessages(document, state, { serverUrl: view.serverUrl })] : []));
+}
+
+/** The note on an answer of this conversation its app withdrew, if there is one. */
+function drawAnswerNote() {
+  const note = noteFor(answerNotes, view.platform, view.conversationId);
+  elements.answerNote.hidden = !note;
+  elements.answerNote.textContent = note ? noteText(note, new Date(note.at).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" })) : "";
+}
+
+async function showAnswerNotes() {
+  ({ answerNotes } = await chrome.storage.session.get("answerNotes"));
+  drawAnswerNote();
 }
 
 async function showApprovalsWaiting() {
@@ -205,10 +222,12 @@ chrome.tabs.onRemoved.addListener((tabId) => {
 });
 chrome.storage.onChanged.addListener((changes, area) => {
   if (area === "session" && "approvalsWaiting" in changes) showApprovalsWaiting();
+  if (area === "session" && "answerNotes" in changes) showAnswerNotes();
 });
 
 showStatus(document);
 showApprovalsWaiting();
+showAnswerNotes();
 // The sites read from the page are chats too: their adapters first, then the tab.
 loadSites()
   .catch((error) => console.warn("Conductor: the site descriptions could not be read:", error))

@@ -4,7 +4,9 @@
  * asked for the panel (worker/questions.js), `instruction.status` passed on to
  * the extension's open pages, the count of blocks waiting for approval kept
  * in chrome.storage.session (`approvalsWaiting`) and shown on the badge, and
- * a notification when a block starts waiting, with the option on.
+ * a notification when a block starts waiting, with the option on, and the
+ * notes on answers their app withdrew (`answerNotes` in
+ * chrome.storage.session, lib/answer-notes.js), which the panel shows.
  *
  * The worker passes frames on as they came; the panel cleans every string
  * (lib/panel.js). Pages are told by `chrome.runtime.sendMessage`, which
@@ -12,6 +14,7 @@
  */
 
 import { adapterByName } from "../adapters/index.js";
+import { answerNoteOf, withNote } from "../lib/answer-notes.js";
 import { answerOf } from "../lib/answers.js";
 import { ApprovalWatch, approvalNotification } from "../lib/approvals.js";
 import { countOf, safeApproveUrl } from "../lib/panel.js";
@@ -154,4 +157,21 @@ export async function pauseConversation(message) {
   } catch (error) {
     return { ok: false, error: error.message };
   }
+}
+
+/** One change of the notes at a time, so that no note is lost to two read-modify-writes at once. */
+let notesTurn = Promise.resolve();
+
+/**
+ * A content script says its app withdrew an answer (lib/capture.js
+ * `withdrawn`): noted for that conversation's side panel, which follows
+ * the change in chrome.storage.session. Anything else is ignored.
+ */
+export function noteWithdrawnAnswer(message) {
+  const note = answerNoteOf(message, Date.now());
+  if (!note || !conversationOf(note)) return notesTurn;
+  notesTurn = notesTurn
+    .then(async () => session.set("answerNotes", withNote(await session.get("answerNotes"), note)))
+    .catch((error) => console.warn("Conductor: a withdrawn answer's note was not kept:", error));
+  return notesTurn;
 }

@@ -239,6 +239,8 @@ class Answer:
     # The 2026 ends (PLATFORMS.md "what a finished answer is, in 2026"):
     # Gemini: a title frame and a 1096 error part after the finished candidate, the context token as sparse key "26".
     trailer_1096: bool = False
+    # ChatGPT: a moderation event blocks the whole answer; Claude: it ends with stop_reason "refusal".
+    withdrawn: bool = False
     # A shape no adapter knows (the app changed its stream): the plugin must read the page instead.
     unknown_format: bool = False
 
@@ -448,9 +450,10 @@ class Claude(ChatApp):
                                              "delta": {"type": "text_delta", "text": piece}})
                    for piece in pieces(answer.text)]
         if not answer.is_cut:
+            ending = {"stop_reason": "refusal", "stop_details": {"type": "refusal"}} if answer.withdrawn else {"stop_reason": "end_turn"}
             events += [
                 ("content_block_stop", {"type": "content_block_stop", "index": 0}),
-                ("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"}}),
+                ("message_delta", {"type": "message_delta", "delta": ending}),
                 ("message_stop", {"type": "message_stop"}),
             ]
         return sse(events)
@@ -556,6 +559,9 @@ class ChatGPT(ChatApp):
                 {"p": "/message/status", "o": "replace", "v": "finished_successfully"},
                 {"p": "/message/metadata", "o": "append", "v": {"finish_details": {"type": "stop"}}},
             ]}))
+            if answer.withdrawn:
+                events.append((None, {"type": "moderation", "conversation_id": self.conversation,
+                                      "moderation_response": {"blocked": True}}))
             events.append((None, {"type": "message_stream_complete", "conversation_id": self.conversation}))
             if ends_with_done:
                 events.append((None, "[DONE]"))

@@ -270,6 +270,25 @@ def test_no_chat_tab_and_a_new_chat_say_so(browser, server):
     assert server.frames("status.get") == []
 
 
+@pytest.mark.parametrize("platform,reason", [("chatgpt", "moderation_blocked"), ("claude", "refused")])
+def test_an_answer_its_app_withdrew_is_never_sent_and_the_panel_says_so(browser, server, platform, reason):
+    app, page = connected_chat(browser, server, platform)
+    panel = browser.open_panel(browser.tab_id(page))
+    browser.wait_in_extension_page(panel, "!document.getElementById('pause').disabled", "the panel to be ready")
+    assert panel.is_hidden("#answer-note")
+    # ChatGPT's moderation blocks the whole answer after it streamed; Claude ends it with a refusal (PLATFORMS.md 2026-12-07).
+    app.answer_next("I'll tidy up.\n\n```baa\nfiles.delete\n{\"path\": \"notes\"}\n```\n", withdrawn=True)
+    page.evaluate("mockChat.ask('Tidy up?', {html: '<p>I\\'ll tidy up.</p>'})")
+
+    browser.wait_in_extension_page(panel, "!document.getElementById('answer-note').hidden", "the note on the withdrawn answer")
+    note = text_of(panel, "#answer-note")
+    assert "was not sent to Conductor" in note and "None of its blocks runs" in note
+    [report] = server.wait_for_frames("browser.adapter_report")
+    assert (report["kind"], report["detail"]["reason"]) == ("stream_incomplete", reason)
+    browser.pause(2)  # past the page-reading grace period: the page, which shows the answer, is not read either
+    assert server.frames("browser.final_message") == []
+
+
 def test_insert_tool_guide_from_the_panel_fills_the_composer(browser, server):
     app, page = connected_chat(browser, server)
     panel = browser.open_panel(browser.tab_id(page))
