@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from automation.models import TaskStatus
+from automation.wait_selectors import Wait
 from ingest.models import Instruction
 
 # A block's status as the panel shows it (SPEC §6).
@@ -118,8 +119,37 @@ class DeliveryRow:
     error: str | None
 
 
-def block_status(row: BlockRow, *, approve_url: str | None) -> dict[str, Any]:
-    """One block of a message status; ``approve_url`` is given for a block waiting for approval."""
+def waiting_for(wait: Wait | None, *, approve_url: str | None = None) -> dict[str, Any] | None:
+    """Why a block or a delivery does not run (SPEC §6 ``waiting_for``); None when nothing holds it back.
+
+    ``{"code": ...}`` with the code of ``automation.wait_selectors``, and
+    what the code names: ``until`` (a backoff's end, a lease's), and for a
+    task that waits behind an earlier one of its conversation that one's
+    ``message_id`` (the chat's), ``conductor_message_id`` and block ``index``,
+    with its ``approve_url`` when it waits for approval.
+    """
+    if wait is None:
+        return None
+    shown: dict[str, Any] = {"code": wait.code}
+    if wait.until is not None:
+        shown["until"] = wait.until
+    if wait.ahead:
+        message_pk = wait.ahead.get("conductor_message_id")
+        shown.update(
+            message_id=wait.ahead.get("message_id") or None,
+            conductor_message_id=str(message_pk) if message_pk is not None else None,
+            index=wait.ahead.get("index"),
+        )
+        if approve_url is not None:
+            shown["approve_url"] = approve_url
+    return shown
+
+
+def block_status(
+    row: BlockRow, *, approve_url: str | None, waiting: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """One block of a message status; ``approve_url`` is given for a block waiting for approval,
+    ``waiting`` (``waiting_for``'s shape) for one that does not run."""
     if row.task_status is not None:
         status = BLOCK_STATUS_OF_TASK[row.task_status]
     else:
@@ -141,19 +171,21 @@ def block_status(row: BlockRow, *, approve_url: str | None) -> dict[str, Any]:
         "result_preview": preview,
         "approve_url": approve_url if status == WAITING_APPROVAL else None,
         "updated_at": row.updated_at,
+        "waiting_for": waiting,
     }
 
 
-def delivery_status(row: DeliveryRow | None) -> dict[str, Any]:
-    """The message's delivery: ``none`` until it has one."""
+def delivery_status(row: DeliveryRow | None, *, waiting: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The message's delivery: ``none`` until it has one; ``waiting`` as a block's."""
     if row is None:
-        return {"status": DELIVERY_NONE, "method": None, "error": None}
+        return {"status": DELIVERY_NONE, "method": None, "error": None, "waiting_for": None}
     status = DELIVERY_STATUS_OF_TASK[row.status]
     method = row.result.get("method") if isinstance(row.result, dict) else None
     return {
         "status": status,
         "method": method if isinstance(method, str) else None,
         "error": first_line(row.error or "") if status in (DELIVERY_FAILED, DELIVERY_WAITING) else None,
+        "waiting_for": waiting,
     }
 
 
@@ -184,17 +216,23 @@ def server_base_url(scope: dict[str, Any]) -> str:
 
 
 def with_absolute_links(frame: dict[str, Any], *, base: str) -> dict[str, Any]:
-    """A copy of ``frame`` (``instruction.status`` or ``status``) whose blocks' ``approve_url`` paths are absolute on ``base``.
+    """A copy of ``frame`` (``instruction.status`` or ``status``) whose blocks' ``approve_url`` paths, and those of
+    the blocks they wait behind (``waiting_for``), are absolute on ``base``.
 
     A copy: one frame of the channel layer may go to several sockets of a process.
     """
 
+    def absolute_url(shown: dict[str, Any] | None) -> dict[str, Any] | None:
+        if shown is None or not (shown.get("approve_url") or "").startswith("/"):
+            return shown
+        return {**shown, "approve_url": base + shown["approve_url"]}
+
+    def absolute_block(block: dict[str, Any]) -> dict[str, Any]:
+        block = absolute_url(block)
+        return {**block, "waiting_for": absolute_url(block["waiting_for"])} if block.get("waiting_for") else block
+
     def absolute(message: dict[str, Any]) -> dict[str, Any]:
-        return {**message, "blocks": [
-            {**block, "approve_url": base + block["approve_url"]}
-            if (block.get("approve_url") or "").startswith("/") else block
-            for block in message["blocks"]
-        ]}
+        return {**message, "blocks": [absolute_block(block) for block in message["blocks"]]}
 
     if "message" in frame:
         return {**frame, "message": absolute(frame["message"])}

@@ -17,7 +17,8 @@ from django.db.models import Count, Exists, FilteredRelation, OuterRef, Q, Subqu
 from django.db.models.functions import Cast, Coalesce, Substr
 from django.urls import reverse
 
-from automation.models import AutomationTask, TaskStatus
+from automation.models import OPEN_STATUSES, AutomationTask, TaskStatus
+from automation.wait_selectors import BEHIND_APPROVAL, Wait, task_waits
 from conversations.models import Conversation, Message
 from ingest import status as shown
 from ingest.models import Instruction
@@ -25,6 +26,14 @@ from ingest.selectors import plugin_clients_connected
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from tools.registry import DEFAULT_TARGET
 
+
+# The statuses of a task that is not running and may wait for something (``task_waits``).
+_MAY_WAIT = OPEN_STATUSES - {TaskStatus.RUNNING}
+# What a status tells of the task a block or a delivery waits behind, read with the waits.
+_AHEAD_FIELDS = {
+    "message_id": "message__remote_message_id", "conductor_message_id": "message_id",
+    "index": "instruction__block_index", "instruction_id": "instruction_id",
+}
 
 # How much of a stored result is read for its preview: a result may be up to
 # CONDUCTOR_RESULT_STORE_MAX_BYTES, and only its first 300 characters are shown.
@@ -65,7 +74,9 @@ def message_statuses(
 
     Two statements however many messages: the messages with their latest
     delivery (and their owners' counts), then their blocks with each
-    block's task (a stored result read only as far as its preview needs).
+    block's task (a stored result read only as far as its preview needs);
+    a third when a block or the delivery is open and not running: why each
+    such one waits (``task_waits``, its ``waiting_for``).
     ``approve_url`` is the approval page's path; the socket makes it
     absolute for the server its plugin is paired with.
     """
@@ -76,9 +87,14 @@ def message_statuses(
     if not rows:
         return []
     blocks_of = _blocks_by_message([row["pk"] for row in rows])
+    waits = _waits(rows, blocks_of)
     statuses = []
     for row in rows:
-        blocks = [_block_status(instruction, row["conversation_id"]) for instruction in blocks_of.get(row["pk"], ())]
+        conversation_pk = row["conversation_id"]
+        blocks = [
+            _block_status(instruction, conversation_pk, waits.get(instruction["task__task_id"]))
+            for instruction in blocks_of.get(row["pk"], ())
+        ]
         has_delivery = row["delivery_status"] is not None
         statuses.append(StatusOfMessage(
             owner=row["conversation__owner"], platform=row["conversation__platform"],
@@ -88,7 +104,7 @@ def message_statuses(
                 delivery=shown.delivery_status(shown.DeliveryRow(
                     status=row["delivery_status"], result=_result_head(row["delivery_result"]),
                     error=row["delivery_error"],
-                ) if has_delivery else None),
+                ) if has_delivery else None, waiting=_waiting(waits.get(row["delivery_task_id"]), conversation_pk)),
             ),
             approvals_waiting=row.get("approvals_waiting"),
         ))
@@ -104,6 +120,7 @@ def _message_rows(ids: list[int], *, listened_to_only: bool, with_approvals: boo
     messages = Message.objects.filter(pk__in=ids).filter(
         Exists(Instruction.objects.filter(message_id=OuterRef("pk")))
     ).annotate(
+        delivery_task_id=Subquery(deliveries.values("task_id")[:1]),
         delivery_status=Subquery(deliveries.values("status")[:1]),
         delivery_error=Subquery(deliveries.values("last_error")[:1]),
         delivery_result=Subquery(deliveries.annotate(head=_result_head_of("result_json")).values("head")[:1]),
@@ -112,7 +129,7 @@ def _message_rows(ids: list[int], *, listened_to_only: bool, with_approvals: boo
         messages = messages.filter(conversation__owner__in=plugin_clients_connected().values("owner"))
     fields = [
         "pk", "remote_message_id", "conversation_id", "conversation__owner", "conversation__platform",
-        "conversation__remote_id", "delivery_status", "delivery_error", "delivery_result",
+        "conversation__remote_id", "delivery_task_id", "delivery_status", "delivery_error", "delivery_result",
     ]
     if with_approvals:
         waiting = (
@@ -145,8 +162,28 @@ def _blocks_by_message(message_pks: list[int]) -> dict[int, Iterable[dict[str, A
     return {message_pk: blocks.values() for message_pk, blocks in instructions.items()}
 
 
-def _block_status(instruction: dict[str, Any], conversation_pk: int) -> dict[str, Any]:
-    """A block's status from its row of ``_blocks_by_message``: with an approval link while its task is blocked."""
+def _waits(rows: list[dict[str, Any]], blocks_of: dict[int, Iterable[dict[str, Any]]]) -> dict[str, Wait]:
+    """Why each open task of the blocks and deliveries read that is not running waits: none read when there is none."""
+    task_ids = [
+        block["task__task_id"] for blocks in blocks_of.values() for block in blocks
+        if block["task__status"] in _MAY_WAIT
+    ] + [row["delivery_task_id"] for row in rows if row["delivery_status"] in _MAY_WAIT]
+    return task_waits(task_ids=task_ids, ahead_fields=_AHEAD_FIELDS) if task_ids else {}
+
+
+def _waiting(wait: Wait | None, conversation_pk: int) -> dict[str, Any] | None:
+    """A ``waiting_for``, with the approval page of the block it waits behind when that one waits for approval."""
+    if wait is None or wait.ahead_task_id is None or wait.ahead.get("instruction_id") is None:
+        return shown.waiting_for(wait)
+    approve = approval_path(
+        conversation_pk=conversation_pk, task_id=wait.ahead_task_id, instruction_pk=wait.ahead["instruction_id"],
+    ) if wait.code == BEHIND_APPROVAL else None
+    return shown.waiting_for(wait, approve_url=approve)
+
+
+def _block_status(instruction: dict[str, Any], conversation_pk: int, wait: Wait | None) -> dict[str, Any]:
+    """A block's status from its row of ``_blocks_by_message``: with an approval link while its task is blocked,
+    and why it waits when it does (``wait``)."""
     has_task = instruction["task__task_id"] is not None
     block = shown.BlockRow(
         index=instruction["block_index"], target=instruction["target"] or DEFAULT_TARGET,
@@ -161,7 +198,7 @@ def _block_status(instruction: dict[str, Any], conversation_pk: int) -> dict[str
     approve = approval_path(
         conversation_pk=conversation_pk, task_id=instruction["task__task_id"], instruction_pk=instruction["pk"],
     ) if has_task and instruction["task__status"] == TaskStatus.BLOCKED else None
-    return shown.block_status(block, approve_url=approve)
+    return shown.block_status(block, approve_url=approve, waiting=_waiting(wait, conversation_pk))
 
 
 def _result_head(head: str | None) -> Any:

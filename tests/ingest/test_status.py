@@ -3,10 +3,12 @@
 import pytest
 
 from automation.models import TaskStatus
+from automation.wait_selectors import Wait
 from ingest import status
 from ingest.models import Instruction
 
 S = TaskStatus
+T0 = 1_700_000_000_000
 
 
 def block(**fields):
@@ -81,11 +83,12 @@ def test_hostile_text_is_passed_as_text_for_the_plugin_to_render_as_such():
     (S.CANCELLED, None, "cancelled by alice", {"status": "failed", "method": None, "error": "cancelled by alice"}),
 ])
 def test_the_delivery_in_the_chats_words(task_status, result, error, expected):
-    assert status.delivery_status(status.DeliveryRow(status=task_status, result=result, error=error)) == expected
+    shown = status.delivery_status(status.DeliveryRow(status=task_status, result=result, error=error))
+    assert shown == {**expected, "waiting_for": None}
 
 
 def test_a_message_without_a_delivery_yet_says_none():
-    assert status.delivery_status(None) == {"status": "none", "method": None, "error": None}
+    assert status.delivery_status(None) == {"status": "none", "method": None, "error": None, "waiting_for": None}
 
 
 def test_links_are_made_absolute_on_a_copy():
@@ -108,3 +111,24 @@ def test_links_are_made_absolute_on_a_copy():
 ])
 def test_the_server_address_is_the_one_the_socket_reached(scope, base):
     assert status.server_base_url(scope) == base
+
+
+def test_why_a_block_waits_says_its_code_and_what_the_code_names():
+    assert status.waiting_for(None) is None
+    assert status.waiting_for(Wait("conversation_paused", "Its conversation is paused.")) == {
+        "code": "conversation_paused"}
+    assert status.waiting_for(Wait("backoff", "Due at …", until=T0)) == {"code": "backoff", "until": T0}
+    behind = Wait("behind_approval", "…", ahead_task_id="t-1",
+                  ahead={"message_id": "m-1", "conductor_message_id": 7, "index": 2, "instruction_id": 9})
+    assert status.waiting_for(behind, approve_url="/admin/story/?task=t-1#block-9") == {
+        "code": "behind_approval", "message_id": "m-1", "conductor_message_id": "7", "index": 2,
+        "approve_url": "/admin/story/?task=t-1#block-9",
+    }
+
+
+def test_the_approval_link_of_the_block_waited_behind_is_made_absolute_too():
+    waiting = {"code": "behind_approval", "approve_url": "/admin/x/?task=1#block-2"}
+    frame = {"type": "instruction.status", "message": {"blocks": [{"approve_url": None, "waiting_for": waiting}]}}
+    shown = status.with_absolute_links(frame, base="https://conductor.example")
+    assert shown["message"]["blocks"][0]["waiting_for"]["approve_url"] == "https://conductor.example/admin/x/?task=1#block-2"
+    assert waiting["approve_url"] == "/admin/x/?task=1#block-2"
