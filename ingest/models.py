@@ -105,6 +105,11 @@ class Instruction(models.Model):
     status = models.CharField(max_length=32, choices=Status.choices)
     error = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # Set when an operator reopens the finished block (a retry), cleared by the delivery that
+    # carries its new result: a follow-up carries exactly the blocks that have it.
+    reopened_since_delivery = models.BooleanField(
+        default=False, help_text="Retried after it finished: the message's next follow-up delivery carries its new result.",
+    )
 
     class Meta:
         constraints = [

@@ -118,9 +118,7 @@ def instruction_follow_up(task: AutomationTask, actor: str) -> None:
     if task.instruction_id is None:
         return
     if instruction_status_set(task=task, actor=actor) in FINISHED and task.message_id is not None:
-        message_delivery_ensure(
-            message_id=task.message_id, conversation_id=task.conversation_id, actor=actor, finished=task
-        )
+        message_delivery_ensure(message_id=task.message_id, conversation_id=task.conversation_id, actor=actor)
 
 
 def tool_is_idempotent(task: AutomationTask) -> bool:

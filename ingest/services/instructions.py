@@ -16,6 +16,7 @@ from django.db import connection
 from automation.models import AutomationTask, TaskStatus
 from automation.services.tasks import NewTask, task_create
 from core.logfmt import log_event
+from conversations.models import Message
 from ingest.models import Instruction
 
 logger = logging.getLogger(__name__)
@@ -73,19 +74,32 @@ def _status_replace(pk: int, *, status: str, error: str) -> str | None:
     that holds the task's row lock, so what is read is what the update
     replaces. Where an ``UPDATE … FROM`` returns its other tables' rows
     (PostgreSQL), one statement: the row joined to itself is the row before.
+    A finished block that opens again (a retry) is marked
+    ``reopened_since_delivery``, in the same statement, which also locks the
+    block's message row: of two blocks of one message finishing at once in
+    two transactions, the second waits for the first, and then reads its
+    block finished (``message_delivery_ensure``). SQLite runs one writing
+    transaction at a time.
     """
+    reopening = status not in FINISHED
     if not getattr(connection.features, "returns_from_tables_of_update", False):
         previous = Instruction.objects.filter(pk=pk).values_list("status", "error").first()
         if previous is None or previous == (status, error):
             return None
-        Instruction.objects.filter(pk=pk).update(status=status, error=error)
+        reopened = {"reopened_since_delivery": True} if reopening and previous[0] in FINISHED else {}
+        Instruction.objects.filter(pk=pk).update(status=status, error=error, **reopened)
         return previous[0]
-    table, quote = Instruction._meta.db_table, connection.ops.quote_name
+    table, messages, quote = Instruction._meta.db_table, Message._meta.db_table, connection.ops.quote_name
+    finished = ", ".join(["%s"] * len(FINISHED))
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {quote(table)} AS fresh SET status = %s, error = %s FROM {quote(table)} AS was "
-            f"WHERE fresh.id = %s AND was.id = fresh.id AND (was.status <> %s OR was.error <> %s) RETURNING was.status",
-            [status, error, pk, status, error],
+            f"WITH message AS (SELECT id FROM {quote(messages)} WHERE id = "
+            f"(SELECT message_id FROM {quote(table)} WHERE id = %s) FOR UPDATE) "
+            f"UPDATE {quote(table)} AS fresh SET status = %s, error = %s, reopened_since_delivery = "
+            f"(fresh.reopened_since_delivery OR (%s AND was.status IN ({finished}))) FROM {quote(table)} AS was, message "
+            f"WHERE fresh.id = %s AND was.id = fresh.id AND message.id = was.message_id "
+            f"AND (was.status <> %s OR was.error <> %s) RETURNING was.status",
+            [pk, status, error, reopening, *FINISHED, pk, status, error],
         )
         row = cursor.fetchone()
     return row[0] if row else None
@@ -117,28 +131,37 @@ def message_delivery_task(*, message_id: int, conversation_id: int | None) -> Ne
     )
 
 
-def message_delivery_ensure(
-    *, message_id: int, conversation_id: int | None, actor: str, finished: AutomationTask | None = None
-) -> AutomationTask | None:
-    """Create the message's delivery once every block of it has finished; return the task created.
+def message_delivery_ensure(*, message_id: int, conversation_id: int | None, actor: str) -> AutomationTask | None:
+    """Deliver the results of the message's blocks once every block has finished; return the task created.
 
-    Exactly one delivery per message: created at ingest when every block was
-    rejected, otherwise when its last open block finishes. A block that
-    finishes again after that delivery (``finished``, an instruction task an
-    operator retried) gets a follow-up delivery of its own with just its
-    result, keyed by how often it was retried. Returns None when blocks are
-    still open or the delivery exists already.
+    The first delivery carries every block (created at ingest when every
+    block was rejected, else when the last open block finishes). Blocks an
+    operator retried after it (``Instruction.reopened_since_delivery``)
+    finish again with new results: when every block of the message has
+    finished again, one follow-up carries each of them, so each result is
+    delivered exactly once, whatever order the blocks finish in and however
+    many rounds of retries there are (SPEC §3). Returns None when blocks
+    are still open or every result is delivered.
+
+    Called in the transaction that changed a block's status, whose update
+    locked the message's row (``_status_replace``): of two blocks finishing
+    at once, the second transaction reads the first's block finished.
     """
-    if Instruction.objects.filter(message_id=message_id).exclude(status__in=FINISHED).exists():
+    blocks = list(Instruction.objects.filter(message_id=message_id).values_list("pk", "status", "reopened_since_delivery"))
+    if any(status not in FINISHED for _, status, _ in blocks):
         return None
+    reopened = sorted(pk for pk, _, is_reopened in blocks if is_reopened)
     new = message_delivery_task(message_id=message_id, conversation_id=conversation_id)
     task, created = task_create(**vars(new), actor=actor)
-    if not created and finished is not None:
-        # The message's delivery exists: this block was retried after it.
-        retries = finished.events.filter(action="retry").count()
+    if not created and reopened:
+        # The first delivery exists: a follow-up, the message's n-th delivery, carries the new results.
+        earlier = AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER, message_id=message_id).count()
         task, created = task_create(**vars(replace(
-            new,
-            dedupe_key=f"{new.dedupe_key}:block:{finished.instruction_id}:retry:{retries}",
-            payload={**new.payload, "instruction_ids": [finished.instruction_id]},
+            new, dedupe_key=f"{new.dedupe_key}:follow-up:{earlier}",
+            payload={**new.payload, "instruction_ids": reopened},
         )), actor=actor)
-    return task if created else None
+    if not created:
+        return None
+    if reopened:  # carried now (by the first delivery too, for a block retried before it)
+        Instruction.objects.filter(pk__in=reopened).update(reopened_since_delivery=False)
+    return task

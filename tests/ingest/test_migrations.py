@@ -86,3 +86,44 @@ def test_the_move_keeps_every_row_its_permissions_and_the_admin_address(before_t
     )
     page = client.get(response["Location"])
     assert page.status_code == 200 and "shell.run" in page.content.decode()
+
+
+DELIVERED_BEFORE = [("ingest", "0012_tool_policy_allow_network"), ("automation", "0014_dispatcherworker_key_fingerprint")]
+DELIVERED_AFTER = [("ingest", "0013_instruction_reopened_since_delivery")]
+
+
+def test_the_open_blocks_of_a_delivered_message_count_as_reopened():
+    """Blocks retried before the upgrade: their new results go in a follow-up, the others are not sent again."""
+    apps = migrate(DELIVERED_BEFORE)
+    Conversation, Message = apps.get_model("conversations", "Conversation"), apps.get_model("conversations", "Message")
+    Instruction, Task = apps.get_model("ingest", "Instruction"), apps.get_model("automation", "AutomationTask")
+    from django.utils import timezone
+
+    conversation = Conversation.objects.create(platform="claude", remote_id="c1", last_activity_at=timezone.now())
+
+    def message(name, *statuses, delivered):
+        made = Message.objects.create(conversation=conversation, role="assistant", source="plugin", text=name,
+                                      dedupe_key=f"id:{name}", received_at=timezone.now())
+        for index, status in enumerate(statuses, 1):
+            Instruction.objects.create(message=made, block_index=index, raw_text="x", status=status)
+        if delivered:
+            Task.objects.create(kind="instruction.deliver", status="succeeded", message_id=made.pk, execute_after=0,
+                                max_attempts=5, target_conversation_id="c1",
+                                sequence=made.pk, created_at=0, updated_at=0, dedupe_key=f"deliver:{made.pk}")
+        return made.pk
+
+    done = message("done", "succeeded", "failed", delivered=True)
+    retried = message("retried", "succeeded", "pending", delivered=True)
+    waiting = message("waiting", "succeeded", "awaiting_approval", delivered=False)
+    try:
+        apps = migrate(DELIVERED_AFTER)
+        rows = apps.get_model("ingest", "Instruction").objects.values_list(
+            "message_id", "status", "reopened_since_delivery",
+        )
+        assert sorted(rows) == sorted([
+            (done, "succeeded", False), (done, "failed", False),
+            (retried, "succeeded", False), (retried, "pending", True),
+            (waiting, "succeeded", False), (waiting, "awaiting_approval", False),
+        ])
+    finally:
+        migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())

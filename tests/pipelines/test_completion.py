@@ -7,8 +7,15 @@ import pytest
 from automation.kinds import kinds
 from automation.models import AutomationTask, TaskStatus
 from automation.services import transitions as tr
-from automation.services.operator import has_every_permission, tasks_cancel, tasks_reject, tasks_retry
+from automation.services.operator import (
+    has_every_permission,
+    tasks_approve,
+    tasks_cancel,
+    tasks_reject,
+    tasks_retry,
+)
 from ingest.frames import parse_final_message
+from pipelines.deliveries import message_results_text
 from ingest.models import Instruction
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
@@ -101,9 +108,64 @@ def test_a_block_retried_after_delivery_gets_a_follow_up_delivery_each_time():
         assert Instruction.objects.get(pk=second.instruction_id).status == "pending"
         run(second, "fail")  # failed again: still finished, so the chat hears of it again
         follow_up = deliveries()[-1]
-        assert follow_up.dedupe_key == f"deliver:{result.message_id}:block:{second.instruction_id}:retry:{attempt}"
+        assert follow_up.dedupe_key == f"deliver:{result.message_id}:follow-up:{attempt}"
         assert json.loads(follow_up.payload_json)["instruction_ids"] == [second.instruction_id]
     assert len(deliveries()) == 3
+
+
+def carried(delivery):
+    return json.loads(delivery.payload_json)["instruction_ids"]
+
+
+def test_every_retried_block_is_delivered_once_when_the_round_ends_whatever_order_they_finish_in():
+    """The issue's message: shell.run A rejected, shell.run B cancelled, files.read C failed by itself."""
+    result = ingest(blocks('shell.run\n{"argv": ["true"]}', 'shell.run\n{"argv": ["true"]}',
+                           'files.read\n{"path": "missing.txt"}'))
+    a, b, c = execute_tasks(result.message_id)
+    tasks_reject(task_ids=[a.pk], actor="alice", reason="not now")
+    tasks_cancel(task_ids=[b.pk], actor="alice")
+    run(c, "fail")
+    [first] = deliveries()
+    assert carried(first) is None  # every block
+    ids = [a.instruction_id, b.instruction_id, c.instruction_id]
+
+    # Round one: all three retried (A and B wait for an approval again), finishing C, A, B.
+    retried = tasks_retry(task_ids=[a.pk, b.pk, c.pk], actor="alice", has_perm=has_every_permission)
+    assert sorted(retried.done) == sorted([a.pk, b.pk, c.pk])
+    assert sorted(retried.awaiting_approval) == sorted([a.pk, b.pk])
+    tasks_approve(task_ids=[a.pk, b.pk], actor="alice", has_perm=has_every_permission)
+    for finishing in (c, a, b):
+        assert len(deliveries()) == 1  # nothing while a block of the round is open
+        run(finishing, "fail" if finishing is c else "succeed")
+    [_, follow_up] = deliveries()
+    assert sorted(carried(follow_up)) == sorted(ids), "each retried block's new result, in one follow-up"
+    text = message_results_text(message_id=result.message_id, instruction_ids=carried(follow_up))
+    assert [line for line in text.splitlines() if line.startswith("Block ")] == [
+        "Block 1 · shell.run · succeeded", "Block 2 · shell.run · succeeded", "Block 3 · files.read · failed",
+    ]
+    assert not any(Instruction.objects.filter(pk__in=ids).values_list("reopened_since_delivery", flat=True))
+
+    # Round two: C again; only its new result goes, once.
+    tasks_retry(task_ids=[c.pk], actor="alice", has_perm=has_every_permission)
+    run(c, "fail")
+    [_, _, again] = deliveries()
+    assert carried(again) == [c.instruction_id]
+
+
+def test_a_follow_up_carries_only_the_results_not_delivered_yet():
+    result = ingest(blocks("echo", "time.now", "echo"))
+    first, second, third = execute_tasks(result.message_id)
+    for task in (first, third):
+        run(task)
+    run(second, "fail")
+    tasks_retry(task_ids=[second.pk], actor="alice", has_perm=has_every_permission)
+    run(second)
+    assert carried(deliveries()[-1]) == [second.instruction_id]
+    # Nothing new to carry: no delivery.
+    from ingest.services.instructions import message_delivery_ensure
+
+    assert message_delivery_ensure(message_id=result.message_id, conversation_id=None, actor="t") is None
+    assert len(deliveries()) == 2
 
 
 def test_a_message_whose_blocks_were_all_rejected_is_delivered_at_ingest_once():
