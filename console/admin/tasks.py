@@ -41,6 +41,7 @@ from console.helpers import (
     text_block,
 )
 from console.lists import JSONTextContains, ListColumnsMixin
+from console.task_waits import MAY_WAIT, WaitsChangeList, wait_html, waits_of
 from conversations.models import Conversation
 from ingest.models import DeliveryRequest
 from tools.registry import DEFAULT_TARGET
@@ -180,8 +181,8 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     show_full_result_count = False
     actions = ["retry", "cancel", "approve", "reject"]
     fieldsets = [
-        (None, {"fields": ["task_id", "kind", "status", "ended_as", "attempts", "last_error", "dedupe_key",
-                           "priority"]}),
+        (None, {"fields": ["task_id", "kind", "status", "waiting_for", "ended_as", "attempts", "last_error",
+                           "dedupe_key", "priority"]}),
         ("Source and route", {"fields": [
             "conversation_link", "message_link", "instruction_link",
             "target_client_id", "target_platform", "target_conversation_id",
@@ -237,6 +238,10 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
             "retry_count", "updated_at", "conversation__platform", "conversation__remote_id",
             "conversation__title",
         )
+
+    def get_changelist(self, request, **kwargs):
+        # Each row's task with why it waits (``task.wait``), read for the page at once.
+        return WaitsChangeList
 
     def get_actions(self, request, action_location=ActionLocation.CHANGE_LIST):
         """On a task's own page, only the actions whose service moves a task in its status.
@@ -316,7 +321,19 @@ class AutomationTaskAdmin(ListColumnsMixin, admin.ModelAdmin):
     def state(self, task):
         if task.outcome == Outcome.REJECTED:
             return "Rejected"
+        if (wait := getattr(task, "wait", None)) is not None:
+            # Why it waits, in a word under its status; the sentence on hover (WaitsChangeList).
+            return format_html('{}<br><span class="task-wait-code" title="{}">{}</span>',
+                               task.get_status_display(), wait.text, wait.label)
         return task.get_status_display()
+
+    @admin.display(description="waiting for")
+    def waiting_for(self, task):
+        """Why the task does not run (the claim's own rules), with a link to the task it waits on."""
+        if task.status not in MAY_WAIT:
+            return "-"
+        wait = waits_of([task]).get(task.pk)
+        return wait_html(wait) if wait is not None else "nothing: it is due, and the dispatcher's next claim takes it"
 
     @admin.display(description="error")
     def error(self, task):

@@ -24,6 +24,7 @@ from console.helpers import (
     readable_json,
     readable_json_text,
 )
+from console.task_waits import ShownWait
 from conversations.models import Conversation, Message
 from core.clock import EPOCH
 from ingest.blocks import block_spans
@@ -90,6 +91,7 @@ class Block:
     call: HeldCall | None  # held blocks: the call an approval would run
     started: dt.datetime | None
     finished: dt.datetime | None
+    wait: ShownWait | None = None  # why its task waits (``waits.story_waits_add``)
 
     @property
     def anchor(self) -> str:
@@ -127,6 +129,7 @@ class TaskView:
     result: Text | None
     other_conversation: Conversation | None  # mail: the other party
     direction: str  # "in", "out" or ""
+    wait: ShownWait | None = None  # why it waits (``waits.story_waits_add``)
 
 
 # --- blocks and messages --------------------------------------------------------------------

@@ -22,7 +22,7 @@ from automation.kinds import KindSpec, kinds
 from automation.models import AutomationTask, TaskEvent
 from automation.services.transitions import APPROVE, CANCEL, REJECT, RETRY
 from console.story.entries import MessageView, held_networks, local_moment, message_view, task_views
-from console.story.waits import Wait, conversation_waits, is_block_kind
+from console.story.waits import Wait, conversation_waits, is_block_kind, story_waits_add
 from conversations.models import Conversation, ConversationMove, Message
 from core.clock import EPOCH
 from ingest.models import ClientAction, Instruction, ToolGuideServed
@@ -354,6 +354,7 @@ def conversation_story(
         if (rank, pk) in rows  # a row pruned between the two reads is left out
     ]
     _add_views(entries, conversation)
+    story_waits_add(entry.view for entry in entries)
     if newest_first:
         earlier = entries[0].cursor if has_more and entries else None
         later = entries[-1].cursor if bound is not None and entries else None

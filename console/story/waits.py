@@ -1,8 +1,10 @@
-"""What a conversation waits on now: its open work, the dispatcher, its plugin, its renewal."""
+"""What a conversation waits on now: its open work, the dispatcher, its plugin, its renewal; and why each open
+block and task of a story page waits."""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import Count
@@ -11,8 +13,10 @@ from django.utils import timezone
 from automation.kinds import KindSpec, kinds
 from automation.models import OPEN_STATUSES, AutomationTask, TaskStatus
 from automation.selectors import dispatcher_is_paused, paused_kinds
+from automation.wait_selectors import APPROVAL
 from console.helpers import displayable_text
-from console.story.entries import ms_moment
+from console.story.entries import MessageView, TaskView, ms_moment
+from console.task_waits import waits_of
 from conversations.models import Conversation
 from ingest.selectors import plugin_clients_connected
 from pipelines.renewal import renewal_dedupe_key
@@ -171,3 +175,21 @@ def _idle_wait(conversation: Conversation, now: dt.datetime) -> Wait:
     return Wait(f"idle, renewal due {when}", "idle")
 
 
+# --- why each open block and task of a page waits ------------------------------------------
+
+
+def story_waits_add(views: Iterable[object]) -> None:
+    """Set ``wait`` on each block and task of a page's views that waits (``console.task_waits``): one statement.
+
+    A held block's own approval is not repeated: its call and its approve form are right there.
+    """
+    holders: list[tuple[object, AutomationTask]] = []
+    for view in views:
+        if isinstance(view, MessageView):
+            holders += [(block, block.task) for block in view.blocks if block.task is not None]
+        elif isinstance(view, TaskView):
+            holders.append((view, view.task))
+    waits = waits_of(task for _, task in holders)
+    for holder, task in holders:
+        if (wait := waits.get(task.pk)) is not None and wait.code != APPROVAL:
+            holder.wait = wait
