@@ -439,6 +439,11 @@ def task_cancel(task_id: str, *, actor: str, now: int | None = None) -> Automati
     )
 
 
+# What an operator's retry clears on the task and keeps in its ``retry`` event
+# (``detail["earlier_attempt"]``): the lists, the story and the panel show the new attempt only.
+EARLIER_ATTEMPT = ("last_error", "started_at", "finished_at", "finish_reason", "result_json")
+
+
 def task_retry(task_id: str, *, actor: str, now: int | None = None) -> AutomationTask:
     """failed / cancelled -> pending or blocked, by an operator, with a fresh set of attempts.
 
@@ -447,18 +452,24 @@ def task_retry(task_id: str, *, actor: str, now: int | None = None) -> Automatio
     had it goes to ``pending`` with the retrier recorded as its approver, as
     a retry is a new run (``operator.tasks_retry`` checks the retrier may
     approve it). Which one is read first; the edge's guard holds it in the
-    update itself.
+    update itself. The earlier attempt's error, times, finish reason and
+    result are cleared on the task and kept in the event (``EARLIER_ATTEMPT``).
     """
     now = now_ms() if now is None else now
-    task = AutomationTask.objects.filter(pk=task_id).only("needs_approval", "approved_at").first()
+    task = AutomationTask.objects.filter(pk=task_id).only("needs_approval", "approved_at", *EARLIER_ATTEMPT).first()
     if task is None:
         raise TaskNotFound(task_id)
     changes: dict[str, Any] = {
-        "attempt_count": 0, "execute_after": now, "finished_at": None, "finish_reason": None,
-        "retry_count": F("retry_count") + 1,
+        "attempt_count": 0, "execute_after": now, "retry_count": F("retry_count") + 1,
+        **dict.fromkeys(EARLIER_ATTEMPT),
     }
+    # The retry starts clean: the earlier attempt's outcome moves to the retry's event.
+    earlier = {"earlier_attempt": {
+        field: getattr(task, field) for field in EARLIER_ATTEMPT if getattr(task, field) not in (None, "")
+    }}
     if task.is_awaiting_approval_again:
-        return _transition(task_id, RETRY_TO_BLOCKED, actor=actor, now=now, guards=(APPROVAL_MISSING,), changes=changes)
+        return _transition(task_id, RETRY_TO_BLOCKED, actor=actor, now=now, guards=(APPROVAL_MISSING,),
+                           changes=changes, detail=earlier)
     if task.needs_approval:
         changes |= {"approved_by": actor, "approved_at": now}
-    return _transition(task_id, RETRY, actor=actor, now=now, guards=(APPROVAL_HELD,), changes=changes)
+    return _transition(task_id, RETRY, actor=actor, now=now, guards=(APPROVAL_HELD,), changes=changes, detail=earlier)

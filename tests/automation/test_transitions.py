@@ -284,6 +284,33 @@ def test_operator_retry_resets_attempts_and_makes_the_task_due():
 
 
 @pytest.mark.django_db
+def test_a_retry_starts_clean_and_keeps_the_earlier_attempt_in_its_event():
+    task = make_task(S.BLOCKED)
+    rejected = tr.task_reject(task.pk, actor="bob", reason="too broad", now=LATER)
+    assert rejected.last_error == "rejected by bob: too broad"
+    again = tr.task_retry(task.pk, actor="alice", now=LATER + 1)
+    assert (again.last_error, again.started_at, again.finished_at, again.finish_reason, again.result_json) == (
+        None, None, None, None, None,
+    )
+    fresh = AutomationTask.objects.get(pk=task.pk)
+    assert (fresh.last_error, fresh.finished_at, fresh.finish_reason) == (None, None, None)
+    earlier = fresh.events.last().detail["earlier_attempt"]
+    assert earlier == {"last_error": "rejected by bob: too broad", "finished_at": LATER, "finish_reason": "rejected"}
+
+    # A run that failed with a result: its times and result move too.
+    tr.task_approve(task.pk, actor="carol", now=LATER + 2)
+    task_lease(task.pk, lease_owner="d1", lease_until=LATER + 60_000, now=LATER + 3)
+    tr.task_start(task.pk, lease=lease_of(task.pk), lease_until=LATER + 60_000, now=LATER + 4)
+    tr.task_fail(task.pk, lease=lease_of(task.pk), error="exited with code 1", result={"exit_code": 1}, now=LATER + 5)
+    again = tr.task_retry(task.pk, actor="alice", now=LATER + 6)
+    assert (again.last_error, again.started_at, again.result_json) == (None, None, None)
+    assert again.events.last().detail["earlier_attempt"] == {
+        "last_error": "exited with code 1", "started_at": LATER + 4, "finished_at": LATER + 5,
+        "result_json": '{"exit_code": 1}',
+    }
+
+
+@pytest.mark.django_db
 @pytest.mark.parametrize("end", [
     lambda pk: tr.task_reject(pk, actor="bob", reason="no", now=LATER),
     lambda pk: tr.task_cancel(pk, actor="bob", now=LATER),
