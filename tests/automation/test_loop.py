@@ -182,7 +182,9 @@ def test_a_task_outlives_many_ticks_and_is_never_cut_short_by_the_loop():
     done = AutomationTask.objects.get(pk=task.pk)
     assert (done.status, done.attempt_count) == (S.SUCCEEDED, 1)
     assert not done.events.filter(action="reclaim").exists()
-    assert len(dispatcher.tick_times) > 20
+    # The loop ticked on through the run, past two of the task's leases (a busy machine ticks less often).
+    ticks = dispatcher.tick_times
+    assert len(ticks) > 5 and ticks[-1] - ticks[0] > 2 * 1.0
 
 
 def test_a_loop_whose_row_was_pruned_as_stalled_rejoins_and_its_running_task_finishes():
