@@ -50,6 +50,8 @@ STOP = {
     "dispatcher": lambda process: process.terminate(),
     "qcluster": lambda process: os.killpg(process.pid, signal.SIGINT),
 }
+# How long `serve` waits for daphne's port before saying it still waits.
+LISTEN_WAIT_SECONDS = 60.0
 # Children started again when they die, rather than stopping the server.
 RESTARTED = {"dispatcher"}
 RESTART_DELAY_SECONDS = 1.0
@@ -97,14 +99,15 @@ class Command(BaseCommand):
             starts["dispatcher"] = lambda: self._spawn([sys.executable, "manage.py", "dispatch", "--loop"])
             starts["qcluster"] = lambda: self._spawn([sys.executable, "manage.py", "qcluster"])
         self._say_sandbox()
-        children = {name: start() for name, start in starts.items()}
-        self.stdout.write(f"Conductor on http://{host}:{port}/ (admin at /admin/); Ctrl-C stops it.")
 
         def request_stop(signum, frame):
             self._stopping = True
 
         signal.signal(signal.SIGINT, request_stop)
         signal.signal(signal.SIGTERM, request_stop)
+        children = {name: start() for name, start in starts.items()}
+        if self._listening(host, port, daphne=children["daphne"]):
+            self.stdout.write(f"Conductor on http://{host}:{port}/ (admin at /admin/); Ctrl-C stops it.")
 
         failed = None
         died_at: dict[str, float] = {}
@@ -128,6 +131,24 @@ class Command(BaseCommand):
         self._stop(children)
         if failed:
             sys.exit(1)
+
+    def _listening(self, host: str, port: int, *, daphne: subprocess.Popen) -> bool:
+        """Wait until the port accepts connections (the banner's link works when it is printed).
+
+        False when daphne exited first (the loop below reports it) or Ctrl-C came.
+        """
+        address = "127.0.0.1" if host in ("0.0.0.0", "") else "::1" if host == "::" else host
+        deadline = time.monotonic() + LISTEN_WAIT_SECONDS
+        while daphne.poll() is None and not self._stopping:
+            try:
+                with socket.create_connection((address, port), timeout=0.5):
+                    return True
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.stderr.write(f"daphne does not accept connections on {host}:{port} yet; still waiting.")
+                    deadline = float("inf")
+                time.sleep(0.1)
+        return False
 
     def _say_sandbox(self) -> None:
         with tempfile.TemporaryDirectory(prefix="conductor-sandbox-") as workspace:
