@@ -175,10 +175,14 @@ def block_status(
     }
 
 
-def delivery_status(row: DeliveryRow | None, *, waiting: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The message's delivery: ``none`` until it has one; ``waiting`` as a block's."""
+def delivery_status(
+    row: DeliveryRow | None, *, waiting: dict[str, Any] | None = None, not_delivered: int = 0,
+) -> dict[str, Any]:
+    """The message's (latest) delivery: ``none`` until it has one; ``waiting`` as a block's;
+    ``results_not_delivered``: blocks retried since, whose new results a follow-up will carry."""
     if row is None:
-        return {"status": DELIVERY_NONE, "method": None, "error": None, "waiting_for": None}
+        return {"status": DELIVERY_NONE, "method": None, "error": None, "waiting_for": None,
+                "results_not_delivered": not_delivered}
     status = DELIVERY_STATUS_OF_TASK[row.status]
     method = row.result.get("method") if isinstance(row.result, dict) else None
     return {
@@ -186,6 +190,7 @@ def delivery_status(row: DeliveryRow | None, *, waiting: dict[str, Any] | None =
         "method": method if isinstance(method, str) else None,
         "error": first_line(row.error or "") if status in (DELIVERY_FAILED, DELIVERY_WAITING) else None,
         "waiting_for": waiting,
+        "results_not_delivered": not_delivered,
     }
 
 

@@ -96,6 +96,8 @@ def message_statuses(
             for instruction in blocks_of.get(row["pk"], ())
         ]
         has_delivery = row["delivery_status"] is not None
+        # Blocks retried after the delivery: their new results wait for a follow-up.
+        not_delivered = sum(1 for block in blocks_of.get(row["pk"], ()) if block["reopened_since_delivery"])
         statuses.append(StatusOfMessage(
             owner=row["conversation__owner"], platform=row["conversation__platform"],
             conversation_id=row["conversation__remote_id"],
@@ -104,7 +106,8 @@ def message_statuses(
                 delivery=shown.delivery_status(shown.DeliveryRow(
                     status=row["delivery_status"], result=_result_head(row["delivery_result"]),
                     error=row["delivery_error"],
-                ) if has_delivery else None, waiting=_waiting(waits.get(row["delivery_task_id"]), conversation_pk)),
+                ) if has_delivery else None, waiting=_waiting(waits.get(row["delivery_task_id"]), conversation_pk),
+                    not_delivered=not_delivered),
             ),
             approvals_waiting=row.get("approvals_waiting"),
         ))
@@ -153,7 +156,7 @@ def _blocks_by_message(message_pks: list[int]) -> dict[int, Iterable[dict[str, A
         .order_by("message_id", "block_index", "task__created_at", "task__task_id")
         .values(
             "pk", "message_id", "block_index", "target", "tool", "params", "status", "error", "created_at",
-            "task__task_id", "task__status", "task__last_error", "task_result_head", "task__updated_at",
+            "reopened_since_delivery", "task__task_id", "task__status", "task__last_error", "task_result_head", "task__updated_at",
         )
     )
     for row in blocks_with_tasks:

@@ -84,11 +84,13 @@ def test_hostile_text_is_passed_as_text_for_the_plugin_to_render_as_such():
 ])
 def test_the_delivery_in_the_chats_words(task_status, result, error, expected):
     shown = status.delivery_status(status.DeliveryRow(status=task_status, result=result, error=error))
-    assert shown == {**expected, "waiting_for": None}
+    assert shown == {**expected, "waiting_for": None, "results_not_delivered": 0}
 
 
 def test_a_message_without_a_delivery_yet_says_none():
-    assert status.delivery_status(None) == {"status": "none", "method": None, "error": None, "waiting_for": None}
+    assert status.delivery_status(None) == {
+        "status": "none", "method": None, "error": None, "waiting_for": None, "results_not_delivered": 0,
+    }
 
 
 def test_links_are_made_absolute_on_a_copy():

@@ -154,7 +154,8 @@ async def test_every_change_of_a_block_and_of_the_delivery_reaches_the_owners_so
     await sync_to_async(done)()
     delivered = await status_where(laptop, "succeeded", "failed", "rejected", delivery="delivered")
     assert delivered["message"]["delivery"] == {
-        "status": "delivered", "method": "http", "error": None, "waiting_for": None}
+        "status": "delivered", "method": "http", "error": None, "waiting_for": None,
+        "results_not_delivered": 0}
     await laptop.disconnect()
     await desktop.disconnect()
 

@@ -19,6 +19,7 @@ from pipelines.deliveries import message_results_text
 from ingest.models import Instruction
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
+from ingest.status_selectors import message_statuses
 from tests.factories import PluginClientFactory, lease_of, task_lease
 
 pytestmark = pytest.mark.django_db
@@ -113,6 +114,11 @@ def test_a_block_retried_after_delivery_gets_a_follow_up_delivery_each_time():
     assert len(deliveries()) == 3
 
 
+def not_delivered(message_id):
+    [shown] = message_statuses(message_ids=[message_id])
+    return shown.status["delivery"]["results_not_delivered"]
+
+
 def carried(delivery):
     return json.loads(delivery.payload_json)["instruction_ids"]
 
@@ -134,10 +140,12 @@ def test_every_retried_block_is_delivered_once_when_the_round_ends_whatever_orde
     assert sorted(retried.done) == sorted([a.pk, b.pk, c.pk])
     assert sorted(retried.awaiting_approval) == sorted([a.pk, b.pk])
     tasks_approve(task_ids=[a.pk, b.pk], actor="alice", has_perm=has_every_permission)
+    assert not_delivered(result.message_id) == 3  # the side panel's footer: 3 results not yet delivered
     for finishing in (c, a, b):
         assert len(deliveries()) == 1  # nothing while a block of the round is open
         run(finishing, "fail" if finishing is c else "succeed")
     [_, follow_up] = deliveries()
+    assert not_delivered(result.message_id) == 0
     assert sorted(carried(follow_up)) == sorted(ids), "each retried block's new result, in one follow-up"
     text = message_results_text(message_id=result.message_id, instruction_ids=carried(follow_up))
     assert [line for line in text.splitlines() if line.startswith("Block ")] == [
