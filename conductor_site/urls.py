@@ -3,7 +3,7 @@ import re
 from django.contrib import admin
 from django.urls import path, re_path
 
-from conductor_site.views import healthz, metrics
+from conductor_site.views import favicon, healthz, metrics
 from console.failures import failure_groups
 from console.purge import purge
 from console.views import (
@@ -35,4 +35,6 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
     path("metrics", metrics, name="metrics"),
+    # Where a browser looks for an icon when a page names none (the admin's pages name it).
+    path("favicon.ico", favicon, name="favicon"),
 ]

@@ -3,7 +3,8 @@ import hmac
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
 from django.db import DatabaseError
-from django.http import HttpResponse, JsonResponse
+from django.http import HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.templatetags.static import static
 from django.urls import reverse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
@@ -12,6 +13,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from conductor_site import health
 from conductor_site import metrics as conductor_metrics
 from console.views import OVERVIEW_PERMISSION
+
+
+@require_GET
+def favicon(request):
+    """The console's icon, for a browser that asks ``/favicon.ico`` (the admin's pages name it themselves)."""
+    return HttpResponsePermanentRedirect(static("console/favicon.png"))
 
 
 @never_cache

@@ -37,3 +37,13 @@ def test_staff_who_may_see_django_q2s_tables_do_not_get_them_listed(client):
     order = listed_models(client.get("/admin/").content.decode())
     assert "automation/automationtask" in order
     assert not any(model.startswith("django_q/") for model in order)
+
+
+def test_the_admin_names_its_icon_and_favicon_ico_leads_to_it(client):
+    from django.contrib.staticfiles import finders
+
+    page = client.get("/admin/login/").content.decode()
+    assert 'rel="icon"' in page and "console/favicon" in page
+    response = client.get("/favicon.ico")
+    assert response.status_code == 301 and "console/favicon" in response["Location"]
+    assert finders.find("console/favicon.png")
