@@ -17,7 +17,10 @@
  *
  * Messages are shown oldest first, newest last, as the chat shows them and
  * as the server sends them: the panel reads like the conversation beside it.
+ * A block or a delivery that waits says why underneath (lib/waiting-for.js).
  */
+
+import { panelTime, waitingForOf, waitingLine } from "./waiting-for.js";
 
 /** The most messages the panel keeps (the server's `status.get` answers as many). */
 export const MAX_MESSAGES = 20;
@@ -104,8 +107,10 @@ export function countOf(value) {
  * A block of a message status, as the panel keeps it.
  *
  * @typedef {{index: number | null, target: string, tool: string, paramsPreview: string, status: string,
- *   error: string | null, resultPreview: string | null, approveUrl: string | null, updatedAt: number}} Block
- * @typedef {{status: string, method: string | null, error: string | null}} Delivery
+ *   error: string | null, resultPreview: string | null, approveUrl: string | null, updatedAt: number,
+ *   waitingFor: import('./waiting-for.js').WaitingFor | null}} Block
+ * @typedef {{status: string, method: string | null, error: string | null,
+ *   waitingFor: import('./waiting-for.js').WaitingFor | null, resultsNotDelivered: number}} Delivery
  * @typedef {{messageId: string | null, conductorMessageId: string, blocks: Block[], delivery: Delivery}} MessageStatus
  * @typedef {{platform: string, conversationId: string, paused: boolean, messages: MessageStatus[],
  *   approvalsWaiting: number | null}} PanelState
@@ -143,6 +148,7 @@ function blockOf(raw) {
     resultPreview: cleanText(raw.result_preview, MAX_PREVIEW_CHARS) || null,
     approveUrl: typeof raw.approve_url === "string" && raw.approve_url.length <= MAX_URL_CHARS ? raw.approve_url : null,
     updatedAt: Number.isFinite(raw.updated_at) ? raw.updated_at : 0,
+    waitingFor: waitingForOf(raw.waiting_for),
   };
 }
 
@@ -153,6 +159,9 @@ function deliveryOf(raw) {
     status: typeof delivery.status === "string" && Object.hasOwn(DELIVERY_STATUSES, delivery.status) ? delivery.status : "none",
     method: DELIVERY_METHODS.has(delivery.method) ? delivery.method : null,
     error: firstLine(delivery.error),
+    waitingFor: waitingForOf(delivery.waiting_for),
+    // Blocks retried since that delivery, whose new results a follow-up delivery carries.
+    resultsNotDelivered: countOf(delivery.results_not_delivered) ?? 0,
   };
 }
 
@@ -235,12 +244,24 @@ export function toolName(block) {
   return block.target === "conductor" ? block.tool : `${block.target}::${block.tool}`;
 }
 
-/** What the panel says of a message's delivery. */
+/**
+ * What the panel says of a message's delivery. Results delivered, and then
+ * blocks retried: the retried blocks' results are not, until a follow-up
+ * delivery carries them (it is `waiting` or `running` once they finish).
+ */
 export function deliveryText(delivery) {
+  if (hasResultsNotDelivered(delivery)) {
+    const count = delivery.resultsNotDelivered;
+    return `${count} ${count === 1 ? "result" : "results"} not yet delivered`;
+  }
   const text = DELIVERY_STATUSES[delivery.status];
   if (delivery.status === "delivered" && delivery.method) return `${text} via ${delivery.method}`;
   if (delivery.status === "failed" && delivery.error) return `${text}: ${delivery.error}`;
   return text;
+}
+
+function hasResultsNotDelivered(delivery) {
+  return delivery.resultsNotDelivered > 0 && (delivery.status === "delivered" || delivery.status === "none");
 }
 
 /**
@@ -250,16 +271,17 @@ export function deliveryText(delivery) {
  *
  * @param {Document} document
  * @param {PanelState} state
- * @param {{serverUrl?: string}} [options] the paired server, for the approval links
+ * @param {{serverUrl?: string, formatTime?: (ms: number) => string}} [options] the paired server, for the
+ *   approval links; how a time is written (when a backoff ends)
  */
-export function renderMessages(document, state, { serverUrl = "" } = {}) {
+export function renderMessages(document, state, { serverUrl = "", formatTime = panelTime } = {}) {
   const list = element(document, "ol", { class: "messages" });
-  for (const message of state.messages) list.appendChild(renderMessage(document, message, { serverUrl }));
+  for (const message of state.messages) list.appendChild(renderMessage(document, message, { serverUrl, formatTime }));
   return list;
 }
 
-/** One message's card: its blocks and its delivery. */
-export function renderMessage(document, message, { serverUrl = "" } = {}) {
+/** One message's card: its blocks and its delivery, and why the delivery waits when it does. */
+export function renderMessage(document, message, { serverUrl = "", formatTime = panelTime } = {}) {
   const waiting = message.blocks.filter((block) => block.status === "waiting_approval").length;
   const summary = `${message.blocks.length} ${message.blocks.length === 1 ? "block" : "blocks"}${waiting ? `, ${waiting} waiting for approval` : ""}`;
   const card = element(document, "li", { class: "message", "data-conductor-message-id": message.conductorMessageId });
@@ -268,16 +290,26 @@ export function renderMessage(document, message, { serverUrl = "" } = {}) {
     element(document, "span", { class: "message-id", dir: "auto" }, message.messageId ?? message.conductorMessageId),
   ));
   const blocks = element(document, "ol", { class: "blocks" });
-  for (const block of message.blocks) blocks.appendChild(renderBlock(document, block, { serverUrl }));
+  for (const block of message.blocks) {
+    blocks.appendChild(renderBlock(document, block, { serverUrl, formatTime, conductorMessageId: message.conductorMessageId }));
+  }
   card.appendChild(blocks);
   const delivery = message.delivery;
-  card.appendChild(element(document, "p", { class: `delivery delivery-${delivery.status}`, "data-delivery": delivery.status, dir: "auto" },
+  const shown = hasResultsNotDelivered(delivery) ? "results-not-delivered" : delivery.status;
+  card.appendChild(element(document, "p", { class: `delivery delivery-${shown}`, "data-delivery": delivery.status, dir: "auto" },
     deliveryText(delivery)));
+  const line = waitingLine(delivery.waitingFor, {
+    conductorMessageId: message.conductorMessageId, isDelivery: true, hasFailed: Boolean(delivery.error), formatTime,
+  });
+  if (line) card.appendChild(renderWaitingLine(document, line, delivery.waitingFor.code, { serverUrl, isDelivery: true }));
   return card;
 }
 
-/** One block: its tool, status chip, params, result or error, and the approval link when it waits for one. */
-export function renderBlock(document, block, { serverUrl = "" } = {}) {
+/**
+ * One block: its tool, status chip, params, result or error, the approval
+ * link when it waits for one, and why it waits when something else holds it.
+ */
+export function renderBlock(document, block, { serverUrl = "", formatTime = panelTime, conductorMessageId = "" } = {}) {
   const label = BLOCK_STATUSES[block.status] ?? UNKNOWN_STATUS;
   const item = element(document, "li", { class: `block status-${block.status}`, "data-status": block.status, "data-index": block.index });
   item.appendChild(element(document, "p", { class: "block-head" },
@@ -293,7 +325,23 @@ export function renderBlock(document, block, { serverUrl = "" } = {}) {
       ? element(document, "a", { class: "approve", href, target: "_blank", rel: "noopener noreferrer" }, "Approve in Conductor")
       : element(document, "p", { class: "approve-elsewhere" }, "Approve it in Conductor's admin."));
   }
+  const line = waitingLine(block.waitingFor, { conductorMessageId, hasFailed: Boolean(block.error), formatTime });
+  if (line) item.appendChild(renderWaitingLine(document, line, block.waitingFor.code, { serverUrl }));
   return item;
+}
+
+/**
+ * Why a block or a delivery waits, on a line of its own; behind a block that
+ * waits for approval, a link to approve that one (on the paired server only).
+ */
+function renderWaitingLine(document, { text, approveUrl }, code, { serverUrl, isDelivery = false }) {
+  const href = safeApproveUrl(approveUrl, serverUrl);
+  const line = element(document, "p", { class: `waiting-for${isDelivery ? " delivery-waiting-for" : ""}`, "data-waiting-for": code }, text);
+  if (href) {
+    line.appendChild(document.createTextNode(": "));
+    line.appendChild(element(document, "a", { class: "approve-ahead", href, target: "_blank", rel: "noopener noreferrer" }, "approve it"));
+  }
+  return line;
 }
 
 /**

@@ -1,8 +1,9 @@
 /**
  * The side panel (SPEC §9, "What happens in the chat, seen from the chat"):
  * the blocks of the conversation in the active tab, each with what became of
- * it, live; Pause / Resume for that conversation, "Insert tool guide", and
- * "Approve in Conductor" for a block waiting for approval.
+ * it, live, and why one that waits does; Pause / Resume for that
+ * conversation, "Insert tool guide", and "Approve in Conductor" for a block
+ * waiting for approval.
  *
  * It follows the active tab of its window (tab switches, and a tab moving to
  * another chat), or the tab `?tab=<id>` names (pinned: the panel opened in a
@@ -185,9 +186,10 @@ elements.insertGuide.addEventListener("click", async () => {
   sayOutcome(guideOutcomeText(outcome), Boolean(outcome?.ok));
 });
 
-// "Approve in Conductor": a tab of its own, on the paired server only (checked again here).
+// "Approve in Conductor", and "approve it" under a block held behind one: a tab of its own,
+// on the paired server only (checked again here).
 elements.messages.addEventListener("click", (event) => {
-  const link = /** @type {Element} */ (event.target).closest?.("a.approve");
+  const link = /** @type {Element} */ (event.target).closest?.("a.approve, a.approve-ahead");
   if (!link) return;
   event.preventDefault();
   const url = safeApproveUrl(link.getAttribute("href"), view.serverUrl);

@@ -259,6 +259,78 @@ describe("applyInstructionStatus", () => {
   });
 });
 
+describe("why a block or a delivery waits, and results not yet delivered", () => {
+  const APPROVE = "https://proxy.example/admin/conversations/conversation/7/story/?task=9d#block-1";
+  const empty = { platform: "claude", conversationId: CONVERSATION, paused: false, messages: [], approvalsWaiting: 0 };
+  const formatTime = (ms) => (ms === 1_796_462_031_733 ? "14:05" : `T${ms}`);
+  let state = applyInstructionStatus(empty, push("1", [block("waiting_approval", { approve_url: APPROVE, waiting_for: { code: "approval" } })]));
+  state = applyInstructionStatus(state, push("2", [
+    block("queued", { waiting_for: { code: "behind_approval", message_id: "m-1", conductor_message_id: "1", index: 1, approve_url: APPROVE } }),
+    block("queued", { index: 2, error: "timed out", waiting_for: { code: "backoff", until: 1_796_462_031_733 } }),
+    block("queued", { index: 3, waiting_for: { code: "conversation_paused" } }),
+    block("succeeded", { index: 4, waiting_for: null }),
+  ], { delivery: { status: "none", method: null, error: null, waiting_for: null, results_not_delivered: 0 } }));
+  state = applyInstructionStatus(state, push("3", [block("succeeded")],
+    { delivery: { status: "waiting", method: null, error: null, waiting_for: { code: "no_plugin" }, results_not_delivered: 0 } }));
+  const list = renderMessages(buildingDocument(), state, { serverUrl: SERVER, formatTime });
+  const lineUnder = (node) => byClass(node, "waiting-for")[0];
+
+  it("says under a block held behind another's approval which one, with a link to approve it on the paired server", () => {
+    const line = lineUnder(blockOf(list, "2", 1));
+    assert.equal(line.getAttribute("data-waiting-for"), "behind_approval");
+    assert.equal(line.textContent, "waits for block 1 of an earlier message, which waits for your approval: approve it");
+    const [link] = byClass(line, "approve-ahead");
+    assert.equal(link.nodeName, "A");
+    assert.equal(link.getAttribute("href"), "http://127.0.0.1:8000/admin/conversations/conversation/7/story/?task=9d#block-1");
+    assert.equal(link.getAttribute("rel"), "noopener noreferrer");
+  });
+
+  it("says when a retry comes and that the conversation is paused", () => {
+    assert.equal(lineUnder(blockOf(list, "2", 2)).textContent, "retries at 14:05");
+    assert.equal(lineUnder(blockOf(list, "2", 3)).textContent, "waits: the conversation is paused");
+  });
+
+  it("says nothing under the block waiting for its own approval, nor under one nothing holds", () => {
+    assert.equal(byClass(blockOf(list, "1", 1), "waiting-for").length, 0);
+    assert.equal(byClass(blockOf(list, "1", 1), "approve").length, 1);
+    assert.equal(byClass(blockOf(list, "2", 4), "waiting-for").length, 0);
+    const [card] = elementsUnder(list, (node) => node.getAttribute("data-conductor-message-id") === "2");
+    assert.equal(byClass(card, "delivery-waiting-for").length, 0);
+  });
+
+  it("says under the delivery line why the delivery waits", () => {
+    const [card] = elementsUnder(list, (node) => node.getAttribute("data-conductor-message-id") === "3");
+    const [line] = byClass(card, "delivery-waiting-for");
+    assert.equal(line.textContent, "waits: the plugin that delivers it is not connected");
+    assert.equal(line.getAttribute("data-waiting-for"), "no_plugin");
+  });
+
+  it("shows no link for an approval page that is not http(s), and still says why", () => {
+    const held = applyInstructionStatus(empty, push("4", [
+      block("queued", { waiting_for: { code: "behind_approval", conductor_message_id: "4", index: 2, approve_url: "javascript:alert(1)" } })]));
+    const line = lineUnder(blockOf(render(held), "4", 1));
+    assert.equal(line.textContent, "waits for block 2 of this message, which waits for your approval");
+    assert.equal(byClass(line, "approve-ahead").length, 0);
+  });
+
+  it("does not say 'delivered' while retried blocks' results wait for a follow-up", () => {
+    const delivered = { status: "delivered", method: "http", error: null, waiting_for: null };
+    const footer = (count) => {
+      const shown = applyInstructionStatus(empty, push("5", [block("succeeded")], { delivery: { ...delivered, results_not_delivered: count } }));
+      const [line] = byClass(render(shown), "delivery");
+      return [line.textContent, line.getAttribute("class")];
+    };
+    assert.deepEqual(footer(2), ["2 results not yet delivered", "delivery delivery-results-not-delivered"]);
+    assert.deepEqual(footer(1), ["1 result not yet delivered", "delivery delivery-results-not-delivered"]);
+    assert.deepEqual(footer(0), ["Results delivered via http", "delivery delivery-delivered"]);
+    for (const count of [-1, 1.5, "3", null]) assert.equal(footer(count)[0], "Results delivered via http");
+    // The follow-up itself under way says so.
+    const running = applyInstructionStatus(empty, push("6", [block("succeeded")],
+      { delivery: { status: "running", method: null, error: null, waiting_for: null, results_not_delivered: 2 } }));
+    assert.equal(byClass(render(running), "delivery")[0].textContent, DELIVERY_STATUSES.running);
+  });
+});
+
 describe("safeApproveUrl", () => {
   const cases = [
     ["the paired server's own URL", "http://127.0.0.1:8000/admin/x/?a=1#t", SERVER, "http://127.0.0.1:8000/admin/x/?a=1#t"],
