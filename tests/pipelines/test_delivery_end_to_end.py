@@ -214,3 +214,48 @@ def test_an_idle_conversation_is_renewed_through_its_plugin(servers):
         wait_for(lambda: AutomationTask.objects.get(kind=RENEWAL_DELIVER).status == TaskStatus.SUCCEEDED,
                  "the renewal to be delivered")
     assert Message.objects.get(source=Message.Source.CONDUCTOR).text == "Keep going, please."
+
+
+def test_every_retried_blocks_result_comes_back_once_after_the_operator_retries_from_the_admin(servers):
+    """The issue's message: shell.run A rejected, shell.run B cancelled, files.read C failed by itself."""
+    from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+    from django.contrib.auth.models import User
+    from django.test import Client
+
+    admin = Client()
+    admin.force_login(User.objects.create_superuser("root", password="pw"))
+
+    def act(action, *tasks, **extra):
+        data = {"action": action, ACTION_CHECKBOX_NAME: [t.pk for t in tasks], "post": "yes", **extra}
+        assert admin.post("/admin/automation/automationtask/", data, follow=True).status_code == 200
+
+    def blocks_of(delivery):
+        return [(r["block"], r["tool"], r["ok"]) for r in parse_results(delivery["text"])]
+
+    text = "\n".join([
+        block("shell.run", '{"argv": ["sh", "-c", "echo A"]}'), block("shell.run", '{"argv": ["sh", "-c", "echo B"]}'),
+        block("files.read", '{"path": "missing.md"}'),
+    ])
+    with plugin(servers[0]) as browser:
+        browser.send_final_message(final_message(text))
+        a, b, c = AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).order_by("sequence")
+        act("reject", a, reason="not now")
+        act("cancel", b)
+        first = browser.next_delivery(timeout=WAIT)  # C ran once nothing held it, and failed
+        assert blocks_of(first) == [(1, "shell.run", False), (2, "shell.run", False), (3, "files.read", False)]
+        browser.answer(first, status=200)
+
+        act("retry", a, b, c)  # A and B wait for an approval again
+        act("approve", a, b)
+        follow_up = browser.next_delivery(timeout=WAIT)
+        assert blocks_of(follow_up) == [(1, "shell.run", True), (2, "shell.run", True), (3, "files.read", False)]
+        assert [r["result"]["stdout"] for r in parse_results(follow_up["text"])[:2]] == ["A\n", "B\n"]
+        browser.answer(follow_up, status=200)
+
+        act("retry", c)  # a second round: C's new result alone, once
+        again = browser.next_delivery(timeout=WAIT)
+        assert blocks_of(again) == [(3, "files.read", False)]
+        browser.answer(again, status=200)
+        with pytest.raises(TimeoutError):
+            browser.next_delivery(timeout=3)
+    assert AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER).count() == 3
