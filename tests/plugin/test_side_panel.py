@@ -261,6 +261,36 @@ def test_approve_in_conductor_opens_the_approval_page_on_the_paired_server(brows
     assert opened.value.url == expected
 
 
+def test_the_panel_says_why_a_block_and_a_delivery_wait_and_counts_results_not_delivered(browser, server):
+    app, page = connected_chat(browser, server)
+    approve = f"https://conductor.proxy.example{SERVER_STORY}?task=41#block-2"
+    held = {"code": "behind_approval", "message_id": "msg-1", "conductor_message_id": "1", "index": 2, "approve_url": approve}
+    first = message("1", [block(1, "echo", "succeeded", result="{}"),
+                          block(2, "shell.run", "waiting_approval", approve_url=approve)])
+    first["blocks"][1]["waiting_for"] = {"code": "approval"}
+    second = message("2", [block(1, "echo", "queued"), block(2, "echo", "queued")])
+    second["blocks"][0]["waiting_for"] = held
+    second["blocks"][1]["waiting_for"] = {"code": "conversation_paused"}
+    retried = message("3", [block(1, "echo", "succeeded", result="{}")], delivery="delivered", method="http")
+    retried["delivery"].update(results_not_delivered=2, waiting_for={"code": "no_plugin"})
+    server.conversation_status[app.conversation] = {"messages": [first, second, retried]}
+    panel = browser.open_panel(browser.tab_id(page))
+    wait_for_statuses(browser, panel, [("1", 1, "succeeded"), ("1", 2, "waiting_approval"), ("2", 1, "queued"),
+                                       ("2", 2, "queued"), ("3", 1, "succeeded")], "the status")
+
+    assert text_of(panel, '[data-conductor-message-id="1"] .waiting-for') is None
+    line = '[data-conductor-message-id="2"] [data-index="1"] .waiting-for'
+    assert text_of(panel, line) == "waits for block 2 of an earlier message, which waits for your approval: approve it"
+    assert text_of(panel, '[data-conductor-message-id="2"] [data-index="2"] .waiting-for') == "waits: the conversation is paused"
+    assert text_of(panel, '[data-conductor-message-id="3"] .delivery') == "2 results not yet delivered"
+    assert text_of(panel, '[data-conductor-message-id="3"] .delivery-waiting-for') == (
+        "waits: the plugin that delivers it is not connected")
+    expected = f"{server.url}{SERVER_STORY}?task=41#block-2"
+    with browser.context.expect_page() as opened:
+        panel.evaluate("(s) => document.querySelector(s).click()", f"{line} a.approve-ahead")
+    assert opened.value.url == expected
+
+
 def test_no_chat_tab_and_a_new_chat_say_so(browser, server):
     app, page = connected_chat(browser, server)
     page.evaluate("history.pushState({}, '', '/new')")
