@@ -12,7 +12,9 @@
  *   or, when it lists `finished`, the newest turn not showing that marker yet.
  * - The answer is the newest turn's `text` element (the turn itself when none
  *   matches), which content/main.js turns into Markdown with lib/markdown.js,
- *   so ```baa fences come back exactly as with the other adapters.
+ *   so ```baa fences come back exactly as with the other adapters; a site
+ *   whose code blocks are built otherwise says how (`answer.code`, given to
+ *   lib/markdown.js as `dom.codeBlocks`).
  * - The composer table is the one lib/composer.js drives for every adapter.
  *
  * A description is data: its selectors go to querySelectorAll and nowhere
@@ -132,6 +134,8 @@ export function siteAdapter(value) {
       },
       messageId: () => null,
       selectors,
+      /** How the site renders a code block (lib/markdown.js's `code` option), or null for the generic rules. */
+      codeBlocks: answer.code ?? null,
       composerKind: composer.kind,
       /**
        * The selector groups that match nothing on this page, for a

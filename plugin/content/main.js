@@ -280,7 +280,7 @@ async function run(adapter, hook) {
         if (adapter.dom.missingSelectors?.(document).includes("answer")) noticed(adapter, "selector_missing", { selectors: "answer" });
         return null;
       }
-      return { text: elementToMarkdown(element), message_id: adapter.dom.messageId(element) ?? "" };
+      return { text: elementToMarkdown(element, { code: adapter.dom.codeBlocks ?? null }), message_id: adapter.dom.messageId(element) ?? "" };
     },
     report(capture, method) {
       chrome.runtime

@@ -16,8 +16,16 @@
  * - Gemini: `code-block` with a `.code-block-decoration` header whose first
  *   `span` is the language, then `pre > code` without a language class.
  *
+ * A site described as data (plugin/sites/<name>.json) may say how its own
+ * code blocks are built (`answer.code`, SPEC §9): the block element, where
+ * its language is (a class prefix, an attribute, or a header element's
+ * text), which elements hold its lines and what to leave out. Those blocks
+ * are read by that rule; everything else, and every site that says
+ * nothing, by the generic rules above.
+ *
  * Only `nodeType`, `nodeName`, `childNodes`, `textContent` and
- * `getAttribute` are used, so tests can pass small fake trees.
+ * `getAttribute` are used (and `querySelectorAll` for a site's code rule),
+ * so tests can pass small fake trees.
  */
 
 const ELEMENT = 1;
@@ -44,12 +52,44 @@ const BLOCKS = new Set([
  */
 
 /**
+ * @typedef {{block: string[], language?: {class_prefix?: string, attribute?: string, header?: string[]},
+ *   lines?: string[], skip?: string[]}} CodeRule a description's `answer.code`
+ */
+
+/**
+ * The site's code blocks found under the answer, for the walk to read by
+ * the site's rule; empty without a rule.
+ *
+ * @type {Map<MarkdownNode, CodeRule>}
+ */
+let siteBlocks = new Map();
+
+/**
  * @param {MarkdownNode} element
+ * @param {{code?: CodeRule | null}} [options] `code`: the site's code block rule, when its description has one
  * @returns {string} the Markdown, without a trailing newline
  */
-export function elementToMarkdown(element) {
-  const blocks = element.nodeType === ELEMENT ? blockOf(element, 0) : paragraph(inline(element, 0));
-  return joinBlocks(blocks).replace(/\s+$/, "");
+export function elementToMarkdown(element, { code = null } = {}) {
+  siteBlocks = new Map(code ? queryAll(element, code.block).map((block) => [block, code]) : []);
+  try {
+    const blocks = element.nodeType === ELEMENT ? blockOf(element, 0) : paragraph(inline(element, 0));
+    return joinBlocks(blocks).replace(/\s+$/, "");
+  } finally {
+    siteBlocks = new Map();
+  }
+}
+
+/** Every element under `root` matching any of `selectors`; a selector the page's engine refuses matches nothing. */
+function queryAll(root, selectors = []) {
+  const found = [];
+  for (const selector of selectors) {
+    try {
+      found.push(...Array.from(root.querySelectorAll?.(selector) ?? []));
+    } catch {
+      // An invalid selector (a description is data, not checked by a CSS parser): nothing.
+    }
+  }
+  return found;
 }
 
 function name(node) {
@@ -73,6 +113,7 @@ function isSkipped(node) {
 /** Block-level: a known block element, or a custom element (Gemini's) that holds one. */
 function isBlock(node, depth = 0) {
   if (node.nodeType !== ELEMENT) return false;
+  if (siteBlocks.has(node)) return true;
   const nodeName = name(node);
   if (BLOCKS.has(nodeName)) return true;
   if (!nodeName.includes("-") || depth > MAX_DEPTH) return false;
@@ -123,6 +164,7 @@ function paragraph(text) {
 
 /** @returns {Block[]} */
 function blockOf(element, depth) {
+  if (siteBlocks.has(element)) return siteCodeBlock(element, siteBlocks.get(element));
   const nodeName = name(element);
   if (Object.hasOwn(HEADINGS, nodeName)) {
     const text = collapse(inlineChildren(element, depth)).trim();
@@ -199,6 +241,60 @@ function geminiCodeBlock(element) {
   return code ? [{ text: fence(codeText(code), language), isList: false }] : [];
 }
 
+/**
+ * A code block by its site's rule: the language from the rule's place for
+ * it (else from a `language-*` class inside, as the generic rule reads it);
+ * the code from the rule's line elements, one line each (Monaco's lines,
+ * whose spaces are no-break spaces), or else from the block's `code`
+ * element (or the block) without what the rule leaves out.
+ *
+ * @param {MarkdownNode} element
+ * @param {CodeRule} rule
+ */
+function siteCodeBlock(element, rule) {
+  const skipped = new Set(queryAll(element, rule.skip));
+  const language = siteLanguage(element, rule.language ?? {}) || languageOf(element);
+  const lines = queryAll(element, rule.lines).filter((line) => !skipped.has(line));
+  if (lines.length) {
+    // Nested matches (a line inside a matched line) would repeat text: the outermost only.
+    const outer = new Set(lines);
+    const own = lines.filter((line) => !hasAncestorIn(line, outer, element));
+    const code = own.map((line) => codeText(line, skipped).replaceAll("\u00a0", " ")).join("\n");
+    return [{ text: fence(code, language), isList: false }];
+  }
+  const holder = findFirst(element, (node) => name(node) === "CODE" && !skipped.has(node)) ?? element;
+  return [{ text: fence(codeText(holder, skipped), language), isList: false }];
+}
+
+/** Whether an ancestor of `node` below `root` is one of `nodes`. */
+function hasAncestorIn(node, nodes, root) {
+  for (let current = node.parentNode; current && current !== root; current = current.parentNode) if (nodes.has(current)) return true;
+  return false;
+}
+
+/** The language where the site's rule says it is, or "". */
+function siteLanguage(element, { class_prefix: prefix, attribute: attributeName, header }) {
+  let label = "";
+  if (attributeName) label = attribute(element, attributeName);
+  else if (header) label = collapse(queryAll(element, header)[0]?.textContent ?? "").trim();
+  else if (prefix) {
+    const withClass = [element, ...elementsOf(element)].find((node) => classes(node).some((name) => name.startsWith(prefix)));
+    label = withClass ? classes(withClass).find((name) => name.startsWith(prefix)).slice(prefix.length) : "";
+  }
+  label = label.trim();
+  return /^[A-Za-z0-9_+#.-]{1,30}$/.test(label) ? label.toLowerCase() : "";
+}
+
+function classes(node) {
+  return attribute(node, "class").split(/\s+/).filter(Boolean);
+}
+
+/** The elements under `node`, depth-first, at most MAX_DEPTH deep. */
+function elementsOf(node, depth = 0) {
+  if (depth > MAX_DEPTH) return [];
+  return children(node).filter((child) => child.nodeType === ELEMENT).flatMap((child) => [child, ...elementsOf(child, depth + 1)]);
+}
+
 /** The `code` element inside a `pre` (or a code block), past any header bar. */
 function codeElement(element) {
   return findFirst(element, (node) => name(node) === "CODE");
@@ -246,13 +342,16 @@ function findFirst(node, test, maxDepth = MAX_DEPTH) {
   return null;
 }
 
-/** A code element's text as the page holds it: text nodes verbatim, `<br>` as a line end. */
-function codeText(node) {
+/**
+ * A code element's text as the page holds it: text nodes verbatim, `<br>`
+ * as a line end; `skipped` elements (a site's header, its copy button) left out.
+ */
+function codeText(node, skipped = new Set()) {
   const pieces = [];
   const walk = (current, depth) => {
     for (const child of children(current)) {
       if (child.nodeType === TEXT) pieces.push(child.textContent ?? "");
-      else if (child.nodeType !== ELEMENT || isSkipped(child)) continue;
+      else if (child.nodeType !== ELEMENT || isSkipped(child) || skipped.has(child)) continue;
       else if (name(child) === "BR") pieces.push("\n");
       else if (depth > MAX_DEPTH) pieces.push(child.textContent ?? "");
       else walk(child, depth + 1);

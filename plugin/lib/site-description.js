@@ -34,6 +34,8 @@ const SELECTOR = /^(?!\s*\/\/)(?!.*(<|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]\s
 const REPO = /^[A-Za-z0-9][A-Za-z0-9-]{0,38}\/[A-Za-z0-9._-]{1,100}$/;
 const SOURCE_PATH = /^[A-Za-z0-9._-]+(\/[A-Za-z0-9._-]+)*$/;
 const COMMIT = /^[0-9a-f]{7,40}$/;
+const CLASS_PREFIX = /^[A-Za-z][A-Za-z0-9_-]{0,30}$/;
+const ATTRIBUTE = /^[a-z][a-z0-9_.:-]{0,40}$/;
 
 export const MAX_SELECTOR_CHARS = 300;
 export const MAX_SELECTORS = 12;
@@ -94,6 +96,26 @@ const sources = list(
   { min: 1, max: 4 },
 );
 
+/** @returns {Rule} exactly one of `fields` */
+function oneKeyOf(fields) {
+  const rule = record(fields, []);
+  return (value, path, problems) => {
+    rule(value, path, problems);
+    if (isObject(value) && Object.keys(value).length !== 1) problems.push(`${path}: not exactly one of ${Object.keys(fields).join(", ")}`);
+  };
+}
+
+/** `answer.code`: how the site renders a code block (lib/markdown.js reads it). */
+const codeRule = record(
+  {
+    block: selectors,
+    language: oneKeyOf({ class_prefix: text({ pattern: CLASS_PREFIX }), attribute: text({ pattern: ATTRIBUTE }), header: selectors }),
+    lines: optionalSelectors,
+    skip: optionalSelectors,
+  },
+  ["block"],
+);
+
 /** @type {Rule} */
 function origin(value, path, problems) {
   text({ pattern: ORIGIN, max: 100 })(value, path, problems);
@@ -126,7 +148,7 @@ const description = record(
       ["path_prefixes", "id", "checked", "sources"],
     ),
     answer: record(
-      { turn: selectors, text: optionalSelectors, streaming: selectors, finished: optionalSelectors, checked: date, sources },
+      { turn: selectors, text: optionalSelectors, streaming: selectors, finished: optionalSelectors, code: codeRule, checked: date, sources },
       ["turn", "streaming", "checked", "sources"],
     ),
     composer: record(

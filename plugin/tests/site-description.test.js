@@ -51,6 +51,13 @@ const HOSTILE = [
   ["a source with a function", (d) => (d.answer.sources = [{ repo: "a/b", path: "x.js", commit: "abcdef0", run: "f()" }])],
   ["markup in an uncertain note", (d) => (d.uncertain = ["<img src=x onerror=alert(1)>"])],
   ["a missing group", (d) => delete d.composer],
+  ["a code rule without its block", (d) => (d.answer.code = { lines: [".line"] })],
+  ["a code rule with an unknown key", (d) => (d.answer.code = { block: ["pre"], script: "x" })],
+  ["a code language in two places", (d) => (d.answer.code = { block: ["pre"], language: { attribute: "data-lang", class_prefix: "lang-" } })],
+  ["a code language in no place", (d) => (d.answer.code = { block: ["pre"], language: {} })],
+  ["a code language attribute that is an event handler's shape", (d) => (d.answer.code = { block: ["pre"], language: { attribute: "on click" } })],
+  ["a code class prefix that is a pattern", (d) => (d.answer.code = { block: ["pre"], language: { class_prefix: "lang-.*" } })],
+  ["markup in a code line selector", (d) => (d.answer.code = { block: ["pre"], lines: ["<b>"] })],
 ];
 
 describe("shipped site descriptions", () => {

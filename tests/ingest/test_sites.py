@@ -77,12 +77,22 @@ def test_every_shipped_description_validates_and_is_in_force():
     ({"script": "alert(1)"}, "(top)"),
     ({"origins": ["http://perplexity.ai"]}, "origins"),
     ({"name": "claude"}, "name"),
+    ({"answer__code": {"block": ["pre"], "language": {"attribute": "data-lang", "header": [".h"]}}}, "answer/code/language"),
+    ({"answer__code": {"block": ["pre"], "lines": ["<b>"]}}, "answer/code/lines"),
+    ({"answer__code": {"lines": [".line"]}}, "answer/code"),
 ])
 def test_a_description_with_a_script_a_url_an_unknown_key_or_an_over_long_selector_is_refused(change, what):
     with pytest.raises(InvalidSiteDescription) as raised:
         site_description_save(name=change.get("name", "perplexity"), description=perplexity(**change), actor="ops")
     assert what in str(raised.value)
     assert not SiteDescription.objects.exists()
+
+
+def test_a_code_block_rule_is_saved_as_the_plugins_validator_reads_it():
+    code = {"block": ["pre.qwen-markdown-code"], "language": {"header": [".qwen-markdown-code-header > div:first-child"]},
+            "lines": [".view-lines .view-line"], "skip": [".qwen-markdown-code-header"]}
+    site_description_save(name="perplexity", description=perplexity(answer__code=code), actor="ops")
+    assert SiteDescription.objects.get(name="perplexity").description["answer"]["code"] == code
 
 
 def test_a_description_saved_under_another_name_is_refused():
