@@ -58,7 +58,7 @@ document.querySelector(SITE.send).addEventListener("click", () => {{
   if (!text.trim()) return;
   sent.push(text);
   const turn = fromHtml(SITE.user_turn);
-  turn.textContent = text;
+  (SITE.user_text_in_turn ? turn.querySelector(SITE.user_text_in_turn) : turn).textContent = text;
   thread.appendChild(turn);
   clearComposer();
 }});
@@ -84,6 +84,40 @@ window.mockSite = {{
 """
 
 
+def generic_code(language: str, lines: list[str]) -> str:
+    return f'<pre><code class="language-{language}">' + escape("\n".join(lines) + "\n", quote=False) + "</code></pre>"
+
+
+def aistudio_code(language: str, lines: list[str]) -> str:
+    """AI Studio's ms-code-block: the language in data-test-language, a panel header (label, copy), the code in pre code."""
+    spans = "\n".join(f'<span class="hljs-string">{escape(line, quote=False)}</span>' for line in lines)
+    return (
+        f'<ms-code-block data-test-language="{language}"><mat-expansion-panel class="mat-expansion-panel">'
+        f'<mat-expansion-panel-header class="mat-expansion-panel-header"><span class="mat-content"><mat-icon>code</mat-icon>'
+        f'<span>{language}</span></span><button aria-label="Copy to clipboard"><span>content_copy</span></button>'
+        f'</mat-expansion-panel-header><div class="mat-expansion-panel-content"><div class="mat-expansion-panel-body">'
+        f'<pre><code>{spans}</code></pre></div></div></mat-expansion-panel></ms-code-block>'
+    )
+
+
+def qwen_code(language: str, lines: list[str]) -> str:
+    """Qwen's pre.qwen-markdown-code: a header (language, Copy), the lines in a Monaco editor (no-break spaces), line numbers beside."""
+    numbers = "".join(f'<div class="line-numbers">{n}</div>' for n in range(1, len(lines) + 1))
+    view_lines = "".join(
+        f'<div class="view-line"><span><span class="mtk1">{escape(line, quote=False).replace(" ", "&nbsp;")}</span></span></div>'
+        for line in lines
+    )
+    return (
+        f'<pre class="qwen-markdown-code"><div class="qwen-markdown-code-header"><div>{language}</div>'
+        f'<div class="qwen-markdown-code-header-actions"><div class="qwen-markdown-code-header-action-item">Copy</div></div></div>'
+        f'<div class="qwen-markdown-code-body {language}"><div class="monaco-editor"><div class="margin">{numbers}</div>'
+        f'<div class="view-lines">{view_lines}</div></div></div></pre>'
+    )
+
+
+CODE_BLOCKS = {"generic": generic_code, "aistudio": aistudio_code, "qwen": qwen_code}
+
+
 @dataclass
 class SiteApp:
     """One site's mock: its description's name, a conversation page, and the markup of each part."""
@@ -103,6 +137,13 @@ class SiteApp:
     # Sites whose send button turns into the stop button: (selector, attribute, while writing, otherwise).
     streaming_attribute: tuple[str, str, str, str] | None = None
     title: str = "Plan the release"
+    user_text_in_turn: str = ""  # where the person's text goes inside ``user_turn``, "" for the turn itself
+    # How the site renders a code block: "generic" (pre > code.language-*), or the site's own shape (``code_block``).
+    code_shape: str = "generic"
+
+    def answer_html(self, language: str, lines: list[str]) -> str:
+        """An answer "Checking:" and one code block, in the markup the site renders code blocks with."""
+        return "<p>Checking:</p>" + CODE_BLOCKS[self.code_shape](language, lines)
 
     @property
     def page_url(self) -> str:
@@ -121,7 +162,7 @@ class SiteApp:
         config = {
             "turn": self.turn, "text_in_turn": self.text_in_turn, "streaming": self.streaming, "input": self.input,
             "send": self.send, "user_turn": self.user_turn, "user_turn_selector": self.user_turn_selector,
-            "streaming_attribute": self.streaming_attribute,
+            "streaming_attribute": self.streaming_attribute, "user_text_in_turn": self.user_text_in_turn,
         }
         # No markup here holds "</script", so the JSON cannot close the script.
         return PAGE.format(title=escape(self.title), composer=self.composer, config=json.dumps(config))
@@ -162,6 +203,30 @@ def site_app(name: str, **changes) -> SiteApp:
                      '<button type="button" aria-labelledby="SendButton-label"><span id="SendButton-label">Send</span></button>',
             user_turn='<div class="UserMessage-module__container--c3d4" style="white-space: pre-wrap"></div>',
             user_turn_selector='[class*="UserMessage-module__container"]',
+        ),
+        "aistudio": SiteApp(
+            name="aistudio", origin="https://aistudio.google.com", path_prefix="/prompts/",
+            conversation=f"1{uuid.uuid4().hex[:20]}",
+            turn='<ms-chat-turn><div data-turn-role="Model"><ms-text-chunk></ms-text-chunk></div></ms-chat-turn>',
+            text_in_turn="ms-text-chunk",
+            streaming='<button id="mock-streaming" aria-label="Stop">Stop</button>',
+            input='textarea[aria-label="Enter a prompt"]', send='ms-run-button button[type="submit"]',
+            composer='<textarea aria-label="Enter a prompt"></textarea>'
+                     '<ms-run-button><button type="submit">Run</button></ms-run-button>',
+            user_turn='<ms-chat-turn><div data-turn-role="User"><ms-text-chunk style="white-space: pre-wrap"></ms-text-chunk></div></ms-chat-turn>',
+            user_turn_selector='ms-chat-turn [data-turn-role="User"]', user_text_in_turn="ms-text-chunk",
+            code_shape="aistudio",
+        ),
+        "qwen": SiteApp(
+            name="qwen", origin="https://chat.qwen.ai", path_prefix="/c/", conversation=conversation,
+            turn='<div class="qwen-chat-message-assistant"><div class="response-message-content"></div></div>',
+            text_in_turn=".response-message-content",
+            streaming='<i id="mock-streaming" class="icon-StopIcon"></i>',
+            input="textarea.message-input-textarea", send="div.message-input-right-button-send button",
+            composer='<textarea class="message-input-textarea"></textarea>'
+                     '<div class="message-input-right-button-send"><button type="button">Send</button></div>',
+            user_turn='<div class="user-message-content" style="white-space: pre-wrap"></div>',
+            user_turn_selector="div.user-message-content", code_shape="qwen",
         ),
     }
     app = apps[name]

@@ -1,7 +1,8 @@
 """End to end: chat sites read from the page (``plugin/sites/``) through the plugin to a running Conductor and back.
 
-For Perplexity, DeepSeek and GitHub Copilot: a mock page at the site's
-real origin with the DOM shape of its description (``site_apps.py``), the
+For Perplexity, DeepSeek, GitHub Copilot, AI Studio and Qwen: a mock page at
+the site's real origin with the DOM shape of its description (``site_apps.py``,
+code blocks in each site's own markup), the
 site switched on, an answer with a ``baa`` block read from the page, its
 result typed into the site's composer and sent, and the console showing the
 site's title. Then an operator changes a site's streaming selector on the
@@ -45,7 +46,7 @@ pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 WAIT = 60
 ASK = "```baa\necho\n{\"step\": %d}\n```\n"
 ASK_HTML = '<p>Checking:</p><pre><code class="language-baa">echo\n{"step": %d}\n</code></pre>'
-TITLES = {"perplexity": "Perplexity", "deepseek": "DeepSeek", "copilot": "GitHub Copilot"}
+TITLES = {"perplexity": "Perplexity", "deepseek": "DeepSeek", "copilot": "GitHub Copilot", "aistudio": "Google AI Studio", "qwen": "Qwen Chat"}
 
 
 @pytest.fixture
@@ -106,7 +107,7 @@ def open_site(browser, app):
     return page
 
 
-@pytest.mark.parametrize("name", ["perplexity", "deepseek", "copilot"])
+@pytest.mark.parametrize("name", ["perplexity", "deepseek", "copilot", "aistudio", "qwen"])
 def test_a_sites_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path, server_env, name):
     PluginClientFactory(client_id="laptop")
     app = site_app(name)
@@ -123,7 +124,8 @@ def test_a_sites_answer_with_a_block_round_trips_through_conductor(chromium, tmp
         assert registered_sites(browser) == [f"site-{name}"]
 
         page = open_site(browser, app)
-        page.evaluate("([html]) => mockSite.answer(html)", [ASK_HTML % 1])
+        # Each site's code block in its own markup (AI Studio's ms-code-block, Qwen's Monaco lines).
+        page.evaluate("([html]) => mockSite.answer(html)", [app.answer_html("baa", ["echo", '{"step": 1}'])])
 
         message = browser.wait_until(lambda: assistant_messages(name).first(), "the assistant message in Conductor", WAIT)
         assert message.capture == Message.Capture.DOM
