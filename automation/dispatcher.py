@@ -53,9 +53,11 @@ from automation.services.transitions import (
     task_retry_later,
     task_start,
     task_succeed,
+    task_wait_for_part,
 )
 from automation.wake import ThreadWakes, wakes_go_to
 from core.clock import now_ms
+from core.layer_send import ChannelLayerUnavailable
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
@@ -73,6 +75,12 @@ RECORD_ATTEMPTS = 5
 RECORD_RETRY_SECONDS = 0.5
 # What a lost or cut database connection raises.
 CONNECTION_ERRORS = (OperationalError, InterfaceError)
+# The server's own parts a task waits for (``RetryableFailure.part``), as the task's error names them.
+PART_DATABASE = "the database"
+PART_CHANNEL_LAYER = "the channel layer"
+# A task waiting for a part is tried again after the time it has waited so far, within these bounds.
+PART_AWAY_FIRST_DELAY_MS = 5_000
+PART_AWAY_MAX_DELAY_MS = 60_000
 
 
 def new_owner() -> str:
@@ -99,6 +107,8 @@ class DispatcherConfig:
     outbound_jitter_max_ms: int
     retry_backoff_seconds: tuple[int, ...]
     retry_jitter_max_ms: int
+    # How long a task waits for a part of the server that does not answer (SPEC §4).
+    part_away_max_ms: int = 15 * 60_000
 
     @classmethod
     def from_settings(cls) -> DispatcherConfig:
@@ -108,6 +118,7 @@ class DispatcherConfig:
             outbound_jitter_max_ms=settings.CONDUCTOR_OUTBOUND_JITTER_MAX_MS,
             retry_backoff_seconds=settings.CONDUCTOR_RETRY_BACKOFF_SECONDS,
             retry_jitter_max_ms=settings.CONDUCTOR_RETRY_JITTER_MAX_MS,
+            part_away_max_ms=settings.CONDUCTOR_PART_AWAY_MAX_MINUTES * 60_000,
         )
 
     def retry_policy(self, rng: random.Random) -> RetryPolicy:
@@ -342,18 +353,30 @@ class Dispatcher:
             raise
         except CONNECTION_ERRORS as exc:
             # The database went away under the executor: not the task's own
-            # failure, but an interruption (SPEC 4.4). An idempotent task runs
-            # again; another, which may have acted already, fails as interrupted.
+            # failure, but an interruption (SPEC 4.4). An idempotent task waits
+            # for it and runs again; another, which may have acted already, fails as interrupted.
             log_event(logger, "executor_connection_lost", level=logging.ERROR, exc_info=True, task_id=ctx.task.pk, kind=spec.name)
             close_old_connections()
             error = f"interrupted: the database connection failed while it ran ({type(exc).__name__})"
-            return RetryableFailure(error) if spec.is_idempotent(ctx.task) else TerminalFailure(error)
+            return self._part_away(spec, ctx, PART_DATABASE, error)
+        except ChannelLayerUnavailable as exc:
+            log_event(logger, "executor_channel_layer_away", level=logging.WARNING, task_id=ctx.task.pk,
+                      kind=spec.name, error=str(exc))
+            part = f"{PART_CHANNEL_LAYER} ({'Redis' if settings.REDIS_URL else 'its SQLite database'})"
+            return self._part_away(spec, ctx, part, f"the channel layer did not take a message: {exc}")
         except Exception as exc:
             log_event(logger, "executor_raised", level=logging.ERROR, exc_info=True, task_id=ctx.task.pk, kind=spec.name)
             return TerminalFailure(f"executor error: {type(exc).__name__}: {exc}")
         finally:
             with self._lock:
                 self._heartbeat_due.discard(ctx.task.pk)
+
+    @staticmethod
+    def _part_away(spec: KindSpec, ctx: ExecutionContext, part: str, error: str) -> Outcome:
+        """A part of the server failed under the executor: the task waits for it where running it
+        again is safe (an idempotent kind: a delivery, whose key makes a second send harmless), and
+        fails as interrupted where the run may have acted already (SPEC §4, §4.4)."""
+        return RetryableFailure(error, part=part) if spec.is_idempotent(ctx.task) else TerminalFailure(error)
 
     def _heartbeat_loop(self) -> None:
         """Renew the lease of every task this dispatcher is running, well before it runs out.
@@ -442,10 +465,25 @@ class Dispatcher:
                 close_old_connections()
                 time.sleep(RECORD_RETRY_SECONDS)
 
+    def _wait_for_part(self, task: AutomationTask, lease: Lease, *, part: str, error: str, now: int) -> AutomationTask:
+        """Put the task back to wait for ``part``, using no attempt; fail it, naming the part, once it
+        has waited longer than ``part_away_max_ms``. The wait doubles up to a minute."""
+        since = task.part_away_since or now
+        waited = now - since
+        if waited > self.config.part_away_max_ms:
+            return task_fail(task.pk, lease=lease, now=now,
+                             error=f"{part} did not answer for {waited // 60_000} min: {error}")
+        delay = min(PART_AWAY_MAX_DELAY_MS, max(PART_AWAY_FIRST_DELAY_MS, waited))
+        delay += self.rng.randint(0, self.config.retry_jitter_max_ms)
+        return task_wait_for_part(task.pk, lease=lease, part=part, error=f"waiting for {part}: {error}",
+                                  since=since, retry_at=now + delay, now=now)
+
     def _record_outcome(self, task: AutomationTask, lease: Lease, outcome: Outcome, now: int) -> AutomationTask:
         match outcome:
             case Success(result=result):
                 return task_succeed(task.pk, lease=lease, result=result, now=now)
+            case RetryableFailure(error=error, part=part) if part:
+                return self._wait_for_part(task, lease, part=part, error=error, now=now)
             case RetryableFailure(error=error, result=result):
                 delay = self.retry.next_delay(attempt_count=task.attempt_count, max_attempts=task.max_attempts)
                 if delay is not None:

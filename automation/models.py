@@ -124,6 +124,9 @@ class AutomationTask(models.Model):
     execute_after = models.BigIntegerField()
     attempt_count = models.PositiveIntegerField(default=0)
     max_attempts = models.PositiveIntegerField()
+    # Since when (epoch ms) the task has waited for a part of the server (the database, the channel
+    # layer) that did not answer; such waits use no attempt (SPEC §4). Cleared when a run ends otherwise.
+    part_away_since = models.BigIntegerField(null=True, blank=True)
     lease_owner = models.CharField(max_length=128, null=True, blank=True)
     lease_until = models.BigIntegerField(null=True, blank=True)
     # The fencing token of the current lease (``Lease``): set by the claim,

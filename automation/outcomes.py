@@ -18,10 +18,17 @@ class Success:
 
 @dataclass(frozen=True)
 class RetryableFailure:
-    """Worth another attempt (a timeout, a 5xx); the dispatcher retries while attempts remain."""
+    """Worth another attempt (a timeout, a 5xx); the dispatcher retries while attempts remain.
+
+    ``part``: the failure was a part of the server's own (the database, the
+    channel layer), not the target's or the tool's: the task waits for the
+    part, with backoff, using no attempt, until ``CONDUCTOR_PART_AWAY_MAX_MINUTES``
+    have passed (SPEC §4). The dispatcher says so for what its executors raise.
+    """
 
     error: str
     result: Any = None
+    part: str = ""
 
 
 @dataclass(frozen=True)

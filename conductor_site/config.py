@@ -131,6 +131,7 @@ def _engine_settings(env: environ.Env) -> dict[str, Any]:
             env, "CONDUCTOR_RETRY_JITTER_MAX_MS", 1000, minimum=0
         ),
         "CONDUCTOR_MAX_ATTEMPTS": _positive_int(env, "CONDUCTOR_MAX_ATTEMPTS", 3),
+        "CONDUCTOR_PART_AWAY_MAX_MINUTES": _positive_int(env, "CONDUCTOR_PART_AWAY_MAX_MINUTES", 15),
         "CONDUCTOR_LEASE_SECONDS": _positive_int(env, "CONDUCTOR_LEASE_SECONDS", 60),
         "CONDUCTOR_DELIVERY_TIMEOUT_SECONDS": _positive_int(
             env, "CONDUCTOR_DELIVERY_TIMEOUT_SECONDS", 30

@@ -195,6 +195,11 @@ SECTIONS: tuple[Section, ...] = (
             Setting("CONDUCTOR_MAX_ATTEMPTS", "3", "Runs of a task in all before a retryable failure becomes terminal."),
             Setting("CONDUCTOR_RETRY_BACKOFF_SECONDS", "5,15,45", "Waits before each retry, in seconds (the last one repeats)."),
             Setting("CONDUCTOR_RETRY_JITTER_MAX_MS", "1000", "Random jitter added to each retry's wait, at most."),
+            Setting(
+                "CONDUCTOR_PART_AWAY_MAX_MINUTES", "15",
+                "How long a task waits, using no attempt, for a part of the server that does not answer (the "
+                "database, the channel layer) before it fails naming the part.",
+            ),
             Setting("CONDUCTOR_OUTBOUND_JITTER_MAX_MS", "800", "Random delay before an outbound delivery, at most."),
         ),
     ),

@@ -38,10 +38,28 @@ def _under_an_event_loop() -> bool:
     return loop is not None and loop.is_running() and getattr(local, "main_event_loop_pid", None) == os.getpid()
 
 
+class ChannelLayerUnavailable(Exception):
+    """The channel layer did not take a message: Redis refused, reset or timed out, the embedded
+    layer's database was busy, or the layer was full. A part of the server, not the message's fault:
+    trying again later is the answer (the dispatcher waits for the part, SPEC §4)."""
+
+
+# What a mistake in the caller's own message raises: passed up as it is, never taken for an outage.
+_CALLER_ERRORS = (TypeError, ValueError, AttributeError, KeyError)
+
+
 def group_send(group: str, message: dict[str, Any], *, layer=None) -> None:
-    """Send ``message`` to ``group`` on the channel layer, waiting until it is sent."""
+    """Send ``message`` to ``group`` on the channel layer, waiting until it is sent.
+
+    Raises ``ChannelLayerUnavailable`` when the layer does not take it.
+    """
     layer = layer or get_channel_layer()
-    if getattr(layer, "sends_from_a_kept_loop", False) and not _under_an_event_loop():
-        _kept.get().run(layer.group_send(group, message), timeout=SEND_TIMEOUT_SECONDS)
-    else:
-        async_to_sync(layer.group_send)(group, message)
+    try:
+        if getattr(layer, "sends_from_a_kept_loop", False) and not _under_an_event_loop():
+            _kept.get().run(layer.group_send(group, message), timeout=SEND_TIMEOUT_SECONDS)
+        else:
+            async_to_sync(layer.group_send)(group, message)
+    except _CALLER_ERRORS:
+        raise
+    except Exception as exc:
+        raise ChannelLayerUnavailable(f"{type(exc).__name__}: {exc}") from exc

@@ -237,6 +237,8 @@ def log_transition(task: AutomationTask, action: str, status_from: str | None, a
 
 
 _CLEAR_LEASE = {"lease_owner": None, "lease_until": None, "lease_token": None}
+# A run that ends otherwise than waiting for a part of the server ends that wait too.
+_RUN_ENDED = {**_CLEAR_LEASE, "part_away_since": None}
 
 
 def task_release(
@@ -312,7 +314,7 @@ def task_succeed(
     return _transition(
         task_id, SUCCEED, actor=lease.owner, now=now,
         fenced=lease,
-        changes={**_CLEAR_LEASE, "result_json": json.dumps(result), "finished_at": now},
+        changes={**_RUN_ENDED, "result_json": json.dumps(result), "finished_at": now},
     )
 
 
@@ -334,10 +336,30 @@ def task_retry_later(
         task_id, RETRY_LATER, actor=lease.owner, now=now,
         fenced=lease,
         guards=(ATTEMPTS_LEFT,),
-        changes={**_CLEAR_LEASE, "execute_after": retry_at},
+        changes={**_RUN_ENDED, "execute_after": retry_at},
         error=error,
         backoff_ms=backoff_ms,
         jitter_ms=jitter_ms,
+    )
+
+
+def task_wait_for_part(
+    task_id: str, *, lease: Lease, part: str, error: str, since: int, retry_at: int, now: int | None = None,
+) -> AutomationTask:
+    """running -> retry_wait: a part of the server (``part``) did not answer; due again at ``retry_at``.
+
+    Not the task's failure: the attempt it started is given back, and
+    ``part_away_since`` keeps when the wait began (``since``), which bounds it.
+    """
+    return _transition(
+        task_id, RETRY_LATER, actor=lease.owner, now=now, fenced=lease,
+        changes={
+            **_CLEAR_LEASE, "execute_after": retry_at, "attempt_count": F("attempt_count") - 1,
+            "part_away_since": since,
+        },
+        error=error,
+        backoff_ms=max(0, retry_at - (now_ms() if now is None else now)),
+        detail={"part": part, "waiting_since": since},
     )
 
 
@@ -355,7 +377,7 @@ def task_fail(
     ``reason`` only for a decision (a policy's no at run time): a fault has none.
     """
     now = now_ms() if now is None else now
-    changes: dict[str, Any] = {**_CLEAR_LEASE, "finished_at": now, "finish_reason": reason}
+    changes: dict[str, Any] = {**_RUN_ENDED, "finished_at": now, "finish_reason": reason}
     if result is not None:
         changes["result_json"] = json.dumps(result)
     return _transition(

@@ -475,8 +475,9 @@ def test_an_outcome_whose_write_loses_the_database_connection_is_written_again(m
     assert len(writes) == 2
 
 
-@pytest.mark.parametrize("idempotent,status", [(True, S.RETRY_WAIT), (False, S.FAILED)])
-def test_a_lost_database_connection_under_the_executor_is_an_interruption(monkeypatch, idempotent, status):
+@pytest.mark.parametrize("idempotent,status,attempts", [(True, S.RETRY_WAIT, 0), (False, S.FAILED, 1)])
+def test_a_lost_database_connection_under_the_executor_is_an_interruption(monkeypatch, idempotent, status, attempts):
+    """An idempotent task waits for the database, using no attempt; another may have acted: it fails."""
     from automation.kinds import kinds
 
     def executor(ctx):
@@ -487,8 +488,65 @@ def test_a_lost_database_connection_under_the_executor_is_an_interruption(monkey
     task = create(idempotent=idempotent)
     run_tick(make_dispatcher())
     after = reload(task)
-    assert (after.status, after.attempt_count) == (status, 1)
-    assert after.last_error.startswith("interrupted: the database connection failed while it ran")
+    assert (after.status, after.attempt_count) == (status, attempts)
+    assert "interrupted: the database connection failed while it ran" in after.last_error
+    if idempotent:
+        assert after.last_error.startswith("waiting for the database: ")
+        assert after.events.last().detail["part"] == "the database"
+
+
+def test_a_channel_layer_that_refuses_makes_the_task_wait_without_an_attempt_until_it_answers(monkeypatch):
+    """Redis away for a moment: the delivery is tried again when it is back, with all its attempts."""
+    from automation.kinds import kinds
+    from core.layer_send import ChannelLayerUnavailable
+
+    layer_up = [False]
+
+    def executor(ctx):
+        if not layer_up[0]:
+            raise ChannelLayerUnavailable("ConnectionError: Error 111 connecting to 127.0.0.1:6379")
+        from automation.outcomes import Success
+
+        return Success({"sent": True})
+
+    spec = kinds.get("test.local")
+    monkeypatch.setitem(kinds._entries, "test.local", dataclasses.replace(spec, executor=executor))
+    task = create(idempotent=True)
+    dispatcher = make_dispatcher()
+    for _ in range(5):  # more waits than the task has attempts
+        run_tick(dispatcher)
+        waiting = reload(task)
+        assert (waiting.status, waiting.attempt_count) == (S.RETRY_WAIT, 0)
+        assert waiting.last_error.startswith("waiting for the channel layer (")
+        assert "the channel layer did not take a message: ConnectionError: Error 111" in waiting.last_error
+        assert waiting.part_away_since is not None
+        AutomationTask.objects.filter(pk=task.pk).update(execute_after=0)  # due again now
+    layer_up[0] = True
+    run_tick(dispatcher)
+    done = reload(task)
+    assert (done.status, done.attempt_count, done.part_away_since) == (S.SUCCEEDED, 1, None)
+
+
+def test_a_part_away_longer_than_the_limit_fails_the_task_naming_it(monkeypatch):
+    from automation.kinds import kinds
+    from core.layer_send import ChannelLayerUnavailable
+
+    def executor(ctx):
+        raise ChannelLayerUnavailable("TimeoutError: ")
+
+    spec = kinds.get("test.local")
+    monkeypatch.setitem(kinds._entries, "test.local", dataclasses.replace(spec, executor=executor))
+    task = create(idempotent=True)
+    dispatcher = make_dispatcher()
+    run_tick(dispatcher)
+    AutomationTask.objects.filter(pk=task.pk).update(
+        execute_after=0, part_away_since=reload(task).part_away_since - dispatcher.config.part_away_max_ms - 1,
+    )
+    run_tick(dispatcher)
+    failed = reload(task)
+    assert failed.status == S.FAILED
+    assert failed.last_error.startswith("the channel layer (")
+    assert " did not answer for 15 min: " in failed.last_error
 
 
 @pytest.mark.parametrize("paused", [True, False])
