@@ -29,6 +29,7 @@ import {
 import { countReport, sendDueReports } from "./worker/report-sending.js";
 import { descriptionForPage, isSiteOn, refreshSites, sitesReady, switchSite, syncScripts, takeSites } from "./worker/site-sync.js";
 import { ensureConnected, helloAcknowledged, listen, reconnect } from "./worker/socket.js";
+import { quietMsOf } from "./lib/turn-watch.js";
 
 const RECONNECT_ALARM = "conductor-reconnect";
 /** Sends the adapter reports that came due while nothing else happened. */
@@ -100,7 +101,7 @@ const MESSAGE_HANDLERS = {
   async "content.settings"(message, sender) {
     if (!sender.tab) return null;
     const { settings } = await chrome.storage.local.get("settings");
-    return { readStreams: settings?.readStreams !== false, insertGuide: settings?.insertGuide === true };
+    return { readStreams: settings?.readStreams !== false, insertGuide: settings?.insertGuide === true, answerQuietMs: quietMsOf(settings?.answerQuietMs) };
   },
   /** A new chat's page asks for its platform's guide (the "insert into every new conversation" option). */
   async "content.guide"(message, sender) {

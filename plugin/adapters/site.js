@@ -9,7 +9,10 @@
  *   lib/capture.js reads the page once its "writing" signal went away and
  *   its grace period passed, the DOM fallback the other adapters have.
  * - "Writing" is the description's `streaming` selectors matching anywhere,
- *   or, when it lists `finished`, the newest turn not showing that marker yet.
+ *   or, when it lists `finished`, the newest turn not showing that marker yet;
+ *   where the streaming signal is never seen for a turn, lib/turn-watch.js
+ *   finishes it once its text stayed the same for a few seconds with its
+ *   `finished` markers there (`dom.turnLook` gives it what the page shows).
  * - The answer is the newest turn's `text` element (the turn itself when none
  *   matches), which content/main.js turns into Markdown with lib/markdown.js,
  *   so ```baa fences come back exactly as with the other adapters; a site
@@ -137,6 +140,22 @@ export function siteAdapter(value) {
       /** How the site renders a code block (lib/markdown.js's `code` option), or null for the generic rules. */
       codeBlocks: answer.code ?? null,
       composerKind: composer.kind,
+      /**
+       * What lib/turn-watch.js needs to tell a finished answer: the
+       * streaming selectors matching, the newest turn and its text, and
+       * whether it shows its `finished` markers (true when none are listed).
+       *
+       * @returns {import('../lib/turn-watch.js').PageLook}
+       */
+      turnLook(document) {
+        const turn = newestTurn(document);
+        return {
+          isStreaming: anyMatches(document, selectors.generating),
+          turn,
+          text: turn?.textContent ?? "",
+          isFinishedShown: !selectors.finished.length || (Boolean(turn) && queryAllFirst(turn, selectors.finished).length > 0),
+        };
+      },
       /**
        * The selector groups that match nothing on this page, for a
        * `selector_missing` adapter report (`detail.selectors`): `composer`

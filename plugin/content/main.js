@@ -18,6 +18,7 @@ import { elementToMarkdown } from "../lib/markdown.js";
 import { fillPageValues, MissingPageValue, placeholderNames } from "../lib/placeholders.js";
 import { proxyErrorCode } from "../lib/proxy.js";
 import { showReplyNote } from "../lib/reply-note.js";
+import { quietMsOf, TurnWatch } from "../lib/turn-watch.js";
 
 /** How often, at most, the page is looked at while it changes. */
 const DOM_CHECK_MS = 200;
@@ -195,15 +196,32 @@ function newChatGuide(adapter, isEnabled, inComposer) {
 /**
  * Watches the page's own end-of-message signal, looking at most every
  * DOM_CHECK_MS; `onChecked` runs after each look (the apps change their
- * URL without loading a page, and the page changes with it).
+ * URL without loading a page, and the page changes with it). On a site read
+ * from the page, `turns` (lib/turn-watch.js) decides, and a look is also
+ * due when a quiet answer may have become finished (no change wakes one);
+ * an answer finished that way on a page whose streaming selectors never
+ * matched is reported (`selector_missing`, `streaming`).
+ *
+ * @param {TurnWatch | null} turns
  */
-function watchPage(adapter, tracker, onChecked) {
+function watchPage(adapter, tracker, onChecked, turns) {
   let timer = null;
+  let wakeTimer = null;
   let checkedAt = 0;
   const check = () => {
     timer = null;
     checkedAt = performance.now();
-    tracker.generatingChanged(adapter.dom.isGenerating(document));
+    if (turns) {
+      const state = turns.look(adapter.dom.turnLook(document), checkedAt);
+      tracker.generatingChanged(state.isWriting);
+      if (state.finished === "quiet" && state.signalNeverSeen) noticed(adapter, "selector_missing", { selectors: "streaming" });
+      clearTimeout(wakeTimer);
+      const wake = turns.wakeIn(performance.now());
+      // A little past the quiet period: the look must see it passed.
+      wakeTimer = wake === null ? null : setTimeout(check, wake + 20);
+    } else {
+      tracker.generatingChanged(adapter.dom.isGenerating(document));
+    }
     onChecked();
   };
   // The first change after a quiet spell is looked at at once, the next
@@ -262,6 +280,8 @@ async function run(adapter, hook) {
   const page = hook ? pageAccess(hook) : null;
   const settings = await chrome.runtime.sendMessage({ type: "content.settings" }).catch(() => null);
   const conversationId = () => adapter.conversationIdFromUrl(location.href) ?? "";
+  // A site read from the page tells a finished answer by its signal or by its text staying the same.
+  const turns = adapter.dom.turnLook ? new TurnWatch({ quietMs: quietMsOf(settings?.answerQuietMs) }) : null;
 
   const tracker = new CaptureTracker({
     adapter,
@@ -274,6 +294,8 @@ async function run(adapter, hook) {
     withdrawn: ({ reason, conversation_id }) =>
       chrome.runtime.sendMessage({ type: "content.answer_withdrawn", platform: adapter.name, reason, conversation_id }).catch(() => {}),
     readDom() {
+      // A newer answer growing since: not a finished one to read.
+      if (turns?.isWriting) return null;
       const element = adapter.dom.lastAssistantMessage(document);
       if (!element) {
         // A site whose answer selectors match nothing beside the person's turns changed its page.
@@ -311,7 +333,7 @@ async function run(adapter, hook) {
   const requests = settings?.readStreams === false ? [] : [{ method: adapter.completionRequest.method, source: adapter.completionRequest.pattern.source }];
   await hook?.call("watch", { requests });
   const inComposer = composerQueue();
-  watchPage(adapter, tracker, newChatGuide(adapter, settings?.insertGuide === true, inComposer));
+  watchPage(adapter, tracker, newChatGuide(adapter, settings?.insertGuide === true, inComposer), turns);
 
   const table = adapter.dom.selectors;
   const domDelivery = ({ conversation_id, text, timeout_ms }) =>

@@ -85,6 +85,17 @@ describe("site adapters", () => {
       assert.equal(adapter.dom.lastAssistantMessage(document), null);
     });
 
+    it(`${adapter.name}: tells the turn watch what the page shows`, () => {
+      const finished = adapter.dom.turnLook(page(adapter).document);
+      assert.equal(finished.isStreaming, false);
+      assert.ok(finished.turn);
+      assert.ok(finished.text.includes("Listing it:"));
+      assert.equal(finished.isFinishedShown, true);
+      const streaming = adapter.dom.turnLook(page(adapter, { isStreaming: true }).document);
+      assert.equal(streaming.isStreaming, true);
+      assert.equal(streaming.isFinishedShown, adapter.dom.selectors.finished.length === 0);
+    });
+
     it(`${adapter.name}: the composer is filled and sent, and the delivered turn seen`, async () => {
       const { document, userTurns } = page(adapter);
       const result = await deliverThroughComposer({ document, table: adapter.dom.selectors, text: "results", timeoutMs: 3_000 });

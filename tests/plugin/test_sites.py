@@ -5,9 +5,11 @@ the site's real origin with the DOM shape of its description (``site_apps.py``,
 code blocks in each site's own markup), the
 site switched on, an answer with a ``baa`` block read from the page, its
 result typed into the site's composer and sent, and the console showing the
-site's title. Then an operator changes a site's streaming selector on the
-server: the plugin fetches the new description and reads the next page load
-with it. And, against a scripted server: a grant alone turns no site on
+site's title. Then a site whose streaming selector never matches: its answer
+is read once its text stayed the same (the quiet rule), exactly once, and the
+selector reported; an operator changes the selector on the server, and the
+plugin fetches the new description and reads the next page load with it.
+And, against a scripted server: a grant alone turns no site on
 (only the options page's switch does, and the switch outlives the service
 worker), and a description the server hands over on another site's origin
 is refused and listed, not applied.
@@ -34,6 +36,8 @@ from django.test import Client
 
 from automation.models import AutomationTask, TaskStatus
 from conversations.models import Message
+from ingest.health import capture_warnings
+from ingest.models import AdapterReport
 from ingest.services.instructions import INSTRUCTION_DELIVER
 from tests.browser import require_chromium
 from tests.factories import TEST_TOKEN, PluginClientFactory
@@ -158,7 +162,9 @@ def stored_sites(browser):
     return browser.storage().get("sites") or {}
 
 
-def test_a_streaming_selector_an_operator_changes_reads_the_next_page_load(chromium, tmp_path, server_env):
+def test_a_site_whose_streaming_selector_never_matches_is_read_once_quiet_reported_and_fixed_by_an_operator(
+    chromium, tmp_path, server_env,
+):
     from ingest.services.sites import site_description_save
 
     PluginClientFactory(client_id="laptop")
@@ -174,11 +180,20 @@ def test_a_streaming_selector_an_operator_changes_reads_the_next_page_load(chrom
         assert switch_on(browser, "perplexity")[1]
         first = browser.wait_until(lambda: stored_sites(browser).get("version"), "the server's sites to be stored", WAIT)
 
-        # With the shipped description the page never looks busy, so its answer is never read as finished.
+        # With the shipped description the page never looks busy: the answer is read once its text stayed
+        # the same for the quiet period (3 s), exactly once, and the streaming selectors are reported.
         page = open_site(browser, app)
         page.evaluate("([html]) => mockSite.answer(html)", [ASK_HTML % 1])
-        browser.pause(4)
-        assert not assistant_messages("perplexity").exists()
+        quiet = browser.wait_until(lambda: assistant_messages("perplexity").first(), "the answer read once quiet", WAIT)
+        assert quiet.text == "Checking:\n\n" + (ASK % 1).rstrip("\n")
+        report = browser.wait_until(
+            lambda: AdapterReport.objects.filter(platform="perplexity", kind=AdapterReport.Kind.SELECTOR_MISSING).first(),
+            "the selector_missing report", WAIT,
+        )
+        assert report.detail == {"selectors": "streaming"}
+        assert any("Perplexity's page no longer matches its streaming selectors" in w for w in capture_warnings())
+        browser.pause(5)
+        assert assistant_messages("perplexity").count() == 1
 
         description = json.loads((PLUGIN / "sites" / "perplexity.json").read_text())
         description["answer"]["streaming"] = ['[data-testid="answer-streaming"]']
@@ -203,8 +218,12 @@ def test_a_streaming_selector_an_operator_changes_reads_the_next_page_load(chrom
         page.wait_for_function("typeof window.mockSite === 'object'")
         page.wait_for_timeout(500)
         page.evaluate("([html]) => mockSite.answer(html)", [ASK_HTML % 2])
-        message = browser.wait_until(lambda: assistant_messages("perplexity").first(), "the answer read with the new selector", WAIT)
+        message = browser.wait_until(
+            lambda: assistant_messages("perplexity").exclude(pk=quiet.pk).first(), "the answer read with the new selector", WAIT,
+        )
         assert message.text == "Checking:\n\n" + (ASK % 2).rstrip("\n")
+        browser.pause(4)
+        assert assistant_messages("perplexity").count() == 2
 
 
 def sites_listed(options):
