@@ -37,7 +37,8 @@ function writing(isWriting) {{
     return;
   }}
   const marker = document.getElementById("mock-streaming");
-  if (isWriting && !marker) document.body.appendChild(fromHtml(SITE.streaming));
+  const holder = SITE.streaming_in ? document.querySelector(SITE.streaming_in) : document.body;
+  if (isWriting && !marker) holder.appendChild(fromHtml(SITE.streaming));
   else if (!isWriting && marker) marker.remove();
 }}
 
@@ -73,6 +74,8 @@ window.mockSite = {{
     thread.appendChild(turn);
     return new Promise((resolve) => setTimeout(() => {{
       text.innerHTML = html;
+      // The action bar shows once the answer is finished.
+      if (SITE.finished) turn.appendChild(fromHtml(SITE.finished));
       writing(false);
       resolve();
     }}, ms));
@@ -138,6 +141,8 @@ class SiteApp:
     streaming_attribute: tuple[str, str, str, str] | None = None
     title: str = "Plan the release"
     user_text_in_turn: str = ""  # where the person's text goes inside ``user_turn``, "" for the turn itself
+    streaming_in: str = ""  # where the "still writing" marker goes (the composer's form, a toolbar), "" for the body
+    finished: str = ""  # markup added to the turn once it is finished (its action bar), "" for none
     # How the site renders a code block: "generic" (pre > code.language-*), or the site's own shape (``code_block``).
     code_shape: str = "generic"
 
@@ -163,6 +168,7 @@ class SiteApp:
             "turn": self.turn, "text_in_turn": self.text_in_turn, "streaming": self.streaming, "input": self.input,
             "send": self.send, "user_turn": self.user_turn, "user_turn_selector": self.user_turn_selector,
             "streaming_attribute": self.streaming_attribute, "user_text_in_turn": self.user_text_in_turn,
+            "streaming_in": self.streaming_in, "finished": self.finished,
         }
         # No markup here holds "</script", so the JSON cannot close the script.
         return PAGE.format(title=escape(self.title), composer=self.composer, config=json.dumps(config))
@@ -185,9 +191,13 @@ def site_app(name: str, **changes) -> SiteApp:
         ),
         "deepseek": SiteApp(
             name="deepseek", origin="https://chat.deepseek.com", path_prefix="/a/chat/s/", conversation=conversation,
-            turn='<div class="ds-markdown"></div>', text_in_turn="",
-            # DeepSeek's send button is its stop button while it writes.
-            streaming="", streaming_attribute=("div.ds-send-button", "aria-label", "Stop", "Send"),
+            turn='<div class="_4f9bf79"><div class="ds-message"><div class="ds-markdown"></div></div></div>',
+            text_in_turn=".ds-markdown",
+            finished='<div class="_0a3d93b"><div class="ds-flex" style="align-items: center; gap: 16px;">'
+                     '<div class="ds-icon-button" role="button">Copy</div></div></div>',
+            # DeepSeek's send button only changes its icon while it writes, in markup the description does not
+            # know (its streaming selector is a guess): the answer is read by the quiet rule and the action bar.
+            streaming="", streaming_attribute=("div.ds-send-button", "data-icon", "stop", "send"),
             input="textarea#chat-input", send="div.ds-send-button",
             composer='<textarea id="chat-input" placeholder="Message DeepSeek"></textarea>'
                      '<div class="ds-send-button" role="button" aria-label="Send">Send</div>',
@@ -195,14 +205,31 @@ def site_app(name: str, **changes) -> SiteApp:
         ),
         "copilot": SiteApp(
             name="copilot", origin="https://github.com", path_prefix="/copilot/c/", conversation=conversation,
-            turn='<div class="ChatMessage-module__assistantMessage--a1b2"><div class="markdown-body"></div></div>',
+            turn='<div class="message-container ChatMessage-module__ai--a1b2">'
+                 '<div class="markdown-body" data-copilot-markdown="true"></div></div>',
             text_in_turn=".markdown-body",
-            streaming='<button id="mock-streaming" aria-label="Stop">Stop</button>',
+            # The stop icon in the input toolbar; the action bar inside the turn once finished.
+            streaming='<svg id="mock-streaming" class="octicon octicon-square-fill" viewBox="0 0 16 16"></svg>',
+            finished='<div data-testid="nonshared-toolbar"><button type="button">Copy</button></div>',
             input="#copilot-chat-textarea", send='button[aria-labelledby*="Send"]',
             composer='<textarea id="copilot-chat-textarea" placeholder="How can I help?"></textarea>'
                      '<button type="button" aria-labelledby="SendButton-label"><span id="SendButton-label">Send</span></button>',
             user_turn='<div class="UserMessage-module__container--c3d4" style="white-space: pre-wrap"></div>',
             user_turn_selector='[class*="UserMessage-module__container"]',
+        ),
+        "mistral": SiteApp(
+            name="mistral", origin="https://chat.mistral.ai", path_prefix="/chat/", conversation=conversation,
+            turn='<div data-message-author-role="assistant"><div><div data-message-part-type="answer"></div></div></div>',
+            text_in_turn='div[data-message-part-type="answer"]',
+            # The stop icon's square in the composer's form while it writes; the action bar three divs deep once finished.
+            streaming='<svg id="mock-streaming" viewBox="0 0 24 24"><rect rx="2" width="12" height="12"></rect></svg>',
+            streaming_in="form",
+            finished='<div><div><div class="actions"><button type="button">Copy</button></div></div></div>',
+            input='div.ProseMirror[contenteditable="true"]', send='button[type="submit"]',
+            composer='<form onsubmit="return false"><div class="ProseMirror" contenteditable="true"></div>'
+                     '<button type="submit">Send</button></form>',
+            user_turn='<div data-message-author-role="user" style="white-space: pre-wrap"></div>',
+            user_turn_selector='div[data-message-author-role="user"]',
         ),
         "aistudio": SiteApp(
             name="aistudio", origin="https://aistudio.google.com", path_prefix="/prompts/",
