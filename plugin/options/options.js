@@ -24,6 +24,7 @@ import { isLoopback } from "../lib/frames.js";
 import { matchPatterns } from "../lib/sites.js";
 import { connectionOutcome, parsePairingCode } from "../lib/pairing.js";
 import { isUnencrypted, NOT_HTTP, serverUrlProblem } from "../lib/server-url.js";
+import { quietMsOf } from "../lib/turn-watch.js";
 import { showStatus } from "../popup/status.js";
 import { loadSites } from "../worker/site-descriptions.js";
 
@@ -35,6 +36,7 @@ const fields = {
   token: /** @type {HTMLInputElement} */ (document.getElementById("token")),
   readStreams: /** @type {HTMLInputElement} */ (document.getElementById("read-streams")),
   insertGuide: /** @type {HTMLInputElement} */ (document.getElementById("insert-guide")),
+  answerQuietSeconds: /** @type {HTMLInputElement} */ (document.getElementById("answer-quiet-seconds")),
   reloadAfterDelivery: /** @type {HTMLInputElement} */ (document.getElementById("reload-after-delivery")),
   unencrypted: /** @type {HTMLInputElement} */ (document.getElementById("unencrypted")),
 };
@@ -62,6 +64,7 @@ async function load() {
   fields.clientId.value = settings.clientId ?? "";
   fields.readStreams.checked = settings.readStreams !== false;
   fields.insertGuide.checked = settings.insertGuide === true;
+  fields.answerQuietSeconds.value = String(quietMsOf(settings.answerQuietMs) / 1000);
   fields.reloadAfterDelivery.checked = settings.reloadAfterDelivery === true;
   fields.unencrypted.checked = settings.isUnencryptedAccepted === true;
   showConsentFor(fields.serverUrl.value);
@@ -98,6 +101,7 @@ async function save({ serverUrl, clientId, token }) {
       token,
       readStreams: fields.readStreams.checked,
       insertGuide: fields.insertGuide.checked,
+      answerQuietMs: quietMsOf(Number(fields.answerQuietSeconds.value) * 1000),
       reloadAfterDelivery: fields.reloadAfterDelivery.checked,
       // Kept only where it is needed, so a later switch to another plain-http server asks again.
       isUnencryptedAccepted: isUnencrypted(serverUrl) && fields.unencrypted.checked,

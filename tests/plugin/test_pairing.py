@@ -93,6 +93,8 @@ def test_an_empty_data_folder_to_a_connected_extension_with_the_admin_and_one_pa
         assert options.input_value("#pairing-code") == ""  # the code (and its token) left the page
         assert options.is_visible("#next-step") and "Insert tool guide" in options.inner_text("#next-step")
         assert browser.storage()["settings"]["clientId"] == "browser-1"
+        # The quiet period of sites read from the page, its default kept with the pairing.
+        assert browser.storage()["settings"]["answerQuietMs"] == 3000
         options.screenshot(path=str(screenshots / "options-paired.png"), full_page=True)
 
         # The admin shows the client connected; the page does not show the code again.
