@@ -24,9 +24,10 @@ def favicon(request):
 @never_cache
 @require_GET
 def healthz(request):
-    """Liveness for monitors (SPEC §8): 200 when the database answers, 503 when not."""
+    """Liveness for monitors (SPEC §8): 200 when the database and the channel layer answer; 503 naming
+    the part that does not (``database_error``, ``channel_layer_error``), until it answers again."""
     report = health.health_report()
-    return JsonResponse(report, status=200 if report["database"] else 503)
+    return JsonResponse(report, status=200 if health.is_healthy(report) else 503)
 
 
 @never_cache

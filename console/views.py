@@ -46,6 +46,7 @@ from console.first_run import has_staff_user
 from console.helpers import datetime_from_ms, log_change
 from core.clock import now_ms
 from core.keys import other_key_report
+from core.layer_send import channel_layer_error
 from ingest.health import capture_warnings
 from ingest.selectors import plugin_clients_connected
 
@@ -208,6 +209,7 @@ def overview(request):
         "is_lagging": tick_age is None or tick_age > lag_limit,
         "workers": dispatcher_workers_live(stalled_before=stalled_before),
         "other_secret_key": other_key_report(dispatcher_servers_signing_otherwise(stalled_before=stalled_before)),
+        "channel_layer_error": channel_layer_error(),
         "connected_clients": plugin_clients_connected().order_by("client_id"),
         "capture_warnings": capture_warnings(),
         "can_pause": request.user.is_superuser,

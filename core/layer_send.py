@@ -14,11 +14,14 @@ layer when the caller is itself inside ``sync_to_async`` under an event loop
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
 from asgiref.sync import SyncToAsync, async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
+from django.db import connections
 
 from core.kept_loop import KeptLoop, PerProcess
 
@@ -63,3 +66,34 @@ def group_send(group: str, message: dict[str, Any], *, layer=None) -> None:
         raise
     except Exception as exc:
         raise ChannelLayerUnavailable(f"{type(exc).__name__}: {exc}") from exc
+
+
+def first_line_of(exc: Exception) -> str:
+    """An error's first line (its type's name when it has no text), to show without a traceback."""
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+# How long a probe waits for Redis before calling the channel layer unreachable.
+REDIS_PROBE_SECONDS = 2.0
+
+
+@functools.cache
+def _redis():
+    import redis
+
+    return redis.Redis.from_url(
+        settings.REDIS_URL, socket_connect_timeout=REDIS_PROBE_SECONDS, socket_timeout=REDIS_PROBE_SECONDS,
+    )
+
+
+def channel_layer_error() -> str | None:
+    """Why the channel layer does not answer (Redis, or the embedded layer's database), or None when it does."""
+    try:
+        if settings.REDIS_URL:
+            _redis().ping()
+        else:
+            with connections["channels"].cursor() as cursor:
+                cursor.execute("SELECT 1")
+    except Exception as exc:  # whatever the client raises: the part does not answer
+        return f"{type(exc).__name__}: {first_line_of(exc)}"
+    return None

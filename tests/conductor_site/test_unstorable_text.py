@@ -60,6 +60,7 @@ def test_a_rejection_from_the_story_whose_reason_holds_a_nul_is_a_400_and_the_ta
     assert AutomationTask.objects.get(pk=shell.pk).status == TaskStatus.BLOCKED
 
 
+@pytest.mark.django_db(databases="__all__")  # /healthz asks the channel layer's database too
 def test_a_nul_in_a_login_a_cookie_or_a_header_is_a_400_before_anything_is_stored(client):
     assert client.post("/admin/login/", {"username": "root\x00", "password": "x"}).status_code == 400
     client.cookies["sessionid"] = "abcdefgh\x00"
