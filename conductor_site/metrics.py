@@ -50,6 +50,7 @@ from automation.services.transitions import (
 from conversations.models import Message
 from conversations.selectors import message_counts_by_source_and_role
 from core.clock import now_ms
+from core.layer_send import channel_layer_error
 from ingest.health import adapter_report_counts, capture_counts_by_platform
 from ingest.models import AdapterReport, Instruction
 from ingest.selectors import (
@@ -161,6 +162,7 @@ class ConductorCollector(Collector):
         yield self._instructions()
         yield self._clients()
         yield self._dispatcher()
+        yield self._parts()
         yield self._captures()
         yield self._adapter_reports()
 
@@ -294,6 +296,17 @@ class ConductorCollector(Collector):
         age = dispatcher_last_tick_age_seconds(now_ms=now_ms())
         if age is not None:
             family.add_metric([], age)
+        return family
+
+    def _parts(self) -> Metric:
+        """The server's parts as this server reaches them; the database answered, or there would be no scrape."""
+        family = GaugeMetricFamily(
+            "conductor_dependency_up",
+            "1 when this server reaches the part (database, channel_layer), 0 when it does not answer.",
+            labels=["part"],
+        )
+        family.add_metric(["database"], 1)
+        family.add_metric(["channel_layer"], 0 if channel_layer_error() else 1)
         return family
 
     def _captures(self) -> Metric:

@@ -75,3 +75,17 @@ def test_the_overview_says_when_the_channel_layer_does_not_answer(admin_client):
     with mock.patch("console.views.channel_layer_error", return_value="ConnectionError: Connection refused"):
         page = admin_client.get("/admin/overview/").content.decode()
     assert 'id="channel-layer-away"' in page and "Connection refused" in page
+
+
+@pytest.mark.django_db(databases="__all__")
+def test_the_metrics_say_whether_the_server_reaches_each_part():
+    from prometheus_client import generate_latest
+
+    from conductor_site import metrics
+
+    scrape = generate_latest(metrics.registry).decode()
+    assert 'conductor_dependency_up{part="channel_layer"} 1.0' in scrape
+    assert 'conductor_dependency_up{part="database"} 1.0' in scrape
+    with mock.patch("conductor_site.metrics.channel_layer_error", return_value="ConnectionError: refused"):
+        scrape = generate_latest(metrics.registry).decode()
+    assert 'conductor_dependency_up{part="channel_layer"} 0.0' in scrape
