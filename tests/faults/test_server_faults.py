@@ -99,7 +99,9 @@ def conductor(servers, workspace, tmp_path_factory):
         server = stack.enter_context(
             running_server(tmp_path_factory.mktemp("server"), command="serve", **env)
         )
-        stack.enter_context(running_cluster(tmp_path_factory.mktemp("cluster"), **env))
+        cluster = stack.enter_context(running_cluster(tmp_path_factory.mktemp("cluster"), **env))
+        # Running before any fault: a cluster whose start meets Redis away exits (django-q2 pings it first).
+        wait_for(lambda: " running." in cluster.log(), "the cluster to run", timeout=60)
         yield server
 
 
@@ -145,6 +147,10 @@ def test_postgresql_restarted_mid_stream_loses_nothing_and_runs_nothing_twice(
     assert result.messages_stored == 16
 
 
+# How long Redis stays away: longer than a delivery's send takes, so that sends fail meanwhile.
+REDIS_AWAY_SECONDS = 5
+
+
 def test_redis_restarted_mid_stream_loses_nothing_and_runs_nothing_twice(
     servers, conductor, workspace
 ):
@@ -153,6 +159,7 @@ def test_redis_restarted_mid_stream_loses_nothing_and_runs_nothing_twice(
         load = Load(plugins, prefix="redis-restart", count=16).start()
         wait_for(load.streaming, "every plugin to stream", timeout=WAIT)
         cache.kill()
+        time.sleep(REDIS_AWAY_SECONDS)  # deliveries sent meanwhile wait for it, using no attempt
         cache.start()  # empty: the channel layer's groups and the broker's queue are gone
         result = over(postgres, load, workspace)
     assert result.messages_stored == 16
