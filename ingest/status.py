@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from automation.models import TaskStatus
+from automation import wait_selectors as waits
 from automation.wait_selectors import Wait
 from ingest.models import Instruction
 
@@ -119,19 +120,36 @@ class DeliveryRow:
     error: str | None
 
 
+# The wait codes as the frames name them (SPEC §6): one code each, and what it names. A task a
+# dispatcher has leased starts in a moment, and a kind with no executor here is the operator's to
+# see in the console: the frames say nothing holds those back.
+FRAME_WAITS: dict[str, tuple[str, dict[str, Any]]] = {
+    waits.APPROVAL: ("approval", {}),
+    waits.BEHIND_APPROVAL: ("earlier_block", {"approval": True}),
+    waits.BEHIND_EARLIER: ("earlier_block", {"approval": False}),
+    waits.CONVERSATION_PAUSED: ("paused", {"paused": "conversation"}),
+    waits.KIND_PAUSED: ("paused", {"paused": "kind"}),
+    waits.DISPATCHER_PAUSED: ("paused", {"paused": "dispatcher"}),
+    waits.NO_PLUGIN: ("no_plugin", {}),
+    waits.TARGET_BUSY: ("target_busy", {}),
+    waits.BACKOFF: ("backoff", {}),
+}
+
+
 def waiting_for(wait: Wait | None, *, approve_url: str | None = None) -> dict[str, Any] | None:
     """Why a block or a delivery does not run (SPEC §6 ``waiting_for``); None when nothing holds it back.
 
-    ``{"code": ...}`` with the code of ``automation.wait_selectors``, and
-    what the code names: ``until`` (a backoff's end, a lease's), and for a
-    task that waits behind an earlier one of its conversation that one's
-    ``message_id`` (the chat's), ``conductor_message_id`` and block ``index``,
-    with its ``approve_url`` when it waits for approval.
+    ``{"code": ...}`` with SPEC §6's code (``FRAME_WAITS``) and what it
+    names: ``until`` (a backoff's end); ``paused``, what is paused
+    (``conversation``, ``kind``, ``dispatcher``); for ``earlier_block``, the
+    earlier block's ``message_id`` (the chat's), ``conductor_message_id``
+    and ``index``, whether it waits for ``approval``, and then its ``approve_url``.
     """
-    if wait is None:
+    if wait is None or wait.code not in FRAME_WAITS:
         return None
-    shown: dict[str, Any] = {"code": wait.code}
-    if wait.until is not None:
+    code, named = FRAME_WAITS[wait.code]
+    shown: dict[str, Any] = {"code": code, **named}
+    if wait.until is not None and code == "backoff":
         shown["until"] = wait.until
     if wait.ahead:
         message_pk = wait.ahead.get("conductor_message_id")

@@ -11,11 +11,28 @@
  * know is told as such, never as its raw text.
  */
 
-/** The codes of `waiting_for` (docs/protocol.md's table, in its order). */
+/**
+ * The panel's reasons: SPEC §6's codes (`approval`, `earlier_block`, `paused`,
+ * `no_plugin`, `target_busy`, `backoff`), with `earlier_block` and `paused`
+ * told apart by what they name (`waitingForOf`).
+ */
 export const WAITING_CODES = Object.freeze([
-  "approval", "leased", "no_executor", "dispatcher_paused", "kind_paused", "conversation_paused",
+  "approval", "dispatcher_paused", "kind_paused", "conversation_paused",
   "behind_approval", "behind_earlier", "backoff", "no_plugin", "target_busy",
 ]);
+
+/** What `paused` names, as the panel's reason. */
+const PAUSED = Object.freeze({
+  conversation: "conversation_paused", kind: "kind_paused", dispatcher: "dispatcher_paused",
+});
+
+/** The panel's reason for a frame's `code` and what it names; UNKNOWN_WAIT for what it does not know. */
+function reasonOf(raw) {
+  if (raw.code === "earlier_block") return raw.approval === true ? "behind_approval" : "behind_earlier";
+  if (raw.code === "paused") return Object.hasOwn(PAUSED, raw.paused) ? PAUSED[raw.paused] : UNKNOWN_WAIT;
+  const plain = ["approval", "backoff", "no_plugin", "target_busy"];
+  return plain.includes(raw.code) ? raw.code : UNKNOWN_WAIT;
+}
 
 /** A code from a newer server: kept as this, so the panel says it waits without saying why. */
 export const UNKNOWN_WAIT = "unknown";
@@ -27,8 +44,6 @@ const MAX_ID_CHARS = 80;
 
 // What each code says when nothing of the frame is needed.
 const PLAIN_TEXTS = Object.freeze({
-  leased: "starts in a moment",
-  no_executor: "waits: nothing on this server runs this kind of task",
   dispatcher_paused: "waits: Conductor's dispatcher is paused",
   kind_paused: "waits: this kind of task is paused in Conductor",
   conversation_paused: "waits: the conversation is paused",
@@ -53,7 +68,7 @@ const PLAIN_TEXTS = Object.freeze({
 export function waitingForOf(raw) {
   if (typeof raw !== "object" || raw === null || Array.isArray(raw) || typeof raw.code !== "string") return null;
   return {
-    code: WAITING_CODES.includes(raw.code) ? raw.code : UNKNOWN_WAIT,
+    code: reasonOf(raw),
     until: Number.isFinite(raw.until) ? raw.until : null,
     messageId: idOf(raw.message_id),
     conductorMessageId: idOf(raw.conductor_message_id),
@@ -69,7 +84,7 @@ function idOf(value) {
 
 /**
  * The line the panel shows under a block or a delivery that waits, and the
- * approval page to link from it (`behind_approval` only; the caller checks
+ * approval page to link from it (an earlier block that waits for approval only; the caller checks
  * it is on the paired server). Null when there is nothing to say: nothing
  * holds it back, or it waits for its own approval (`approval`).
  *

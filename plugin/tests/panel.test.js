@@ -265,9 +265,9 @@ describe("why a block or a delivery waits, and results not yet delivered", () =>
   const formatTime = (ms) => (ms === 1_796_462_031_733 ? "14:05" : `T${ms}`);
   let state = applyInstructionStatus(empty, push("1", [block("waiting_approval", { approve_url: APPROVE, waiting_for: { code: "approval" } })]));
   state = applyInstructionStatus(state, push("2", [
-    block("queued", { waiting_for: { code: "behind_approval", message_id: "m-1", conductor_message_id: "1", index: 1, approve_url: APPROVE } }),
+    block("queued", { waiting_for: { code: "earlier_block", approval: true, message_id: "m-1", conductor_message_id: "1", index: 1, approve_url: APPROVE } }),
     block("queued", { index: 2, error: "timed out", waiting_for: { code: "backoff", until: 1_796_462_031_733 } }),
-    block("queued", { index: 3, waiting_for: { code: "conversation_paused" } }),
+    block("queued", { index: 3, waiting_for: { code: "paused", paused: "conversation" } }),
     block("succeeded", { index: 4, waiting_for: null }),
   ], { delivery: { status: "none", method: null, error: null, waiting_for: null, results_not_delivered: 0 } }));
   state = applyInstructionStatus(state, push("3", [block("succeeded")],
@@ -307,7 +307,7 @@ describe("why a block or a delivery waits, and results not yet delivered", () =>
 
   it("shows no link for an approval page that is not http(s), and still says why", () => {
     const held = applyInstructionStatus(empty, push("4", [
-      block("queued", { waiting_for: { code: "behind_approval", conductor_message_id: "4", index: 2, approve_url: "javascript:alert(1)" } })]));
+      block("queued", { waiting_for: { code: "earlier_block", approval: true, conductor_message_id: "4", index: 2, approve_url: "javascript:alert(1)" } })]));
     const line = lineUnder(blockOf(render(held), "4", 1));
     assert.equal(line.textContent, "waits for block 2 of this message, which waits for your approval");
     assert.equal(byClass(line, "approve-ahead").length, 0);

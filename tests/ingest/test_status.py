@@ -118,18 +118,21 @@ def test_the_server_address_is_the_one_the_socket_reached(scope, base):
 def test_why_a_block_waits_says_its_code_and_what_the_code_names():
     assert status.waiting_for(None) is None
     assert status.waiting_for(Wait("conversation_paused", "Its conversation is paused.")) == {
-        "code": "conversation_paused"}
+        "code": "paused", "paused": "conversation"}
+    # Starting in a moment, or nothing here runs its kind (the console says which): nothing in the frame.
+    assert status.waiting_for(Wait("leased", "…", until=T0)) is None
+    assert status.waiting_for(Wait("no_executor", "…")) is None
     assert status.waiting_for(Wait("backoff", "Due at …", until=T0)) == {"code": "backoff", "until": T0}
     behind = Wait("behind_approval", "…", ahead_task_id="t-1",
                   ahead={"message_id": "m-1", "conductor_message_id": 7, "index": 2, "instruction_id": 9})
     assert status.waiting_for(behind, approve_url="/admin/story/?task=t-1#block-9") == {
-        "code": "behind_approval", "message_id": "m-1", "conductor_message_id": "7", "index": 2,
+        "code": "earlier_block", "approval": True, "message_id": "m-1", "conductor_message_id": "7", "index": 2,
         "approve_url": "/admin/story/?task=t-1#block-9",
     }
 
 
 def test_the_approval_link_of_the_block_waited_behind_is_made_absolute_too():
-    waiting = {"code": "behind_approval", "approve_url": "/admin/x/?task=1#block-2"}
+    waiting = {"code": "earlier_block", "approval": True, "approve_url": "/admin/x/?task=1#block-2"}
     frame = {"type": "instruction.status", "message": {"blocks": [{"approve_url": None, "waiting_for": waiting}]}}
     shown = status.with_absolute_links(frame, base="https://conductor.example")
     assert shown["message"]["blocks"][0]["waiting_for"]["approve_url"] == "https://conductor.example/admin/x/?task=1#block-2"

@@ -54,15 +54,15 @@ async def test_a_block_behind_one_waiting_for_approval_says_which_with_its_appro
     shell, echo = pushed["message"]["blocks"]
     assert shell["waiting_for"] == {"code": "approval"}
     assert echo["waiting_for"] == {
-        "code": "behind_approval", "message_id": "m-1", "conductor_message_id": pushed["message"]["conductor_message_id"],
-        "index": 1, "approve_url": shell["approve_url"],
+        "code": "earlier_block", "approval": True, "message_id": "m-1",
+        "conductor_message_id": pushed["message"]["conductor_message_id"], "index": 1, "approve_url": shell["approve_url"],
     }
     assert echo["waiting_for"]["approve_url"].startswith("http://conductor.test:8000/admin/")
 
     status = await status_get(alice)
     assert [message["message_id"] for message in status["messages"]] == ["m-1", "m-2"]
     later = waiting_of(status, 1)[0][0]  # the next message's block waits behind the same one
-    assert (later["code"], later["message_id"], later["index"]) == ("behind_approval", "m-1", 1)
+    assert (later["code"], later["approval"], later["message_id"], later["index"]) == ("earlier_block", True, "m-1", 1)
     await alice.disconnect()
 
 
@@ -73,13 +73,13 @@ async def test_pauses_of_the_conversation_the_kind_and_the_dispatcher_are_named(
 
     pause = {**STATUS_GET, "type": "conversation.pause", "id": "p-1"}
     await answer(alice, pause, of_type="ack")
-    assert waiting_of(await status_get(alice))[0] == [{"code": "conversation_paused"}]
+    assert waiting_of(await status_get(alice))[0] == [{"code": "paused", "paused": "conversation"}]
     await answer(alice, {**pause, "type": "conversation.resume", "id": "r-1"}, of_type="ack")
 
     await sync_to_async(kind_pause_set)(kind=INSTRUCTION_EXECUTE, is_paused=True, actor="admin")
-    assert waiting_of(await status_get(alice))[0] == [{"code": "kind_paused"}]
+    assert waiting_of(await status_get(alice))[0] == [{"code": "paused", "paused": "kind"}]
     await sync_to_async(dispatcher_pause_set)(is_paused=True, actor="admin")
-    assert waiting_of(await status_get(alice))[0] == [{"code": "dispatcher_paused"}]
+    assert waiting_of(await status_get(alice))[0] == [{"code": "paused", "paused": "dispatcher"}]
     await alice.disconnect()
 
 
@@ -120,6 +120,6 @@ async def test_a_block_waiting_out_its_backoff_says_until_when(clients):
     assert [block["status"] for block in blocks] == ["queued", "queued"]
     assert blocks[0]["waiting_for"] == {"code": "backoff", "until": retry_at}
     assert blocks[0]["error"] == "timed out"
-    assert blocks[1]["waiting_for"]["code"] == "behind_earlier"
+    assert (blocks[1]["waiting_for"]["code"], blocks[1]["waiting_for"]["approval"]) == ("earlier_block", False)
     assert blocks[1]["waiting_for"]["index"] == 1 and "approve_url" not in blocks[1]["waiting_for"]
     await alice.disconnect()

@@ -264,13 +264,13 @@ def test_approve_in_conductor_opens_the_approval_page_on_the_paired_server(brows
 def test_the_panel_says_why_a_block_and_a_delivery_wait_and_counts_results_not_delivered(browser, server):
     app, page = connected_chat(browser, server)
     approve = f"https://conductor.proxy.example{SERVER_STORY}?task=41#block-2"
-    held = {"code": "behind_approval", "message_id": "msg-1", "conductor_message_id": "1", "index": 2, "approve_url": approve}
+    held = {"code": "earlier_block", "approval": True, "message_id": "msg-1", "conductor_message_id": "1", "index": 2, "approve_url": approve}
     first = message("1", [block(1, "echo", "succeeded", result="{}"),
                           block(2, "shell.run", "waiting_approval", approve_url=approve)])
     first["blocks"][1]["waiting_for"] = {"code": "approval"}
     second = message("2", [block(1, "echo", "queued"), block(2, "echo", "queued")])
     second["blocks"][0]["waiting_for"] = held
-    second["blocks"][1]["waiting_for"] = {"code": "conversation_paused"}
+    second["blocks"][1]["waiting_for"] = {"code": "paused", "paused": "conversation"}
     retried = message("3", [block(1, "echo", "succeeded", result="{}")], delivery="delivered", method="http")
     retried["delivery"].update(results_not_delivered=2, waiting_for={"code": "no_plugin"})
     server.conversation_status[app.conversation] = {"messages": [first, second, retried]}
