@@ -15,8 +15,8 @@ from django.db import connection
 
 from automation.models import AutomationTask, TaskStatus
 from automation.services.tasks import NewTask, task_create
-from core.logfmt import log_event
 from conversations.models import Message
+from core.logfmt import log_event
 from ingest.models import Instruction
 
 logger = logging.getLogger(__name__)
