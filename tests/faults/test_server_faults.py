@@ -99,10 +99,17 @@ def conductor(servers, workspace, tmp_path_factory):
         server = stack.enter_context(
             running_server(tmp_path_factory.mktemp("server"), command="serve", **env)
         )
-        cluster = stack.enter_context(running_cluster(tmp_path_factory.mktemp("cluster"), **env))
-        # Running before any fault: a cluster whose start meets Redis away exits (django-q2 pings it first).
-        wait_for(lambda: " running." in cluster.log(), "the cluster to run", timeout=60)
+        stack.enter_context(running_cluster(tmp_path_factory.mktemp("cluster"), **env))
+        # Running before any fault: a cluster whose start meets Redis away exits (django-q2 pings it
+        # first). Its dispatcher loop's row says it runs.
+        wait_for(lambda: loops_at_work(postgres), "the cluster's dispatcher loop", timeout=120)
         yield server
+
+
+def loops_at_work(postgres) -> int:
+    with cursor_of(postgres) as cursor:
+        cursor.execute("SELECT count(*) FROM automation_dispatcherworker")
+        return cursor.fetchone()[0]
 
 
 @contextlib.contextmanager
