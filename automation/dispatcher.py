@@ -78,9 +78,6 @@ CONNECTION_ERRORS = (OperationalError, InterfaceError)
 # The server's own parts a task waits for (``RetryableFailure.part``), as the task's error names them.
 PART_DATABASE = "the database"
 PART_CHANNEL_LAYER = "the channel layer"
-# A task waiting for a part is tried again after the time it has waited so far, within these bounds.
-PART_AWAY_FIRST_DELAY_MS = 5_000
-PART_AWAY_MAX_DELAY_MS = 60_000
 
 
 def new_owner() -> str:
@@ -467,16 +464,15 @@ class Dispatcher:
 
     def _wait_for_part(self, task: AutomationTask, lease: Lease, *, part: str, error: str, now: int) -> AutomationTask:
         """Put the task back to wait for ``part``, using no attempt; fail it, naming the part, once it
-        has waited longer than ``part_away_max_ms``. The wait doubles up to a minute."""
+        has waited longer than ``part_away_max_ms``. How long it waits is the retry policy's."""
         since = task.part_away_since or now
         waited = now - since
         if waited > self.config.part_away_max_ms:
             return task_fail(task.pk, lease=lease, now=now,
                              error=f"{part} did not answer for {waited // 60_000} min: {error}")
-        delay = min(PART_AWAY_MAX_DELAY_MS, max(PART_AWAY_FIRST_DELAY_MS, waited))
-        delay += self.rng.randint(0, self.config.retry_jitter_max_ms)
+        delay = self.retry.part_away_delay(waited_ms=waited)
         return task_wait_for_part(task.pk, lease=lease, part=part, error=f"waiting for {part}: {error}",
-                                  since=since, retry_at=now + delay, now=now)
+                                  since=since, retry_at=now + delay.total_ms, now=now)
 
     def _record_outcome(self, task: AutomationTask, lease: Lease, outcome: Outcome, now: int) -> AutomationTask:
         match outcome:

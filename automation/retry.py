@@ -6,6 +6,12 @@ import random
 from dataclasses import dataclass
 
 
+# A task waiting for a part of the server (SPEC §4) is tried again after as long as it has
+# waited so far, within these bounds, plus the retry jitter.
+PART_AWAY_FIRST_DELAY_MS = 5_000
+PART_AWAY_MAX_DELAY_MS = 60_000
+
+
 @dataclass(frozen=True)
 class RetryDelay:
     backoff_ms: int
@@ -56,3 +62,8 @@ class RetryPolicy:
             attempt_count=attempt_count, backoff_seconds=self.backoff_seconds,
             jitter_max_ms=self.jitter_max_ms, rng=self.rng,
         )
+
+    def part_away_delay(self, *, waited_ms: int) -> RetryDelay:
+        """The wait before trying again a task that has waited ``waited_ms`` for a part of the server."""
+        backoff = min(PART_AWAY_MAX_DELAY_MS, max(PART_AWAY_FIRST_DELAY_MS, waited_ms))
+        return RetryDelay(backoff_ms=backoff, jitter_ms=self.rng.randint(0, self.jitter_max_ms))
