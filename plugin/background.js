@@ -181,6 +181,12 @@ chrome.runtime.onMessage.addListener((message, sender, sendResponse) => {
 // no content script reads it (they ask the worker), so none may read or
 // write it. A Chrome that allows this for `session` only refuses it: the
 // area then stays as it was, and the content scripts still never touch it.
+// Firefox has no setAccessLevel (the `?.` skips it): there its content
+// scripts could read `local`. Accepted, not worked around: they run only the
+// plugin's own code, in the isolated world the page cannot reach, and a
+// compromised content process could read the token from the server's
+// socket's memory as well; moving the token to `session` would lose the
+// pairing at each browser restart.
 chrome.storage.local.setAccessLevel?.({ accessLevel: "TRUSTED_CONTEXTS" }).catch(() => {});
 
 chrome.storage.onChanged.addListener((changes, area) => {

@@ -78,7 +78,10 @@ export function deliveryRequestRefusal(adapter, request, conversationId) {
     }
   }
   if (!rule || !path) return refusal("path", `${adapter.name} deliveries are never made to ${url.pathname.slice(0, 200)}`);
-  const keys = [...url.searchParams.keys()];
+  // Firefox: in a content script the URL comes through its cross-world
+  // wrapper, whose keys() iterator cannot be spread; forEach works everywhere.
+  const keys = [];
+  url.searchParams.forEach((_value, key) => keys.push(key));
   const badKey = keys.find((key, index) => !rule.query.includes(key) || keys.indexOf(key) !== index);
   if (badKey !== undefined) return refusal("query", `the request's query may not carry ${JSON.stringify(badKey.slice(0, 40))}`);
   if (!headers || typeof headers !== "object" || Array.isArray(headers)) return refusal("request", "the request's headers are not an object");

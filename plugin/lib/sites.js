@@ -42,8 +42,12 @@ export const MAX_DESCRIPTION_BYTES = 16 * 1024;
 export const MAX_VERSION_CHARS = 200;
 /** The registered content scripts' ids start with this; no other script of the plugin's does. */
 export const SCRIPT_ID_PREFIX = "site-";
-/** What a site's page runs: the isolated-world entry of a page read from the DOM only (no MAIN-world hook). */
-export const SITE_SCRIPT_FILES = Object.freeze(["content/site-relay.js"]);
+/**
+ * What a site's page runs: the isolated-world entry of a page read from the
+ * DOM only (no MAIN-world hook). From the extension's root: Firefox resolves
+ * a relative path against the page that registers it (Chrome takes either).
+ */
+export const SITE_SCRIPT_FILES = Object.freeze(["/content/site-relay.js"]);
 
 /** @typedef {Readonly<Record<string, any>>} Description */
 /** @typedef {{version: string, descriptions: Record<string, unknown>}} StoredSites */
@@ -213,10 +217,13 @@ export function siteScript(description) {
   };
 }
 
+/** A script's file with one leading "/": what either browser reads back names the same file, with or without it. */
+const rootPath = (file) => `/${String(file).replace(/^\/+/, "")}`;
+
 const sameScript = (a, b) =>
   a.id === b.id &&
   JSON.stringify([...(a.matches ?? [])].sort()) === JSON.stringify([...b.matches].sort()) &&
-  JSON.stringify(a.js ?? []) === JSON.stringify(b.js) &&
+  JSON.stringify((a.js ?? []).map(rootPath)) === JSON.stringify(b.js.map(rootPath)) &&
   (a.runAt ?? "document_idle") === b.runAt &&
   Boolean(a.allFrames) === b.allFrames &&
   (a.world ?? "ISOLATED") === b.world;

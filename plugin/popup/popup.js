@@ -45,8 +45,19 @@ let activeTabId = null;
 chrome.tabs.query({ active: true, currentWindow: true }).then(([tab]) => {
   activeTabId = tab?.id ?? null;
 });
+/**
+ * Opens the panel: Chrome's side panel for the active tab, or in Firefox
+ * (which has no chrome.sidePanel) its sidebar, the manifest's sidebar_action
+ * showing the same page, which follows the active tab.
+ */
+function openPanel() {
+  const sidebarAction = globalThis.browser?.sidebarAction ?? chrome.sidebarAction;
+  if (!chrome.sidePanel && sidebarAction) return sidebarAction.open();
+  if (activeTabId === null) return Promise.reject(new Error("no active tab"));
+  return chrome.sidePanel.open({ tabId: activeTabId });
+}
 document.getElementById("open-panel").addEventListener("click", () => {
-  const opened = activeTabId === null ? Promise.reject(new Error("no active tab")) : chrome.sidePanel.open({ tabId: activeTabId });
+  const opened = openPanel();
   opened.then(() => window.close(), (error) => {
     guideOutcome.textContent = `The side panel did not open: ${error?.message ?? error}.`;
     guideOutcome.dataset.ok = "false";

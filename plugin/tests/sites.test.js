@@ -190,7 +190,7 @@ describe("the content scripts of the sites switched on", () => {
     assert.deepEqual(siteScript(sites.get("perplexity")), {
       id: "site-perplexity",
       matches: ["https://www.perplexity.ai/*", "https://perplexity.ai/*"],
-      js: ["content/site-relay.js"],
+      js: ["/content/site-relay.js"],
       runAt: "document_start",
       allFrames: false,
       world: "ISOLATED",
@@ -217,6 +217,11 @@ describe("the content scripts of the sites switched on", () => {
   it("changes nothing when the registered scripts are those of the sites switched on", () => {
     const plan = registrationPlan({ sites, isOn: (name) => name === "kimi", registered: [siteScript(sites.get("kimi"))] });
     assert.deepEqual(plan, { unregister: [], register: [] });
+  });
+
+  it("reads a registered file with or without its leading slash as the same (browsers read it back either way)", () => {
+    const registered = [{ ...siteScript(sites.get("kimi")), js: ["content/site-relay.js"] }];
+    assert.deepEqual(registrationPlan({ sites, isOn: (name) => name === "kimi", registered }), { unregister: [], register: [] });
   });
 
   it("lists every known site for the options page, by title, with its origins and switch", () => {

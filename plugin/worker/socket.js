@@ -7,7 +7,7 @@
  *
  * An MV3 worker is stopped when idle and its timers die with it: every start
  * calls `ensureConnected`, and the ping keeps a connected worker alive
- * (Chrome 116+).
+ * (Chrome 116+; in Firefox, the API call made beside it).
  */
 
 import { ADAPTERS } from "../adapters/index.js";
@@ -84,6 +84,10 @@ function open(settings) {
   clearInterval(pingTimer);
   pingTimer = setInterval(() => {
     if (ws !== socket) return;
+    // Firefox: its background page is stopped after 30 s without an extension
+    // API call, whatever its socket does (Chrome counts the socket's traffic).
+    // One cheap call each ping keeps a connected page alive.
+    chrome.runtime.getPlatformInfo().catch(() => {});
     if (isSilent(lastHeardAt, Date.now())) {
       ws.close(4000, "no answer");
       onClosed(1006).catch(() => {});
