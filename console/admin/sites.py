@@ -34,8 +34,22 @@ def changed_parts(old: Any, new: Any, *, path: str = "") -> list[str]:
     return [path or "(all)"]
 
 
+class DescriptionField(forms.JSONField):
+    """A JSON field shown indented: a description is read and edited by a person.
+
+    Its initial value is the description itself (a dict), never its JSON
+    text: ``prepare_value`` encodes it once, so "Edit a copy" saved unchanged
+    is the copy.
+    """
+
+    def prepare_value(self, value: Any) -> str:
+        if isinstance(value, forms.fields.InvalidJSONInput):
+            return value
+        return json.dumps(value, indent=2, ensure_ascii=False, cls=self.encoder)
+
+
 class SiteDescriptionForm(forms.ModelForm):
-    description = forms.JSONField(
+    description = DescriptionField(
         widget=forms.Textarea(attrs={"rows": 36, "cols": 100, "spellcheck": "false"}),
         help_text="The description as plugin/sites/schema.json has it: selectors, the dates they were checked "
                   "and their sources. No field runs code or names a URL to fetch.",
@@ -95,7 +109,7 @@ class SiteDescriptionAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
         initial = super().get_changeform_initial_data(request)
         shipped = shipped_site_descriptions().get(request.GET.get("name", ""))
         if shipped is not None:
-            initial["description"] = json.dumps(shipped, indent=2, ensure_ascii=False)
+            initial["description"] = shipped
         return initial
 
     def save_model(self, request, obj: SiteDescription, form, change: bool) -> None:
@@ -114,12 +128,7 @@ class SiteDescriptionAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     def construct_change_message(self, request, form, formsets, add=False) -> str:
         """Which parts changed (``answer/streaming, composer/input``), from the copy the form started from."""
         before = form.initial.get("description")
-        if isinstance(before, str):
-            try:
-                before = json.loads(before)
-            except ValueError:
-                before = None
-        if before is None:
+        if not isinstance(before, dict):
             before = shipped_site_descriptions().get(form.instance.name, {})
         parts = changed_parts(before, form.instance.description)
         what = ", ".join(parts[:12]) or "nothing"

@@ -171,6 +171,19 @@ def test_an_operator_edits_a_copy_of_a_shipped_site_in_the_admin_and_the_log_say
     assert LogEntry.objects.order_by("-pk").first().change_message == "Changed composer/input (revision 2)"
 
 
+def test_edit_a_copy_saved_unchanged_stores_the_shipped_description(admin_client):
+    form = admin_client.get("/admin/ingest/sitedescription/add/?name=grok")
+    assert form.status_code == 200
+    text = html.unescape(form.content.decode().split('name="description"', 1)[1].split(">", 1)[1].split("</textarea>")[0])
+    assert json.loads(text) == shipped_site_descriptions()["grok"]  # the description, encoded once
+    saved = admin_client.post("/admin/ingest/sitedescription/add/?name=grok", {"name": "grok", "description": text})
+    assert saved.status_code == 302, saved.content[:2000]
+    assert SiteDescription.objects.get(name="grok").description == shipped_site_descriptions()["grok"]
+    assert LogEntry.objects.get().change_message == "Added nothing (revision 1)"
+    change = admin_client.get(f"/admin/ingest/sitedescription/{SiteDescription.objects.get().pk}/change/")
+    assert b"&quot;name&quot;: &quot;grok&quot;" in change.content  # the row's description, indented, once
+
+
 def test_a_saved_description_changes_the_version_and_replaces_the_shipped_copy():
     before = sites_version()
     assert sites_version() == before  # nothing changed: the same name
