@@ -35,9 +35,6 @@ const ID_PATTERNS = {
 /** A pattern that matches no URL: these sites are read from the page only. */
 const NO_STREAM = /(?!)/;
 
-/** The shipped descriptions, by file name under plugin/sites/. */
-export const SITE_NAMES = Object.freeze(["perplexity", "grok", "deepseek", "mistral", "aistudio", "kimi", "qwen", "copilot"]);
-
 /**
  * The conversation id a site's page URL shows, or null.
  *
@@ -173,16 +170,4 @@ export function siteAdapter(value) {
       return {}; // no proxy delivery: no page value is ever needed
     },
   };
-}
-
-/**
- * The adapters of every shipped description; `readDescription(name)` gives
- * the parsed plugin/sites/<name>.json (the extension fetches its own
- * packaged file, the tests read it from disk). Wiring them in is adding
- * these to adapters/index.js's list once manifest.json has their origins.
- *
- * @param {(name: string) => Promise<unknown>} readDescription
- */
-export async function shippedSiteAdapters(readDescription) {
-  return Promise.all(SITE_NAMES.map(async (name) => siteAdapter(await readDescription(name))));
 }

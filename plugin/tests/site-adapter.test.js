@@ -7,13 +7,14 @@ import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 
-import { SITE_NAMES, shippedSiteAdapters, siteAdapter } from "../adapters/site.js";
+import { siteAdapter } from "../adapters/site.js";
 import { deliverThroughComposer } from "../lib/composer.js";
 import { elementToMarkdown } from "../lib/markdown.js";
+import { SITE_NAMES } from "../sites/index.js";
 import { el, fakeDocument } from "./fake-dom.js";
 
 const read = async (name) => JSON.parse(readFileSync(new URL(`../sites/${name}.json`, import.meta.url), "utf8"));
-const adapters = await shippedSiteAdapters(read);
+const adapters = await Promise.all(SITE_NAMES.map(async (name) => siteAdapter(await read(name))));
 const BAA = "files.list\n{\"path\": \"/tmp\"}";
 
 /** A page of `adapter`'s site: one finished (or streaming) answer holding a baa block, a composer, user turns. */

@@ -8,8 +8,8 @@ import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { describe, it } from "node:test";
 
-import { SITE_NAMES } from "../adapters/site.js";
 import { siteDescriptionProblems, validSiteDescription } from "../lib/site-description.js";
+import { SITE_NAMES } from "../sites/index.js";
 
 const sitesUrl = new URL("../sites/", import.meta.url);
 const read = (name) => JSON.parse(readFileSync(new URL(`${name}.json`, sitesUrl), "utf8"));

@@ -8,13 +8,13 @@ import { readFileSync } from "node:fs";
 import { describe, it } from "node:test";
 
 import { ADAPTERS, adapterByName, adapterForUrl, NETWORK_ADAPTERS, NETWORK_ORIGINS, useSites } from "../adapters/index.js";
-import { SITE_NAMES } from "../adapters/site.js";
 import { helloFrame, MAX_HELLO_ADAPTERS } from "../lib/frames.js";
 import { RESERVED_ORIGINS } from "../lib/site-description.js";
 import {
   isLoadable, isSwitchedOn, matchPatterns, MAX_SITES, registrationPlan, siteRows, siteScript, sitesGetFrame, sitesInForce, sitesOn,
   storedSitesOf, switchedOnOf, switchOff, switchOn, withoutWithdrawn,
 } from "../lib/sites.js";
+import { SITE_NAMES } from "../sites/index.js";
 
 const read = (name) => JSON.parse(readFileSync(new URL(`../sites/${name}.json`, import.meta.url), "utf8"));
 const BUILT_IN = Object.fromEntries(SITE_NAMES.map((name) => [name, read(name)]));

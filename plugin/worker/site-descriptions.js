@@ -1,15 +1,16 @@
 /**
  * The site descriptions in force, read where they are kept: the packaged
  * plugin/sites/<name>.json (the extension's own files, fetched from its own
- * origin: not web-accessible) and the server's, in chrome.storage.local
+ * origin: not web-accessible; their names from sites/index.js, which
+ * bin/site-names generates from the folder) and the server's, in chrome.storage.local
  * (lib/sites.js SITES_KEY, written by worker/site-sync.js only). Used by the
  * worker, the options page and the side panel, which each put the sites'
  * adapters in force (`useSites`).
  */
 
 import { NETWORK_ORIGINS, useSites } from "../adapters/index.js";
-import { SITE_NAMES } from "../adapters/site.js";
 import { SITES_KEY, sitesInForce } from "../lib/sites.js";
+import { SITE_NAMES } from "../sites/index.js";
 
 /** The packaged descriptions, by name (read once per page or worker: they change only with the plugin). */
 let builtIn = null;
