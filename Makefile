@@ -46,15 +46,21 @@ install:
 	$(UV) sync --frozen --no-default-groups --inexact
 
 # What the tests, the docs and the benchmarks need besides: the dev and docs
-# groups (pytest, Playwright's driver, mkdocs, ...) and the MCP servers the
-# tests call.
-install-test: tests/mcp_servers/node_modules/.installed
+# groups (pytest, Playwright's driver, mkdocs, ...), the MCP servers the
+# tests call and web-ext, which lints the plugin's Firefox package.
+install-test: tests/mcp_servers/node_modules/.installed tests/web_ext/node_modules/.installed
 	$(UV) sync --frozen
 
 # The MCP servers the tests call (tests/mcp_servers/package.json), from its
 # lock, again only when the lock changed.
 tests/mcp_servers/node_modules/.installed: tests/mcp_servers/package-lock.json
 	npm ci --prefix tests/mcp_servers --no-audit --no-fund --loglevel=error
+	touch $@
+
+# Mozilla's web-ext (tests/web_ext/package.json), from its lock, in a tree of
+# its own so that neither moves the other's packages.
+tests/web_ext/node_modules/.installed: tests/web_ext/package-lock.json
+	npm ci --prefix tests/web_ext --no-audit --no-fund --loglevel=error
 	touch $@
 
 # The layers contract first (pyproject.toml, ARCHITECTURE.md), then the
@@ -94,7 +100,8 @@ user: migrate
 	$(APP_RUN) python manage.py createsuperuser
 
 # The plugin as a person or a store installs it: dist/conductor-plugin-<version>.zip,
-# the version from plugin/manifest.json, without the plugin's tests.
+# the version from plugin/manifest.json, without the plugin's tests, and beside it
+# dist/conductor-plugin-<version>-firefox.zip, the same files with a manifest for Firefox.
 plugin:
 	bin/build-plugin
 

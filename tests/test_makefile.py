@@ -55,4 +55,5 @@ def test_make_run_installs_only_what_the_app_needs_and_make_test_adds_the_test_t
     assert all("--no-default-groups" in line for line in run.splitlines() if "uv " in line or "/uv" in line)
     test = dry_run("test")
     assert "npm ci --prefix tests/mcp_servers" in test or (ROOT / "tests/mcp_servers/node_modules/.installed").exists()
+    assert "npm ci --prefix tests/web_ext" in test or (ROOT / "tests/web_ext/node_modules/.installed").exists()
     assert re.search(r"uv sync --frozen\s*$", test, re.MULTILINE)
