@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 import json
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -199,16 +200,22 @@ class FinalMessage:
     capture: str = ""  # a ``Message.Capture`` value; "" when the plugin did not say
 
 
-def _platform(frame: dict[str, Any]) -> str:
-    """The frame's required ``platform``, a registered one."""
+def _platform(frame: dict[str, Any], known: Collection[str] | None) -> str:
+    """The frame's required ``platform``, one of ``known``.
+
+    ``known`` is what the caller read as the platforms in force
+    (``ingest.site_selectors.platforms_known_for``: a site an operator added
+    among them); None is the registry's, what ships with the code.
+    """
     platform = _field(frame, "platform", str, required=True)
-    if platform not in platforms:
-        raise invalid(frame, f"unknown platform {echo(platform)}; expected one of {', '.join(platforms.names())}")
+    names = platforms.names() if known is None else sorted(known)
+    if platform not in names:
+        raise invalid(frame, f"unknown platform {echo(platform)}; expected one of {', '.join(names)}")
     return platform
 
 
-def parse_final_message(frame: dict[str, Any]) -> FinalMessage:
-    platform = _platform(frame)
+def parse_final_message(frame: dict[str, Any], *, known: Collection[str] | None = None) -> FinalMessage:
+    platform = _platform(frame, known)
     observed_raw = _field(frame, "observed_at", str)
     observed_at = None
     if observed_raw:
@@ -250,8 +257,8 @@ class GuideRequest:
     conversation_id: str | None  # None: a new conversation, which gets the platform's guide
 
 
-def parse_guide_request(frame: dict[str, Any]) -> GuideRequest:
-    return GuideRequest(**_chat_fields(frame, conversation_required=False))
+def parse_guide_request(frame: dict[str, Any], *, known: Collection[str] | None = None) -> GuideRequest:
+    return GuideRequest(**_chat_fields(frame, known, conversation_required=False))
 
 
 @dataclass(frozen=True)
@@ -269,13 +276,17 @@ def parse_request_id(frame: dict[str, Any]) -> str | None:
     return frame_id(frame)
 
 
-def parse_conversation_request(frame: dict[str, Any]) -> ConversationRequest:
-    return ConversationRequest(**_chat_fields(frame, conversation_required=True))
+def parse_conversation_request(
+    frame: dict[str, Any], *, known: Collection[str] | None = None
+) -> ConversationRequest:
+    return ConversationRequest(**_chat_fields(frame, known, conversation_required=True))
 
 
-def _chat_fields(frame: dict[str, Any], *, conversation_required: bool) -> dict[str, Any]:
+def _chat_fields(
+    frame: dict[str, Any], known: Collection[str] | None, *, conversation_required: bool
+) -> dict[str, Any]:
     """A chat request's checked ``id``, ``platform`` and ``conversation_id`` (None when absent and optional)."""
-    platform = _platform(frame)
+    platform = _platform(frame, known)
     request_id = parse_request_id(frame)
     conversation_id = _field(frame, "conversation_id", str, required=conversation_required, max_length=255)
     return {"frame_id": request_id, "platform": platform, "conversation_id": conversation_id or None}
@@ -420,8 +431,8 @@ def _report_detail(frame: dict[str, Any]) -> dict[str, Any]:
     return detail
 
 
-def parse_adapter_report(frame: dict[str, Any]) -> AdapterReportFrame:
-    platform = _platform(frame)
+def parse_adapter_report(frame: dict[str, Any], *, known: Collection[str] | None = None) -> AdapterReportFrame:
+    platform = _platform(frame, known)
     _field(frame, "id", str, max_length=MAX_FRAME_ID_CHARS)
     kind = _field(frame, "kind", str, required=True)
     if kind not in ADAPTER_REPORT_KINDS:

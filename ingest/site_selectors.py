@@ -2,8 +2,17 @@
 
 A row of ``SiteDescription`` replaces the shipped file of its name or adds a
 site. ``sites_version`` names the whole set in force, so a plugin holding
-another set asks for it (``sites.get``); a site an operator added becomes a
-platform of this process when a read here first sees it.
+another set asks for it (``sites.get``).
+
+One set of platforms in every process: the process-wide registry
+(``platforms``) holds what ships with the code (the three adapters with
+network capture and the shipped descriptions), the same in every process and
+never changed by a read. A site an operator added or edited is a platform
+only while its row is in force: ``platform_adapter`` and
+``platform_names_in_force`` read the rows (one query for their names and
+revisions; the process rebuilds its adapters from one more when they changed:
+``_sites_read``), so every process accepts it from the moment its save
+commits, with its edits, and none once it is deleted.
 
 An origin belongs to one site. The schema keeps the origins of the adapters
 with network capture out of every description; that no two sites claim one
@@ -20,13 +29,18 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Collection
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 from urllib.parse import urlsplit
 
+from channels.db import database_sync_to_async
+
 from core.logfmt import log_event
 from ingest.models import SiteDescription
 from platforms import chatgpt, claude, gemini, platforms
+from platforms.registry import PlatformAdapter
 from platforms.sites import PageSiteAdapter, shipped_site_descriptions, site_description_errors
 
 logger = logging.getLogger(__name__)
@@ -44,7 +58,10 @@ def builtin_adapter_origins() -> dict[str, str]:
 
 def _operator_descriptions() -> dict[str, dict[str, Any]]:
     """The operator's rows that validate, by name (saved only through the service, checked again should the schema have tightened)."""
-    rows = dict(SiteDescription.objects.values_list("name", "description"))
+    return _valid(dict(SiteDescription.objects.values_list("name", "description")))
+
+
+def _valid(rows: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {name: description for name, description in rows.items() if not site_description_errors(description)}
 
 
@@ -88,43 +105,68 @@ def _shipped_digest() -> str:
     return hashlib.sha256(json.dumps(shipped, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
-def _register_added(descriptions: dict[str, dict[str, Any]]) -> None:
-    for name, description in descriptions.items():
-        if name not in platforms and not site_description_errors(description):
-            platforms.register(PageSiteAdapter(description))
+def _rows_key(rows: list[tuple[str, int, Any]]) -> str:
+    """What the operator's rows are, by their names, revisions and times (a delete and a new save differ too)."""
+    return ";".join(f"{name}:{revision}:{updated_at.isoformat()}" for name, revision, updated_at in rows)
+
+
+@dataclass(frozen=True)
+class SitesRead:
+    """The sites in force, as one read of the operator's rows saw them."""
+
+    key: str  # ``_rows_key`` of the rows read
+    version: str  # ``sites_version``
+    in_force: tuple[dict[str, Any], ...]  # by name
+    left_out: dict[str, str]  # the operator's descriptions not in force: name → why
+    # The operator's descriptions in force, each a fresh adapter made from its row.
+    adapters: dict[str, PlatformAdapter]
+
+
+# The latest read of this process, rebuilt when the rows' key differs; a
+# read is immutable, so threads share it and a race costs one rebuild more.
+_kept: SitesRead | None = None
+
+
+def _sites_read() -> SitesRead:
+    """The sites in force now: one query for the rows' key, one more when they changed since this process read them."""
+    global _kept
+    key = _rows_key(list(SiteDescription.objects.order_by("name").values_list("name", "revision", "updated_at")))
+    kept = _kept
+    if kept is not None and kept.key == key:
+        return kept
+    rows = list(SiteDescription.objects.order_by("name").values_list("name", "revision", "updated_at", "description"))
+    operators = _valid({name: description for name, _, _, description in rows})
+    in_force, left_out = _one_site_per_origin(dict(shipped_site_descriptions()), operators)
+    for name, why in sorted(left_out.items()):
+        log_event(logger, "site_description_left_out", level=logging.WARNING, site=name, reason=why)
+    key = _rows_key([row[:3] for row in rows])  # the rows this read holds, should a save have come between
+    _kept = SitesRead(
+        key=key,
+        version=hashlib.sha256(f"{_shipped_digest()}|{key}".encode()).hexdigest()[:16],
+        in_force=tuple(in_force[name] for name in sorted(in_force)),
+        left_out=left_out,
+        adapters={name: PageSiteAdapter(in_force[name]) for name in operators if name not in left_out},
+    )
+    return _kept
 
 
 def sites_version() -> str:
-    """What names the sites in force: it changes with every save or removal of an operator's description.
-
-    One statement (the rows' names and revisions); one more when a row names
-    a site this process does not know yet, which it then registers.
-    """
-    rows = list(SiteDescription.objects.order_by("name").values_list("name", "revision", "updated_at"))
-    unknown = [name for name, _, _ in rows if name not in platforms]
-    if unknown:
-        _register_added(dict(SiteDescription.objects.filter(name__in=unknown).values_list("name", "description")))
-    key = ";".join(f"{name}:{revision}:{updated_at.isoformat()}" for name, revision, updated_at in rows)
-    return hashlib.sha256(f"{_shipped_digest()}|{key}".encode()).hexdigest()[:16]
+    """What names the sites in force: it changes with every save or removal of an operator's description."""
+    return _sites_read().version
 
 
 def sites_in_force() -> list[dict[str, Any]]:
     """Every description in force, by name: the shipped ones, each replaced by an operator's of its name.
 
     An operator's description that claims another site's origin is left out
-    (logged; the admin's list says so: ``sites_left_out``).
+    (logged when read; the admin's list says so: ``sites_left_out``).
     """
-    operators = _operator_descriptions()
-    _register_added(operators)
-    in_force, left_out = _one_site_per_origin(dict(shipped_site_descriptions()), operators)
-    for name, why in sorted(left_out.items()):
-        log_event(logger, "site_description_left_out", level=logging.WARNING, site=name, reason=why)
-    return [in_force[name] for name in sorted(in_force)]
+    return list(_sites_read().in_force)
 
 
 def sites_left_out() -> dict[str, str]:
     """The operator's descriptions not in force because another site claims one of their origins: name → why."""
-    return _one_site_per_origin(dict(shipped_site_descriptions()), _operator_descriptions())[1]
+    return dict(_sites_read().left_out)
 
 
 def site_origin_problems(*, name: str, description: Any) -> list[str]:
@@ -156,10 +198,26 @@ def site_origin_problems(*, name: str, description: Any) -> list[str]:
     return problems
 
 
-def platform_adapter(name: str):
-    """The platform adapter of ``name``, a site an operator added included; ``UnsupportedPlatform`` otherwise."""
-    if name not in platforms:
-        description = SiteDescription.objects.filter(name=name).values_list("description", flat=True).first()
-        if description is not None:
-            _register_added({name: description})
-    return platforms.get(name)
+def platform_adapter(name: str) -> PlatformAdapter:
+    """The platform adapter of ``name`` now: an operator's description in force (made from its row, its
+    edits included), else the registry's; ``UnsupportedPlatform`` otherwise, a deleted site's included."""
+    adapter = _sites_read().adapters.get(name)
+    return adapter if adapter is not None else platforms.get(name)
+
+
+def platform_names_in_force() -> frozenset[str]:
+    """Every platform a frame may name now: the registry's, and the sites an operator added that are in force."""
+    return frozenset(platforms.names()) | frozenset(_sites_read().adapters)
+
+
+async def platforms_known_for(frame: dict[str, Any]) -> Collection[str]:
+    """The platforms a frame about ``frame["platform"]`` is checked against (``ingest.frames``).
+
+    The registry, the same in every process, when it knows the name (no
+    query: the frames of the built-in and shipped sites cost nothing more);
+    otherwise the platforms in force now, read from the database.
+    """
+    name = frame.get("platform")
+    if not isinstance(name, str) or name in platforms:
+        return frozenset(platforms.names())
+    return await database_sync_to_async(platform_names_in_force)()

@@ -15,12 +15,13 @@ from ingest.consumers import PluginConsumer
 from ingest.frames import echo, parse_conversation_request
 from ingest.protocol import ErrorCode, FrameError
 from ingest.services.conversations import conversation_pause_from_plugin, conversation_status_get
+from ingest.site_selectors import platforms_known_for
 from ingest.status import server_base_url, with_absolute_links
 
 
 @PluginConsumer.frame_handler("status.get")
 async def handle_status_get(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    request = parse_conversation_request(frame)
+    request = parse_conversation_request(frame, known=await platforms_known_for(frame))
     status = await database_sync_to_async(conversation_status_get)(
         client_pk=consumer.client_pk, platform=request.platform, conversation_id=request.conversation_id
     )
@@ -33,7 +34,7 @@ async def handle_status_get(consumer: PluginConsumer, frame: dict[str, Any]) -> 
 
 
 async def _pause_or_resume(consumer: PluginConsumer, frame: dict[str, Any], *, is_paused: bool) -> None:
-    request = parse_conversation_request(frame)
+    request = parse_conversation_request(frame, known=await platforms_known_for(frame))
     paused = await database_sync_to_async(conversation_pause_from_plugin)(
         client_pk=consumer.client_pk, platform=request.platform, conversation_id=request.conversation_id,
         is_paused=is_paused,

@@ -35,13 +35,14 @@ from ingest.services.deliveries import delivery_result_record
 from ingest.services.guides import tool_guide_serve
 from ingest.services.messages import ClientMessage
 from ingest.services.reports import adapter_report_record
+from ingest.site_selectors import platforms_known_for
 
 logger = logging.getLogger(__name__)
 
 
 @PluginConsumer.frame_handler("browser.final_message")
 async def handle_final_message(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    message = parse_final_message(frame)
+    message = parse_final_message(frame, known=await platforms_known_for(frame))
     # Parsed on a thread of its own: the parse of a large message is pure
     # CPU work, and the database thread is shared by every socket of this
     # process, so their acks need not wait behind it.
@@ -119,7 +120,7 @@ async def handle_dom_delivery_result(consumer: PluginConsumer, frame: dict[str, 
 
 @PluginConsumer.frame_handler("guide.get")
 async def handle_guide_get(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    request = parse_guide_request(frame)
+    request = parse_guide_request(frame, known=await platforms_known_for(frame))
     guide = await database_sync_to_async(tool_guide_serve)(
         client_pk=consumer.client_pk, platform=request.platform, conversation_id=request.conversation_id
     )
@@ -128,6 +129,6 @@ async def handle_guide_get(consumer: PluginConsumer, frame: dict[str, Any]) -> N
 
 @PluginConsumer.frame_handler("browser.adapter_report")
 async def handle_adapter_report(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
-    report = parse_adapter_report(frame)
+    report = parse_adapter_report(frame, known=await platforms_known_for(frame))
     await database_sync_to_async(adapter_report_record)(client_pk=consumer.client_pk, report=report)
     await consumer.send_frame({"type": "ack", "id": report.frame_id})

@@ -41,10 +41,10 @@ from conversations.services import (
     conversations_renewal_set,
 )
 from ingest.models import Instruction
+from ingest.site_selectors import platform_adapter
 from pipelines.delivery_methods import method_names_for
 from pipelines.mail import MAIL_DELIVER
 from pipelines.renewal import conversations_renew_now
-from platforms import platforms
 from platforms.registry import UnsupportedPlatform
 
 RECENT_MESSAGES = 20
@@ -247,7 +247,7 @@ class ConversationAdmin(ToolGuideAdminMixin, StoryAdminMixin, ListColumnsMixin, 
     def delivery_order(self, conversation):
         """The methods a delivery tries now: the conversation's own, else the platform's (SPEC §6.1)."""
         try:
-            adapter = platforms.get(conversation.platform)
+            adapter = platform_adapter(conversation.platform)  # a site an operator added included
         except UnsupportedPlatform:
             return "-"
         names = method_names_for(adapter=adapter, conversation_methods=conversation.delivery_methods)

@@ -12,6 +12,7 @@ from ingest.frames import decode_frame, parse_final_message
 from ingest.models import PluginClient
 from ingest.protocol import FrameError
 from ingest.services.messages import message_ingest
+from ingest.site_selectors import platform_names_in_force
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class _Replay:
 
     def final_message(self, frame: dict[str, Any], line: int) -> None:
         result = message_ingest(
-            message=parse_final_message(frame), client=self.client,
+            message=parse_final_message(frame, known=platform_names_in_force()), client=self.client,
             source=Message.Source.REPLAY, force=self.force,
         )
         if result.duplicate:

@@ -4,6 +4,7 @@ import copy
 import html
 import json
 import shutil
+import time
 
 import pytest
 from channels.db import database_sync_to_async
@@ -15,10 +16,19 @@ from conductor_site.asgi import application
 from conversations.models import Conversation
 from ingest.models import SiteDescription
 from ingest.services.sites import SiteNameMismatch, SiteOriginTaken, site_description_delete, site_description_save
-from ingest.site_selectors import builtin_adapter_origins, sites_in_force, sites_left_out, sites_version
+from ingest.site_selectors import (
+    builtin_adapter_origins,
+    platform_adapter,
+    platform_names_in_force,
+    sites_in_force,
+    sites_left_out,
+    sites_version,
+)
 from platforms import platforms
+from platforms.registry import UnsupportedPlatform
 from platforms.sites import SCHEMA_PATH, InvalidSiteDescription, shipped_site_descriptions
 from tests.factories import TEST_TOKEN, PluginClientFactory
+from tests.procs import started_in_processes
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -129,19 +139,25 @@ async def test_hello_ok_names_the_sites_version_and_sites_get_hands_out_the_site
     await plugin.disconnect()
 
 
-async def test_a_plugin_may_send_a_final_message_of_a_site_an_operator_added(laptop):
+async def test_a_plugin_may_send_a_final_message_of_a_site_an_operator_added_until_it_is_deleted(laptop):
+    plugin = await hello()  # connected before the site was added: no read of the sites made it a platform
     await database_sync_to_async(site_description_save)(name="poe", description=a_new_site(), actor="ops")
-    try:
-        plugin = await hello()  # the hello makes the new site a platform of this process
-        await plugin.send_json_to({
-            "type": "browser.final_message", "id": "f-1", "platform": "poe", "conversation_id": "abcdef123",
-            "message_id": "", "text": "hello", "page_url": "https://poe.com/chat/abcdef123",
-        })
-        assert (await plugin.receive_json_from())["type"] == "ack"
-        await plugin.disconnect()
-        assert await Conversation.objects.filter(platform="poe", remote_id="abcdef123").aexists()
-    finally:
-        platforms.unregister("poe")
+    assert (await plugin.receive_json_from(timeout=5))["type"] == "sites"
+    frame = {
+        "type": "browser.final_message", "id": "f-1", "platform": "poe", "conversation_id": "abcdef123",
+        "message_id": "", "text": "hello", "page_url": "https://poe.com/chat/abcdef123",
+    }
+    await plugin.send_json_to(frame)
+    assert (await plugin.receive_json_from())["type"] == "ack"
+    assert await Conversation.objects.filter(platform="poe", remote_id="abcdef123").aexists()
+    assert "poe" not in platforms  # the process-wide registry holds what ships, nothing read
+
+    assert await database_sync_to_async(site_description_delete)(name="poe", actor="ops")
+    assert (await plugin.receive_json_from(timeout=5))["type"] == "sites"
+    await plugin.send_json_to({**frame, "id": "f-2", "message_id": "m-2"})
+    refused = await plugin.receive_json_from()
+    assert (refused["type"], refused["code"]) == ("error", "invalid") and "unknown platform 'poe'" in refused["detail"]
+    await plugin.disconnect()
 
 
 def test_an_operator_edits_a_copy_of_a_shipped_site_in_the_admin_and_the_log_says_what_changed(admin_client):
@@ -201,14 +217,45 @@ def test_a_saved_description_changes_the_version_and_replaces_the_shipped_copy()
     assert sites_version() == before  # the shipped copy is back in force
 
 
-def test_a_site_an_operator_adds_becomes_a_platform_of_the_processes_that_read_the_sites():
+def test_a_site_an_operator_adds_is_a_platform_while_its_row_is_in_force_with_its_edits():
+    with pytest.raises(UnsupportedPlatform):
+        platform_adapter("poe")
     site_description_save(name="poe", description=a_new_site(), actor="ops")
-    try:
-        sites_version()
-        assert "poe" in platforms
-        assert (platforms.get("poe").label, platforms.get("poe").performs) == ("Poe", ("dom",))
-    finally:
-        platforms.unregister("poe")
+    assert (platform_adapter("poe").label, platform_adapter("poe").performs) == ("Poe", ("dom",))
+    assert "poe" in platform_names_in_force() and "poe" not in platforms
+    site_description_save(name="poe", description={**a_new_site(), "title": "Poe (mine)"}, actor="ops")
+    assert platform_adapter("poe").label == "Poe (mine)"
+    site_description_save(name="grok", description=grok(title="Grok (mine)"), actor="ops")
+    assert platform_adapter("grok").label == "Grok (mine)"  # an edited shipped site too
+    site_description_delete(name="grok", actor="ops")
+    assert platform_adapter("grok").label == "Grok"
+    site_description_delete(name="poe", actor="ops")
+    assert "poe" not in platform_names_in_force()
+    with pytest.raises(UnsupportedPlatform):
+        platform_adapter("poe")
+
+
+def test_two_processes_accept_a_site_an_operator_added_right_after_its_save_and_neither_after_its_delete(tmp_path):
+    steps = ["before", "saved", "edited", "deleted"]
+
+    def step(name: str) -> None:
+        (tmp_path / name).touch()
+        deadline = time.monotonic() + 60
+        while len(list(tmp_path.glob(f"{name}.*"))) < 2:
+            assert time.monotonic() < deadline, f"the processes did not pass {name}"
+            time.sleep(0.02)
+
+    with started_in_processes("tests.ingest.workers:platform_seen_at_each_step", [(str(tmp_path), steps)] * 2) as seen:
+        step("before")
+        site_description_save(name="poe", description=a_new_site(), actor="ops")
+        step("saved")
+        site_description_save(name="poe", description={**a_new_site(), "title": "Poe (mine)"}, actor="ops")
+        step("edited")
+        site_description_delete(name="poe", actor="ops")
+        step("deleted")
+        results = [pending.get(timeout=60) for pending in seen]
+    expected = [(False, None), (True, "Poe"), (True, "Poe (mine)"), (False, None)]
+    assert [[tuple(each) for each in result] for result in results] == [expected, expected]
 
 
 async def test_a_connected_plugin_is_sent_the_sites_in_force_when_an_operator_saves_or_removes_one(laptop):
@@ -248,15 +295,6 @@ def on_origin(name, *origins, title="Reader"):
     return description
 
 
-@pytest.fixture
-def forget_added_sites():
-    """The sites a test adds become platforms of this process: gone again after it."""
-    yield
-    for name in ("gh_reader", "reader_two", "poe"):
-        if name in platforms:
-            platforms.unregister(name)
-
-
 def test_the_schema_keeps_the_adapters_origins_out_and_the_shipped_sites_on_origins_of_their_own():
     schema = json.loads(SCHEMA_PATH.read_text())
     assert sorted(schema["$defs"]["origin"]["not"]["enum"]) == sorted(builtin_adapter_origins())
@@ -292,7 +330,7 @@ def test_a_description_cannot_claim_an_origin_of_the_adapters_with_network_captu
     assert not SiteDescription.objects.exists()
 
 
-def test_a_description_cannot_claim_a_shipped_sites_or_an_operators_sites_origin(forget_added_sites):
+def test_a_description_cannot_claim_a_shipped_sites_or_an_operators_sites_origin():
     with pytest.raises(SiteOriginTaken) as raised:
         site_description_save(name="gh_reader", description=on_origin("gh_reader", "https://github.com"), actor="ops")
     assert "https://github.com already belongs to the site 'copilot' (GitHub Copilot, shipped with Conductor)" in str(
@@ -312,7 +350,7 @@ def test_a_description_cannot_claim_a_shipped_sites_or_an_operators_sites_origin
     assert site_description_save(name="poe", description=a_new_site(), actor="ops").revision == 2
 
 
-def test_an_origin_a_site_gave_up_may_go_to_another(forget_added_sites):
+def test_an_origin_a_site_gave_up_may_go_to_another():
     site_description_save(name="copilot", description=shipped_with("copilot", origins=["https://copilot.acme.test"]),
                           actor="ops")
     site_description_save(name="gh_reader", description=on_origin("gh_reader", "https://github.com"), actor="ops")
@@ -321,7 +359,7 @@ def test_an_origin_a_site_gave_up_may_go_to_another(forget_added_sites):
     assert sites_left_out() == {}
 
 
-def test_the_sites_in_force_leave_out_both_operators_descriptions_that_raced_onto_one_origin(forget_added_sites):
+def test_the_sites_in_force_leave_out_both_operators_descriptions_that_raced_onto_one_origin():
     # Two saves that passed the check at the same moment: both rows are there.
     for name in ("gh_reader", "reader_two"):
         SiteDescription.objects.create(name=name, description=on_origin(name, "https://reader.acme.test"),
@@ -332,7 +370,7 @@ def test_the_sites_in_force_leave_out_both_operators_descriptions_that_raced_ont
                                 "reader_two": "https://reader.acme.test is claimed by gh_reader too"}
 
 
-def test_removing_a_copy_that_gave_up_an_origin_leaves_out_the_site_that_took_it(admin_client, forget_added_sites):
+def test_removing_a_copy_that_gave_up_an_origin_leaves_out_the_site_that_took_it(admin_client):
     moved = site_description_save(
         name="copilot", description=shipped_with("copilot", origins=["https://copilot.acme.test"]), actor="ops")
     site_description_save(name="gh_reader", description=on_origin("gh_reader", "https://github.com"), actor="ops")
@@ -344,7 +382,7 @@ def test_removing_a_copy_that_gave_up_an_origin_leaves_out_the_site_that_took_it
     assert "no: https://github.com is claimed by copilot too" in listed
 
 
-def test_the_admin_refuses_a_description_on_another_sites_origin_and_names_that_site(admin_client, forget_added_sites):
+def test_the_admin_refuses_a_description_on_another_sites_origin_and_names_that_site(admin_client):
     taken = admin_client.post("/admin/ingest/sitedescription/add/",
                               {"name": "gh_reader", "description": json.dumps(on_origin("gh_reader", "https://github.com"))})
     assert taken.status_code == 200

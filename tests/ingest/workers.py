@@ -71,3 +71,46 @@ def final_messages_ingest_as(client_pk: int, conversation_id: str, message_ids: 
         })
         stored.append(message_ingest(message=message, client=client).message_id)
     return stored
+
+
+def platform_seen_at_each_step(folder: str, steps: list[str]) -> list[tuple[bool, str | None]]:
+    """At each step (once the file ``folder/step`` exists), whether this process accepts a final message of
+    the site "poe", as the socket's handler checks it, and the label its adapter has then (None when unknown).
+    Touches ``folder/step.<pid>`` after each. The process reads before the first step, so what it keeps from
+    its own earlier reads is in play, as in a server that has been running."""
+    import asyncio
+    import os
+    import time
+    from pathlib import Path
+
+    from ingest.frames import parse_final_message
+    from ingest.protocol import FrameError
+    from ingest.site_selectors import platform_adapter, platforms_known_for, sites_in_force, sites_version
+    from platforms.registry import UnsupportedPlatform
+
+    frame = {"type": "browser.final_message", "platform": "poe", "conversation_id": "abcdef123", "text": "hi"}
+
+    async def accepted() -> bool:
+        try:
+            parse_final_message(frame, known=await platforms_known_for(frame))
+        except FrameError:
+            return False
+        return True
+
+    def label() -> str | None:
+        try:
+            return platform_adapter("poe").label
+        except UnsupportedPlatform:
+            return None
+
+    sites_version(), sites_in_force()  # a running server has read the sites
+    seen = []
+    for step in steps:
+        deadline = time.monotonic() + 60
+        while not Path(folder, step).exists():
+            if time.monotonic() > deadline:
+                raise TimeoutError(step)
+            time.sleep(0.02)
+        seen.append((asyncio.run(accepted()), label()))
+        Path(folder, f"{step}.{os.getpid()}").touch()
+    return seen
