@@ -1,4 +1,4 @@
-"""The plugin's Firefox package in headless Firefox ESR (``firefox.py``): install, pair, a round trip.
+"""The plugin's Firefox package in headless Firefox ESR (``firefox.py``): round trips through Conductor.
 
 Real processes as in ``test_round_trip.py``: ``manage.py serve`` with its
 cluster on the test databases, Debian's ``firefox-esr`` with the package
@@ -44,7 +44,6 @@ def server_env(tmp_path):
     return {
         "CONDUCTOR_WORKSPACE": str(workspace), "CONDUCTOR_TICK_SECONDS": "0.5",
         "CONDUCTOR_OUTBOUND_JITTER_MAX_MS": "0", "CONDUCTOR_RETRY_JITTER_MAX_MS": "0",
-        "CONDUCTOR_DELIVERY_METHODS": "http,dom",
     }
 
 
@@ -52,42 +51,74 @@ def assistant_messages(app):
     return Message.objects.filter(conversation__platform=app.name, role=Message.Role.ASSISTANT).order_by("pk")
 
 
-def test_a_claude_answer_with_a_block_round_trips_through_conductor_in_firefox(firefox, package, tmp_path, server_env):
+def results_of(text):
+    return json.loads(re.search(r"```baa-result\n(.*?)\n```", text, re.S).group(1))
+
+
+def asked_and_captured(browser, app, server):
+    """Pairs, opens the app's conversation and has it answer with an echo block; the message Conductor stored."""
+    app.install(browser.context)
+    browser.pair(server.base_url, "laptop", TEST_TOKEN)
+    browser.wait_for_state("connected")
+    page = browser.open_chat(app)
+    app.answer_next(ASK % 1)
+    page.evaluate("([html]) => mockChat.ask('Go on', {html})", [ASK_HTML % 1])
+    message = wait_for(lambda: assistant_messages(app).first(), "the assistant message in Conductor", WAIT)
+    assert message.capture == Message.Capture.NETWORK
+    assert message.text == ASK % 1
+    assert message.conversation.remote_id == app.conversation
+    return page, message
+
+
+def delivery_succeeded():
+    deliver = wait_for(
+        lambda: AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER, status=TaskStatus.SUCCEEDED).first(),
+        "the delivery task to succeed", WAIT,
+    )
+    assert deliver.attempt_count == 1
+    return [event.detail.get("method") for event in deliver.events.filter(action="deliver")]
+
+
+def test_a_claude_answer_with_a_block_round_trips_through_proxy_delivery_in_firefox(firefox, package, tmp_path, server_env):
     PluginClientFactory(client_id="laptop")
     app = chat_app("claude")
     started = time.monotonic()
     with (
-        running_server(tmp_path, command="serve+cluster", **server_env) as server,
+        running_server(tmp_path, command="serve+cluster", CONDUCTOR_DELIVERY_METHODS="http,dom", **server_env) as server,
         firefox_plugin(firefox, tmp_path / "profile", package) as browser,
     ):
-        app.install(browser.context)
-        browser.pair(server.base_url, "laptop", TEST_TOKEN)
-        browser.wait_for_state("connected")
-        page = browser.open_chat(app)
-        app.answer_next(ASK % 1)
-        page.evaluate("([html]) => mockChat.ask('Go on', {html})", [ASK_HTML % 1])
-
-        message = wait_for(lambda: assistant_messages(app).first(), "the assistant message in Conductor", WAIT)
-        assert message.capture == Message.Capture.NETWORK
-        assert message.text == ASK % 1
-        assert message.conversation.remote_id == app.conversation
-
+        page, message = asked_and_captured(browser, app, server)
         # Delivered through the page's own request (proxy delivery), not the composer.
         [posted] = wait_for(app.deliveries, "the delivery POST at the mock app", WAIT)
         assert app.conversation_of(posted) == app.conversation
         assert app.parent_of(posted) == message.remote_message_id
-        result = json.loads(re.search(r"```baa-result\n(.*?)\n```", app.delivered_text(posted), re.S).group(1))
+        result = results_of(app.delivered_text(posted))
         assert result["ok"] is True and result["tool"] == "echo" and result["result"] == {"step": 1}
-        deliver = wait_for(
-            lambda: AutomationTask.objects.filter(kind=INSTRUCTION_DELIVER, status=TaskStatus.SUCCEEDED).first(),
-            "the delivery task to succeed", WAIT,
-        )
-        assert deliver.attempt_count == 1
-        assert [event.detail.get("method") for event in deliver.events.filter(action="deliver")] == ["http"]
+        assert delivery_succeeded() == ["http"]
         # The app's reply to the delivery is itself a final message, read from its stream.
         wait_for(lambda: assistant_messages(app).count() == 2, "the reply to the results", WAIT)
         assert AutomationTask.objects.filter(kind=INSTRUCTION_EXECUTE).count() == 1
         assert page.evaluate("mockChat.sent()") == []  # nothing went through the composer
         assert browser.badge() == "on"
         assert "connected" in browser.popup_text()
-    print(f"Firefox round trip: {time.monotonic() - started:.1f} s, the server's and Firefox's starts included")
+    print(f"Firefox, Claude by proxy delivery: {time.monotonic() - started:.1f} s, the server's and Firefox's starts included")
+
+
+def test_a_chatgpt_answer_with_a_block_round_trips_through_the_composer_in_firefox(firefox, package, tmp_path, server_env):
+    PluginClientFactory(client_id="laptop")
+    app = chat_app("chatgpt")
+    started = time.monotonic()
+    with (
+        running_server(tmp_path, command="serve+cluster", **server_env) as server,
+        firefox_plugin(firefox, tmp_path / "profile", package) as browser,
+    ):
+        page, _message = asked_and_captured(browser, app, server)
+        # ChatGPT's own order is the composer only: typed into it and sent, as a person does.
+        [sent] = wait_for(lambda: page.evaluate("mockChat.sent()"), "the results sent from the composer", WAIT)
+        result = results_of(sent)
+        assert result["ok"] is True and result["tool"] == "echo" and result["result"] == {"step": 1}
+        assert delivery_succeeded() == ["dom"]
+        assert page.evaluate("mockChat.userTurnCount()") == 1  # the results, once (the mock's composer asks nothing)
+        [stored] = Message.objects.filter(source=Message.Source.CONDUCTOR)
+        assert stored.text == sent
+    print(f"Firefox, ChatGPT through the composer: {time.monotonic() - started:.1f} s, the server's and Firefox's starts included")
