@@ -13,6 +13,7 @@ the sites' in ``site_frames.py``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -25,6 +26,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 
 from automation.wake import dispatcher_wake_async
+from core.layer_send import first_line_of
 from core.logfmt import log_event
 from ingest import selectors
 from ingest.frames import decode_frame, echo, frame_id, parse_plugin_info
@@ -93,6 +95,18 @@ class PluginConsumer(AsyncWebsocketConsumer):
         # server task), its presence and its pending deliveries are cleaned up.
         try:
             await super().__call__(scope, receive, send)
+        except Exception as error:
+            # The loop that reads this socket's channel-layer messages ended:
+            # most often the layer went away (Redis restarted). Nothing can be
+            # sent to the socket any more, so it is closed for the plugin to
+            # reconnect (whose hello joins the layer afresh), never left open
+            # and deaf; daphne would close it with 1011 and a traceback.
+            log_event(
+                logger, "socket_lost_channel_layer", level=logging.WARNING, client_id=self.client_id,
+                error=first_line_of(error), error_type=type(error).__name__,
+            )
+            with contextlib.suppress(Exception):
+                await self.close(code=CloseCode.TRY_AGAIN)
         finally:
             await self._clean_up(code=None)
 
@@ -203,7 +217,8 @@ class PluginConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Answer one frame; whatever goes wrong, the answer is an error frame (SPEC §6)."""
         frame: dict[str, Any] | None = None
-        if self.client_pk is None:
+        saying_hello = self.client_pk is None
+        if saying_hello:
             if self._is_evicted:
                 return  # being closed: it made room for a newer socket
             PluginConsumer.pre_hello_room.mark_busy(self)
@@ -242,6 +257,12 @@ class PluginConsumer(AsyncWebsocketConsumer):
                 logger, "frame_failed", level=logging.ERROR, exc_info=True, client_id=self.client_id,
                 frame_type=frame.get("type") if frame else None,
             )
+            if saying_hello:
+                # A hello half taken (the database or the channel layer away) leaves no
+                # socket worth keeping: the plugin reconnects and says hello again.
+                await self.send_error(ErrorCode.SERVER_ERROR, "the server could not take this hello; reconnect")
+                await self.close(code=CloseCode.TRY_AGAIN)
+                return
             await self.send_error(
                 ErrorCode.SERVER_ERROR, "the server failed to handle this frame; it was not processed",
                 frame_id=frame_id(frame) if frame else None,

@@ -67,6 +67,11 @@ class CloseCode:
     # newer one. Try again. (Applications may close only with 1000 or
     # 3000-4999, so not 1013.)
     TOO_MANY_WAITING = 4429
+    # Beyond SPEC §6: a part of the server this socket needs went away (the
+    # channel layer: Redis restarted) or its hello could not be taken (the
+    # database away). Nothing could reach the socket any more, so it is closed
+    # rather than left open and deaf. Reconnect.
+    TRY_AGAIN = 4503
 
 
 class FrameError(Exception):

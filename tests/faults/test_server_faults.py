@@ -10,19 +10,24 @@ the load is waited out and ``survey`` checks every invariant
 """
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
 import time
 
 import pytest
+from websockets.exceptions import WebSocketException
 
 from tests.factories import TEST_TOKEN
+from conductor_site.simulator import ProtocolError, SimulatedPlugin
+from ingest.protocol import CloseCode
 from tests.faults.harness import (
     ALLOWED_TOOLS,
     FAST,
     LEDGER,
     Load,
+    block,
     survey,
     wait_until_over,
 )
@@ -44,6 +49,8 @@ pytestmark = [
 ]
 
 CLIENTS = [f"plugin-{n}" for n in range(4)]
+# A plugin that keeps one socket across a Redis restart (it does not reconnect unless closed).
+WATCHER = "watcher"
 DROPS = {CLIENTS[0]: 1}
 # How long the load may take to be over after a fault. A delivery whose frame the
 # fault swallowed waits out its timeout and a backoff before it goes again; with
@@ -56,7 +63,7 @@ from django.core.management import call_command
 from ingest.models import ToolPolicy
 from ingest.services.clients import plugin_client_create
 call_command("migrate_all", verbosity=0)
-for name in {CLIENTS!r}:
+for name in {[*CLIENTS, WATCHER]!r}:
     plugin_client_create(name=name, token={TEST_TOKEN!r})
 for tool in {ALLOWED_TOOLS!r}:
     ToolPolicy.objects.create(tool=tool, policy="allow")
@@ -170,3 +177,34 @@ def test_redis_restarted_mid_stream_loses_nothing_and_runs_nothing_twice(
         cache.start()  # empty: the channel layer's groups and the broker's queue are gone
         result = over(postgres, load, workspace)
     assert result.messages_stored == 16
+
+
+def test_a_socket_open_across_a_redis_restart_is_served_or_closed(servers, conductor):
+    """Never a socket that looks open and receives nothing: after Redis is back, a
+    message sent on the socket as it stands gets its status and its delivery, or
+    the socket was closed and a reconnect gets them."""
+    _, cache = servers
+    plugin = SimulatedPlugin(url=conductor.ws_url, client_id=WATCHER, token=TEST_TOKEN).connect()
+    try:
+        cache.kill()
+        time.sleep(REDIS_AWAY_SECONDS)
+        cache.start()
+        time.sleep(2)  # longer than a ping interval (FAST): the socket had its chance to renew
+        frame = {
+            "type": "browser.final_message", "id": "f-watch", "platform": "claude",
+            "conversation_id": "watch", "organization_id": "org", "message_id": "watch-1",
+            "page_url": "https://claude.ai/chat/watch", "text": block("echo", {"tag": "watch"}),
+        }
+        try:
+            plugin.send_final_message(frame)
+        except (WebSocketException, ProtocolError, TimeoutError) as closed:
+            # Closed while Redis was away, saying why: the plugin reconnects, as the reference plugin does.
+            assert getattr(getattr(closed, "rcvd", None), "code", None) == CloseCode.TRY_AGAIN, repr(closed)
+            plugin.close()
+            plugin = SimulatedPlugin(url=conductor.ws_url, client_id=WATCHER, token=TEST_TOKEN).connect()
+            plugin.send_final_message(frame)
+        delivery = plugin.next_delivery(timeout=60)
+        assert "watch" in json.dumps(delivery)
+        assert any(status.get("conversation_id") == "watch" for status in plugin.statuses)
+    finally:
+        plugin.close()

@@ -772,8 +772,8 @@ async def test_a_crashed_socket_is_still_cleaned_up_and_stops_refreshing_presenc
     channel = (await PluginClient.objects.aget(pk=client.pk)).connection_channel
     # An event the consumer cannot handle: it raises, outside any frame handler.
     await channel_layer.send(channel, {"type": "plugin.deliver"})
-    with pytest.raises(KeyError):
-        await communicator.receive_output(timeout=3)
+    assert await closed_with(communicator) == CloseCode.TRY_AGAIN  # not left open and deaf
+    await communicator.wait(timeout=3)  # and cleaned up
 
     refreshed = await PluginClient.objects.aget(pk=client.pk)
     assert not refreshed.connected
@@ -781,6 +781,34 @@ async def test_a_crashed_socket_is_still_cleaned_up_and_stops_refreshing_presenc
     seen = refreshed.last_seen_at
     await asyncio.sleep(0.3)
     assert (await PluginClient.objects.aget(pk=client.pk)).last_seen_at == seen  # no presence loop left
+
+
+async def test_a_socket_whose_channel_layer_goes_away_is_closed_for_the_plugin_to_reconnect(client, channel_layer):
+    communicator, _ = await hello("laptop-chrome")
+    lost = asyncio.Event()
+
+    async def receive_until_lost(channel):
+        await lost.wait()
+        raise ConnectionError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    with mock.patch.object(type(channel_layer), "receive", side_effect=receive_until_lost):
+        communicator2, _ = await hello("laptop-chrome")  # the newest socket of the client reads through the patch
+        lost.set()
+        assert await closed_with(communicator2) == CloseCode.TRY_AGAIN
+        await communicator2.wait(timeout=3)
+    assert await closed_with(communicator) == CloseCode.REPLACED
+    assert not (await PluginClient.objects.aget(pk=client.pk)).connected
+
+
+async def test_a_hello_the_channel_layer_cannot_take_is_closed_for_the_plugin_to_reconnect(client, channel_layer):
+    communicator, _, _ = await open_socket()
+    with mock.patch.object(type(channel_layer), "group_add", side_effect=ConnectionError("Connection reset by peer")):
+        await communicator.send_json_to({**HELLO, "client_id": "laptop-chrome"})
+        error = await communicator.receive_json_from()
+        assert error["code"] == "server_error"
+        assert await closed_with(communicator) == CloseCode.TRY_AGAIN
+        await communicator.wait(timeout=3)
+    assert not (await PluginClient.objects.aget(pk=client.pk)).connected
 
 
 async def test_a_first_frame_over_64_kib_closes_the_socket_with_1009(client):
