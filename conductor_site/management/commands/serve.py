@@ -9,9 +9,11 @@ for running tasks, so SIGTERM is what they must honour.
 Every server runs tasks: the dispatcher (``manage.py dispatch --loop``)
 claims and runs them beside the other servers' loops. The children learn
 this server's name (``CONDUCTOR_SERVER_NAME``, host:port unless set), so the
-cluster's scheduled loop sees this one and returns. A dispatcher that dies
-is started again a second later (its tasks go back by their own leases); if
-daphne or the cluster dies, everything is stopped and the command fails.
+cluster's scheduled loop sees this one and returns. A dispatcher or a
+cluster that dies is started again a second later, later still while it
+keeps dying (its tasks go back by their own leases; a cluster exits while
+Redis, its broker, is away); if daphne dies, everything is stopped and the
+command fails.
 
 Before it starts them, it says whether ``shell.run`` runs its commands
 confined here, unconfined, or refuses them (``tools.checks.shell_sandbox_state``),
@@ -52,9 +54,15 @@ STOP = {
 }
 # How long `serve` waits for daphne's port before saying it still waits.
 LISTEN_WAIT_SECONDS = 60.0
-# Children started again when they die, rather than stopping the server.
-RESTARTED = {"dispatcher"}
+# Children started again when they die, rather than stopping the server: the
+# dispatcher, and the cluster, which exits when its broker (Redis) is away at
+# its start or goes away under it; daphne serves on meanwhile. Each is started
+# again after a delay that doubles while it keeps dying within a minute of
+# its start, up to RESTART_DELAY_MAX_SECONDS.
+RESTARTED = {"dispatcher", "qcluster"}
 RESTART_DELAY_SECONDS = 1.0
+RESTART_DELAY_MAX_SECONDS = 30.0
+RESTART_STEADY_SECONDS = 60.0
 # Children asked again, once a second, until they stop. A cluster stopping
 # still hands the tasks already in its queue to its workers: a scheduled
 # dispatcher loop that starts after the first SIGINT installs its handlers
@@ -77,6 +85,14 @@ def _signal_group_but_leader(group: int, signum: int) -> None:
                 os.kill(int(entry.name), signum)
         except (OSError, IndexError, ValueError):
             continue  # gone meanwhile
+
+
+def _kill_group(group: int) -> None:
+    """SIGKILL whatever is left in process group ``group``."""
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 class Command(BaseCommand):
@@ -109,28 +125,44 @@ class Command(BaseCommand):
         if self._listening(host, port, daphne=children["daphne"]):
             self.stdout.write(f"Conductor on http://{host}:{port}/ (admin at /admin/); Ctrl-C stops it.")
 
-        failed = None
-        died_at: dict[str, float] = {}
-        while not self._stopping and failed is None:
-            for name, child in children.items():
-                if child.poll() is None:
-                    continue
-                if name not in RESTARTED:
-                    failed = name
-                    break
-                if name not in died_at:
-                    died_at[name] = time.monotonic()
-                    self.stderr.write(f"{name} exited with code {child.returncode}; starting it again.")
-                elif time.monotonic() - died_at[name] >= RESTART_DELAY_SECONDS:
-                    del died_at[name]
-                    children[name] = starts[name]()
-            time.sleep(0.1)
-
+        failed = self._supervise(children, starts)
         if failed:
             self.stderr.write(f"{failed} exited with code {children[failed].returncode}; stopping.")
         self._stop(children)
         if failed:
             sys.exit(1)
+
+    def _supervise(self, children: dict[str, subprocess.Popen], starts: dict) -> str | None:
+        """Watch the children until a stop is asked (None) or one not ``RESTARTED`` dies (its name).
+
+        A restarted child's group is killed first: workers its main process
+        left behind would hold the broker or run beside the new ones.
+        """
+        started_at = dict.fromkeys(children, time.monotonic())
+        delays = dict.fromkeys(children, RESTART_DELAY_SECONDS)
+        due: dict[str, float] = {}
+        while not self._stopping:
+            for name, child in children.items():
+                if child.poll() is None:
+                    continue
+                if name not in RESTARTED:
+                    return name
+                if name not in due:
+                    if time.monotonic() - started_at[name] >= RESTART_STEADY_SECONDS:
+                        delays[name] = RESTART_DELAY_SECONDS
+                    due[name] = time.monotonic() + delays[name]
+                    self.stderr.write(
+                        f"{name} exited with code {child.returncode}; starting it again in {delays[name]:.0f} s."
+                    )
+                    log_event(logger, "child_restart", level=logging.WARNING, child=name,
+                              code=child.returncode, delay_s=delays[name])
+                    delays[name] = min(delays[name] * 2, RESTART_DELAY_MAX_SECONDS)
+                elif time.monotonic() >= due[name]:
+                    del due[name]
+                    _kill_group(child.pid)
+                    children[name], started_at[name] = starts[name](), time.monotonic()
+            time.sleep(0.1)
+        return None
 
     def _listening(self, host: str, port: int, *, daphne: subprocess.Popen) -> bool:
         """Wait until the port accepts connections (the banner's link works when it is printed).
@@ -203,9 +235,6 @@ class Command(BaseCommand):
                 self.stderr.write(f"{name} did not stop within {GRACE_SECONDS:.0f} s; killing it.")
             # Kill the whole group: daphne or cluster workers left behind would
             # keep the port or the broker busy.
-            try:
-                os.killpg(child.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            _kill_group(child.pid)
             child.wait()
         self.stdout.write("Stopped.")
