@@ -281,6 +281,12 @@ class FirefoxPlugin:
         page.close()
         return text
 
+    def tab_id(self, page: Tab) -> int:
+        """The id of ``page``'s tab, as the extension knows it (chrome.tabs.query by its URL)."""
+        url = page.evaluate("location.href")
+        [tab] = self.extension_tab.evaluate("(url) => chrome.tabs.query({url}).then((tabs) => tabs.map((tab) => tab.id))", url)
+        return tab
+
     def open_chat(self, app) -> Tab:
         """A tab showing ``app``'s conversation, once the plugin's content script is running in it."""
         page = self.new_tab(app.page_url)
