@@ -36,7 +36,10 @@ const ID_PATTERNS = {
 const NO_STREAM = /(?!)/;
 
 /**
- * The conversation id a site's page URL shows, or null.
+ * The conversation id a site's page URL shows, or null: the path's segment
+ * after one of its prefixes, or, where the description names a `query`
+ * parameter (OpenRouter's `?room=`), that parameter on a page whose path is
+ * one of its prefixes.
  *
  * @param {Readonly<Record<string, any>>} description a valid description
  * @param {string} url
@@ -44,14 +47,27 @@ const NO_STREAM = /(?!)/;
 export function conversationIdFor(description, url) {
   const parsed = parseUrl(url);
   if (!parsed || !description.origins.includes(parsed.origin)) return null;
-  const { path_prefixes, id, not_ids = [] } = description.conversation;
+  const { path_prefixes, id, not_ids = [], query } = description.conversation;
   for (const prefix of path_prefixes) {
-    if (!parsed.pathname.startsWith(prefix)) continue;
-    const segment = parsed.pathname.slice(prefix.length).replace(/\/$/, "");
+    let segment;
+    if (query) {
+      if (`${parsed.pathname.replace(/\/$/, "")}/` !== prefix) continue;
+      segment = parsed.searchParams.get(query) ?? "";
+    } else {
+      if (!parsed.pathname.startsWith(prefix)) continue;
+      segment = parsed.pathname.slice(prefix.length).replace(/\/$/, "");
+    }
     if (!ID_PATTERNS[id].test(segment) || not_ids.includes(segment)) continue;
     return id === "uuid" ? segment.toLowerCase() : segment;
   }
   return null;
+}
+
+/** The page of conversation `id` on the site: its first origin and prefix, the id as the path's last segment or as the `query` parameter. */
+export function conversationPageFor(description, id) {
+  const { path_prefixes: [prefix], query } = description.conversation;
+  const page = `${description.origins[0]}${query ? prefix.replace(/\/$/, "") : prefix}`;
+  return query ? `${page}?${query}=${encodeURIComponent(id)}` : `${page}${encodeURIComponent(id)}`;
 }
 
 /** Does a page URL belong to the site's chat (its origins and, when listed, its `pages`)? */
@@ -112,7 +128,7 @@ export function siteAdapter(value) {
     return Boolean(turn) && queryAllFirst(turn, selectors.finished).length === 0;
   };
   const conversationIdFromUrl = (url) => conversationIdFor(description, url);
-  const ownPage = (id) => `${description.origins[0]}${description.conversation.path_prefixes[0]}${encodeURIComponent(id)}`;
+  const ownPage = (id) => conversationPageFor(description, id);
   return {
     name: description.name,
     version: description.version,

@@ -29,6 +29,7 @@ export const RESERVED_ORIGINS = Object.freeze(["https://claude.ai", "https://cha
 const PLAIN_TEXT = /^[^<>{}\u0000-\u001f]+$/;
 const ORIGIN = /^https:\/\/[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$/;
 const PATH_PREFIX = /^\/([A-Za-z0-9._~-]{1,40}\/){0,6}$/;
+const QUERY_PARAMETER = /^[a-z][a-z0-9_]{0,30}$/;
 const NOT_ID = /^[A-Za-z0-9._~-]{1,64}$/;
 const SELECTOR = /^(?!\s*\/\/)(?!.*(<|[jJ][aA][vV][aA][sS][cC][rR][iI][pP][tT]\s*:|:\/\/|[uU][rR][lL]\s*\(|\[\s*[oO][nN][A-Za-z-]*\s*([~|^$*]?=|\])))[^{};\u0000-\u001f]+$/u;
 const REPO = /^[A-Za-z0-9][A-Za-z0-9-]{0,38}\/[A-Za-z0-9._-]{1,100}$/;
@@ -141,6 +142,7 @@ const description = record(
       {
         path_prefixes: list(pathPrefix, { min: 1, max: 8, unique: true }),
         id: oneOf(ID_KINDS),
+        query: text({ pattern: QUERY_PARAMETER }),
         not_ids: list(text({ pattern: NOT_ID }), { max: 8, unique: true }),
         checked: date,
         sources,

@@ -2,4 +2,4 @@
 // plugin/tests/site-names.test.js fails when it and the folder disagree.
 
 /** The shipped descriptions, by file name under plugin/sites/ (without .json), sorted. */
-export const SITE_NAMES = Object.freeze(["aistudio", "copilot", "deepseek", "grok", "kimi", "mistral", "perplexity", "qwen"]);
+export const SITE_NAMES = Object.freeze(["aistudio", "copilot", "deepseek", "grok", "kimi", "mistral", "openrouter", "perplexity", "qwen", "t3chat", "zai"]);

@@ -57,6 +57,27 @@ function page(adapter, { isStreaming = false } = {}) {
   return { document, userTurns };
 }
 
+describe("a conversation id in a query parameter", () => {
+  const openrouter = adapters.find((adapter) => adapter.name === "openrouter");
+
+  it("is read from the parameter on the prefix's own page, and the page built back with it", () => {
+    const room = "orc-1780634365-MCz7i1oIfBu94tWR8LDt";
+    assert.equal(openrouter.conversationIdFromUrl(`https://openrouter.ai/chat?room=${room}`), room);
+    assert.equal(openrouter.conversationIdFromUrl(`https://openrouter.ai/chat/?room=${room}&models=x`), room);
+    assert.equal(openrouter.conversationUrl({ conversation_id: room }), `https://openrouter.ai/chat?room=${room}`);
+  });
+
+  it("is not read from another page, a missing or malformed parameter, or the path", () => {
+    for (const url of [
+      "https://openrouter.ai/chat",
+      "https://openrouter.ai/chat?room=",
+      "https://openrouter.ai/chat?room=a%20b%20c%20d",
+      "https://openrouter.ai/models?room=orc-1780634365-MCz7i1oIfBu94tWR8LDt",
+      "https://openrouter.ai/chat/orc-1780634365-MCz7i1oIfBu94tWR8LDt",
+    ]) assert.equal(openrouter.conversationIdFromUrl(url), null, url);
+  });
+});
+
 describe("site adapters", () => {
   it("are built for every shipped description, with the adapter interface and no stream or request", () => {
     assert.deepEqual(adapters.map((adapter) => adapter.name), SITE_NAMES);
@@ -107,10 +128,13 @@ describe("site adapters", () => {
     it(`${adapter.name}: reads the conversation id from its own page URLs only`, () => {
       const { origins, conversation } = adapter.description;
       const id = "0f1e2d3c-4b5a-4968-8776-a5b4c3d2e1f0";
-      assert.equal(adapter.conversationIdFromUrl(`${origins[0]}${conversation.path_prefixes[0]}${id}`), id);
-      assert.equal(adapter.conversationIdFromUrl(`https://evil.example${conversation.path_prefixes[0]}${id}`), null);
-      assert.equal(adapter.conversationIdFromUrl(`${origins[0]}/elsewhere/${id}`), null);
-      assert.equal(adapter.conversationUrl({ conversation_id: id }), `${origins[0]}${conversation.path_prefixes[0]}${id}`);
+      // The id as the path's last segment, or as the description's query parameter (OpenRouter's ?room=).
+      const [prefix] = conversation.path_prefixes;
+      const at = (path) => (conversation.query ? `${path.replace(/\/$/, "")}?${conversation.query}=${id}` : `${path}${id}`);
+      assert.equal(adapter.conversationIdFromUrl(`${origins[0]}${at(prefix)}`), id);
+      assert.equal(adapter.conversationIdFromUrl(`https://evil.example${at(prefix)}`), null);
+      assert.equal(adapter.conversationIdFromUrl(`${origins[0]}${at("/elsewhere/")}`), null);
+      assert.equal(adapter.conversationUrl({ conversation_id: id }), `${origins[0]}${at(prefix)}`);
     });
   }
 });

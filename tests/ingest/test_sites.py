@@ -32,7 +32,7 @@ from tests.procs import started_in_processes
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
-SHIPPED = ("aistudio", "copilot", "deepseek", "grok", "kimi", "mistral", "perplexity", "qwen")
+SHIPPED = ("aistudio", "copilot", "deepseek", "grok", "kimi", "mistral", "openrouter", "perplexity", "qwen", "t3chat", "zai")
 
 
 def perplexity(**changes):

@@ -26,7 +26,9 @@ from platforms.wire import (
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "platforms"
 PLATFORMS = ("claude", "chatgpt", "gemini")  # the three with network capture and requests of their own
-PAGE_SITES = ("perplexity", "grok", "deepseek", "mistral", "aistudio", "kimi", "qwen", "copilot")
+PAGE_SITES = (
+    "perplexity", "grok", "deepseek", "mistral", "aistudio", "kimi", "qwen", "copilot", "t3chat", "openrouter", "zai",
+)
 TRICKY_TEXTS = [
     'He said "stop" \\ then left',
     "line one\nline two\r\n\ttabbed",
@@ -341,7 +343,7 @@ def test_a_duplicate_platform_raises():
 
 
 def test_an_unknown_platform_raises_with_the_known_ones():
-    with pytest.raises(UnsupportedPlatform, match=r"unsupported platform 'bing'; known: aistudio, chatgpt, claude, copilot, .*, qwen$"):
+    with pytest.raises(UnsupportedPlatform, match=r"unsupported platform 'bing'; known: aistudio, chatgpt, claude, copilot, .*, zai$"):
         platforms.get("bing")
     assert "bing" not in platforms
 

@@ -18,7 +18,7 @@ from html import escape
 
 PAGE = """<!doctype html>
 <html><head><meta charset="utf-8"><title>{title}</title></head>
-<body><main id="thread"></main>{composer}
+<body><main id="thread"{thread_attributes}></main>{composer}
 <script>
 const SITE = {config};
 const thread = document.getElementById("thread");
@@ -30,7 +30,20 @@ function fromHtml(html) {{
   return holder.firstElementChild;
 }}
 
+let swapped = null;  // the element a "writing" marker stands in for (the send button), while it writes
+
 function writing(isWriting) {{
+  if (SITE.streaming_swap) {{
+    const [selector, html] = SITE.streaming_swap;
+    if (isWriting && !swapped) {{
+      swapped = document.querySelector(selector);
+      swapped.replaceWith(fromHtml(html));
+    }} else if (!isWriting && swapped) {{
+      document.getElementById("mock-streaming").replaceWith(swapped);
+      swapped = null;
+    }}
+    return;
+  }}
   if (SITE.streaming_attribute) {{
     const [selector, name, on, off] = SITE.streaming_attribute;
     document.querySelector(selector).setAttribute(name, isWriting ? on : off);
@@ -118,7 +131,33 @@ def qwen_code(language: str, lines: list[str]) -> str:
     )
 
 
-CODE_BLOCKS = {"generic": generic_code, "aistudio": aistudio_code, "qwen": qwen_code}
+def t3chat_code(language: str, lines: list[str]) -> str:
+    """T3 Chat's code block: a header with the language in a .font-mono label, then pre.shiki.not-prose > code, a
+    span.line a line (Microck/t3-chat-zipper's T3 enhancer reads the label from the pre's parent, the code from its code)."""
+    spans = "\n".join(f'<span class="line"><span style="color:#9ECBFF">{escape(line, quote=False)}</span></span>' for line in lines)
+    return (
+        f'<div class="relative mt-2 flex w-full flex-col"><div class="flex items-center justify-between rounded-t px-4 py-2">'
+        f'<span class="font-mono text-xs">{language}</span><button type="button">Copy</button></div>'
+        f'<pre class="shiki not-prose" tabindex="0"><code>{spans}</code></pre></div>'
+    )
+
+
+def zai_code(language: str, lines: list[str]) -> str:
+    """Z.ai's code block, Open WebUI's CodeBlock: the language as a label and as the editor wrapper's language-* class,
+    Copy in a sticky bar, the lines in CodeMirror's .cm-content .cm-line (CodeWebChat reads the code from .cm-line)."""
+    cm_lines = "".join(f'<div class="cm-line">{escape(line, quote=False)}</div>' for line in lines)
+    return (
+        f'<div><div class="relative my-2 flex flex-col rounded-lg" dir="ltr">'
+        f'<div class="text-text-300 absolute pl-4 py-1.5 text-xs font-medium">{language}</div>'
+        f'<div class="sticky top-8 mb-1 py-1 pr-2.5 flex items-center justify-end z-10 text-xs"><div class="flex items-center gap-0.5">'
+        f'<button class="copy-code-button bg-none border-none">Copy</button></div></div>'
+        f'<div class="language-{language} rounded-t-lg -mt-8 rounded-b-lg overflow-hidden"><div class="pt-7"></div>'
+        f'<div class="cm-editor"><div class="cm-scroller"><div class="cm-content" role="textbox">{cm_lines}</div></div></div>'
+        f'</div></div></div>'
+    )
+
+
+CODE_BLOCKS = {"generic": generic_code, "aistudio": aistudio_code, "qwen": qwen_code, "t3chat": t3chat_code, "zai": zai_code}
 
 
 @dataclass
@@ -139,6 +178,11 @@ class SiteApp:
     user_turn_selector: str
     # Sites whose send button turns into the stop button: (selector, attribute, while writing, otherwise).
     streaming_attribute: tuple[str, str, str, str] | None = None
+    # Sites whose send button is replaced while writing: (its selector, the markup in its place, id="mock-streaming").
+    streaming_swap: tuple[str, str] | None = None
+    # The conversation in a query parameter of the prefix's page (OpenRouter's ?room=), "" for the path's last segment.
+    query: str = ""
+    thread_attributes: str = ""  # attributes of the element the turns are in (T3 Chat's role="log")
     title: str = "Plan the release"
     user_text_in_turn: str = ""  # where the person's text goes inside ``user_turn``, "" for the turn itself
     streaming_in: str = ""  # where the "still writing" marker goes (the composer's form, a toolbar), "" for the body
@@ -152,13 +196,16 @@ class SiteApp:
 
     @property
     def page_url(self) -> str:
+        if self.query:
+            return f"{self.origin}{self.path_prefix.rstrip('/')}?{self.query}={self.conversation}"
         return f"{self.origin}{self.path_prefix}{self.conversation}"
 
     def install(self, context) -> None:
         context.route(f"{self.origin}/**", self.handle)
 
     def handle(self, route) -> None:
-        if route.request.method == "GET" and route.request.url.split("?")[0] == self.page_url:
+        url = route.request.url if self.query else route.request.url.split("?")[0]
+        if route.request.method == "GET" and url == self.page_url:
             route.fulfill(status=200, content_type="text/html; charset=utf-8", body=self.page())
         else:
             route.fulfill(status=404, content_type="text/plain", body="not in the mock")
@@ -168,10 +215,13 @@ class SiteApp:
             "turn": self.turn, "text_in_turn": self.text_in_turn, "streaming": self.streaming, "input": self.input,
             "send": self.send, "user_turn": self.user_turn, "user_turn_selector": self.user_turn_selector,
             "streaming_attribute": self.streaming_attribute, "user_text_in_turn": self.user_text_in_turn,
-            "streaming_in": self.streaming_in, "finished": self.finished,
+            "streaming_in": self.streaming_in, "finished": self.finished, "streaming_swap": self.streaming_swap,
         }
         # No markup here holds "</script", so the JSON cannot close the script.
-        return PAGE.format(title=escape(self.title), composer=self.composer, config=json.dumps(config))
+        return PAGE.format(
+            title=escape(self.title), composer=self.composer, config=json.dumps(config),
+            thread_attributes=self.thread_attributes,
+        )
 
 
 def site_app(name: str, **changes) -> SiteApp:
@@ -254,6 +304,63 @@ def site_app(name: str, **changes) -> SiteApp:
                      '<div class="message-input-right-button-send"><button type="button">Send</button></div>',
             user_turn='<div class="user-message-content" style="white-space: pre-wrap"></div>',
             user_turn_selector="div.user-message-content", code_shape="qwen",
+        ),
+        # The three below are built from their sources (named in each), not from the descriptions under test.
+        "t3chat": SiteApp(
+            # Microck/t3-chat-zipper (2025-11): the turns in [role="log"][aria-label="Chat messages"], each a
+            # div.flex.justify-start (or justify-end) row holding div[aria-label="Assistant message"] and, once
+            # finished, its action bar whose copy button has a lucide-copy icon.
+            name="t3chat", origin="https://t3.chat", path_prefix="/chat/", conversation=conversation,
+            thread_attributes=' role="log" aria-label="Chat messages"',
+            turn='<div class="flex justify-start"><div role="article" aria-label="Assistant message" '
+                 'class="group relative w-full max-w-full break-words"></div></div>',
+            text_in_turn='div[aria-label="Assistant message"]',
+            finished='<div class="flex items-center gap-1"><button type="button" aria-label="Copy response">'
+                     '<svg class="lucide lucide-copy" viewBox="0 0 24 24"></svg></button></div>',
+            # No source says how T3 Chat shows that it writes: the mock's marker is one no description names, so
+            # the answer is read by the quiet rule and the action bar.
+            streaming='<div id="mock-streaming" class="t3-writing-indicator"></div>',
+            input="textarea#chat-input", send='button[type="submit"]',
+            composer='<form onsubmit="return false"><textarea id="chat-input" placeholder="Type your message here...">'
+                     '</textarea><button type="submit" aria-label="Send message">Send</button></form>',
+            user_turn='<div class="flex justify-end"><div aria-label="Your message" style="white-space: pre-wrap"></div></div>',
+            user_turn_selector='div[aria-label="Your message"]', user_text_in_turn='div[aria-label="Your message"]',
+            code_shape="t3chat",
+        ),
+        "openrouter": SiteApp(
+            # CodeWebChat's openrouter.ts (2026-08): a spinning element while it writes, the answer in
+            # div[data-testid="assistant-message"] whose last child holds the action bar (its copy button's icon
+            # path M15.666 3.888…); MCP-SuperAssistant (2026-01): the composer and the person's turn.
+            name="openrouter", origin="https://openrouter.ai", path_prefix="/chat/", query="room",
+            conversation=f"orc-1780634365-{uuid.uuid4().hex[:20]}",
+            turn='<div data-testid="assistant-message"><div class="mock-answer"></div></div>', text_in_turn=".mock-answer",
+            finished='<div><div class="flex items-center gap-1"><button type="button"><svg viewBox="0 0 24 24">'
+                     '<path d="M15.666 3.888A2.25 2.25 0 0 0 13.5 2.25h-3c-1.03 0-1.9.693-2.166 1.638"></path>'
+                     '</svg></button></div></div>',
+            streaming='<svg id="mock-streaming" class="animate-spin" viewBox="0 0 24 24"></svg>',
+            input='textarea[data-testid="composer-input"]', send='button[data-testid="send-button"]',
+            composer='<textarea data-testid="composer-input" placeholder="Start a new message..."></textarea>'
+                     '<button type="button" data-testid="send-button" aria-label="Send message">Send</button>',
+            user_turn='<div data-testid="user-message" style="white-space: pre-wrap"></div>',
+            user_turn_selector='div[data-testid="user-message"]',
+        ),
+        "zai": SiteApp(
+            # CodeWebChat's z-ai.ts (2026-08): writing while #send-message-button is gone (a stop button in its
+            # place), the answer div.chat-assistant followed by its action bar with button.copy-response-button;
+            # MCP-SuperAssistant: #chat-input, div.chat-user; code blocks as Open WebUI renders them.
+            name="zai", origin="https://chat.z.ai", path_prefix="/c/", conversation=conversation,
+            turn='<div class="flex w-full"><div class="chat-assistant w-full min-w-full markdown-prose"></div></div>',
+            text_in_turn=".chat-assistant",
+            finished='<div class="flex justify-start overflow-x-auto buttons"><button class="copy-response-button '
+                     'visible rounded-lg p-1.5">Copy</button></div>',
+            streaming="", streaming_swap=(
+                "#send-message-button", '<button id="mock-streaming" type="button" class="rounded-full p-1.5">Stop</button>',
+            ),
+            input="#chat-input", send="#send-message-button",
+            composer='<form class="w-full flex gap-1.5" onsubmit="return false"><textarea id="chat-input"></textarea>'
+                     '<button id="send-message-button" type="submit">Send</button></form>',
+            user_turn='<div class="chat-user" style="white-space: pre-wrap"></div>', user_turn_selector="div.chat-user",
+            code_shape="zai",
         ),
     }
     app = apps[name]

@@ -1,6 +1,6 @@
 """End to end: chat sites read from the page (``plugin/sites/``) through the plugin to a running Conductor and back.
 
-For Perplexity, DeepSeek, GitHub Copilot, Mistral, AI Studio and Qwen: a mock page at
+For Perplexity, DeepSeek, GitHub Copilot, Mistral, AI Studio, Qwen, T3 Chat, OpenRouter and Z.ai: a mock page at
 the site's real origin with the DOM shape of its description (``site_apps.py``,
 code blocks in each site's own markup), the
 site switched on, an answer with a ``baa`` block read from the page, its
@@ -51,7 +51,7 @@ WAIT = 60
 ASK = "```baa\necho\n{\"step\": %d}\n```\n"
 ASK_HTML = '<p>Checking:</p><pre><code class="language-baa">echo\n{"step": %d}\n</code></pre>'
 TITLES = {"perplexity": "Perplexity", "deepseek": "DeepSeek", "copilot": "GitHub Copilot", "aistudio": "Google AI Studio", "qwen": "Qwen Chat",
-          "mistral": "Le Chat (Mistral)"}
+          "mistral": "Le Chat (Mistral)", "t3chat": "T3 Chat", "openrouter": "OpenRouter Chat", "zai": "Z.ai (GLM)"}
 
 
 @pytest.fixture
@@ -112,7 +112,9 @@ def open_site(browser, app):
     return page
 
 
-@pytest.mark.parametrize("name", ["perplexity", "deepseek", "copilot", "mistral", "aistudio", "qwen"])
+@pytest.mark.parametrize(
+    "name", ["perplexity", "deepseek", "copilot", "mistral", "aistudio", "qwen", "t3chat", "openrouter", "zai"],
+)
 def test_a_sites_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path, server_env, name):
     PluginClientFactory(client_id="laptop")
     app = site_app(name)
