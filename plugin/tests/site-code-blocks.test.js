@@ -1,5 +1,5 @@
 // Code blocks as each site renders them: a description's `answer.code`
-// read by lib/markdown.js, on trees in the shapes AI Studio and Qwen render
+// read by lib/markdown.js, on trees in the shapes AI Studio, Qwen, T3 Chat and Z.ai render
 // (fixtures/sites/code-blocks.js), against the shipped descriptions' rules.
 
 import assert from "node:assert/strict";
@@ -9,7 +9,7 @@ import { describe, it } from "node:test";
 import { siteAdapter } from "../adapters/site.js";
 import { elementToMarkdown } from "../lib/markdown.js";
 import { el, elementsUnder } from "./fake-dom.js";
-import { aiStudioAnswer, qwenAnswer } from "./fixtures/sites/code-blocks.js";
+import { aiStudioAnswer, qwenAnswer, t3ChatAnswer, zaiAnswer } from "./fixtures/sites/code-blocks.js";
 
 const description = (name) => JSON.parse(readFileSync(new URL(`../sites/${name}.json`, import.meta.url), "utf8"));
 const codeRule = (name) => siteAdapter(description(name)).dom.codeBlocks;
@@ -51,6 +51,15 @@ const SELECTORS = {
   ".cm-content .cm-line": under(hasClass("cm-content"), hasClass("cm-line")),
   ".qwen-markdown-code-header": hasClass("qwen-markdown-code-header"),
   ".line-numbers": hasClass("line-numbers"),
+  "div:has(> pre.shiki)": (node) =>
+    isNamed("div")(node) && node.childNodes.some((child) => child.nodeType === 1 && isNamed("pre")(child) && hasClass("shiki")(child)),
+  ".font-mono": hasClass("font-mono"),
+  button: isNamed("button"),
+  'div[dir="ltr"]:has(.cm-content)': (node) =>
+    isNamed("div")(node) && node.getAttribute("dir") === "ltr" && elementsUnder(node).slice(1).some(hasClass("cm-content")),
+  ".copy-code-button": hasClass("copy-code-button"),
+  ".run-code-button": hasClass("run-code-button"),
+  ".save-code-button": hasClass("save-code-button"),
 };
 
 const ASK = ["echo", '{"step": 1}'];
@@ -83,11 +92,21 @@ describe("code blocks by a site's rule", () => {
     assert.equal(elementToMarkdown(answer, { code: codeRule("qwen") }), FENCE);
   });
 
+  it("reads T3 Chat's pre.shiki: the language from the .font-mono label beside it, the code from its code, no Copy", () => {
+    const answer = selectable(t3ChatAnswer("baa", ASK), SELECTORS);
+    assert.equal(elementToMarkdown(answer, { code: codeRule("t3chat") }), `Checking:\n\n${FENCE}`);
+  });
+
+  it("reads Z.ai's Open WebUI block: the language from its language-* class, one line per CodeMirror line, no label or Copy", () => {
+    const answer = selectable(zaiAnswer("baa", ASK), SELECTORS);
+    assert.equal(elementToMarkdown(answer, { code: codeRule("zai") }), `Checking:\n\n${FENCE}`);
+  });
+
   it("without the rule the same page gives no baa fence: why the descriptions say how", () => {
-    const qwen = elementToMarkdown(qwenAnswer("baa", ASK));
-    const aiStudio = elementToMarkdown(aiStudioAnswer("baa", ASK));
-    assert.ok(!qwen.includes(FENCE), qwen);
-    assert.ok(!aiStudio.includes(FENCE), aiStudio);
+    for (const answer of [qwenAnswer, aiStudioAnswer, t3ChatAnswer, zaiAnswer]) {
+      const markdown = elementToMarkdown(answer("baa", ASK));
+      assert.ok(!markdown.includes(FENCE), markdown);
+    }
   });
 
   it("keeps the generic rules for a site that says nothing, and for other blocks", () => {
