@@ -30,6 +30,7 @@ import signal
 import subprocess
 import threading
 import time
+import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -65,6 +66,20 @@ def build_firefox_package(out_dir: Path) -> Path:
     subprocess.run([str(ROOT / "bin" / "build-plugin"), str(out_dir)], check=True, capture_output=True)
     [package] = out_dir.glob("conductor-plugin-*-firefox.zip")
     return package
+
+
+def package_granting(package: Path, origins: list[str], out: Path) -> Path:
+    """A copy of ``package`` whose manifest grants ``origins`` at install, as a person's "Allow" would
+    (a headless browser answers no permission prompt; see test_sites.py's docstring)."""
+    with zipfile.ZipFile(package) as source, zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as copy:
+        for info in source.infolist():
+            data = source.read(info)
+            if info.filename == "manifest.json":
+                manifest = json.loads(data)
+                manifest["host_permissions"] += [f"{origin}/*" for origin in origins]
+                data = json.dumps(manifest).encode()
+            copy.writestr(info, data)
+    return out
 
 
 class BidiError(AssertionError):
@@ -153,6 +168,18 @@ class Tab:
             raise BidiError(f"{expression[:80]}: {result['exceptionDetails'].get('text')}")
         return remote_value(result["result"])
 
+    def click(self, selector: str) -> None:
+        """A person's click on the element (real input through BiDi: a user gesture, which a script's click() is not)."""
+        self.evaluate("(selector) => document.querySelector(selector).scrollIntoView({block: 'center'})", selector)
+        found = self.bidi.send("script.evaluate", expression=f"document.querySelector({json.dumps(selector)})",
+                               target={"context": self.context}, awaitPromise=False)
+        element = {"sharedId": found["result"]["sharedId"]}
+        self.bidi.send("input.performActions", context=self.context, actions=[{
+            "type": "pointer", "id": "mouse", "parameters": {"pointerType": "mouse"},
+            "actions": [{"type": "pointerMove", "x": 0, "y": 0, "origin": {"type": "element", "element": element}},
+                        {"type": "pointerDown", "button": 0}, {"type": "pointerUp", "button": 0}],
+        }])
+
     def close(self) -> None:
         with contextlib.suppress(BidiError):
             self.bidi.send("browsingContext.close", context=self.context)
@@ -236,6 +263,10 @@ class FirefoxPlugin:
         if url:
             tab.goto(url)
         return tab
+
+    def contexts(self) -> list[str]:
+        """The ids of the session's top-level browsing contexts (its tabs)."""
+        return [tree["context"] for tree in self.bidi.send("browsingContext.getTree", maxDepth=0)["contexts"]]
 
     def pause(self, seconds: float) -> None:
         time.sleep(seconds)  # the routes are served by the session's own threads

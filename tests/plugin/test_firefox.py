@@ -56,6 +56,11 @@ def test_the_sidebar_shows_a_held_shell_run_and_its_approval_link_in_firefox(bro
     page = browser.open_chat(app)
     # Firefox's sidebar shows the panel's page (the manifest's sidebar_action); the popup's button opens it.
     assert browser.extension_tab.evaluate("browser.sidebarAction.getPanel({})") == browser.extension_url("panel/panel.html")
+    popup = browser.new_tab(browser.extension_url("popup/popup.html"))
+    popup.click("#open-panel")  # a person's click: sidebarAction.open needs its user gesture
+    browser.wait_until(lambda: browser.extension_tab.evaluate("browser.sidebarAction.isOpen({})"), "the sidebar to open")
+    # Opened, the popup closes itself (window.close); it stays to say why when the panel did not open.
+    browser.wait_until(lambda: popup.context not in browser.contexts(), "the popup to close")
     approve_url = f"{server.url}{SERVER_STORY}#t"
     server.conversation_status[app.conversation] = {"messages": [
         message("4", [block(1, "shell.run", "waiting_approval", params='{"command": "make test"}', approve_url=approve_url)]),

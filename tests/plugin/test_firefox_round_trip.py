@@ -17,8 +17,9 @@ from conversations.models import Message
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.plugin.chat_apps import chat_app
-from tests.plugin.firefox import build_firefox_package, firefox_plugin, require_firefox
-from tests.server import running_server, wait_for
+from tests.plugin.firefox import build_firefox_package, firefox_plugin, package_granting, require_firefox
+from tests.plugin.site_apps import site_app
+from tests.server import ROOT, running_server, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -122,3 +123,39 @@ def test_a_chatgpt_answer_with_a_block_round_trips_through_the_composer_in_firef
         [stored] = Message.objects.filter(source=Message.Source.CONDUCTOR)
         assert stored.text == sent
     print(f"Firefox, ChatGPT through the composer: {time.monotonic() - started:.1f} s, the server's and Firefox's starts included")
+
+
+def test_a_described_sites_answer_round_trips_through_its_composer_in_firefox(firefox, package, tmp_path, server_env):
+    PluginClientFactory(client_id="laptop")
+    app = site_app("perplexity")
+    description = json.loads((ROOT / "plugin" / "sites" / "perplexity.json").read_text())
+    granted = package_granting(package, description["origins"], tmp_path / "granted-firefox.zip")
+    with (
+        running_server(tmp_path, command="serve+cluster", **server_env) as server,
+        firefox_plugin(firefox, tmp_path / "profile", granted) as browser,
+    ):
+        app.install(browser.context)
+        browser.pair(server.base_url, "laptop", TEST_TOKEN)
+        browser.wait_for_state("connected")
+        # The options page's switch, clicked as a person does (permissions.request wants a user gesture).
+        options = browser.new_tab(browser.extension_url("options/options.html"))
+        switch = 'input[data-site="perplexity"]'
+        browser.wait_until(lambda: options.evaluate(f"!!document.querySelector('{switch}')"), "the site's switch")
+        options.click(switch)
+        browser.wait_until(lambda: options.evaluate("document.getElementById('sites-outcome').dataset.site === 'perplexity'"),
+                           "the switch's outcome")
+        assert options.evaluate(f"document.querySelector('{switch}').checked")
+        browser.wait_until(lambda: browser.extension_tab.evaluate(
+            "chrome.scripting.getRegisteredContentScripts().then((scripts) => scripts.map((script) => script.id))",
+        ) == ["site-perplexity"], "the site's content script")
+
+        page = browser.new_tab(app.page_url)
+        browser.wait_until(lambda: page.evaluate("typeof window.mockSite === 'object'"), "the mock site")
+        time.sleep(0.5)  # the content script asks the worker for the site's description, then watches the page
+        page.evaluate("([html]) => mockSite.answer(html)", [app.answer_html("baa", ["echo", '{"step": 1}'])])
+        message = wait_for(lambda: Message.objects.filter(conversation__platform="perplexity").first(), "the answer in Conductor", WAIT)
+        assert message.capture == Message.Capture.DOM
+        assert delivery_succeeded() == ["dom"]
+        [sent] = page.evaluate("mockSite.sent()")
+        assert results_of(sent)["result"] == {"step": 1}
+        assert page.evaluate("mockSite.userTurnCount()") == 1
