@@ -16,6 +16,7 @@ PYTEST_ARGS ?= --durations=25
 BENCH_ARGS ?=
 MINUTES ?= 10
 SOAK_ARGS ?=
+FAULTS_ARGS ?=
 NODE ?= node
 HOST ?= 127.0.0.1
 PORT ?= 8000
@@ -136,9 +137,12 @@ bench: install-test
 	$(UV) run --frozen --group bench python bench/suite.py $(BENCH_ARGS)
 
 # Simulated plugins on two servers and two clusters on PostgreSQL + Redis for
-# MINUTES minutes (bench/README.md); fails when a message was lost or duplicated.
+# MINUTES minutes, then a minute of load with faults (Redis, the database's
+# connections and the whole server; on the embedded default, the server) on
+# each configuration (bench/README.md); fails when a message was lost or duplicated.
 soak: install-test
 	$(UV) run --frozen python bench/soak.py --minutes $(MINUTES) $(SOAK_ARGS)
+	$(UV) run --frozen python bench/faults.py $(FAULTS_ARGS)
 
 # The operator's kit in deploy/, checked by the programs that read it
 # (tests/deploy): promtool check rules, promtool test rules and promtool check

@@ -74,6 +74,9 @@ class SoakPlugin(threading.Thread):
         self.deliveries: list[Delivery] = []
         self.errors: list[str] = []  # error frames and what ended the plugin early
         self.reconnects = 0
+        self.resent = 0  # final messages sent again after a reconnect, having had no ack
+        self.captured_while_away = 0  # final messages that waited in the outbox for a socket
+        self._on_a_socket: set[str] = set()  # tags sent at least once (a resend of one counts in ``resent``)
 
     def run(self) -> None:
         try:
@@ -87,16 +90,17 @@ class SoakPlugin(threading.Thread):
     def _run(self) -> None:
         from websockets.exceptions import ConnectionClosed
 
+        self._n, self._next_send = 0, self.start_at
         plugin = self._connect()
-        n, next_send = 0, self.start_at
         try:
             while not self.quit.is_set() and not (self.stop_sending.is_set() and self.done()):
                 try:
-                    if not self.stop_sending.is_set() and time.monotonic() >= next_send:
-                        self._send(plugin, n)
-                        n, next_send = n + 1, next_send + self.interval
+                    if self._due():
+                        frame = self._capture()
+                        self._on_a_socket.add(frame["id"])
+                        plugin.send(frame)
                         continue
-                    wait = RECEIVE_SECONDS if self.stop_sending.is_set() else next_send - time.monotonic()
+                    wait = RECEIVE_SECONDS if self.stop_sending.is_set() else self._next_send - time.monotonic()
                     try:
                         frame = plugin.receive(timeout=max(0.01, min(wait, RECEIVE_SECONDS)))
                     except TimeoutError:
@@ -106,31 +110,48 @@ class SoakPlugin(threading.Thread):
                     plugin.close()
                     plugin = self._connect()
                     self.reconnects += 1
-                    for frame in list(self.unacked.values()):  # the reference plugin's outbox
+                    for tag, frame in list(self.unacked.items()):  # the reference plugin's outbox
                         plugin.send(frame)
+                        if tag in self._on_a_socket:
+                            self.resent += 1
+                        self._on_a_socket.add(tag)
         finally:
             plugin.close()
 
     def _connect(self):
-        from conductor_site.simulator import SimulatedPlugin
+        from websockets.exceptions import WebSocketException
+
+        from conductor_site.simulator import ProtocolError, SimulatedPlugin
 
         wait = RECONNECT_SECONDS
         while True:
             try:
                 return SimulatedPlugin(url=self.url, client_id=self.client_id, token=self.token).connect()
-            except (OSError, TimeoutError):
-                if self.quit.wait(wait):
+            except (OSError, TimeoutError, WebSocketException, ProtocolError):  # away, or a part of it is
+                # The page goes on: answers finished meanwhile wait in the outbox (sent on connecting).
+                deadline = time.monotonic() + wait
+                while not self.quit.is_set() and time.monotonic() < deadline:
+                    while self._due():
+                        self._capture()
+                        self.captured_while_away += 1
+                    self.quit.wait(min(0.1, wait))
+                if self.quit.is_set():
                     raise
                 wait = min(2 * wait, RECONNECT_MAX_SECONDS)
 
-    def _send(self, plugin, n: int) -> None:
-        tag = tag_of(self.number, n)
+    def _due(self) -> bool:
+        return not self.stop_sending.is_set() and time.monotonic() >= self._next_send
+
+    def _capture(self) -> dict:
+        """The next final message, into the outbox until its ack; returned for sending."""
+        n, tag = self._n, tag_of(self.number, self._n)
+        self._n, self._next_send = n + 1, self._next_send + self.interval
         frame = {**final_message(tag, f"soak-{self.number}-c{n % self.conversations}",
                                  f"Soak step {n}.\n{echo_block(n, tag=tag)}"),
                  "capture": "network"}
         self.unacked[tag] = frame
         self.sent[tag] = time.perf_counter()
-        plugin.send(frame)
+        return frame
 
     def _handle(self, plugin, frame: dict) -> None:
         from conductor_site.simulator import DELIVERY_TYPES

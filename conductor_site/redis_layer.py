@@ -17,11 +17,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 from channels_redis.core import RedisChannelLayer
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.retry import Retry
+from redis.exceptions import RedisError
 from redis.backoff import ExponentialBackoff
 
 from conductor_site.layer_messages import RefusesForgedMessages
@@ -36,6 +38,13 @@ class SealedRedisChannelLayer(RefusesForgedMessages, RedisChannelLayer):
         # channels_redis reads a message, then decodes it; a message that
         # cannot be opened is already taken off Redis, so the next one is read.
         return await self._skipping_refused(functools.partial(super().receive_single, channel))
+
+    async def _clean_receive_backup(self, index, channel):
+        # channels_redis runs this in a task nobody awaits, so a Redis that went away
+        # meanwhile ends in "Task exception was never retrieved" and a traceback. The
+        # backup it trims is of a message already handed over, and expires by itself.
+        with contextlib.suppress(RedisError, OSError):
+            await super()._clean_receive_backup(index, channel)
 
     def create_pool(self, index):
         host = dict(self.hosts[index])
