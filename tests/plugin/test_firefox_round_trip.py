@@ -80,9 +80,11 @@ def delivery_succeeded():
     return [event.detail.get("method") for event in deliver.events.filter(action="deliver")]
 
 
-def test_a_claude_answer_with_a_block_round_trips_through_proxy_delivery_in_firefox(firefox, package, tmp_path, server_env):
+# Claude's page asks with fetch, Gemini's with XMLHttpRequest: the page hook reads both in Firefox.
+@pytest.mark.parametrize("platform", ["claude", "gemini"])
+def test_an_answer_with_a_block_round_trips_through_proxy_delivery_in_firefox(firefox, package, tmp_path, server_env, platform):
     PluginClientFactory(client_id="laptop")
-    app = chat_app("claude")
+    app = chat_app(platform)
     started = time.monotonic()
     with (
         running_server(tmp_path, command="serve+cluster", CONDUCTOR_DELIVERY_METHODS="http,dom", **server_env) as server,
@@ -102,7 +104,7 @@ def test_a_claude_answer_with_a_block_round_trips_through_proxy_delivery_in_fire
         assert page.evaluate("mockChat.sent()") == []  # nothing went through the composer
         assert browser.badge() == "on"
         assert "connected" in browser.popup_text()
-    print(f"Firefox, Claude by proxy delivery: {time.monotonic() - started:.1f} s, the server's and Firefox's starts included")
+    print(f"Firefox, {platform} by proxy delivery: {time.monotonic() - started:.1f} s, the server's and Firefox's starts included")
 
 
 def test_a_chatgpt_answer_with_a_block_round_trips_through_the_composer_in_firefox(firefox, package, tmp_path, server_env):
