@@ -24,6 +24,7 @@ import base64
 import contextlib
 import itertools
 import json
+import logging
 import os
 import shutil
 import signal
@@ -43,6 +44,8 @@ import pytest
 from websockets.sync.client import ClientConnection, connect
 
 from tests.server import ROOT, free_port, wait_for
+
+logger = logging.getLogger(__name__)
 
 FIREFOX = os.environ.get("CONDUCTOR_FIREFOX") or shutil.which("firefox-esr") or shutil.which("firefox")
 # What bin/build-plugin writes into the Firefox manifest, and the uuid this profile gives it.
@@ -136,8 +139,8 @@ class Bidi:
     def _call(handler, params) -> None:
         try:
             handler(params)
-        except Exception as error:  # noqa: BLE001 - a failed handler must not end the reader; the test sees its effect
-            print(f"BiDi event handler failed: {error!r}")
+        except Exception:  # noqa: BLE001 - a failed handler must not end the reader; pytest shows the log of a failed test
+            logger.warning("action=bidi_event_failed handler=%s", getattr(handler, "__name__", handler), exc_info=True)
 
 
 def remote_value(value: dict[str, Any]) -> Any:
