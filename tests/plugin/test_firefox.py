@@ -1,8 +1,9 @@
 """The plugin's Firefox package in headless Firefox ESR (``firefox.py``) against a scripted server peer.
 
 It stays connected while idle (Firefox stops an idle background page after
-30 s, whatever its socket does, unless an extension API is called), and its
-panel, Firefox's sidebar, shows a held block with its approval link. The
+30 s, whatever its socket does, unless an extension API is called), its
+popup inserts the tool guide, and its panel, Firefox's sidebar, shows a
+held block with its approval link. The
 round trips through a running Conductor: ``test_firefox_round_trip.py``.
 """
 
@@ -73,3 +74,24 @@ def test_the_sidebar_shows_a_held_shell_run_and_its_approval_link_in_firefox(bro
     assert panel.evaluate("document.querySelector('a.approve').href") == approve_url
     server.send(pushed(app, message("4", [block(1, "shell.run", "running", at=2)]), approvals=0))
     browser.wait_until(lambda: statuses(panel) == [("4", 1, "running")], "the block to run once approved")
+
+
+def test_the_popups_button_puts_the_tool_guide_into_the_chats_composer_in_firefox(browser, server):
+    browser.pair(server.url, "laptop", TOKEN)
+    browser.wait_for_state("connected")
+    app = chat_app("chatgpt")
+    app.install(browser.context)
+    page = browser.open_chat(app)
+    popup = browser.new_tab(browser.extension_url("popup/popup.html"))
+    browser.wait_until(lambda: popup.evaluate("document.getElementById('state').textContent !== '…'"), "the popup's state")
+    # The chat's tab in front, as the tab under a real popup is: the one the popup acts on.
+    browser.bidi.send("browsingContext.activate", context=page.context)
+    popup.evaluate("document.getElementById('insert-guide').click()")
+    browser.wait_until(lambda: popup.evaluate("document.getElementById('guide-outcome').dataset.ok !== undefined"),
+                       "the popup to say how the tool guide went")
+    assert popup.evaluate("document.getElementById('guide-outcome').textContent") == (
+        f"Tool guide {server.guide_version} inserted: read it and send it.")
+    [asked] = server.frames("guide.get")
+    assert (asked["platform"], asked["conversation_id"]) == ("chatgpt", app.conversation)
+    assert page.evaluate("mockChat.draft()") == server.guide_text
+    assert page.evaluate("mockChat.sent()") == []
