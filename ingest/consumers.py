@@ -45,7 +45,7 @@ from ingest.protocol import (
 )
 from ingest.ratelimit import SlidingWindowLimiter
 from ingest.services import clients
-from ingest.site_selectors import sites_version
+from ingest.site_selectors import platforms_known_for_hello, sites_version
 from ingest.status import server_base_url, with_absolute_links
 from ingest.status_selectors import approvals_waiting as approvals_waiting_count
 
@@ -311,7 +311,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         # Checked before the token: a malformed hello is refused for what it
         # is, with the field named, and costs no token hash.
         try:
-            info = parse_plugin_info(frame)
+            info = parse_plugin_info(frame, known=await platforms_known_for_hello(frame))
         except FrameError as error:
             await self._log_hello_refused(client_id, reason=error.detail)
             raise

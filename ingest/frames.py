@@ -146,7 +146,7 @@ def _names(frame: dict[str, Any], name: str) -> list[str] | None:
     return names
 
 
-def parse_plugin_info(frame: dict[str, Any]) -> PluginInfo:
+def parse_plugin_info(frame: dict[str, Any], *, known: Collection[str] | None = None) -> PluginInfo:
     """The plugin's version, capabilities, platforms and adapter versions from a ``hello``.
 
     Raises ``FrameError`` naming the field when one has the wrong type or is
@@ -157,8 +157,13 @@ def parse_plugin_info(frame: dict[str, Any]) -> PluginInfo:
     connect (the ``invalid`` of SPEC §6 for an unknown platform is for
     frames about one, such as ``browser.final_message``). So
     ``capabilities`` holds known names only, in ``KNOWN_CAPABILITIES``
-    order, and ``platforms`` and ``adapters`` known platforms only.
+    order, and ``platforms`` and ``adapters`` known platforms only: the
+    registry's, or ``known`` (``ingest.site_selectors.platforms_known_for_hello``,
+    with the sites an operator added).
     """
+    known_names = tuple(platforms.names()) if known is None else (
+        *platforms.names(), *sorted(set(known) - set(platforms.names())),
+    )
     version = _field(frame, "plugin_version", str, max_length=MAX_PLUGIN_VERSION_CHARS) or ""
 
     raw_capabilities = _names(frame, "capabilities")
@@ -167,7 +172,7 @@ def parse_plugin_info(frame: dict[str, Any]) -> PluginInfo:
     else:
         capabilities = tuple(c for c in KNOWN_CAPABILITIES if c in raw_capabilities)
     raw_platforms = _names(frame, "platforms") or []
-    known_platforms = tuple(name for name in platforms.names() if name in raw_platforms)
+    known_platforms = tuple(name for name in known_names if name in raw_platforms)
 
     raw_adapters = frame.get("adapters")
     if raw_adapters is None:
@@ -178,7 +183,7 @@ def parse_plugin_info(frame: dict[str, Any]) -> PluginInfo:
         raise invalid(frame, f"'adapters' has more than {MAX_ADAPTERS} entries")
     if any(len(k) > MAX_NAME_CHARS or len(v) > MAX_NAME_CHARS for k, v in raw_adapters.items()):
         raise invalid(frame, f"'adapters' has a name or version longer than {MAX_NAME_CHARS} characters")
-    adapters = {name: raw_adapters[name] for name in platforms.names() if name in raw_adapters}
+    adapters = {name: raw_adapters[name] for name in known_names if name in raw_adapters}
     return PluginInfo(plugin_version=version, capabilities=capabilities, adapters=adapters, platforms=known_platforms)
 
 

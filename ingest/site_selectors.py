@@ -221,3 +221,14 @@ async def platforms_known_for(frame: dict[str, Any]) -> Collection[str]:
     if not isinstance(name, str) or name in platforms:
         return frozenset(platforms.names())
     return await database_sync_to_async(platform_names_in_force)()
+
+
+async def platforms_known_for_hello(frame: dict[str, Any]) -> Collection[str]:
+    """The platforms a ``hello``'s ``platforms`` and ``adapters`` are kept from: the registry when it
+    knows every name given (no query), else the platforms in force now, with an operator's sites."""
+    given_platforms, given_adapters = frame.get("platforms"), frame.get("adapters")
+    named = [*(given_platforms if isinstance(given_platforms, list) else []),
+             *(given_adapters if isinstance(given_adapters, dict) else {})]
+    if all(isinstance(name, str) and name in platforms for name in named):
+        return frozenset(platforms.names())
+    return await database_sync_to_async(platform_names_in_force)()

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from conductor_site.asgi import application
 from conversations.models import Conversation
-from ingest.models import SiteDescription
+from ingest.models import PluginClient, SiteDescription
 from ingest.services.sites import SiteNameMismatch, SiteOriginTaken, site_description_delete, site_description_save
 from ingest.site_selectors import (
     builtin_adapter_origins,
@@ -60,13 +60,13 @@ def a_new_site():
     return description
 
 
-async def hello(client_id="laptop"):
+async def hello(client_id="laptop", **fields):
     communicator = WebsocketCommunicator(application, "/ws/plugin/")
     connected, _ = await communicator.connect()
     assert connected
     await communicator.send_json_to({
         "type": "hello", "client_id": client_id, "token": TEST_TOKEN, "plugin_version": "1.0.0",
-        "platforms": ["claude"], "capabilities": ["dom_delivery"],
+        "platforms": ["claude"], "capabilities": ["dom_delivery"], **fields,
     })
     communicator.hello_ok = await communicator.receive_json_from()
     assert communicator.hello_ok["type"] == "hello.ok"
@@ -158,6 +158,15 @@ async def test_a_plugin_may_send_a_final_message_of_a_site_an_operator_added_unt
     refused = await plugin.receive_json_from()
     assert (refused["type"], refused["code"]) == ("error", "invalid") and "unknown platform 'poe'" in refused["detail"]
     await plugin.disconnect()
+
+
+async def test_a_hello_keeps_the_adapter_version_of_a_site_an_operator_added_and_drops_an_unknown_one(laptop):
+    await database_sync_to_async(site_description_save)(name="poe", description=a_new_site(), actor="ops")
+    plugin = await hello(platforms=["claude", "poe", "elsewhere"],
+                         adapters={"claude": "2026-11-29", "poe": "site-1", "elsewhere": "x"})
+    await plugin.disconnect()
+    client = await PluginClient.objects.aget(pk=laptop.pk)
+    assert client.adapters == {"claude": "2026-11-29", "poe": "site-1"}
 
 
 def test_an_operator_edits_a_copy_of_a_shipped_site_in_the_admin_and_the_log_says_what_changed(admin_client):
