@@ -181,6 +181,11 @@ class StatusPush:
                       error=str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
             if again:
                 self.schedule(again)
+        except layer_send.ChannelLayerUnavailable as exc:
+            # Redis away: the sockets that would get this lose their subscription and are
+            # closed (4503); their panels ask again (status.get) when they reconnect.
+            log_event(logger, "status_push_failed", level=logging.WARNING, messages=len(due), part="channel_layer",
+                      error=str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__)
         except Exception as exc:
             # The person's panel misses this change; the next one, or its next status.get, catches up.
             if _is_exiting(exc):

@@ -23,6 +23,7 @@ from automation.services.steps import transition_and_follow_up
 from conductor_site.asgi import application
 from conversations.models import Conversation
 from core.clock import now_ms
+from core.layer_send import ChannelLayerUnavailable
 from ingest.models import ClientAction
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.status_push import StatusPush, statuses_send
@@ -374,3 +375,21 @@ def test_a_round_cut_short_by_the_process_exiting_is_noted_not_logged_as_an_erro
         push.stop()
     assert [record.levelno for record in caplog.records if "status_push" in record.getMessage()] == [logging.INFO]
     assert "status_push_skipped_at_exit" in caplog.text
+
+
+def test_a_round_the_channel_layer_refuses_is_one_warning_line_without_a_traceback(caplog):
+    sent = threading.Event()
+
+    def send_due(ids):
+        sent.set()
+        raise ChannelLayerUnavailable("ConnectionError: Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    push = StatusPush(send_due=send_due, window_seconds=0.05)
+    with caplog.at_level(logging.INFO, logger="ingest.status_push"):
+        push.mark([5])
+        assert sent.wait(2)
+        time.sleep(0.1)
+        push.stop()
+    failures = [record for record in caplog.records if "status_push_failed" in record.getMessage()]
+    assert [record.levelno for record in failures] == [logging.WARNING] and not failures[0].exc_info
+    assert "part=channel_layer" in failures[0].getMessage()
