@@ -60,14 +60,3 @@ def schedules_register(*, using: str = "default", **kwargs) -> None:
             },
         )
 
-
-def dispatcher_loop_queue() -> None:
-    """Queue one dispatcher loop now, for a cluster run on its own (without `serve`).
-
-    django-q2 first looks at its schedules half a minute after it starts;
-    this has the cluster's loop ticking within a second of its start. A loop
-    that finds one of its server's already at work returns within a tick.
-    """
-    from django_q.tasks import async_task
-
-    async_task(DISPATCH_FUNC, task_name="conductor.dispatch.start", q_options=DISPATCH_Q_OPTIONS)

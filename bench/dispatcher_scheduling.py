@@ -37,9 +37,17 @@ def noop() -> None:
 Q_NOOP = "bench.dispatcher_scheduling.noop"
 
 
-def tick_intervals(seconds: float) -> None:
-    from automation.schedules import dispatcher_loop_queue
+def dispatcher_loop_queue() -> None:
+    """Queue one dispatcher loop now, as the cluster's schedule would: django-q2 first looks at its
+    schedules half a minute after it starts."""
+    from django_q.tasks import async_task
 
+    from automation.schedules import DISPATCH_FUNC, DISPATCH_Q_OPTIONS
+
+    async_task(DISPATCH_FUNC, task_name="conductor.dispatch.start", q_options=DISPATCH_Q_OPTIONS)
+
+
+def tick_intervals(seconds: float) -> None:
     release_dispatcher_loops()
     started_ms = time.time_ns() // 1_000_000
     with running_cluster(), TickSampler(every=0.02) as sampler:

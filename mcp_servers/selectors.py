@@ -115,8 +115,3 @@ def mcp_tool_specs() -> list[ToolSpec]:
         except UnknownTool:
             continue
     return specs
-
-
-def mcp_server_targets() -> list[str]:
-    """The names of the configured servers, enabled or not."""
-    return list(McpServer.objects.values_list("name", flat=True))

@@ -167,7 +167,12 @@ def running_server(
             server.kill()
 
 
-LOOP_START = "from automation.schedules import dispatcher_loop_queue; dispatcher_loop_queue()"
+# One dispatcher loop queued now, as the cluster's schedule would queue it: django-q2 first
+# looks at its schedules half a minute after it starts.
+LOOP_START = (
+    "from django_q.tasks import async_task; from automation.schedules import DISPATCH_FUNC, DISPATCH_Q_OPTIONS; "
+    "async_task(DISPATCH_FUNC, task_name='conductor.dispatch.start', q_options=DISPATCH_Q_OPTIONS)"
+)
 
 
 @contextlib.contextmanager

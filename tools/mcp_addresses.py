@@ -35,10 +35,6 @@ NAT64_LOCAL_USE = ipaddress.IPv6Network("64:ff9b:1::/48")  # RFC 8215
 IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # deprecated, but still parsed and routed by some stacks
 
 
-class PrivateAddressRefused(Exception):
-    """The URL's host is, or resolves to, an address MCP servers may not be reached at."""
-
-
 def address_kind(address: str) -> str:
     """"" for a global address; else what it is ("loopback", "link-local", "private", "non-global")."""
     ip = ipaddress.ip_address(address.partition("%")[0])  # a link-local IPv6 address may name its interface

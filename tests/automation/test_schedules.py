@@ -1,12 +1,11 @@
-"""The django-q2 schedules and the dispatcher loops `make run` queues at start."""
+"""The django-q2 schedules, registered after migrate."""
 
 import ast
 
 import pytest
-from django_q.models import OrmQ, Schedule
-from django_q.signing import SignedPackage
+from django_q.models import Schedule
 
-from automation.schedules import dispatcher_loop_queue, schedules_register
+from automation.schedules import schedules_register
 
 
 @pytest.mark.django_db
@@ -29,11 +28,3 @@ def test_the_dispatcher_loop_is_scheduled_with_no_cluster_timeout():
     assert kwargs == {"q_options": {"timeout": -1}}
     assert Schedule.objects.get(name="conductor.renew").kwargs is None
 
-
-@pytest.mark.django_db
-def test_a_cluster_on_its_own_can_have_its_loop_queued_with_no_cluster_timeout(settings):
-    if "redis" in settings.Q_CLUSTER:
-        pytest.skip("reads the ORM broker's queue")
-    dispatcher_loop_queue()
-    queued = [SignedPackage.loads(row.payload) for row in OrmQ.objects.all()]
-    assert [(task["func"], task["timeout"]) for task in queued] == [("automation.jobs.dispatch_run", -1)]
