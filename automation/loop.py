@@ -46,7 +46,11 @@ from django.db import close_old_connections
 
 from automation.dispatcher import Dispatcher
 from automation.selectors import dispatcher_server_elder, dispatcher_server_newer
-from automation.services.dispatcher_state import dispatcher_worker_beat, dispatcher_worker_leave
+from automation.services.dispatcher_state import (
+    dispatcher_worker_heartbeat,
+    dispatcher_worker_leave,
+    dispatcher_workers_prune_stalled,
+)
 from automation.wake import wake_listener
 from core.logfmt import log_event
 
@@ -153,9 +157,8 @@ class DispatcherLoop:
     def _beat(self) -> None:
         now = self.dispatcher.clock()
         self._beat_at = self.monotonic()
-        had_row = dispatcher_worker_beat(
-            owner=self.owner, server=self.server, now=now, stalled_before=now - self.stall_ms,
-        )
+        had_row = dispatcher_worker_heartbeat(owner=self.owner, server=self.server, now=now)
+        dispatcher_workers_prune_stalled(stalled_before=now - self.stall_ms, actor=self.owner)
         is_rejoining = not had_row and self._joined
         if is_rejoining:
             self.report.rejoined += 1

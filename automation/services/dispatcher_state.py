@@ -71,13 +71,13 @@ def kind_pause_set(*, kind: str, is_paused: bool, actor: str) -> bool:
     return changed
 
 
-def dispatcher_worker_beat(*, owner: str, server: str, now: int, stalled_before: int) -> bool:
-    """Renew ``owner``'s heartbeat, and delete the rows of loops that stalled (heartbeat before ``stalled_before``).
+def dispatcher_worker_heartbeat(*, owner: str, server: str, now: int) -> bool:
+    """Renew ``owner``'s heartbeat, writing its row when it has none; returns whether it had one.
 
-    Returns False when ``owner`` had no row: it starts now, or it stalled
-    itself and a live loop deleted it (it rejoins, and its tasks, if any were
-    taken back meanwhile, stay with whoever holds their leases now). A new
-    row tells which key its server signs with (``core.keys``).
+    False when ``owner`` had no row: it starts now, or it stalled itself and a
+    live loop pruned it (it rejoins, and its tasks, if any were taken back
+    meanwhile, stay with whoever holds their leases now). A new row tells
+    which key its server signs with (``core.keys``).
     """
     had_row = bool(DispatcherWorker.objects.filter(owner=owner).update(heartbeat_at=now))
     if not had_row:
@@ -86,11 +86,20 @@ def dispatcher_worker_beat(*, owner: str, server: str, now: int, stalled_before:
             defaults={"server": server, "started_at": now, "heartbeat_at": now,
                       "key_fingerprint": own_key_fingerprint()},
         )
+    return had_row
+
+
+def dispatcher_workers_prune_stalled(*, stalled_before: int, actor: str) -> int:
+    """Delete the rows of loops that stalled (heartbeat before ``stalled_before``); returns how many.
+
+    ``actor`` is the live loop that prunes them, for the log. Their tasks
+    need no hand-over: each goes back by its own lease.
+    """
     pruned, _ = DispatcherWorker.objects.filter(heartbeat_at__lt=stalled_before).delete()
     if pruned:
-        log_event(logger, "dispatcher_workers_pruned", level=logging.WARNING, lease_owner=owner, pruned=pruned,
+        log_event(logger, "dispatcher_workers_pruned", level=logging.WARNING, lease_owner=actor, pruned=pruned,
                   detail="loops that stopped beating; their tasks go back by their own leases")
-    return had_row
+    return pruned
 
 
 def dispatcher_worker_leave(*, owner: str) -> None:

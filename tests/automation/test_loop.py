@@ -8,10 +8,11 @@ import time
 
 import pytest
 
+import automation.loop
 from automation.dispatcher import Dispatcher, DispatcherConfig
 from automation.loop import STALL_MIN_SECONDS, dispatcher_loop, stall_seconds
 from automation.models import AutomationTask, DispatcherWorker, TaskEvent, TaskStatus
-from automation.services.dispatcher_state import dispatcher_worker_beat
+from automation.services.dispatcher_state import dispatcher_worker_heartbeat, dispatcher_workers_prune_stalled
 from automation.services.tasks import task_create
 from automation.wake import dispatcher_wake
 from core.clock import now_ms
@@ -145,7 +146,7 @@ def test_a_scheduled_loop_returns_once_it_sees_an_older_loop_of_its_server_beat(
 def test_a_scheduled_loop_that_finds_its_servers_older_loop_dead_ticks_instead_of_returning():
     # A cluster killed and restarted within the stall time: its dead loop's row is still there.
     now = now_ms()
-    dispatcher_worker_beat(owner="dead", server="server-a", now=now - 9_000, stalled_before=0)
+    dispatcher_worker_heartbeat(owner="dead", server="server-a", now=now - 9_000)
     started = time.monotonic()
     restarted = LoopThread("restarted", server="server-a", tick_seconds=0.2, exit_when_covered=True)
     wait_for(lambda: restarted.dispatcher.tick_times)
@@ -157,7 +158,7 @@ def test_a_scheduled_loop_that_finds_its_servers_older_loop_dead_ticks_instead_o
 
 
 def test_a_foreground_loop_ticks_even_beside_an_older_loop_of_its_server():
-    dispatcher_worker_beat(owner="cluster", server="server-a", now=now_ms() + 60_000, stalled_before=0)
+    dispatcher_worker_heartbeat(owner="cluster", server="server-a", now=now_ms() + 60_000)
     loop = LoopThread("foreground", server="server-a")
     wait_for(lambda: loop.dispatcher.tick_times)
     assert loop.stop().ticks >= 1
@@ -238,6 +239,38 @@ def test_a_burst_of_wake_ups_does_not_put_the_scheduled_ticks_off(channel_layer)
     assert report.rejoined == 0 and report.woken >= 12
 
 
+def test_a_heartbeat_renews_only_its_own_row_and_pruning_deletes_only_stalled_rows():
+    now = now_ms()
+    assert dispatcher_worker_heartbeat(owner="stalled", server="server-a", now=now - 20_000) is False
+    assert dispatcher_worker_heartbeat(owner="live", server="server-a", now=now - 1000) is False
+    assert dispatcher_worker_heartbeat(owner="live", server="server-a", now=now) is True
+    assert set(workers()) == {"stalled", "live"}  # a heartbeat prunes nobody
+    assert dispatcher_workers_prune_stalled(stalled_before=now - 10_000, actor="live") == 1
+    assert set(workers()) == {"live"}
+
+
+def test_a_burst_of_wake_ups_writes_the_heartbeat_at_most_once_per_half_tick(channel_layer, monkeypatch):
+    beats = []
+
+    def counted(**kwargs):
+        beats.append(time.monotonic())
+        return dispatcher_worker_heartbeat(**kwargs)
+
+    monkeypatch.setattr(automation.loop, "dispatcher_worker_heartbeat", counted)
+    loop = LoopThread("busy", tick_seconds=1.0, listen_for_wake=True)
+    ticks = loop.dispatcher.tick_times
+    wait_for(lambda: beats)
+    started = time.monotonic()
+    while time.monotonic() - started < 1.5:  # a busy queue: every finished task wakes the loop
+        seen = len(ticks)
+        dispatcher_wake()
+        wait_for(lambda seen=seen: len(ticks) > seen)
+    loop.stop()
+    assert len(ticks) > 10
+    assert len(beats) <= 1 + 1.5 / 0.5 + 1  # the first, one a half tick, and the window's edge
+    assert all(b - a >= 0.45 for a, b in itertools.pairwise(beats)), beats  # each stamped after its write
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_the_scheduled_task_stops_within_a_tick_on_a_signal(signum):
     process = spawn_process("automation.jobs:dispatch_run", ())
@@ -279,7 +312,7 @@ def test_a_scheduled_loop_that_rejoins_after_its_own_stall_stops_beside_the_loop
     wait_for(lambda: "stalled" in workers())
     # While it was stopped, its row went stale, a live loop pruned it and took over (an older
     # loop by then: it started before this one's row was written again).
-    dispatcher_worker_beat(owner="took-over", server="server-a", now=clock["now"] - 1000, stalled_before=0)
+    dispatcher_worker_heartbeat(owner="took-over", server="server-a", now=clock["now"] - 1000)
     DispatcherWorker.objects.filter(owner="stalled").delete()
     clock["now"] += 500  # its next beat (the injected clock): the row is gone, it rejoins
     report = stalled.join(5)

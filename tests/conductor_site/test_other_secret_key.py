@@ -13,7 +13,7 @@ from django.core.signing import BadSignature
 from django.test import Client
 
 from automation.models import DispatcherWorker
-from automation.services.dispatcher_state import dispatcher_worker_beat
+from automation.services.dispatcher_state import dispatcher_worker_heartbeat
 from conductor_site.layer_messages import RefusedMessage, channel_layer_keys
 from core.clock import now_ms
 from core.keys import REFUSALS_RECENT_SECONDS, Refusals, channel_refusals, key_fingerprint
@@ -29,7 +29,7 @@ def beat_as(server: str, *, secret_key: str, owner: str) -> None:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(settings, "SECRET_KEY", secret_key)
         now = now_ms()
-        dispatcher_worker_beat(owner=owner, server=server, now=now, stalled_before=now - 60_000)
+        dispatcher_worker_heartbeat(owner=owner, server=server, now=now)
 
 
 def test_a_fingerprint_tells_keys_apart_and_not_the_key():

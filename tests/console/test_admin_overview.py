@@ -18,7 +18,7 @@ from automation.services import transitions as tr
 from automation.services.dispatcher_state import (
     dispatcher_pause_set,
     dispatcher_tick_record,
-    dispatcher_worker_beat,
+    dispatcher_worker_heartbeat,
 )
 from console.views import chart_layout, status_table
 from core.clock import now_ms
@@ -122,9 +122,9 @@ def test_the_overview_shows_the_last_tick_and_flags_a_lagging_dispatcher(admin_c
 def test_the_overview_lists_every_dispatcher_loop_at_work_and_not_a_stalled_one(admin_client, settings):
     settings.CONDUCTOR_TICK_SECONDS = 2
     now = now_ms()
-    dispatcher_worker_beat(owner="host-1:43:abc", server="host-1:8000", now=now, stalled_before=0)
-    dispatcher_worker_beat(owner="host-2:51:def", server="host-2:8000", now=now, stalled_before=0)
-    dispatcher_worker_beat(owner="host-3:60:fed", server="host-3:8000", now=now - 11_000, stalled_before=0)
+    dispatcher_worker_heartbeat(owner="host-1:43:abc", server="host-1:8000", now=now)
+    dispatcher_worker_heartbeat(owner="host-2:51:def", server="host-2:8000", now=now)
+    dispatcher_worker_heartbeat(owner="host-3:60:fed", server="host-3:8000", now=now - 11_000)
     part = section(admin_client.get(OVERVIEW).content.decode(), "dispatcher-workers")
     assert "at work (2)" in part
     assert "host-1:43:abc on host-1:8000" in part and "host-2:51:def on host-2:8000" in part
