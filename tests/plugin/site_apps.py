@@ -305,6 +305,41 @@ def site_app(name: str, **changes) -> SiteApp:
             user_turn='<div class="user-message-content" style="white-space: pre-wrap"></div>',
             user_turn_selector="div.user-message-content", code_shape="qwen",
         ),
+        "grok": SiteApp(
+            # discovery-oasis's grok.js (2025-11): each turn a .relative.group.flex row, items-start for Grok's and
+            # items-end for the person's, the text in .response-content-markdown; AI-Multiverse (2026-02): the tiptap
+            # composer and its Submit button. The stop button's label is the description's guess (no source has it).
+            name="grok", origin="https://grok.com", path_prefix="/c/", conversation=conversation,
+            turn='<div class="relative group flex flex-col items-start"><div class="response-content-markdown"></div></div>',
+            text_in_turn=".response-content-markdown",
+            streaming='<button id="mock-streaming" type="button" aria-label="Stop model response">Stop</button>',
+            streaming_in="form",
+            input='div.tiptap.ProseMirror[contenteditable="true"]', send='button[type="submit"][aria-label="Submit"]',
+            composer='<form onsubmit="return false"><div class="tiptap ProseMirror" contenteditable="true"></div>'
+                     '<button type="submit" aria-label="Submit">Submit</button></form>',
+            user_turn='<div class="relative group flex flex-col items-end"><div class="response-content-markdown" '
+                      'style="white-space: pre-wrap"></div></div>',
+            user_turn_selector=".relative.group.flex.items-end", user_text_in_turn=".response-content-markdown",
+        ),
+        "kimi": SiteApp(
+            # MCP-SuperAssistant's kimi adapter (2026-01): div.segment.segment-assistant with its text in
+            # .markdown-container .markdown, the action bar .segment-assistant-actions once finished, the Lexical
+            # composer .chat-input-editor and its .send-button-container, whose class gains "stop" while it writes.
+            name="kimi", origin="https://www.kimi.com", path_prefix="/chat/",
+            conversation=f"d{uuid.uuid4().hex[:19]}",
+            turn='<div class="segment segment-assistant"><div class="markdown-container"><div class="markdown"></div>'
+                 '</div></div>',
+            text_in_turn=".markdown-container .markdown",
+            finished='<div class="segment-assistant-actions"><button type="button">Copy</button></div>',
+            streaming="", streaming_attribute=(
+                "div.send-button-container", "class", "send-button-container stop", "send-button-container",
+            ),
+            input='.chat-input-editor[contenteditable="true"]', send=".send-button-container .send-button",
+            composer='<div class="chat-input-editor" contenteditable="true" data-lexical-editor="true"></div>'
+                     '<div class="send-button-container"><div class="send-button" role="button">Send</div></div>',
+            user_turn='<div class="segment segment-user"><div class="user-content" style="white-space: pre-wrap"></div></div>',
+            user_turn_selector="div.segment.segment-user", user_text_in_turn=".user-content",
+        ),
         # The three below are built from their sources (named in each), not from the descriptions under test.
         "t3chat": SiteApp(
             # Microck/t3-chat-zipper (2025-11): the turns in [role="log"][aria-label="Chat messages"], each a

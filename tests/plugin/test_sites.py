@@ -51,7 +51,8 @@ WAIT = 60
 ASK = "```baa\necho\n{\"step\": %d}\n```\n"
 ASK_HTML = '<p>Checking:</p><pre><code class="language-baa">echo\n{"step": %d}\n</code></pre>'
 TITLES = {"perplexity": "Perplexity", "deepseek": "DeepSeek", "copilot": "GitHub Copilot", "aistudio": "Google AI Studio", "qwen": "Qwen Chat",
-          "mistral": "Le Chat (Mistral)", "t3chat": "T3 Chat", "openrouter": "OpenRouter Chat", "zai": "Z.ai (GLM)"}
+          "mistral": "Le Chat (Mistral)", "t3chat": "T3 Chat", "openrouter": "OpenRouter Chat", "zai": "Z.ai (GLM)",
+          "grok": "Grok", "kimi": "Kimi"}
 
 
 @pytest.fixture
@@ -113,7 +114,8 @@ def open_site(browser, app):
 
 
 @pytest.mark.parametrize(
-    "name", ["perplexity", "deepseek", "copilot", "mistral", "aistudio", "qwen", "t3chat", "openrouter", "zai"],
+    "name",
+    ["perplexity", "grok", "kimi", "deepseek", "copilot", "mistral", "aistudio", "qwen", "t3chat", "openrouter", "zai"],
 )
 def test_a_sites_answer_with_a_block_round_trips_through_conductor(chromium, tmp_path, server_env, name):
     PluginClientFactory(client_id="laptop")
