@@ -41,7 +41,7 @@ from automation.outcomes import (
 )
 from automation.retry import RetryPolicy, outbound_jitter_ms
 from automation.services.claim import tasks_claim, tasks_reclaim_expired
-from automation.services.dispatcher_state import dispatcher_tick_record, lease_loss_record
+from automation.services.dispatcher_state import lease_loss_record
 from automation.services.steps import transition_and_follow_up
 from automation.services.transitions import (
     LeaseLost,
@@ -67,9 +67,10 @@ STOP_AFTER_CANCEL_SECONDS = 5.0
 # How often, and how far apart, a task's outcome is written again when the
 # database connection died under the write (a restart, a cut connection).
 # A loop woken by every finished task ticks many times a second under load:
-# the reclaim of expired leases (a lease lasts tens of seconds) and the
-# health record of its last tick are done at most this often by each
-# dispatcher, on its own clock, and on its first tick.
+# the reclaim of expired leases (a lease lasts tens of seconds) is done at
+# most this often by each dispatcher, on its own clock, and on its first
+# tick. Its liveness is its loop's heartbeat (``automation.loop``), written
+# at most every half tick, however often it ticks.
 HOUSEKEEPING_EVERY_MS = 250
 RECORD_ATTEMPTS = 5
 RECORD_RETRY_SECONDS = 0.5
@@ -154,7 +155,7 @@ class Dispatcher:
         # next block of a conversation, a delivery it created) is due at once,
         # so a running loop ticks without waiting for its next turn.
         self.wake = threading.Event()
-        self._housekept_at: int | None = None  # the clock of the last reclaim and tick record
+        self._housekept_at: int | None = None  # the clock of the last reclaim
         # One thread, and so at most one database connection, per task in flight.
         self._pool = ThreadPoolExecutor(
             max_workers=self.config.max_tasks_per_tick, thread_name_prefix="conductor-task"
@@ -186,9 +187,6 @@ class Dispatcher:
             ctx = execution_context(task)
             with self._lock:
                 self._running[task.pk] = (self._pool.submit(self._run, ctx), ctx)
-        if housekeeping:
-            # After the tasks are on their way: the record delays none of them.
-            dispatcher_tick_record(lease_owner=self.owner, now=now)
         if reclaimed or claimed:
             log_event(logger, "tick", lease_owner=self.owner, reclaimed=len(reclaimed), claimed=len(claimed))
         return TickReport(reclaimed=[t.pk for t in reclaimed], claimed=[t.pk for t in claimed])

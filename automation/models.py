@@ -244,13 +244,14 @@ class AutomationTask(models.Model):
 
 
 class DispatcherState(models.Model):
-    """The one row of dispatcher-wide state: the global pause and the last tick."""
+    """The one row of dispatcher-wide state: the global pause, which must be one switch for every loop.
+
+    Liveness is not here: each loop's heartbeat is its ``DispatcherWorker`` row.
+    """
 
     is_paused = models.BooleanField(default=False)
     paused_by = models.CharField(max_length=150, blank=True)
     paused_at = models.DateTimeField(null=True, blank=True)
-    last_tick_at = models.BigIntegerField(null=True, blank=True, help_text="Epoch milliseconds.")
-    last_tick_owner = models.CharField(max_length=128, blank=True)
 
     class Meta:
         constraints = [models.CheckConstraint(condition=Q(id=1), name="dispatcher_state_singleton")]

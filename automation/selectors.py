@@ -29,7 +29,7 @@ from core.keys import accepted_key_fingerprints
 
 
 def dispatcher_state() -> DispatcherState:
-    """The dispatcher-wide row; an unsaved one with the defaults before anything wrote it."""
+    """The dispatcher-wide row (the global pause); an unsaved one with the defaults before anything wrote it."""
     return DispatcherState.objects.filter(pk=1).first() or DispatcherState(pk=1)
 
 
@@ -80,8 +80,20 @@ def dispatcher_is_paused() -> bool:
     return DispatcherState.objects.filter(pk=1, is_paused=True).exists()
 
 
-def dispatcher_last_tick_age_seconds(*, now_ms: int) -> float | None:
-    last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
+def dispatcher_worker_newest() -> DispatcherWorker | None:
+    """The loop that beat last, stalled or not; None while no loop has a row.
+
+    A loop beats after a tick that went through, at most every half tick
+    (``automation.loop``): the newest heartbeat is the system's last tick,
+    give or take half a tick. A loop that stops deletes its row; one that
+    died leaves it until a live loop prunes it.
+    """
+    return DispatcherWorker.objects.order_by("-heartbeat_at", "owner").first()
+
+
+def dispatcher_heartbeat_age_seconds(*, now_ms: int) -> float | None:
+    """Seconds since the newest heartbeat of any loop (/healthz's and /metrics' last tick); None without one."""
+    last = DispatcherWorker.objects.order_by("-heartbeat_at").values_list("heartbeat_at", flat=True).first()
     return None if last is None else max(0.0, (now_ms - last) / 1000)
 
 

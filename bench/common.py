@@ -152,18 +152,17 @@ def dispatch_noop_tasks(dispatcher, *, seconds: float | None = None) -> None:
 
 
 def release_dispatcher_loops() -> None:
-    """Forget the loops an earlier run left behind (killed, their rows not pruned yet), and its last tick."""
-    from automation.models import DispatcherState, DispatcherWorker
+    """Forget the loops an earlier run left behind (killed, their rows not pruned yet), and their heartbeats."""
+    from automation.models import DispatcherWorker
 
     DispatcherWorker.objects.all().delete()
-    DispatcherState.objects.update_or_create(pk=1, defaults={"last_tick_at": None, "last_tick_owner": ""})
 
 
 class TickSampler:
-    """The dispatcher's ticks (``DispatcherState.last_tick_at``, epoch ms) that happen during the
-    ``with`` block, read every ``every`` seconds in a thread of its own: often enough to see each
-    tick of a loop that ticks every second or slower. The longest gap between two of them is
-    the longest the dispatcher slept."""
+    """The dispatcher's heartbeats (the newest ``DispatcherWorker.heartbeat_at``, epoch ms: a loop
+    beats after a tick, at most every half tick) that happen during the ``with`` block, read every
+    ``every`` seconds in a thread of its own: often enough to see each beat of a loop that ticks
+    every second or slower. The longest gap between two of them is the longest the dispatcher slept."""
 
     def __init__(self, *, every: float = 0.05):
         self.ticks: list[int] = []
@@ -187,11 +186,12 @@ class TickSampler:
     def _sample(self) -> None:
         from django.db import connection
 
-        from automation.models import DispatcherState
+        from automation.selectors import dispatcher_worker_newest
 
         try:
             while not self._stop.wait(self._every):
-                last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
+                newest = dispatcher_worker_newest()
+                last = newest.heartbeat_at if newest else None
                 if last and last > self.since_ms and (not self.ticks or last != self.ticks[-1]):
                     self.ticks.append(last)
         except BaseException as exc:  # handed to the thread that leaves the block

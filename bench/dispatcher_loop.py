@@ -4,8 +4,9 @@ Starts ``manage.py serve`` (daphne + the django-q2 cluster, as ``make run``
 does) on the configured database and channel layer, then:
 
 1. Idle ticks: for --idle-seconds, polls ``/healthz`` twice a second (the
-   largest ``dispatcher_last_tick_age_seconds`` it reports) and the last tick
-   in the database every 20 ms (the longest gap between two ticks).
+   largest ``dispatcher_last_tick_age_seconds`` it reports) and the newest
+   heartbeat in the database every 20 ms (the longest gap between two: a loop
+   beats after a tick, at most every half tick).
 2. A long command: a simulated plugin sends one ``shell.run`` of
    --shell-seconds (allowed for this client by a tool policy) and waits for
    its delivery; prints the end-to-end time, the task's status, attempts and
@@ -49,12 +50,13 @@ def prepare() -> str:
 
 
 def idle_ticks(port: int, seconds: float) -> None:
-    from automation.models import DispatcherState
+    from automation.selectors import dispatcher_worker_newest
 
     ticks, largest_age, next_poll = [], 0.0, 0.0
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
+        newest = dispatcher_worker_newest()  # a loop beats after a tick, at most every half tick
+        last = newest.heartbeat_at if newest else None
         if last and (not ticks or last != ticks[-1]):
             ticks.append(last)
         if time.monotonic() >= next_poll:
@@ -92,7 +94,8 @@ def long_command(url: str, token: str, seconds: int) -> None:
 
 def takeover(tick_seconds: float) -> None:
     from automation.loop import stall_seconds
-    from automation.models import DispatcherState, DispatcherWorker
+    from automation.models import DispatcherWorker
+    from automation.selectors import dispatcher_worker_newest
 
     def workers():
         return list(DispatcherWorker.objects.values_list("owner", flat=True))
@@ -105,7 +108,7 @@ def takeover(tick_seconds: float) -> None:
     dead = workers()[0]
     killed = time.monotonic()
     os.kill(int(dead.split(":")[-2]), signal.SIGKILL)
-    while DispatcherState.objects.get(pk=1).last_tick_owner in ("", dead):
+    while getattr(dispatcher_worker_newest(), "owner", dead) == dead:
         time.sleep(0.02)
     ticking = time.monotonic() - killed
     while dead in workers():

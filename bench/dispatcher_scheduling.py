@@ -72,7 +72,7 @@ def wake_peer(ready, stop) -> None:
 
 
 def wake_latency(wakes: int) -> None:
-    from automation.models import AutomationTask, DispatcherState, TaskEvent
+    from automation.models import AutomationTask, DispatcherWorker, TaskEvent
     from automation.services.tasks import task_create
     from automation.wake import dispatcher_wake
 
@@ -82,7 +82,7 @@ def wake_latency(wakes: int) -> None:
     peer = context.Process(target=wake_peer, args=(ready, stop))
     peer.start()
     ready.wait(30)
-    while not DispatcherState.objects.filter(pk=1, last_tick_at__isnull=False).exists():
+    while not DispatcherWorker.objects.exists():  # its loop has ticked and beat
         time.sleep(0.05)
     time.sleep(1)
     latencies = []

@@ -123,6 +123,7 @@ def wake(way: str) -> None:
     """Commit a one-row update and wake the listener ``way``."""
     global _one_loop
     from django.db import connection, transaction
+    from django.db.models import F
 
     from asgiref.sync import async_to_sync
 
@@ -130,7 +131,7 @@ def wake(way: str) -> None:
     from automation.wake import dispatcher_wake_on_commit
 
     with transaction.atomic():
-        DispatcherState.objects.filter(pk=1).update(last_tick_owner="wake_hop")
+        DispatcherState.objects.filter(pk=1).update(is_paused=F("is_paused"))  # a write that changes nothing
         if way == "notify_in_transaction":
             with connection.cursor() as cursor:
                 cursor.execute(f"NOTIFY {NOTIFY_CHANNEL}")

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection
 
 from automation.loop import stall_seconds
-from automation.selectors import dispatcher_last_tick_age_seconds, dispatcher_servers_signing_otherwise
+from automation.selectors import dispatcher_heartbeat_age_seconds, dispatcher_servers_signing_otherwise
 from core.clock import now_ms
 from core.keys import other_key_report
 from core.layer_send import channel_layer_error, first_line_of
@@ -41,7 +41,7 @@ def health_report() -> dict[str, Any]:
     return {
         "database": True,
         **layer,
-        "dispatcher_last_tick_age_seconds": dispatcher_last_tick_age_seconds(now_ms=now),
+        "dispatcher_last_tick_age_seconds": dispatcher_heartbeat_age_seconds(now_ms=now),
         "connected_clients": plugin_clients_connected().count(),
         # A server of this installation that signs with another SECRET_KEY (core.keys), or null.
         "other_secret_key": other_key_report(dispatcher_servers_signing_otherwise(stalled_before=stalled_before)),

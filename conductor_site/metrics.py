@@ -35,7 +35,7 @@ from automation.models import Outcome, TaskStatus, task_outcome
 from automation.selectors import (
     DURATION_WINDOW_MS,
     TaskTimes,
-    dispatcher_last_tick_age_seconds,
+    dispatcher_heartbeat_age_seconds,
     lease_losses_by_kind,
     task_counts_by_kind_status_and_outcome,
     task_event_counts,
@@ -291,9 +291,10 @@ class ConductorCollector(Collector):
     def _dispatcher(self) -> Metric:
         family = GaugeMetricFamily(
             "conductor_dispatcher_last_tick_age_seconds",
-            "Seconds since the dispatcher's last tick; no sample before its first.",
+            "Seconds since a dispatcher loop last beat (it beats after a tick, at most every half tick); "
+            "no sample while no loop has a row.",
         )
-        age = dispatcher_last_tick_age_seconds(now_ms=now_ms())
+        age = dispatcher_heartbeat_age_seconds(now_ms=now_ms())
         if age is not None:
             family.add_metric([], age)
         return family

@@ -31,9 +31,9 @@ from automation.models import TERMINAL_STATUSES, Outcome, TaskStatus
 from automation.loop import stall_seconds
 from automation.selectors import (
     HourlyFinishes,
-    dispatcher_last_tick_age_seconds,
     dispatcher_state,
     dispatcher_servers_signing_otherwise,
+    dispatcher_worker_newest,
     dispatcher_workers_live,
     paused_kinds,
     task_counts_by_kind_status_and_outcome,
@@ -53,7 +53,7 @@ from ingest.selectors import plugin_clients_connected
 # Who may open the overview; templates/admin/index.html shows its link only to them.
 OVERVIEW_PERMISSION = "automation.view_automationtask"
 
-# The dispatcher counts as lagging when its last tick is older than this many ticks.
+# The dispatcher counts as lagging when its newest heartbeat (a loop beats after a tick) is older than this many ticks.
 LAG_TICKS = 3
 
 
@@ -185,8 +185,8 @@ def overview(request):
     """Tasks by status and kind, held instructions, throughput, failures, dispatcher, clients."""
     now = now_ms()
     stalled_before = now - int(stall_seconds(settings.CONDUCTOR_TICK_SECONDS) * 1000)
-    state = dispatcher_state()
-    tick_age = dispatcher_last_tick_age_seconds(now_ms=now)
+    newest = dispatcher_worker_newest()
+    tick_age = None if newest is None else max(0.0, (now - newest.heartbeat_at) / 1000)
     lag_limit = LAG_TICKS * settings.CONDUCTOR_TICK_SECONDS
     table = status_table(task_counts_by_kind_status_and_outcome())
     totals = {column.value: n for column, n in table["totals"]}
@@ -202,12 +202,16 @@ def overview(request):
         "recent_failures": [
             (datetime_from_ms(task.finished_at), task) for task in tasks_recently_failed(limit=10)
         ],
-        "dispatcher": state,
-        "last_tick": datetime_from_ms(state.last_tick_at),
+        "dispatcher": dispatcher_state(),
+        "newest_worker": newest,
+        "last_tick": None if newest is None else datetime_from_ms(newest.heartbeat_at),
         "tick_age": tick_age,
         "lag_limit": lag_limit,
         "is_lagging": tick_age is None or tick_age > lag_limit,
-        "workers": dispatcher_workers_live(stalled_before=stalled_before),
+        "workers": [
+            (worker, max(0.0, (now - worker.heartbeat_at) / 1000))
+            for worker in dispatcher_workers_live(stalled_before=stalled_before)
+        ],
         "other_secret_key": other_key_report(dispatcher_servers_signing_otherwise(stalled_before=stalled_before)),
         "channel_layer_error": channel_layer_error(),
         "connected_clients": plugin_clients_connected().order_by("client_id"),

@@ -1,4 +1,4 @@
-"""Dispatcher-wide state: the global pause, the record of the last tick, and the loops at work."""
+"""Dispatcher-wide state: the global pause, the pauses per kind, lost leases, and the loops at work (their rows)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,6 @@ from core.keys import own_key_fingerprint
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
-
-
-def dispatcher_tick_record(*, lease_owner: str, now: int) -> None:
-    updated = DispatcherState.objects.filter(pk=1).update(last_tick_at=now, last_tick_owner=lease_owner)
-    if not updated:
-        DispatcherState.objects.get_or_create(
-            pk=1, defaults={"last_tick_at": now, "last_tick_owner": lease_owner}
-        )
 
 
 def lease_loss_record(*, kind: str) -> None:

@@ -164,6 +164,6 @@ def test_dispatch_loop_stops_promptly_on_a_signal(tmp_path, signum):
 
 
 def _ticked():
-    from automation.models import DispatcherState
+    from automation.models import DispatcherWorker
 
-    return DispatcherState.objects.filter(last_tick_at__isnull=False).exists()
+    return DispatcherWorker.objects.exists()

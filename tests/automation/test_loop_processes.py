@@ -11,7 +11,8 @@ import time
 import pytest
 from websockets.sync.client import connect
 
-from automation.models import AutomationTask, DispatcherState, DispatcherWorker, TaskEvent
+from automation.models import AutomationTask, DispatcherWorker, TaskEvent
+from automation.selectors import dispatcher_worker_newest
 from ingest.models import ToolPolicy
 from ingest.services.instructions import INSTRUCTION_EXECUTE
 from tests.factories import TEST_TOKEN, PluginClientFactory
@@ -27,7 +28,9 @@ def workers() -> dict[str, str]:
 
 
 def last_tick_owner() -> str:
-    return DispatcherState.objects.filter(pk=1).values_list("last_tick_owner", flat=True).first() or ""
+    """The loop that beat last (a loop beats after a tick): "" before any."""
+    newest = dispatcher_worker_newest()
+    return newest.owner if newest else ""
 
 
 def owner_pid(owner: str) -> int:
@@ -63,11 +66,12 @@ def serve_frames(ws, seconds: float) -> list[dict]:
 
 
 def tick_sampler():
-    """Record every distinct last tick (epoch ms) seen while polling."""
+    """Record every distinct newest heartbeat (epoch ms, one at most every half tick) seen while polling."""
     ticks = []
 
     def sample():
-        last = DispatcherState.objects.filter(pk=1).values_list("last_tick_at", flat=True).first()
+        newest = dispatcher_worker_newest()
+        last = newest.heartbeat_at if newest else None
         if last and (not ticks or last != ticks[-1]):
             ticks.append(last)
 

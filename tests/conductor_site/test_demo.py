@@ -4,8 +4,8 @@ import pytest
 from django.conf import settings as django_settings
 from django.core.management import CommandError, call_command
 
-from automation.models import DispatcherState
-from automation.services.dispatcher_state import dispatcher_pause_set, dispatcher_tick_record, kind_pause_set
+from automation.models import DispatcherWorker
+from automation.services.dispatcher_state import dispatcher_pause_set, dispatcher_worker_heartbeat, kind_pause_set
 from conductor_site.management.commands.demo import held_because
 from core.clock import now_ms
 from ingest.services.instructions import INSTRUCTION_DELIVER
@@ -29,13 +29,13 @@ def test_a_demo_that_gets_no_delivery_says_what_holds_its_tasks(settings):
     conversation = ConversationFactory(remote_id="demo-1")
     make_task(kind=INSTRUCTION_DELIVER, conversation_id=conversation.pk)
     kind_pause_set(kind=INSTRUCTION_DELIVER, is_paused=True, actor="ops")
-    dispatcher_tick_record(lease_owner="loop", now=now_ms())
+    dispatcher_worker_heartbeat(owner="loop", server="server-a", now=now_ms())
     reason = held_because({"demo-1"})
     assert "(instruction.deliver) are paused" in reason and "cluster" not in reason
 
-    DispatcherState.objects.filter(pk=1).update(last_tick_at=now_ms() - 60_000)
+    DispatcherWorker.objects.filter(owner="loop").update(heartbeat_at=now_ms() - 60_000)
     kind_pause_set(kind=INSTRUCTION_DELIVER, is_paused=False, actor="ops")
     dispatcher_pause_set(is_paused=True, actor="ops")
     reason = held_because({"demo-1"})
     assert "the dispatcher is paused for every conversation" in reason
-    assert "last ticked 60 s ago: is the django-q2 cluster running" in reason
+    assert "last beat 60 s ago: is the django-q2 cluster running" in reason

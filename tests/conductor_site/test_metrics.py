@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from automation.kinds import kinds
 from automation.models import TaskStatus
 from automation.services import transitions as tr
-from automation.services.dispatcher_state import dispatcher_tick_record, lease_loss_record
+from automation.services.dispatcher_state import dispatcher_worker_heartbeat, lease_loss_record
 from conductor_site.metrics import DeliveryOutcome, delivery_outcome
 from console.views import OVERVIEW_PERMISSION
 from conversations.models import Message
@@ -300,7 +300,7 @@ def test_delivery_outcome_asks_the_method_what_falls_through(
 
 
 @pytest.mark.django_db
-def test_messages_instructions_clients_and_the_last_tick(client, token, settings):
+def test_messages_instructions_clients_and_the_newest_heartbeat(client, token, settings):
     settings.CONDUCTOR_PING_INTERVAL_SECONDS = 20
     now = timezone.now()
     MessageFactory(source=Message.Source.PLUGIN, role=Message.Role.ASSISTANT)
@@ -316,7 +316,7 @@ def test_messages_instructions_clients_and_the_last_tick(client, token, settings
         connected=True, last_seen_at=now - dt.timedelta(seconds=41)
     )  # expired
     PluginClientFactory(connected=True, last_seen_at=now, enabled=False)
-    dispatcher_tick_record(lease_owner=OWNER, now=T0)
+    dispatcher_worker_heartbeat(owner=OWNER, server="server-a", now=T0)
 
     with mock.patch("conductor_site.metrics.now_ms", return_value=T0 + 2500):
         figures = samples(scrape(client))
@@ -355,7 +355,7 @@ def test_a_scrape_takes_the_same_few_queries_however_many_rows_there_are(client,
         InstructionFactory(
             status=Instruction.Status.values[n % len(Instruction.Status.values)]
         )
-    dispatcher_tick_record(lease_owner=OWNER, now=T0)
+    dispatcher_worker_heartbeat(owner=OWNER, server="server-a", now=T0)
 
     with CaptureQueriesContext(connection) as full:
         figures = samples(scrape(client))

@@ -5,7 +5,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from automation.models import DispatcherState
+from automation.models import DispatcherState, LeaseLoss
 from conductor_site.db.sqlite3.base import _write_lock
 
 pytestmark = [
@@ -23,7 +23,7 @@ def test_a_transaction_holds_its_processs_write_lock_until_it_commits():
         DispatcherState.objects.get_or_create(pk=1)
         assert lock().locked()
         with transaction.atomic():  # a savepoint takes nothing more
-            DispatcherState.objects.filter(pk=1).update(last_tick_owner="inner")
+            DispatcherState.objects.filter(pk=1).update(paused_by="inner")
         assert lock().locked()
     assert not lock().locked()
 
@@ -43,8 +43,8 @@ def test_threads_writing_at_once_take_turns_and_each_write_lands():
         try:
             for _ in range(rounds):
                 with transaction.atomic():
-                    state, _ = DispatcherState.objects.get_or_create(pk=1)
-                    DispatcherState.objects.filter(pk=1).update(last_tick_at=(state.last_tick_at or 0) + 1)
+                    row, _ = LeaseLoss.objects.get_or_create(kind="race", defaults={"count": 0})
+                    LeaseLoss.objects.filter(kind="race").update(count=row.count + 1)
         except Exception as exc:  # noqa: BLE001 -- reported below, in the test's thread
             errors.append(exc)
         finally:
@@ -57,5 +57,5 @@ def test_threads_writing_at_once_take_turns_and_each_write_lands():
         thread.join(60)
     assert errors == []
     # Each increment read and wrote inside one transaction: none was lost.
-    assert DispatcherState.objects.get(pk=1).last_tick_at == writers * rounds
+    assert LeaseLoss.objects.get(kind="race").count == writers * rounds
     assert not lock().locked()

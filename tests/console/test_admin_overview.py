@@ -17,7 +17,6 @@ from automation.selectors import (
 from automation.services import transitions as tr
 from automation.services.dispatcher_state import (
     dispatcher_pause_set,
-    dispatcher_tick_record,
     dispatcher_worker_heartbeat,
 )
 from console.views import chart_layout, status_table
@@ -108,14 +107,16 @@ def test_the_overview_lists_the_ten_most_recent_failures(admin_client):
     assert "boom" in part
 
 
-def test_the_overview_shows_the_last_tick_and_flags_a_lagging_dispatcher(admin_client, settings):
+def test_the_overview_shows_the_newest_heartbeat_and_flags_a_lagging_dispatcher(admin_client, settings):
     settings.CONDUCTOR_TICK_SECONDS = 2
-    dispatcher_tick_record(lease_owner="host-1:42", now=now_ms() - 1000)
+    dispatcher_worker_heartbeat(owner="host-1:42:abc", server="host-1:8000", now=now_ms() - 60_000)
+    dispatcher_worker_heartbeat(owner="host-2:51:def", server="host-2:8000", now=now_ms() - 1000)
     part = section(admin_client.get(OVERVIEW).content.decode(), "overview-dispatcher")
-    assert "by host-1:42" in part and 'id="dispatcher-lagging"' not in part
+    assert "by host-2:51:def on host-2:8000" in part and 'id="dispatcher-lagging"' not in part
 
-    dispatcher_tick_record(lease_owner="host-1:42", now=now_ms() - 60_000)
+    DispatcherWorker.objects.filter(owner="host-2:51:def").delete()
     part = section(admin_client.get(OVERVIEW).content.decode(), "overview-dispatcher")
+    assert "by host-1:42:abc on host-1:8000" in part
     assert 'id="dispatcher-lagging"' in part and "more than 6 s" in part
 
 
@@ -127,7 +128,7 @@ def test_the_overview_lists_every_dispatcher_loop_at_work_and_not_a_stalled_one(
     dispatcher_worker_heartbeat(owner="host-3:60:fed", server="host-3:8000", now=now - 11_000)
     part = section(admin_client.get(OVERVIEW).content.decode(), "dispatcher-workers")
     assert "at work (2)" in part
-    assert "host-1:43:abc on host-1:8000" in part and "host-2:51:def on host-2:8000" in part
+    assert "host-1:43:abc on host-1:8000, last beat 0" in part and "host-2:51:def on host-2:8000" in part
     assert "host-3:60:fed" not in part  # its heartbeat is older than 10 s: stalled
 
     DispatcherWorker.objects.all().delete()

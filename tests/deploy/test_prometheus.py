@@ -11,7 +11,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from automation.models import TaskStatus
-from automation.services.dispatcher_state import dispatcher_tick_record
+from automation.services.dispatcher_state import dispatcher_worker_heartbeat
 from conductor_site import metrics as conductor_metrics
 from core.clock import now_ms
 from tests.deploy.tools import ALERTS, ALERTS_TESTS, DASHBOARD, alert_rules, require_tool, run
@@ -97,7 +97,7 @@ def test_promtool_check_metrics_accepts_a_live_scrape(promtool, tmp_path):
     # Rows for every family, so that each has samples, not only its HELP and TYPE.
     make_task(TaskStatus.FAILED, kind="test.instruction")
     MessageFactory()
-    dispatcher_tick_record(lease_owner="test", now=now_ms())
+    dispatcher_worker_heartbeat(owner="test", server="test", now=now_ms())
     with running_server(tmp_path, CONDUCTOR_METRICS_TOKEN=TOKEN) as server:
         response = requests.get(
             f"{server.base_url}/metrics", headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10

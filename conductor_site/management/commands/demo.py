@@ -19,7 +19,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from automation.models import AutomationTask, TaskStatus
-from automation.selectors import dispatcher_last_tick_age_seconds
+from automation.selectors import dispatcher_heartbeat_age_seconds
 from automation.services.operator import has_every_permission, tasks_approve
 from conductor_site.simulator import SimulatedPlugin
 from console.story.waits import conversation_waits
@@ -53,9 +53,9 @@ def held_because(remote_ids: set[str]) -> str:
         for wait in conversation_waits(conversation):
             if wait.level in ("paused", "held") and wait.text not in reasons:
                 reasons.append(wait.text)
-    age = dispatcher_last_tick_age_seconds(now_ms=now_ms())
+    age = dispatcher_heartbeat_age_seconds(now_ms=now_ms())
     if age is None or age > 3 * settings.CONDUCTOR_TICK_SECONDS:  # three ticks missed, as the overview says
-        ticked = "never ticked" if age is None else f"last ticked {age:.0f} s ago"
+        ticked = "never ticked" if age is None else f"last beat {age:.0f} s ago"
         reasons.append(f"the dispatcher {ticked}: is the django-q2 cluster running (make run starts it)?")
     if not reasons:
         reasons.append("nothing holds its tasks; they may still be running (try a longer --timeout)")
