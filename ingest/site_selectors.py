@@ -201,6 +201,8 @@ def site_origin_problems(*, name: str, description: Any) -> list[str]:
 def platform_adapter(name: str) -> PlatformAdapter:
     """The platform adapter of ``name`` now: an operator's description in force (made from its row, its
     edits included), else the registry's; ``UnsupportedPlatform`` otherwise, a deleted site's included."""
+    if name in platforms and not isinstance(registered := platforms.get(name), PageSiteAdapter):
+        return registered  # Claude, ChatGPT, Gemini: no description may take their names (the schema), no query
     adapter = _sites_read().adapters.get(name)
     return adapter if adapter is not None else platforms.get(name)
 
