@@ -23,8 +23,8 @@ import functools
 from channels_redis.core import RedisChannelLayer
 from redis.asyncio import BlockingConnectionPool
 from redis.asyncio.retry import Retry
-from redis.exceptions import RedisError
 from redis.backoff import ExponentialBackoff
+from redis.exceptions import RedisError
 
 from conductor_site.layer_messages import RefusesForgedMessages
 
