@@ -6,6 +6,7 @@ with the mock chat apps of ``chat_apps.py``.
 
 import json
 import re
+import time
 
 import pytest
 
@@ -60,9 +61,14 @@ def test_the_options_page_shows_one_live_status_and_the_documented_command(brows
     # The one status lives on: the server goes away, the page says so, and nothing else contradicts it.
     server.close_current(1011)
     # Read in the same moment as the state: the plugin connects again a second later.
-    body = page.wait_for_function(
+    # Polled from here: wait_for_function compiles its predicate in the page at run time, which
+    # the extension page's CSP (no 'unsafe-eval') refuses whenever the first check does not pass.
+    deadline = time.monotonic() + 10
+    while not (body := page.evaluate(
         "document.getElementById('state').textContent === 'connecting' && document.body.innerText"
-    ).json_value()
+    )):
+        assert time.monotonic() < deadline, "the options page never said connecting"
+        time.sleep(0.02)
     assert "connected" not in body.replace("not connected", "")
     page.fill("#client-id", "laptop-2")
     assert page.inner_text("#saved") == ""  # an edit makes "Saved." untrue
