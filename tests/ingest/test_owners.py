@@ -53,7 +53,7 @@ async def hello(client_id):
         "type": "hello", "client_id": client_id, "token": TEST_TOKEN, "plugin_version": "1.0.0",
         "platforms": ["claude"], "capabilities": ["proxy_delivery"],
     })
-    assert (await communicator.receive_json_from())["type"] == "hello.ok"
+    assert (await communicator.receive_json_from(timeout=10))["type"] == "hello.ok"
     return communicator
 
 
