@@ -48,7 +48,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import (  # noqa: E402
-    ROOT, child_env, fresh_plugin_client, option_parser, plugin_url, server_url, setup_django, shown,
+    ROOT, child_env, fresh_plugin_client, interrupt, option_parser, plugin_url, server_url, setup_django, shown,
     stop_on_signals, throwaway_database,
 )
 from bench.processes import process_tree  # noqa: E402
@@ -99,18 +99,8 @@ class Server:
         self.process.wait()
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        below = process_tree(self.process.pid)[1:]
-        os.killpg(self.process.pid, signal.SIGINT)
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            pass
-        for pid in [self.process.pid, *below]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self.process.wait()
+        if self.process is not None:
+            interrupt(self.process)
 
 
 @dataclass
