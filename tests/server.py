@@ -75,7 +75,7 @@ class RunningServer:
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (OSError, IndexError):  # gone (ENOENT), or exiting as it is read (ESRCH)
         return False
     return state != "Z"
 
@@ -97,7 +97,8 @@ def descendants(pid: int) -> list[int]:
     children: dict[int, list[int]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
-            with contextlib.suppress(FileNotFoundError, IndexError, ValueError):
+            # A process exiting meanwhile: its /proc files are gone (ENOENT) or answer ESRCH.
+            with contextlib.suppress(OSError, IndexError, ValueError):
                 parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
                 children.setdefault(parent, []).append(int(entry.name))
     found, stack = [], [pid]
