@@ -7,7 +7,7 @@ class IngestConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_delete, post_save
 
-        import ingest.site_frames  # noqa: F401 (registers sites.get)
+        import ingest.sites.frames  # noqa: F401 (registers sites.get)
         import ingest.status_frames  # noqa: F401 (registers the side panel's frame handlers)
         import ingest.work_frames  # noqa: F401 (registers final messages, delivery results, guide.get, reports)
         from automation.changes import task_changes

@@ -7,7 +7,7 @@ bad input gets an ``error`` frame or a close code rather than a dead socket.
 
 The handshake, ``hello`` and ``ping`` are handled here; the frames that carry
 work in ``ingest/work_frames.py``, the side panel's in ``status_frames.py``,
-the sites' in ``site_frames.py``.
+the sites' in ``sites/frames.py``.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from ingest.protocol import (
 )
 from ingest.ratelimit import SlidingWindowLimiter
 from ingest.services import clients
-from ingest.site_selectors import platforms_known_for_hello, sites_version
+from ingest.sites import platforms_known_for_hello, sites_version
 from ingest.status import server_base_url, with_absolute_links
 from ingest.status_selectors import approvals_waiting as approvals_waiting_count
 
@@ -374,7 +374,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         await self.send_frame(with_absolute_links(event["frame"], base=server_base_url(self.scope)))
 
     async def plugin_sites(self, event: dict[str, Any]) -> None:
-        """The chat sites in force changed (``ingest.services.sites.sites_announce``): an unasked ``sites``."""
+        """The chat sites in force changed (``ingest.sites.services.sites_announce``): an unasked ``sites``."""
         await self.send_frame(event["frame"])
 
     async def plugin_deliver(self, event: dict[str, Any]) -> None:

@@ -158,7 +158,7 @@ def parse_plugin_info(frame: dict[str, Any], *, known: Collection[str] | None = 
     frames about one, such as ``browser.final_message``). So
     ``capabilities`` holds known names only, in ``KNOWN_CAPABILITIES``
     order, and ``platforms`` and ``adapters`` known platforms only: the
-    registry's, or ``known`` (``ingest.site_selectors.platforms_known_for_hello``,
+    registry's, or ``known`` (``ingest.sites.selectors.platforms_known_for_hello``,
     with the sites an operator added).
     """
     known_names = tuple(platforms.names()) if known is None else (
@@ -209,7 +209,7 @@ def _platform(frame: dict[str, Any], known: Collection[str] | None) -> str:
     """The frame's required ``platform``, one of ``known``.
 
     ``known`` is what the caller read as the platforms in force
-    (``ingest.site_selectors.platforms_known_for``: a site an operator added
+    (``ingest.sites.selectors.platforms_known_for``: a site an operator added
     among them); None is the registry's, what ships with the code.
     """
     platform = _field(frame, "platform", str, required=True)

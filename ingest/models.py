@@ -392,7 +392,7 @@ class SiteDescription(models.Model):
 
     The descriptions shipped in ``plugin/sites/`` need no row: a row with a
     shipped site's name replaces that file's copy, one with a new name adds a
-    site. Each save goes through ``ingest.services.sites.site_description_save``,
+    site. Each save goes through ``ingest.sites.services.site_description_save``,
     which checks it against the schema and counts its ``revision``; the admin's
     log says who changed what.
     """

@@ -15,7 +15,7 @@ from ingest.consumers import PluginConsumer
 from ingest.frames import echo, parse_conversation_request
 from ingest.protocol import ErrorCode, FrameError
 from ingest.services.conversations import conversation_pause_from_plugin, conversation_status_get
-from ingest.site_selectors import platforms_known_for
+from ingest.sites import platforms_known_for
 from ingest.status import server_base_url, with_absolute_links
 
 

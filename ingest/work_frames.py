@@ -35,7 +35,7 @@ from ingest.services.deliveries import delivery_result_record
 from ingest.services.guides import tool_guide_serve
 from ingest.services.messages import ClientMessage
 from ingest.services.reports import adapter_report_record
-from ingest.site_selectors import platforms_known_for
+from ingest.sites import platforms_known_for
 
 logger = logging.getLogger(__name__)
 

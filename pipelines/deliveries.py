@@ -42,7 +42,7 @@ from ingest.services.deliveries import (
     delivery_request_send,
 )
 from ingest.services.instructions import INSTRUCTION_DELIVER
-from ingest.site_selectors import platform_adapter
+from ingest.sites import platform_adapter
 from pipelines.delivery_methods import DeliveryMethodSpec, methods_for
 from pipelines.results_text import BlockOutcome, render_results
 from platforms.registry import (

@@ -5,7 +5,7 @@ The plugin reads these sites from the page and delivers through the composer
 checked against ``plugin/sites/schema.json``. The server reads the same
 files, so the tool guide, the policies, the console and ``/metrics`` know
 each site by its name, and hands them (with an operator's edits) to its
-plugins (``ingest.services.sites``).
+plugins (``ingest.sites.services``).
 
 A page site has no request of its own: ``build_request`` is never asked for
 (its delivery methods are ``dom`` only, and ``pipelines.delivery_methods``

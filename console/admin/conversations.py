@@ -41,7 +41,7 @@ from conversations.services import (
     conversations_renewal_set,
 )
 from ingest.models import Instruction
-from ingest.site_selectors import platform_adapter
+from ingest.sites import platform_adapter
 from pipelines.delivery_methods import method_names_for
 from pipelines.mail import MAIL_DELIVER
 from pipelines.renewal import conversations_renew_now

@@ -17,8 +17,7 @@ from django.contrib import admin
 
 from console.helpers import SuperuserOnlyMixin
 from ingest.models import SiteDescription
-from ingest.services.sites import site_description_delete, site_description_save
-from ingest.site_selectors import site_origin_problems, sites_left_out
+from ingest.sites import site_description_delete, site_description_save, site_origin_problems, sites_left_out
 from platforms.sites import shipped_site_descriptions, site_description_errors
 
 
@@ -95,7 +94,7 @@ class SiteDescriptionAdmin(SuperuserOnlyMixin, admin.ModelAdmin):
     @admin.display(description="In force")
     def in_force(self, site: SiteDescription) -> str:
         # Saved only when no other site had its origins; left out should a race
-        # or a removal have brought two onto one origin since (site_selectors).
+        # or a removal have brought two onto one origin since (``sites_in_force``).
         # One query a row: an operator keeps a handful of rows.
         why = sites_left_out().get(site.name)
         return f"no: {why}" if why else "yes"

@@ -12,7 +12,7 @@ from ingest.frames import decode_frame, parse_final_message
 from ingest.models import PluginClient
 from ingest.protocol import FrameError
 from ingest.services.messages import message_ingest
-from ingest.site_selectors import platform_names_in_force
+from ingest.sites import platform_names_in_force
 
 logger = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from django.utils import timezone
 from conductor_site.asgi import application
 from conversations.models import Conversation
 from ingest.models import PluginClient, SiteDescription
-from ingest.services.sites import SiteNameMismatch, SiteOriginTaken, site_description_delete, site_description_save
-from ingest.site_selectors import (
+from ingest.sites.services import SiteNameMismatch, SiteOriginTaken, site_description_delete, site_description_save
+from ingest.sites.selectors import (
     builtin_adapter_origins,
     platform_adapter,
     platform_names_in_force,

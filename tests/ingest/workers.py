@@ -85,7 +85,7 @@ def platform_seen_at_each_step(folder: str, steps: list[str]) -> list[tuple[bool
 
     from ingest.frames import parse_final_message
     from ingest.protocol import FrameError
-    from ingest.site_selectors import platform_adapter, platforms_known_for, sites_in_force, sites_version
+    from ingest.sites import platform_adapter, platforms_known_for, sites_in_force, sites_version
     from platforms.registry import UnsupportedPlatform
 
     frame = {"type": "browser.final_message", "platform": "poe", "conversation_id": "abcdef123", "text": "hi"}

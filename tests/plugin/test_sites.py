@@ -170,7 +170,7 @@ def stored_sites(browser):
 def test_a_site_whose_streaming_selector_never_matches_is_read_once_quiet_reported_and_fixed_by_an_operator(
     chromium, tmp_path, server_env,
 ):
-    from ingest.services.sites import site_description_save
+    from ingest.sites import site_description_save
 
     PluginClientFactory(client_id="laptop")
     # The site moved its "writing" signal: the shipped selector no longer sees it.

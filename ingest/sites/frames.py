@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 
 from ingest.consumers import PluginConsumer
 from ingest.frames import parse_request_id
-from ingest.site_selectors import sites_in_force, sites_version
+from ingest.sites.selectors import sites_in_force, sites_version
 
 
 def _sites() -> tuple[str, list[dict[str, Any]]]:

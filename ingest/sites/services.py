@@ -1,6 +1,6 @@
 """Saving an operator's description of a chat site (SPEC §9, "Platforms as data").
 
-Read them with ``ingest.site_selectors``. The plugins connected when a
+Read them with ``ingest.sites.selectors``. The plugins connected when a
 change commits are sent the sites in force at once (an unasked ``sites``
 frame); the others learn of it from their next ``hello.ok``
 (``sites_version``) and fetch them with ``sites.get``.
@@ -22,7 +22,7 @@ from core import layer_send
 from core.logfmt import log_event
 from ingest.models import SiteDescription, plugin_owner_group_name
 from ingest.selectors import plugin_clients_connected
-from ingest.site_selectors import site_origin_problems, sites_in_force, sites_version
+from ingest.sites.selectors import site_origin_problems, sites_in_force, sites_version
 from platforms.sites import valid_site_description
 
 logger = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ def site_description_save(*, name: str, description: dict[str, Any], actor: str)
         raise SiteNameMismatch(f"the description names the site {description['name']!r}, not {name!r}")
     with transaction.atomic():
         # Two saves that race past this check (another name, the same origin)
-        # both commit; the sites in force then leave out both (site_selectors
+        # both commit; the sites in force then leave out both (``selectors``
         # ``sites_in_force``), and neither reaches a plugin: no lock is needed
         # for the rule to hold where it matters.
         problems = site_origin_problems(name=name, description=description)
