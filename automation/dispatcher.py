@@ -5,7 +5,7 @@ tasks through the one claim path, and hands each claimed task to a thread of
 its own, so a slow target never delays another. A running task renews its
 lease (heartbeat) and is told to stop when it finds itself cancelled. The
 executor returns an outcome; only the dispatcher turns it into a state,
-through the fenced transitions. Clock and random source are injected.
+through the transitions conditioned on its lease. Clock and random source are injected.
 """
 
 from __future__ import annotations
@@ -87,7 +87,7 @@ def new_owner() -> str:
 
 def execution_context(task: AutomationTask, *, lease: Lease | None = None) -> ExecutionContext:
     """The context a leased task's executor runs in, under ``lease`` (the task's own when not given):
-    its steps go on the task's timeline through ``task_progress``, fenced by that lease."""
+    its steps go on the task's timeline through ``task_progress``, under that lease."""
     lease = lease or task.lease
     if lease is None:
         raise ValueError(f"task {task.pk} is not leased: it has no lease to run under")
@@ -243,7 +243,7 @@ class Dispatcher:
 
         The result's delivery, say, need not wait for a wake-up, a tick and a
         claim: the claim's own lease (``tasks_claim`` among the created
-        tasks) takes it at once, with the same fencing, per-target limit and
+        tasks) takes it at once, under the same lease rules, per-target limit and
         lane order, and its lease event says which task it continued. A task
         that may not run yet (its target is busy or offline, its conversation
         or kind is paused) is not leased and waits for the loop's claim; so do
@@ -290,7 +290,7 @@ class Dispatcher:
             with wakes.held():
                 self._record(ctx, outcome)
         except LeaseLost as exc:
-            # Fencing: the task was cancelled, reclaimed or finished under another lease.
+            # Lease lost: the task was cancelled, reclaimed or finished under another lease.
             self._lease_lost(ctx, exc)
         except TransitionError as exc:
             log_event(logger, "transition_refused", level=logging.WARNING, task_id=task.pk, kind=task.kind,
@@ -336,7 +336,7 @@ class Dispatcher:
     def _execute(self, spec: KindSpec, ctx: ExecutionContext) -> Outcome:
         """Run the executor while the heartbeat keeps its lease; unexpected errors are terminal.
 
-        ``LeaseLost`` from a step the executor recorded passes up as fencing.
+        ``LeaseLost`` from a step the executor recorded passes up as a lost lease.
         """
         with self._lock:
             self._heartbeat_due.add(ctx.task.pk)
@@ -435,7 +435,7 @@ class Dispatcher:
         connection dies under it, it is written again on a fresh connection
         (``RECORD_ATTEMPTS`` times), rather than left for the reclaim, which
         would fail a non-idempotent task that did run as interrupted. The write
-        is fenced, so one that committed before the connection died is not
+        is conditioned on the lease, so one that committed before the connection died is not
         applied twice: the next finds the lease ended (``LeaseLost``), which
         after a cut write is the earlier write's own doing, not a lost lease.
         """

@@ -5,7 +5,7 @@ own child process, `manage.py dispatch --loop` in the foreground), and each
 django-q2 cluster's schedule (``automation.jobs.dispatch_run``, with no
 django-q2 timeout) starts one where none runs. Claiming is atomic across
 processes and the per-target and per-lane limits live in the database
-(``automation.services.claim``); each task's lease carries its fencing
+(``automation.services.claim``); each task's lease carries its lease
 token, so two loops never run one task.
 
 Each loop has a row in ``DispatcherWorker``: its heartbeat, renewed every

@@ -16,7 +16,7 @@ def new_task_id() -> str:
 
 @dataclass(frozen=True)
 class Lease:
-    """One lease of one task (SPEC §4.4): who holds it, and its fencing token.
+    """One lease of one task (SPEC §4.4): who holds it, and its lease token.
 
     ``token`` is fresh at every lease (``new_lease_token``), so two threads of
     one process, two claims in the same millisecond, or a task leased again
@@ -32,7 +32,11 @@ class Lease:
 
 
 def new_lease_token() -> int:
-    """A fencing token: a random positive 63-bit value (a signed 64-bit column holds it on every database)."""
+    """A lease token: a random positive 63-bit value (a signed 64-bit column holds it on every database).
+
+    Compared for equality only, never ordered: a write of a held task is
+    conditioned on the row still carrying this token, so no newer lease need
+    compare greater than an older one, only differ from it."""
     return secrets.randbits(63) or 1
 
 
@@ -129,7 +133,7 @@ class AutomationTask(models.Model):
     part_away_since = models.BigIntegerField(null=True, blank=True)
     lease_owner = models.CharField(max_length=128, null=True, blank=True)
     lease_until = models.BigIntegerField(null=True, blank=True)
-    # The fencing token of the current lease (``Lease``): set by the claim,
+    # The random token of the current lease (``Lease``): set by the claim,
     # cleared with the lease; a held task's every change is conditioned on it.
     lease_token = models.BigIntegerField(null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)

@@ -63,10 +63,10 @@ class ExecutionContext:
     """
 
     task: AutomationTask
-    # The lease the task runs under (its fencing token): every write the
+    # The lease the task runs under (its lease token): every write the
     # worker makes for this run is conditioned on it.
     lease: Lease
-    # Puts a step on the task's timeline, fenced by the lease: given by the
+    # Puts a step on the task's timeline, under the lease: given by the
     # dispatcher (``automation.dispatcher.execution_context``), which knows
     # the transition services; this module does not.
     record_step: Callable[[str, dict[str, Any]], None]

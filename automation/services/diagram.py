@@ -41,7 +41,7 @@ class InvalidTransition(TransitionError):
 
 
 class LeaseLost(TransitionError):
-    """Fencing: the caller no longer holds the task's lease.
+    """Lease lost: the caller no longer holds the task's lease.
 
     Another dispatcher reclaimed it, an operator cancelled it, or it finished.
     A worker that sees this must stop and write nothing more.

@@ -1,7 +1,7 @@
 """The dispatcher's claim leased: pending / retry_wait -> leased (and running) in one statement.
 
 A transition like those of ``transitions.py``, for many tasks at once and
-each under a fencing token of its own (``Lease``); the claim
+each under a lease token of its own (``Lease``); the claim
 (``claim.py``) chooses the tasks, this leases what is still claimable.
 """
 
@@ -38,7 +38,7 @@ def tasks_lease(
     their events. On PostgreSQL, one statement (``lease_and_record``): its
     sub-select locks the rows that may be leased with ``SKIP LOCKED``, so a
     task another dispatcher is leasing at this moment is skipped, not waited
-    for. Either way the update leases exactly those rows, each with a fencing
+    for. Either way the update leases exactly those rows, each with a lease
     token of its own (``Lease``), and returns them as it wrote them
     (``UPDATE … RETURNING``): the claim learns what it leased from the update
     itself, never from rows that look like its own (two threads of one process
@@ -113,7 +113,7 @@ def lease_update_sql(
 
     Written here, for the connection's cursor (the ORM's ``update()``
     returns a count, not rows): PostgreSQL and SQLite 3.35+ both answer it.
-    Each row of ``tokens_for`` that it updates gets a fresh fencing token;
+    Each row of ``tokens_for`` that it updates gets a fresh lease token;
     the rows of ``start_kinds`` are started too. The rows it returns are what
     it changed, and nothing else.
     """

@@ -1,23 +1,23 @@
 """Transition services for ``AutomationTask`` (SPEC §2.2).
 
 One function per edge of the state diagram. Each runs in a transaction, checks
-the starting state, applies fencing when the task leaves ``leased`` or
-``running`` (only the lease that holds it, by its fencing token, may move it:
-``Lease``), writes one
+the starting state, conditions the move on the lease when the task leaves
+``leased`` or ``running`` (only the lease that holds it, by its lease token, a
+random value compared for equality, may move it: ``Lease``), writes one
 ``TaskEvent`` with its actor and one structured log line, and raises a
 ``TransitionError`` subclass when the move is not allowed. Nothing else in the
 code base assigns ``status``.
 
 An edge whose starting state is known (one state, or a status that does not
 change) is one conditional ``UPDATE … RETURNING``: the starting state, the
-fence and the guards are its ``WHERE``, so no row is read or locked first,
+lease and the guards are its ``WHERE``, so no row is read or locked first,
 and only a refused update reads the task to say why. On PostgreSQL the same
 statement inserts the event (``WITH moved AS (UPDATE …) INSERT …``), so such
 an edge is one statement, atomic without a transaction of its own
 (``statements.py``: those written by hand). An edge from several
 states reads and locks the task first, to record which state it left.
 ``leasing.tasks_lease`` leases the dispatcher's whole claim in one such statement,
-giving each task a fencing token of its own, and learns what it leased
+giving each task a lease token of its own, and learns what it leased
 from the statement itself (``RETURNING``).
 A heartbeat is not a change of state and writes no event. The state machine knows no kind and decides
 nothing: what follows a change is the kind's ``follow_up``, which the callers
@@ -122,9 +122,10 @@ def _transition(
 ) -> AutomationTask:
     """Apply one transition; the single place where ``status`` is written after creation.
 
-    ``fenced``: the transition applies only while that lease (its fencing
-    token) holds the task. ``guards``: what else the task must meet. ``changes``: the other
-    field updates (values or expressions of the row's own fields).
+    ``fenced``: the transition applies only while that lease (its owner
+    and its random token, compared for equality) holds the task. ``guards``: what
+    else the task must meet. ``changes``: the other field updates (values or
+    expressions of the row's own fields).
     """
     now = now_ms() if now is None else now
     values = _values(task_id, edge, changes, error=error, now=now)
@@ -276,7 +277,7 @@ def task_heartbeat(
 ) -> AutomationTask:
     """Renew the lease of a task its owner still holds; the status does not change.
 
-    One fenced update and no event: a renewal is not a change of state, and a
+    One update under the lease and no event: a renewal is not a change of state, and a
     long task renews every third of its lease. Raises ``LeaseLost`` when the task was cancelled or reclaimed meanwhile:
     the worker must then stop the task's work.
     """
@@ -295,7 +296,7 @@ def task_progress(
     What the executor did on the way to its outcome (an outbound task: the
     delivery method it used, each fallback and why). ``action`` names the
     step; a name the state diagram uses is refused, so a step never passes
-    for a change of state. Fenced like a heartbeat: ``LeaseLost`` when the
+    for a change of state. Under the lease like a heartbeat: ``LeaseLost`` when the
     caller no longer holds the task.
     """
     if action in EDGE_ACTIONS:
@@ -451,7 +452,7 @@ def task_reject(task_id: str, *, actor: str, reason: str, now: int | None = None
 def task_cancel(task_id: str, *, actor: str, now: int | None = None) -> AutomationTask:
     """pending / retry_wait / blocked / running -> cancelled, by an operator.
 
-    Not fenced: the operator overrides the lease. A worker running the task
+    Not under the lease: the operator overrides it. A worker running the task
     finds out at its next heartbeat (``LeaseLost``) and stops the tool.
     """
     now = now_ms() if now is None else now

@@ -218,7 +218,7 @@ def test_a_worker_that_lost_its_lease_cannot_overwrite_the_outcome():
     assert final.events.filter(action="succeed").get().actor == "other"
 
 
-def test_a_stale_worker_of_the_same_process_is_fenced_off_and_its_loss_counted():
+def test_a_stale_worker_of_the_same_process_is_refused_by_its_lease_and_its_loss_counted():
     """Two workers of one process (one owner) hold two leases: only the current one finishes the task."""
     clock = Clock()
     task = create(sleep=1.0, n=1, now=clock.now)
@@ -418,7 +418,7 @@ def test_a_task_a_follow_up_created_runs_next_in_the_same_thread_without_a_tick(
     second = AutomationTask.objects.get(kind="test.local", payload_json__contains=first.pk)
     assert reload(second).status == S.SUCCEEDED
     lease = second.events.get(action="lease")
-    # One lease like any other, fenced to this dispatcher, saying what it continued.
+    # One lease like any other, held by this dispatcher, saying what it continued.
     assert (lease.actor, lease.detail["continues"]) == ("d1", first.pk)
     assert [e.action for e in second.events.all()] == ["create", "lease", "start", "succeed"]
     assert lease.at >= first.events.get(action="succeed").at

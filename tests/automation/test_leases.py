@@ -1,4 +1,4 @@
-"""One task, one lease (SPEC §4.1, §4.4): a fencing token per lease, and a claim that knows what it leased.
+"""One task, one lease (SPEC §4.1, §4.4): a random lease token per lease, and a claim that knows what it leased.
 
 Two claims of one owner in one millisecond write the same owner and times;
 only the update itself can say which rows each leased. Run on the suite's

@@ -89,7 +89,7 @@ TRANSITIONS = {
     ),
 }
 
-FENCED = {"release", "start", "heartbeat", "succeed", "retry_later", "fail"}
+UNDER_LEASE = {"release", "start", "heartbeat", "succeed", "retry_later", "fail"}
 
 CASES = [
     pytest.param(name, status, id=f"{name}-from-{status}")
@@ -127,9 +127,9 @@ def test_transition_applies_only_from_its_starting_states(name, status):
         assert event.actor
         assert TaskEvent.objects.filter(task=task).count() == events_before + 1
     else:
-        # A fenced caller whose task left leased/running has lost its lease;
+        # A caller under a lease whose task left leased/running has lost its lease;
         # one that still holds it but asks for the wrong edge is refused.
-        lease_gone = name in FENCED and status not in (S.LEASED, S.RUNNING)
+        lease_gone = name in UNDER_LEASE and status not in (S.LEASED, S.RUNNING)
         expected = tr.LeaseLost if lease_gone else tr.InvalidTransition
         with pytest.raises(expected):
             call(task.pk)
@@ -147,7 +147,7 @@ def test_transition_keeps_routing_fields(name, status):
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("name", sorted(FENCED))
+@pytest.mark.parametrize("name", sorted(UNDER_LEASE))
 @pytest.mark.parametrize("stale", ["another owner", "an earlier lease of the same owner"])
 def test_a_stale_lease_changes_nothing(name, stale):
     call, allowed, _ = TRANSITIONS[name]
