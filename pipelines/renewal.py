@@ -7,7 +7,7 @@ activity), so each period gets at most one renewal: a chat that never answers
 is not nagged again until something new happens in it. Beyond that, at most
 ``renewal_daily_cap`` renewals per UTC day, and never a second one while one
 is still open. Paused conversations and ones without a link (no route) are
-never renewed. The projector runs every minute (``pipelines.tasks``); the
+never renewed. The projector runs every minute (``pipelines.jobs``); the
 kind's executor posts the text through ``pipelines.deliveries``.
 """
 
@@ -210,4 +210,4 @@ def renewal_deliver(ctx: ExecutionContext) -> Outcome:
 
 
 kinds.register(outbound_kind(name=RENEWAL_DELIVER, executor=renewal_deliver, display=KindDisplay(noun="renewal")))
-schedules.register(Schedule(name="conductor.renew", func="pipelines.tasks.renew_scheduled", minutes=1))
+schedules.register(Schedule(name="conductor.renew", func="pipelines.jobs.renew_scheduled", minutes=1))

@@ -16,7 +16,7 @@ def test_the_schedules_are_registered_once_however_often_migrate_runs():
     assert rows == {
         "conductor.dispatch": ("automation.jobs.dispatch_run", "I", 1, -1),
         "conductor.prune": ("automation.jobs.prune_daily", "D", None, -1),
-        "conductor.renew": ("pipelines.tasks.renew_scheduled", "I", 1, -1),
+        "conductor.renew": ("pipelines.jobs.renew_scheduled", "I", 1, -1),
     }
 
 

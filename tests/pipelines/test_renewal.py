@@ -20,7 +20,7 @@ from pipelines.renewal import (
     conversations_renew_now,
     renewal_project,
 )
-from pipelines.tasks import renew_scheduled
+from pipelines.jobs import renew_scheduled
 from tests.factories import (
     ConversationFactory,
     ConversationLinkFactory,
@@ -300,7 +300,7 @@ def test_the_renew_schedule_runs_every_minute_after_migrate():
     call_command("migrate", verbosity=0)
     schedule = Schedule.objects.get(name="conductor.renew")
     assert (schedule.func, schedule.schedule_type, schedule.minutes, schedule.repeats) == (
-        "pipelines.tasks.renew_scheduled", "I", 1, -1,
+        "pipelines.jobs.renew_scheduled", "I", 1, -1,
     )
 
 

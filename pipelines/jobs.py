@@ -1,4 +1,4 @@
-"""django-q2 task functions of the pipelines: parse nothing, call services (STYLE rule 1)."""
+"""django-q2 jobs of the pipelines (the functions their schedules name): parse nothing, call services (STYLE rule 1)."""
 
 from __future__ import annotations
 
