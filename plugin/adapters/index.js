@@ -5,8 +5,8 @@
  * Adding a platform with network capture: write `adapters/<name>/` (its
  * `index.js` to the interface in plugin/README.md; `page.js`, `stream.js`,
  * `delivery.js` beside it), import it here, add its origins to manifest.json. Adding a site read from the page: a description in
- * plugin/sites/ (bin/site-names lists it in plugin/sites/index.js, which the
- * worker reads: worker/site-descriptions.js).
+ * plugin/sites/ (bin/site-names lists it in plugin/sites/index.js, which
+ * lib/site-descriptions.js reads for the worker, the options page and the panel).
  */
 
 import chatgpt from "./chatgpt/index.js";

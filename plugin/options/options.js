@@ -26,7 +26,7 @@ import { connectionOutcome, parsePairingCode } from "../lib/pairing.js";
 import { isUnencrypted, NOT_HTTP, serverUrlProblem } from "../lib/server-url.js";
 import { quietMsOf } from "../lib/turn-watch.js";
 import { showStatus } from "../popup/status.js";
-import { loadSites } from "../worker/site-descriptions.js";
+import { loadSites } from "../lib/site-descriptions.js";
 
 const form = /** @type {HTMLFormElement} */ (document.getElementById("settings"));
 const fields = {

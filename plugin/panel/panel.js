@@ -14,7 +14,7 @@
  */
 
 import { adapterForUrl, NETWORK_ADAPTERS } from "../adapters/index.js";
-import { loadSites } from "../worker/site-descriptions.js";
+import { loadSites } from "../lib/site-descriptions.js";
 import { noteFor, noteText } from "../lib/answer-notes.js";
 import { guideOutcomeText } from "../lib/guide.js";
 import { applyInstructionStatus, cleanText, countOf, panelStateOf, renderMessages, safeApproveUrl } from "../lib/panel.js";

@@ -20,7 +20,7 @@ describe("the shipped sites' index", () => {
   });
 
   it("is the only list of the shipped sites in the plugin", () => {
-    for (const file of ["adapters/site.js", "adapters/index.js", "worker/site-descriptions.js", "lib/sites.js"]) {
+    for (const file of ["adapters/site.js", "adapters/index.js", "lib/site-descriptions.js", "lib/sites.js"]) {
       const text = readFileSync(new URL(`../${file}`, import.meta.url), "utf8");
       assert.ok(!/\[\s*"perplexity"/.test(text) && !/\bSITE_NAMES\s*=/.test(text), `${file} keeps a list of its own`);
     }

@@ -34,7 +34,7 @@ import {
   switchOn, withoutWithdrawn,
 } from "../lib/sites.js";
 import { ask } from "./questions.js";
-import { loadSites } from "./site-descriptions.js";
+import { loadSites } from "../lib/site-descriptions.js";
 import { local } from "./storage.js";
 
 /** Reads the descriptions in force; unreadable, the three adapters with network capture go on alone. */

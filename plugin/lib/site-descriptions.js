@@ -9,7 +9,7 @@
  */
 
 import { NETWORK_ORIGINS, useSites } from "../adapters/index.js";
-import { SITES_KEY, sitesInForce } from "../lib/sites.js";
+import { SITES_KEY, sitesInForce } from "./sites.js";
 import { SITE_NAMES } from "../sites/index.js";
 
 /** The packaged descriptions, by name (read once per page or worker: they change only with the plugin). */
@@ -29,7 +29,7 @@ async function readBuiltIn() {
  * or of another site; the built-in one of that name, if any, stays). Each
  * left out is logged, and the options page lists them.
  *
- * @returns {Promise<{sites: Map<string, Readonly<Record<string, any>>>, dropped: import('../lib/sites.js').Dropped[]}>}
+ * @returns {Promise<{sites: Map<string, Readonly<Record<string, any>>>, dropped: import('./sites.js').Dropped[]}>}
  */
 export async function loadSites() {
   const { [SITES_KEY]: stored } = await chrome.storage.local.get(SITES_KEY);
