@@ -72,7 +72,7 @@ def idle_ticks(port: int, seconds: float) -> None:
 
 def long_command(url: str, token: str, seconds: int) -> None:
     from automation.models import AutomationTask
-    from ingest.services.instructions import INSTRUCTION_EXECUTE
+    from ingest.kinds import INSTRUCTION_EXECUTE
     from conductor_site.simulator import SimulatedPlugin
 
     run = uuid.uuid4().hex[:8]

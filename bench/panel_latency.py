@@ -58,7 +58,7 @@ def measure(url: str, token: str, changes: int) -> list[int]:
     from automation.models import AutomationTask
     from automation.services import transitions as tr
     from automation.services.leasing import tasks_lease
-    from ingest.services.instructions import INSTRUCTION_EXECUTE
+    from ingest.kinds import INSTRUCTION_EXECUTE
     from tests.browser import CHROMIUM
     from tests.plugin.chat_apps import chat_app
     from tests.plugin.extension import plugin_browser

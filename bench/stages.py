@@ -49,7 +49,7 @@ def stages_of(sent: Sequence[Sent]) -> dict[str, list[float]]:
     from automation.models import AutomationTask, TaskEvent
     from automation.services.diagram import LEASE, START, SUCCEED
     from ingest.models import DeliveryRequest
-    from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+    from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 
     by_message = {s.message_id: s for s in sent}
     tasks = AutomationTask.objects.filter(

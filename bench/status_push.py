@@ -62,7 +62,7 @@ def main() -> None:
     from ingest.blocks import MAX_BLOCKS
     from ingest.frames import parse_final_message
     from ingest.models import PluginClient
-    from ingest.services.instructions import INSTRUCTION_EXECUTE
+    from ingest.kinds import INSTRUCTION_EXECUTE
     from ingest.services.messages import ClientMessage, final_messages_ingest
     from ingest.status_push import status_frame, statuses_send, tasks_changed
     from ingest.status_selectors import StatusOfMessage

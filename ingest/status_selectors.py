@@ -21,9 +21,9 @@ from automation.models import OPEN_STATUSES, AutomationTask, TaskStatus
 from automation.wait_selectors import BEHIND_APPROVAL, Wait, task_waits
 from conversations.models import Conversation, Message
 from ingest import status as shown
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import Instruction
 from ingest.selectors import plugin_clients_connected
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from tools.registry import DEFAULT_TARGET
 
 

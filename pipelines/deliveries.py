@@ -34,6 +34,7 @@ from automation.outcomes import (
 from conversations.selectors import message_exists
 from conversations.services import delivered_message_store
 from core.logfmt import log_event
+from ingest.kinds import INSTRUCTION_DELIVER
 from ingest.selectors import delivery_route_for, message_block_rows, plugin_targets
 from ingest.services.deliveries import (
     delivery_answer_wait,
@@ -41,7 +42,6 @@ from ingest.services.deliveries import (
     delivery_request_mark_delivered,
     delivery_request_send,
 )
-from ingest.services.instructions import INSTRUCTION_DELIVER
 from ingest.sites import platform_adapter
 from pipelines.delivery_methods import DeliveryMethodSpec, methods_for
 from pipelines.results_text import BlockOutcome, render_results

@@ -17,13 +17,10 @@ from automation.models import AutomationTask, TaskStatus
 from automation.services.tasks import NewTask, task_create
 from conversations.models import Message
 from core.logfmt import log_event
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import Instruction
 
 logger = logging.getLogger(__name__)
-
-# The kinds ingest queues (SPEC §3).
-INSTRUCTION_EXECUTE = "instruction.execute"
-INSTRUCTION_DELIVER = "instruction.deliver"
 
 S = TaskStatus
 I = Instruction.Status

@@ -9,7 +9,7 @@ from automation.kinds import (
     kinds,
 )
 from automation.services.tasks import task_create
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from pipelines.mail import MAIL_DELIVER
 from pipelines.renewal import RENEWAL_DELIVER
 from tests.factories import make_task

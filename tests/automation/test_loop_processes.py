@@ -13,8 +13,8 @@ from websockets.sync.client import connect
 
 from automation.models import AutomationTask, DispatcherWorker, TaskEvent
 from automation.selectors import dispatcher_worker_newest
+from ingest.kinds import INSTRUCTION_EXECUTE
 from ingest.models import ToolPolicy
-from ingest.services.instructions import INSTRUCTION_EXECUTE
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.procs import spawn_process
 from tests.server import running_server, wait_for

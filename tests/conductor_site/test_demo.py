@@ -8,7 +8,7 @@ from automation.models import DispatcherWorker
 from automation.services.dispatcher_state import dispatcher_pause_set, dispatcher_worker_heartbeat, kind_pause_set
 from conductor_site.management.commands.demo import held_because
 from core.clock import now_ms
-from ingest.services.instructions import INSTRUCTION_DELIVER
+from ingest.kinds import INSTRUCTION_DELIVER
 from tests.factories import ConversationFactory, make_task
 
 pytestmark = pytest.mark.django_db

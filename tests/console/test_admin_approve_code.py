@@ -16,7 +16,7 @@ from automation.permissions import APPROVE_CODE_PERMISSION
 from automation.models import AutomationTask, TaskStatus
 from automation.services.tasks import task_create
 from ingest.frames import parse_final_message
-from ingest.services.instructions import INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from mcp_servers.models import McpServer
 from tests.factories import PluginClientFactory, make_staff

@@ -23,7 +23,7 @@ from automation.wake import wakes_go_to
 from conversations.models import Conversation, Message
 from core.clock import now_ms
 from ingest.frames import parse_final_message
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from conductor_site.simulator import SimulatedPlugin
 from pipelines.results_text import parse_results

@@ -18,7 +18,7 @@ from automation.services.tasks import task_create
 from automation.wake import wakes_go_to
 from conductor_site import metrics as conductor_metrics
 from core.clock import now_ms
-from ingest.services.instructions import INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_EXECUTE
 from tests.browser import CHROMIUM_ARGS, require_chromium
 from tests.console.test_admin_browser import PASSWORD, TASKS, collect_static, log_in
 from tests.server import ROOT, running_server

@@ -20,7 +20,7 @@ from automation.selectors import failure_groups
 from automation.services.operator import has_every_permission, tasks_approve
 from automation.services.tasks import task_create
 from core.clock import now_ms
-from ingest.services.instructions import INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_EXECUTE
 from tests.automation.test_dispatcher import one_tick
 from tests.factories import make_staff, make_task
 

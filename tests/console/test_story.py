@@ -22,8 +22,8 @@ from conversations.models import Conversation, ConversationMove, Message
 from conversations.services import delivered_message_store
 from core.clock import datetime_from_ms
 from ingest.frames import parse_final_message
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import DeliveryRequest, Instruction
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from pipelines.mail import MAIL_DELIVER
 from tests.factories import (

@@ -15,7 +15,7 @@ from automation.services import operator
 from automation.services.dispatcher_state import kind_pause_set
 from core.clock import now_ms
 from ingest.frames import parse_final_message
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from tests.factories import PluginClientFactory, make_task
 

@@ -8,8 +8,8 @@ from django.utils import timezone
 from automation.models import AutomationTask
 from conversations.models import Conversation, ConversationLink, Message
 from ingest.frames import parse_final_message
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import Instruction, ToolPolicy
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest, messages_store
 from pipelines.deliveries import message_results_text
 from tests.factories import PluginClientFactory, make_task

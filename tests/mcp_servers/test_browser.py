@@ -10,8 +10,8 @@ from django.contrib.auth.models import User
 from django.db import connections
 
 from automation.models import TaskStatus
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import ToolPolicy
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from conductor_site.simulator import SimulatedPlugin
 from mcp_servers.models import McpServer
 from pipelines.results_text import parse_results

@@ -15,9 +15,9 @@ from automation.services.operator import (
     tasks_retry,
 )
 from ingest.frames import parse_final_message
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from pipelines.deliveries import message_results_text
 from ingest.models import Instruction
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from ingest.status_selectors import message_statuses
 from tests.factories import PluginClientFactory, lease_of, task_lease

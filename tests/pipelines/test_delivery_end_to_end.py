@@ -19,9 +19,9 @@ from django.utils import timezone
 from automation.models import AutomationTask, TaskStatus
 from automation.services.dispatcher_state import dispatcher_pause_set
 from conversations.models import Conversation, Message
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import DeliveryRequest
 from ingest.selectors import plugin_client_is_connected
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from conductor_site.simulator import SimulatedPlugin
 from pipelines.results_text import parse_results
 from pipelines.renewal import RENEWAL_DELIVER

@@ -5,6 +5,7 @@ import time
 
 import pytest
 
+from ingest.kinds import INSTRUCTION_DELIVER
 from ingest.models import DeliveryRequest
 from automation.dispatcher import execution_context
 from automation.outcomes import RetryableFailure, Success, TerminalFailure
@@ -15,7 +16,6 @@ from core.clock import now_ms
 from ingest.frames import parse_delivery_result
 from ingest.models import PluginClient
 from ingest.services.deliveries import delivery_result_record
-from ingest.services.instructions import INSTRUCTION_DELIVER
 from pipelines.deliveries import instruction_deliver
 from pipelines.renewal import RENEWAL_DELIVER, renewal_deliver
 from platforms import platforms

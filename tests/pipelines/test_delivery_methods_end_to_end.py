@@ -14,8 +14,8 @@ from django.db import connections
 
 from automation.models import AutomationTask, TaskStatus
 from conversations.models import Message
+from ingest.kinds import INSTRUCTION_DELIVER
 from ingest.models import DeliveryRequest
-from ingest.services.instructions import INSTRUCTION_DELIVER
 from conductor_site.simulator import SimulatedPlugin
 from tests.factories import TEST_TOKEN, ConversationFactory, PluginClientFactory
 from tests.server import running_server, wait_for

@@ -18,7 +18,7 @@ from automation.services.operator import tasks_reject
 from automation.services.steps import transition_and_follow_up
 from core.clock import now_ms
 from ingest.frames import parse_final_message
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from tests.factories import PluginClientFactory, lease_of, task_lease
 from tests.procs import run_in_processes

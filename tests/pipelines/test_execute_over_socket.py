@@ -6,7 +6,7 @@ import pytest
 from websockets.sync.client import connect
 
 from automation.models import AutomationTask
-from ingest.services.instructions import INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_EXECUTE
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import running_server, wait_for
 

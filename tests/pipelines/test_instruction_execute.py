@@ -13,8 +13,8 @@ from automation.models import AutomationTask, TaskStatus
 from automation.selectors import faults
 from automation.services.tasks import task_create
 from ingest.frames import parse_final_message
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import Instruction, ToolPolicy
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from ingest.signals import tool_policies_changed
 from pipelines.results_text import parse_results

@@ -23,9 +23,9 @@ from automation.services.claim import tasks_claim, tasks_reclaim_expired
 from conversations.models import Conversation, Message
 from core.clock import now_ms
 from ingest.frames import parse_delivery_result, parse_final_message
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import DeliveryRequest, Instruction, ToolPolicy
 from ingest.services.deliveries import delivery_result_record
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import message_ingest
 from pipelines.instructions import instruction_execute
 from pipelines.mail import MAIL_BURST, MAIL_DELIVER, mail_pace_error

@@ -31,8 +31,8 @@ from automation import dispatcher as dispatcher_module
 from automation.dispatcher import Dispatcher, DispatcherConfig
 from automation.models import AutomationTask, TaskStatus
 from conductor_site.asgi import application
+from ingest.kinds import INSTRUCTION_DELIVER
 from ingest.models import ToolPolicyVersion
-from ingest.services.instructions import INSTRUCTION_DELIVER
 from tests.factories import TEST_TOKEN, PluginClientFactory
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")

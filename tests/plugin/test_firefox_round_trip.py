@@ -14,7 +14,7 @@ import pytest
 
 from automation.models import AutomationTask, TaskStatus
 from conversations.models import Message
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.plugin.chat_apps import chat_app
 from tests.plugin.firefox import build_firefox_package, firefox_plugin, package_granting, require_firefox

@@ -17,9 +17,9 @@ from django.test import Client
 
 from automation.models import AutomationTask, TaskStatus
 from conversations.models import Message
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import PluginClient
 from ingest.services.clients import plugin_client_revoke
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from tests.browser import require_chromium
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.plugin.chat_apps import chat_app

@@ -19,7 +19,7 @@ import re
 import pytest
 
 from automation.models import AutomationTask, TaskEvent, TaskStatus
-from ingest.services.instructions import INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_EXECUTE
 from tests.factories import TEST_TOKEN, PluginClientFactory, make_staff
 from tests.plugin.chat_apps import chat_app
 from tests.plugin.extension import plugin_browser

@@ -37,8 +37,8 @@ from django.test import Client
 from automation.models import AutomationTask, TaskStatus
 from conversations.models import Message
 from ingest.health import capture_warnings
+from ingest.kinds import INSTRUCTION_DELIVER
 from ingest.models import AdapterReport
-from ingest.services.instructions import INSTRUCTION_DELIVER
 from tests.browser import require_chromium
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.plugin.extension import PLUGIN, ScriptedServer, plugin_browser

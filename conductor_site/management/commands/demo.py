@@ -25,9 +25,9 @@ from conductor_site.simulator import SimulatedPlugin
 from console.story.waits import conversation_waits
 from conversations.models import Conversation
 from core.clock import now_ms
+from ingest.kinds import INSTRUCTION_EXECUTE
 from ingest.models import PluginClient
 from ingest.services.clients import plugin_client_create, plugin_client_rotate
-from ingest.services.instructions import INSTRUCTION_EXECUTE
 from pipelines.results_text import parse_results
 
 DEMO_CLIENT = "demo-plugin"
