@@ -3,7 +3,7 @@
 Adds an enabled MCP server (stdio, never started) with --tools tools
 (default 1,000), each with a description of --description-chars characters
 and a schema of --params params, as a large server lists them; then makes
-the guide of a new Claude conversation (``ingest.selectors.tool_guide``: the
+the guide of a new Claude conversation (``ingest.selectors.guides.tool_guide``: the
 facts from the database, then the text) --repeat times and prints the
 seconds of the first (the schemas were checked when the server was listed:
 ``listing_check_seconds``, paid once per listing) and of the best (the
@@ -61,7 +61,7 @@ def main() -> None:
         os.environ["CONDUCTOR_DATA_DIR"] = tempfile.mkdtemp(prefix="conductor-bench-guide-")
     setup_django(migrate=True)
 
-    from ingest.selectors import tool_guide
+    from ingest.selectors.guides import tool_guide
     from mcp_servers.models import McpServer
 
     listing_check = server_add(tools=args.tools, description_chars=args.description_chars, params=args.params)

@@ -12,7 +12,7 @@ from automation.selectors import dispatcher_heartbeat_age_seconds, dispatcher_se
 from core.clock import now_ms
 from core.keys import other_key_report
 from core.layer_send import channel_layer_error, first_line_of
-from ingest.selectors import plugin_clients_connected
+from ingest.selectors.clients import plugin_clients_connected
 
 
 def database_error_text(exc: Exception) -> str:

@@ -53,12 +53,9 @@ from core.clock import now_ms
 from core.layer_send import channel_layer_error
 from ingest.health import adapter_report_counts, capture_counts_by_platform
 from ingest.models import AdapterReport, Instruction
-from ingest.selectors import (
-    DeliveryState,
-    delivery_request_counts,
-    instruction_counts_by_status,
-    plugin_clients_connected,
-)
+from ingest.selectors.blocks import instruction_counts_by_status
+from ingest.selectors.clients import plugin_clients_connected
+from ingest.selectors.deliveries import DeliveryState, delivery_request_counts
 from pipelines.delivery_methods import delivery_methods
 from platforms import platforms
 

@@ -26,8 +26,8 @@ from automation.kinds import kinds
 from automation.models import AutomationTask, TaskStatus
 from automation.services.operator import REJECT_REASON_MAX_CHARS
 from console.helpers import displayable_text, list_return_url, readable_json
-from ingest.policy_selectors import networks_allowed
-from ingest.selectors import message_clients
+from ingest.selectors.clients import message_clients
+from ingest.selectors.policies import networks_allowed
 from tools.registry import DEFAULT_TARGET, ToolCall, ToolError, UnknownTool, tools
 
 

@@ -48,7 +48,7 @@ from core.clock import now_ms
 from core.keys import other_key_report
 from core.layer_send import channel_layer_error
 from ingest.health import capture_warnings
-from ingest.selectors import plugin_clients_connected
+from ingest.selectors.clients import plugin_clients_connected
 
 # Who may open the overview; templates/admin/index.html shows its link only to them.
 OVERVIEW_PERMISSION = "automation.view_automationtask"

@@ -28,7 +28,6 @@ from django.conf import settings
 from automation.wake import dispatcher_wake_async
 from core.layer_send import first_line_of
 from core.logfmt import log_event
-from ingest import selectors
 from ingest.frames import decode_frame, echo, frame_id, parse_plugin_info
 from ingest.cleanup import socket_clean_up
 from ingest.models import plugin_group_name, plugin_owner_group_name
@@ -44,6 +43,7 @@ from ingest.protocol import (
     plugin_is_outdated,
 )
 from ingest.ratelimit import SlidingWindowLimiter
+from ingest.selectors import clients as client_selectors
 from ingest.services import clients
 from ingest.sites import platforms_known_for_hello, sites_version
 from ingest.status import server_base_url, with_absolute_links
@@ -289,7 +289,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         An id that names none may be the token pasted into the wrong field,
         which must not reach a log.
         """
-        is_known = isinstance(client_id, str) and await database_sync_to_async(selectors.plugin_client_exists)(
+        is_known = isinstance(client_id, str) and await database_sync_to_async(client_selectors.plugin_client_exists)(
             client_id=client_id
         )
         log_event(
@@ -317,7 +317,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
             raise
         client = None
         if isinstance(client_id, str) and isinstance(token, str):
-            client = await database_sync_to_async(selectors.plugin_client_authenticate)(
+            client = await database_sync_to_async(client_selectors.plugin_client_authenticate)(
                 client_id=client_id, token=token
             )
         if client is None:

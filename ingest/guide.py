@@ -2,7 +2,7 @@
 
 Pure: the facts of one conversation (its callable tools with their policies,
 the mail handles it can write to, the limits) in, one Markdown text out; no
-I/O. ``ingest.selectors.tool_guide_facts`` gathers the facts. The guide's
+I/O. ``ingest.selectors.guides.tool_guide_facts`` gathers the facts. The guide's
 version is a hash of its text, so the same tools and policies give the same
 version on every platform and server.
 

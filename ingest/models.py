@@ -339,7 +339,7 @@ class ToolPolicyVersion(models.Model):
     """One row whose ``token`` changes, in the same transaction, with every change of a
     ``ToolPolicy`` row (``ingest.signals``): a process that keeps the policies in memory
     reads the token with its other reads and reloads them when it differs (
-    ``policy_selectors.tool_policies_current``). A new random token rather than a counter, so that a
+    ``selectors.policies.tool_policies_current``). A new random token rather than a counter, so that a
     rolled-back change cannot bring back a token another process has already seen with other
     rows. Writes through ``QuerySet.update`` or ``bulk_create`` send no signal: they must call
     ``tool_policies_changed`` themselves.

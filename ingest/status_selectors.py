@@ -23,7 +23,7 @@ from conversations.models import Conversation, Message
 from ingest import status as shown
 from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import Instruction
-from ingest.selectors import plugin_clients_connected
+from ingest.selectors.clients import plugin_clients_connected
 from tools.registry import DEFAULT_TARGET
 
 

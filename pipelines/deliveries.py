@@ -35,7 +35,9 @@ from conversations.selectors import message_exists
 from conversations.services import delivered_message_store
 from core.logfmt import log_event
 from ingest.kinds import INSTRUCTION_DELIVER
-from ingest.selectors import delivery_route_for, message_block_rows, plugin_targets
+from ingest.selectors.blocks import message_block_rows
+from ingest.selectors.clients import plugin_targets
+from ingest.selectors.deliveries import delivery_route_for
 from ingest.services.deliveries import (
     delivery_answer_wait,
     delivery_request_create,

@@ -38,7 +38,7 @@ from automation.outcomes import (
 from automation.permissions import APPROVE_CODE_PERMISSION
 from core.logfmt import log_event
 from ingest.kinds import INSTRUCTION_EXECUTE
-from ingest.policy_selectors import block_policy_now
+from ingest.selectors.policies import block_policy_now
 from ingest.services.instructions import FINISHED, instruction_status_set, message_delivery_ensure
 from pipelines.stored_results import result_for_storage
 from tools.registry import (

@@ -14,7 +14,7 @@ from automation.outcomes import (
     Success,
     TerminalFailure,
 )
-from ingest.selectors import plugin_targets
+from ingest.selectors.clients import plugin_targets
 
 OUTCOMES = {
     "success": lambda payload: Success({"echo": payload.get("n")}),

@@ -37,7 +37,7 @@ from console.lists import ListColumnsMixin
 from conversations.models import DEFAULT_OWNER, MAX_OWNER_CHARS, validate_owner
 from ingest.models import Instruction, PluginClient
 from ingest.health import platform_health
-from ingest.selectors import (
+from ingest.selectors.clients import (
     LastDelivery,
     plugin_client_activity,
     plugin_client_name_suggest,

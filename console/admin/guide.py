@@ -21,7 +21,7 @@ from django.utils.html import format_html
 from console.helpers import admin_pages
 from conversations.selectors import mail_owners
 from ingest.guide import LEFT_OUT_NO_HANDLES, MAIL_FAMILY, MAX_GUIDE_BYTES
-from ingest.selectors import conversation_guide_client_pk, tool_guide
+from ingest.selectors.guides import conversation_guide_client_pk, tool_guide
 from platforms import platforms
 
 TEMPLATE = "admin/conversations/conversation/tool_guide.html"

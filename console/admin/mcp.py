@@ -13,7 +13,7 @@ from django.utils.html import format_html, format_html_join
 
 from console.helpers import SuperuserOnlyMixin, readable_json
 from ingest.guide import MAX_GUIDE_BYTES
-from ingest.selectors import tool_guide
+from ingest.selectors.guides import tool_guide
 from mcp_servers.models import RESERVED_TARGETS, McpServer, McpTool
 from mcp_servers.services import mcp_server_refresh, mcp_server_secrets_set
 from platforms import platforms

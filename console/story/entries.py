@@ -29,7 +29,7 @@ from conversations.models import Conversation, Message
 from core.clock import EPOCH
 from ingest.blocks import block_spans
 from ingest.models import DeliveryRequest, Instruction
-from ingest.policy_selectors import BlockScope, networks_allowed
+from ingest.selectors.policies import BlockScope, networks_allowed
 
 # A text longer than this is cut on the page; its own admin page has it whole.
 TEXT_CHARS = 20_000

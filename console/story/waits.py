@@ -18,7 +18,7 @@ from console.helpers import displayable_text
 from console.story.entries import MessageView, TaskView, ms_moment
 from console.task_waits import waits_of
 from conversations.models import Conversation
-from ingest.selectors import plugin_clients_connected
+from ingest.selectors.clients import plugin_clients_connected
 from pipelines.renewal import renewal_dedupe_key
 
 

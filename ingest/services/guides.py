@@ -14,7 +14,8 @@ from conversations.selectors import conversation_of_owner
 from core.logfmt import log_event
 from ingest.guide import ToolGuide
 from ingest.models import ToolGuideServed
-from ingest.selectors import plugin_client_owner, tool_guide
+from ingest.selectors.clients import plugin_client_owner
+from ingest.selectors.guides import tool_guide
 
 logger = logging.getLogger(__name__)
 

@@ -25,7 +25,7 @@ from automation.models import TaskStatus
 from ingest.blocks import Block
 from conversations.models import Conversation
 from ingest.models import Instruction
-from ingest.policy_selectors import ToolPolicies, tool_policies_current, tool_policy_version
+from ingest.selectors.policies import ToolPolicies, tool_policies_current, tool_policy_version
 from tools.registry import DEFAULT_TARGET, Policy, UnknownTool, tools
 
 

@@ -21,7 +21,7 @@ from django.utils import timezone
 from core import layer_send
 from core.logfmt import log_event
 from ingest.models import SiteDescription, plugin_owner_group_name
-from ingest.selectors import plugin_clients_connected
+from ingest.selectors.clients import plugin_clients_connected
 from ingest.sites.selectors import site_origin_problems, sites_in_force, sites_version
 from platforms.sites import valid_site_description
 

@@ -16,7 +16,7 @@ from conductor_site.metrics import DeliveryOutcome, delivery_outcome
 from console.views import OVERVIEW_PERMISSION
 from conversations.models import Message
 from ingest.models import DeliveryRequest, Instruction
-from ingest.selectors import DeliveryState
+from ingest.selectors.deliveries import DeliveryState
 from tests.factories import (
     LEASE_MS,
     OWNER,

@@ -8,7 +8,7 @@ import requests
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
-from ingest.selectors import plugin_client_is_connected
+from ingest.selectors.clients import plugin_client_is_connected
 from ingest.services.clients import plugin_client_revoke
 from tests.factories import TEST_TOKEN, PluginClientFactory
 from tests.server import running_server, wait_for

@@ -13,7 +13,7 @@ from ingest.models import DeliveryRequest, PluginClient
 from conductor_site.asgi import application
 from conversations.models import Message
 from ingest.protocol import CloseCode
-from ingest.selectors import plugin_client_authenticate
+from ingest.selectors.clients import plugin_client_authenticate
 from ingest.services.clients import PluginClientRevoked, plugin_client_rotate
 from ingest.tokens import token_hash
 from tests.factories import (

@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from ingest.models import ToolGuideServed, ToolPolicy
-from ingest.selectors import tool_guide
+from ingest.selectors.guides import tool_guide
 from tests.console.test_admin_mail import save
 from tests.factories import ConversationLinkFactory, make_staff
 from tools.registry import Policy

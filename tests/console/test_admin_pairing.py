@@ -9,7 +9,7 @@ from django.contrib.sessions.models import Session
 
 from ingest.models import PluginClient
 from ingest.pairing import pairing_code_decode
-from ingest.selectors import plugin_client_authenticate
+from ingest.selectors.clients import plugin_client_authenticate
 from tests.factories import PluginClientFactory, make_staff
 
 CLIENTS = "/admin/ingest/pluginclient/"

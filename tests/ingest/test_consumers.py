@@ -861,19 +861,19 @@ async def test_a_full_room_makes_room_from_the_address_holding_the_most(client, 
 
 
 async def test_sockets_in_their_grace_or_sending_their_hello_are_never_made_to_go(client, monkeypatch):
-    from ingest import selectors
+    from ingest.selectors import clients as client_selectors
 
     room = small_room(monkeypatch, grace_seconds=60)
     hello_under_way = asyncio.Event()
     release = threading.Event()
-    authenticate = selectors.plugin_client_authenticate
+    authenticate = client_selectors.plugin_client_authenticate
 
     def slow_authenticate(**kwargs):
         hello_under_way.set()
         release.wait(10)
         return authenticate(**kwargs)
 
-    with mock.patch.object(selectors, "plugin_client_authenticate", slow_authenticate):
+    with mock.patch.object(client_selectors, "plugin_client_authenticate", slow_authenticate):
         plugin = await open_socket_from("10.0.0.1")
         await plugin.send_json_to({**HELLO, "client_id": "laptop-chrome"})
         await asyncio.wait_for(hello_under_way.wait(), 5)

@@ -18,7 +18,7 @@ from ingest.guide import (
     params_signature,
     tool_guide_render,
 )
-from ingest.selectors import tool_guide, tool_guide_facts
+from ingest.selectors.guides import tool_guide, tool_guide_facts
 from pipelines.results_text import BlockOutcome, render_results
 from tests.factories import ConversationFactory, ConversationLinkFactory, PluginClientFactory
 from tools.registry import Policy, ToolSpec, tools

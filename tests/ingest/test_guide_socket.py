@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest.models import Instruction, ToolGuideServed, ToolPolicy
-from ingest.selectors import tool_guide
+from ingest.selectors.guides import tool_guide
 from tests.factories import ConversationLinkFactory, PluginClientFactory
 from tests.ingest.test_consumers import hello, open_socket
 from tools.registry import Policy, tools

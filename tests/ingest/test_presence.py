@@ -4,7 +4,7 @@ import pytest
 from django.utils import timezone
 
 from ingest.models import PluginClient
-from ingest.selectors import (
+from ingest.selectors.clients import (
     plugin_client_authenticate,
     plugin_client_is_connected,
     plugin_clients_connected,

@@ -7,7 +7,7 @@ import pytest
 from ingest.guide import MAX_GUIDE_BYTES
 from ingest.models import ToolPolicy
 from ingest.blocks import parse_blocks
-from ingest.selectors import tool_guide, tool_guide_facts
+from ingest.selectors.guides import tool_guide, tool_guide_facts
 from tests.factories import ConversationLinkFactory
 from tests.mcp_servers.conftest import everything_server, time_server
 from tools.registry import Policy, tools

@@ -6,7 +6,7 @@ import pytest
 
 from conversations.models import Conversation
 from ingest.blocks import parse_blocks
-from ingest.selectors import tool_guide
+from ingest.selectors.guides import tool_guide
 from mcp_servers.models import McpServer
 from mcp_servers.endpoints import mcp_endpoint
 from mcp_servers.services import MAX_DESCRIPTION_CHARS, mcp_server_refresh, text_bounded

@@ -21,8 +21,8 @@ from automation.services.dispatcher_state import dispatcher_pause_set
 from conversations.models import Conversation, Message
 from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import DeliveryRequest
-from ingest.selectors import plugin_client_is_connected
 from conductor_site.simulator import SimulatedPlugin
+from ingest.selectors.clients import plugin_client_is_connected
 from pipelines.results_text import parse_results
 from pipelines.renewal import RENEWAL_DELIVER
 from tests.factories import TEST_TOKEN, PluginClientFactory

@@ -13,7 +13,7 @@ from automation.services import operator
 from conversations.models import Conversation, Message
 from ingest.kinds import INSTRUCTION_EXECUTE
 from ingest.models import DeliveryRequest, Instruction, ToolPolicy
-from ingest.selectors import tool_guide, tool_guide_facts
+from ingest.selectors.guides import tool_guide, tool_guide_facts
 from ingest.services.guides import tool_guide_serve
 from pipelines.mail import mail_send, mail_send_check
 from pipelines.deliveries import message_results_text

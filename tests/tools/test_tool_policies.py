@@ -3,7 +3,7 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 
 from ingest.models import ToolPolicy
-from ingest.policy_selectors import tool_policy_for
+from ingest.selectors.policies import tool_policy_for
 from tests.factories import ConversationFactory, PluginClientFactory
 from tools.registry import Policy
 

@@ -4,7 +4,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from conversations.selectors import ConversationNotFound, conversation_by_reference
 from ingest.guide import LEFT_OUT_NO_HANDLES
-from ingest.selectors import conversation_guide_client_pk, plugin_client_owner, plugin_client_pk, tool_guide
+from ingest.selectors.clients import plugin_client_owner, plugin_client_pk
+from ingest.selectors.guides import conversation_guide_client_pk, tool_guide
 from platforms import platforms
 
 
