@@ -7,14 +7,18 @@ class IngestConfig(AppConfig):
     def ready(self) -> None:
         from django.db.models.signals import post_delete, post_save
 
-        import ingest.sites.frames  # noqa: F401 (registers sites.get)
         import ingest.status_frames  # noqa: F401 (registers the side panel's frame handlers)
         import ingest.work_frames  # noqa: F401 (registers final messages, delivery results, guide.get, reports)
         from automation.changes import task_changes
+        from ingest.consumers import PluginConsumer
         from ingest.models import ToolPolicy
+        from ingest.sites import frames as sites_frames
         from ingest.signals import tool_policies_changed
         from ingest.status_push import tasks_changed
 
+        # The sites' frames (sites.get): the consumer imports the sites, so they are registered from here.
+        for frame_type, handler in sites_frames.FRAME_HANDLERS.items():
+            PluginConsumer.frame_handler(frame_type)(handler)
         # Every change of a policy gives the policies a new version token (ingest.signals).
         post_save.connect(tool_policies_changed, sender=ToolPolicy, dispatch_uid="tool_policies_changed_save")
         post_delete.connect(tool_policies_changed, sender=ToolPolicy, dispatch_uid="tool_policies_changed_delete")
