@@ -221,12 +221,13 @@ def broker_queue_purge() -> None:
     get_broker().purge_queue()
 
 
-def fresh_plugin_client(name: str):
+def fresh_plugin_client(name: str, *, owner: str | None = None):
     """Make the plugin client ``name`` anew (an earlier run's is deleted); return (client, token).
 
-    Each is a browser of its own owner, named as it is: many browsers of one
-    owner would each be told of every other's blocks (``instruction.status``),
-    which no person's browsers are many enough to cost.
+    Each is a browser of its own owner, named as it is, unless ``owner`` is
+    given: many browsers of one owner are each told of every other's blocks
+    (``instruction.status``), which the cost phase (a team sharing an owner)
+    measures and the other phases leave out.
     """
     from django.utils.text import slugify
 
@@ -234,7 +235,7 @@ def fresh_plugin_client(name: str):
     from ingest.services.clients import plugin_client_create
 
     PluginClient.objects.filter(client_id=name).delete()
-    return plugin_client_create(name=name, owner=slugify(name))
+    return plugin_client_create(name=name, owner=owner or slugify(name))
 
 
 def child_env(data_dir: str, **extra: str) -> dict[str, str]:

@@ -87,6 +87,10 @@ GOALS = (
     Goal("2 latency", "p99 of {messages} messages", "latency", "p99", "ms", LATENCY_P99),
     Goal("2 CPU per message", "ms of CPU of every serve process per message, {messages} messages", "latency_cpu",
          "ms_per_message", "ms", everywhere(at_most(15)), decimals=1),
+    # The table: a team's plugins (one owner) at a steady rate, CPU per message delivered.
+    Goal("2 CPU per message", "ms of CPU per message delivered, {plugins} plugins of one owner at {rate}/s", "cost", "ms_per_message", "ms", everywhere(at_most(15)), decimals=1),
+    Goal("2 delivered under load", "not delivered within {within_s} s, of {sent} sent at {rate}/s", "cost",
+         "undelivered", "", everywhere(at_most(0))),
     Goal("3 dispatcher capacity", "no-op tasks/s, {tasks} tasks (peer {q_tasks})", "capacity", "dispatcher",
          "tasks/s", everywhere(at_least(3, times="django_q2")), peer_name="django-q2"),
     Goal("4 ingest", "final messages/s, {messages} on one ASGI process", "ingest", "throughput", "messages/s",

@@ -122,8 +122,13 @@ class ProcessMeter:
         return len(self._last)
 
     @property
+    def cpu_seconds_by_pid(self) -> dict[int, float]:
+        """CPU-seconds each process used over the block."""
+        return {pid: self._last[pid] - self._first[pid] for pid in self._last}
+
+    @property
     def cpu_seconds(self) -> float:
-        return sum(self._last[pid] - self._first[pid] for pid in self._last)
+        return sum(self.cpu_seconds_by_pid.values())
 
     @property
     def cpu_percent(self) -> float:

@@ -14,7 +14,11 @@ Idle phases, on one ``manage.py serve`` as ``make run`` starts it (outbound jitt
 Then it prints ``@idle-done`` and waits for ``go`` on stdin before the load phases, one after
 the other, each also ending when its --*-seconds have passed: --messages messages one at a
 time on the same server (latency, --latency-seconds, and the CPU seconds every process of the server used
-meanwhile per message); --tasks no-op tasks through the dispatcher and
+meanwhile per message); on the same server, --cost-plugins plugins of one owner sending
+--cost-messages one-block messages at --cost-rate a second in all (``bench/cost.py``: CPU per
+message in all and per process role, on PostgreSQL transactions and rows fetched per message,
+the latency and how many were delivered within --cost-drain-seconds; none with
+``--cost-messages 0``); --tasks no-op tasks through the dispatcher and
 --q-tasks through django-q2's ``async_task`` (capacity, --capacity-seconds each);
 --ingest-messages final messages on ``serve --no-cluster`` (ingest, --ingest-seconds); on
 PostgreSQL only, the scale phase of ``bench/scale.py`` (--scale-steps plugins, --scale-seconds
@@ -31,7 +35,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import (  # noqa: E402
-    delivery_latency, dispatcher_capacity, dispatcher_scheduling, idle_cost, ingest_throughput, scale,
+    cost, delivery_latency, dispatcher_capacity, dispatcher_scheduling, idle_cost, ingest_throughput, scale,
 )
 from bench.common import (  # noqa: E402
     UNLIMITED_INGEST, ProcessMeter, TickSampler, asgi_pid, broker_queue_purge, channel_layer_backend, database_engine,
@@ -40,13 +44,15 @@ from bench.common import (  # noqa: E402
 from bench.processes import process_tree, processes_cpu_seconds  # noqa: E402
 
 # The size of each phase: what `make bench BENCH_ARGS=...` can change. The defaults keep the
-# whole run within five minutes, plus the scale phase's four and a half on PostgreSQL.
+# whole run within five minutes, plus the cost phase's 45 to 100 s in each configuration and the
+# scale phase's four and a half on PostgreSQL.
 # The *_seconds of a load phase bound it on a machine too slow to finish its count in time: its
 # figure then covers what was done, and its line says how much that was.
 PHASE_OPTIONS = {
     "settle": 8.0, "quiet_seconds": 20.0, "plugins": 200, "ping_every": 20.0, "idle_messages": 10,
     "idle_seconds": 180.0, "messages": 200, "warmup": 3, "latency_seconds": 12.0, "tasks": 300, "per_tick": 50,
     "q_tasks": 100, "capacity_seconds": 8.0, "ingest_messages": 1000, "window": 32, "ingest_seconds": 4.0,
+    **{f"cost_{name}": default for name, default in cost.COST_OPTIONS.items()},
     **scale.SCALE_OPTIONS,
 }
 # After the plugins connected, before their cost is measured.
@@ -142,6 +148,9 @@ def main() -> None:
         if sys.stdin.readline().strip() != "go":
             raise SystemExit("not told to go on to the load phases")
         latency_phase(server, args.port, args, latency_token)
+        if args.cost_messages:
+            emit(cost.measure(server, args.port, plugins=args.cost_plugins, messages=args.cost_messages,
+                              rate=args.cost_rate, drain_seconds=args.cost_drain_seconds).line())
     capacity_phase(args)
     ingest_phase(args.port + 1, args, log)
     # The cost curve is the deployment's: PostgreSQL + Redis, as docs/operations.md runs many plugins.
