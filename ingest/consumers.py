@@ -30,7 +30,7 @@ from core.layer_send import first_line_of
 from core.logfmt import log_event
 from ingest.frames import decode_frame, echo, frame_id, parse_plugin_info
 from ingest.cleanup import socket_clean_up
-from ingest.models import plugin_group_name, plugin_owner_group_name
+from ingest.models import plugin_group_name, plugin_owner_group_name, plugin_view_group_name
 from ingest.prehello import PreHelloRoom
 from ingest.protocol import (
     FRAME_LIMIT_EXTENSION,
@@ -47,6 +47,7 @@ from ingest.selectors import clients as client_selectors
 from ingest.services import clients
 from ingest.sites import platforms_known_for_hello, sites_version
 from ingest.status import server_base_url, with_absolute_links
+from ingest.status_pacing import StatusPacer
 from ingest.status_selectors import approvals_waiting as approvals_waiting_count
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,10 @@ class PluginConsumer(AsyncWebsocketConsumer):
     client_pk: int | None = None
     client_id: str | None = None
     owner: str | None = None
+    # The group of the conversation this socket's side panel looks at (its latest status.get).
+    viewing_group: str | None = None
+    # The owner's approvals count this socket was last told (hello.ok, status, instruction.status).
+    approvals_told: int | None = None
 
     @classmethod
     def frame_handler(cls, frame_type: str) -> Callable[[FrameHandler], FrameHandler]:
@@ -89,6 +94,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
     acks_pending: set[asyncio.Task] | frozenset = frozenset()
     _is_evicted = False  # made room for a newer socket before saying hello; being closed
     _is_cleaned_up = False
+    _status_pacer: StatusPacer | None = None
 
     async def __call__(self, scope, receive, send) -> None:
         # However the socket ends (a close, a crash of a handler, a cancelled
@@ -116,6 +122,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         self.ingest_slots = asyncio.Semaphore(self.max_acks_pending)
         self._limiter = SlidingWindowLimiter(settings.CONDUCTOR_MAX_FRAMES_PER_SECOND)
         self._room_made = asyncio.Event()
+        self._status_pacer = StatusPacer(self._send_status)
         await self.accept()
         evicted = PluginConsumer.pre_hello_room.admit(self, _remote_address(self.scope), now=time.monotonic())
         if evicted is not None:
@@ -155,6 +162,8 @@ class PluginConsumer(AsyncWebsocketConsumer):
         PluginConsumer.pre_hello_room.leave(self)
         for task in [*self._background, *self.acks_pending]:
             task.cancel()
+        if self._status_pacer is not None:
+            self._status_pacer.close()
         if self.client_pk is not None:
             # Group, presence and delivery requests: each step retried on its
             # own, so that one failing does not skip the others (ingest/cleanup.py).
@@ -209,8 +218,21 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     @property
     def _owner_groups(self) -> tuple[str, ...]:
-        """The group of every socket of this client's owner (``instruction.status``), once it said hello."""
-        return (plugin_owner_group_name(self.owner),) if self.owner is not None else ()
+        """The group of every socket of this client's owner (the badge's count), once it said hello, and the
+        group of the conversation it looks at (``instruction.status``), once it asked ``status.get``."""
+        if self.owner is None:
+            return ()
+        return (plugin_owner_group_name(self.owner), *((self.viewing_group,) if self.viewing_group else ()))
+
+    async def look_at(self, platform: str, conversation_id: str) -> None:
+        """``status.get``: this socket is sent the conversation's ``instruction.status`` and no longer another's."""
+        group = plugin_view_group_name(self.owner, platform, conversation_id)
+        if group == self.viewing_group:
+            return
+        await self.channel_layer.group_add(group, self.channel_name)
+        if self.viewing_group is not None:
+            await self.channel_layer.group_discard(self.viewing_group, self.channel_name)
+        self.viewing_group = group
 
     # --- frames from the plugin ----------------------------------------------
 
@@ -346,6 +368,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         await dispatcher_wake_async(self.channel_layer)
         self._background.append(asyncio.ensure_future(self._keep_presence()))
         approvals_waiting, current_sites = await database_sync_to_async(_hello_facts)(owner=client.owner)
+        self.approvals_told = approvals_waiting
         await self.send_frame(
             {
                 "type": "hello.ok",
@@ -370,8 +393,21 @@ class PluginConsumer(AsyncWebsocketConsumer):
         await self.close(code=CloseCode.REVOKED)
 
     async def plugin_status(self, event: dict[str, Any]) -> None:
-        """An ``instruction.status`` for this socket's owner (``ingest/status_push.py``), its links made absolute."""
-        await self.send_frame(with_absolute_links(event["frame"], base=server_base_url(self.scope)))
+        """An ``instruction.status`` of the conversation this socket looks at (``ingest/status_push.py``), paced
+        (``ingest/status_pacing.py``), its links made absolute."""
+        frame = event["frame"]
+        self.approvals_told = frame["approvals_waiting"]
+        await self._status_pacer.push(frame["message"]["conductor_message_id"], frame)
+
+    async def _send_status(self, frame: dict[str, Any]) -> None:
+        await self.send_frame(with_absolute_links(frame, base=server_base_url(self.scope)))
+
+    async def plugin_approvals(self, event: dict[str, Any]) -> None:
+        """The owner's count of blocks waiting for approval (``ingest/status_push.py``): told only when it
+        changed for this socket (a socket that looks at the change's conversation had it in its status)."""
+        if event["count"] != self.approvals_told:
+            self.approvals_told = event["count"]
+            await self.send_frame({"type": "approvals.waiting", "count": event["count"]})
 
     async def plugin_sites(self, event: dict[str, Any]) -> None:
         """The chat sites in force changed (``ingest.sites.services.sites_announce``): an unasked ``sites``."""

@@ -1,3 +1,4 @@
+import hashlib
 import uuid
 
 from django.core.exceptions import ValidationError
@@ -18,8 +19,15 @@ def plugin_group_name(client_pk: int) -> str:
 
 def plugin_owner_group_name(owner: str) -> str:
     """Channel-layer group of every socket of ``owner``'s clients: what they are all told
-    (``instruction.status``). An owner holds only lowercase letters, digits, '_', '.' and '-'."""
+    (the approvals count). An owner holds only lowercase letters, digits, '_', '.' and '-'."""
     return f"plugin-owner.{owner}"
+
+
+def plugin_view_group_name(owner: str, platform: str, conversation_id: str) -> str:
+    """Channel-layer group of the sockets of ``owner``'s clients that look at one conversation (its
+    ``instruction.status``). The platform's conversation id may hold any character: it is hashed."""
+    digest = hashlib.blake2b(f"{platform}\0{conversation_id}".encode(), digest_size=16).hexdigest()
+    return f"plugin-view.{owner}.{digest}"
 
 
 class PluginClient(models.Model):
@@ -47,6 +55,10 @@ class PluginClient(models.Model):
     connection_channel = models.CharField(
         max_length=255, blank=True, help_text="Channel-layer name of the client's current socket."
     )
+    # The conversation the client's side panel looks at (its latest status.get since its hello):
+    # the only one whose instruction.status it is sent (ingest/status_push.py).
+    viewing_platform = models.CharField(max_length=16, blank=True)
+    viewing_conversation_id = models.CharField(max_length=255, blank=True)
     # What the plugin said about itself in its latest hello (SPEC §6).
     plugin_version = models.CharField(max_length=64, blank=True)
     capabilities = models.JSONField(

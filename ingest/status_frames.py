@@ -22,6 +22,8 @@ from ingest.status import server_base_url, with_absolute_links
 @PluginConsumer.frame_handler("status.get")
 async def handle_status_get(consumer: PluginConsumer, frame: dict[str, Any]) -> None:
     request = parse_conversation_request(frame, known=await platforms_known_for(frame))
+    # Joined before the read: a change committed meanwhile is pushed rather than missed.
+    await consumer.look_at(request.platform, request.conversation_id)
     status = await database_sync_to_async(conversation_status_get)(
         client_pk=consumer.client_pk, platform=request.platform, conversation_id=request.conversation_id
     )
@@ -30,6 +32,7 @@ async def handle_status_get(consumer: PluginConsumer, frame: dict[str, Any]) -> 
         "conversation_id": request.conversation_id, "paused": status.is_paused, "messages": status.messages,
         "approvals_waiting": status.approvals_waiting,
     }
+    consumer.approvals_told = status.approvals_waiting
     await consumer.send_frame(with_absolute_links(answer, base=server_base_url(consumer.scope)))
 
 

@@ -6,9 +6,12 @@ message here. Nothing is read in the committing thread: the dispatcher's
 hot path pays a dict update for it, no statement. A thread of each process
 (``StatusPush``) then reads the marked messages' statuses together, after
 the commit, so the frame says the state as it is then (the latest state
-wins), and sends one frame per message to every connected socket of its
-conversation's owner (the group ``plugin_owner_group_name``), never to
-another owner's.
+wins), and sends one frame per message to the sockets of its conversation's
+owner that look at that conversation (their side panel asked ``status.get``
+for it: the group ``plugin_view_group_name``), never to another owner's; every
+socket of the owner gets the owner's approvals count, which it passes on as
+``approvals.waiting`` only when it changed for it. Nobody looking costs one
+statement a round and no frame.
 
 Coalescing: a message is sent at most once per ``window_seconds`` (200 ms)
 by a process. Its first change goes at once; changes within the window
@@ -31,7 +34,7 @@ from automation.models import AutomationTask
 from core import layer_send
 from core.logfmt import log_event
 from ingest import status_selectors as selectors
-from ingest.models import plugin_owner_group_name
+from ingest.models import plugin_owner_group_name, plugin_view_group_name
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 
 logger = logging.getLogger(__name__)
@@ -43,6 +46,8 @@ IDLE_CLOSE_SECONDS = 5.0
 STATUS_KINDS = frozenset({INSTRUCTION_EXECUTE, INSTRUCTION_DELIVER})
 # The channel-layer message a socket turns into its frame (PluginConsumer.plugin_status).
 LAYER_TYPE = "plugin.status"
+# The one carrying an owner's approvals count (PluginConsumer.plugin_approvals).
+APPROVALS_LAYER_TYPE = "plugin.approvals"
 
 Send = Callable[[str, dict], None]
 
@@ -58,21 +63,25 @@ def status_frame(item: selectors.StatusOfMessage, *, approvals_waiting: int) -> 
 
 
 def statuses_send(message_ids: Iterable[int], *, send: Send = layer_send.group_send) -> int:
-    """Read the statuses of ``message_ids`` and send each to its owner's sockets; return the frames sent.
+    """Read the statuses of ``message_ids`` and send each to the sockets looking at its conversation, and each
+    owner's count to all its sockets; return the status frames sent.
 
     Messages whose owner has no plugin connected are not read past the first
-    statement. Two statements in all (``message_statuses``, the badges'
-    counts read with the messages).
+    statement, nor those no client looks at (``statuses_to_push``). A
+    socket passes the count on only when it changed for it
+    (``PluginConsumer.plugin_approvals``).
     """
     ids = sorted(set(message_ids))
     if not ids:
         return 0
-    statuses = selectors.message_statuses(message_ids=ids, listened_to_only=True, with_approvals=True)
-    for item in statuses:
-        send(plugin_owner_group_name(item.owner), {
+    round_ = selectors.statuses_to_push(message_ids=ids)
+    for item in round_.statuses:
+        send(plugin_view_group_name(item.owner, item.platform, item.conversation_id), {
             "type": LAYER_TYPE, "frame": status_frame(item, approvals_waiting=item.approvals_waiting or 0),
         })
-    return len(statuses)
+    for owner, count in round_.approvals.items():
+        send(plugin_owner_group_name(owner), {"type": APPROVALS_LAYER_TYPE, "count": count})
+    return len(round_.statuses)
 
 
 def _is_exiting(exc: Exception) -> bool:

@@ -1,6 +1,6 @@
 """Reads for the plugin's side panel: what became of each block of a message (SPEC §6 message status).
 
-``message_statuses`` is what ``instruction.status`` is made of
+``statuses_to_push`` is what ``instruction.status`` is made of
 (``ingest/status_push.py``), ``conversation_status`` what ``status.get``
 answers; ``approvals_waiting`` is the plugin's badge. The shapes are
 ``ingest.status``'s, pure.
@@ -83,7 +83,35 @@ def message_statuses(
     ids = sorted(set(message_ids))
     if not ids:
         return []
-    rows = _message_rows(ids, listened_to_only=listened_to_only, with_approvals=with_approvals)
+    return _statuses_of(_message_rows(ids, listened_to_only=listened_to_only, with_approvals=with_approvals))
+
+
+@dataclass(frozen=True)
+class PushRound:
+    """What one push round sends (``ingest/status_push.py``)."""
+
+    statuses: list[StatusOfMessage]  # of the messages a connected client of their owner looks at
+    approvals: dict[str, int]  # every connected owner of a message read: its badge's count
+
+
+def statuses_to_push(*, message_ids: Iterable[int]) -> PushRound:
+    """The statuses of ``message_ids`` whose conversation a connected client looks at, and the counts of
+    the owners with a client connected.
+
+    One statement when no client looks at any of them (the messages, their
+    owners' counts and whether each is looked at); ``message_statuses``'s
+    others for those looked at.
+    """
+    ids = sorted(set(message_ids))
+    if not ids:
+        return PushRound(statuses=[], approvals={})
+    rows = _message_rows(ids, listened_to_only=True, with_approvals=True, with_viewed=True)
+    approvals = {row["conversation__owner"]: row["approvals_waiting"] for row in rows}
+    return PushRound(statuses=_statuses_of([row for row in rows if row["viewed"]]), approvals=approvals)
+
+
+def _statuses_of(rows: list[dict[str, Any]]) -> list[StatusOfMessage]:
+    """Each message status of ``rows`` (``_message_rows``): its blocks and waits read."""
     if not rows:
         return []
     blocks_of = _blocks_by_message([row["pk"] for row in rows])
@@ -114,8 +142,11 @@ def message_statuses(
     return statuses
 
 
-def _message_rows(ids: list[int], *, listened_to_only: bool, with_approvals: bool) -> list[dict[str, Any]]:
-    """The first statement: the messages of ``ids`` that have blocks, with their latest delivery (and owner's count)."""
+def _message_rows(
+    ids: list[int], *, listened_to_only: bool, with_approvals: bool, with_viewed: bool = False,
+) -> list[dict[str, Any]]:
+    """The first statement: the messages of ``ids`` that have blocks, with their latest delivery (and owner's
+    count, and whether a connected client looks at the conversation)."""
     # A block's task names its block; a delivery names none. The latest delivery counts: a retried block's own.
     deliveries = AutomationTask.objects.filter(
         message_id=OuterRef("pk"), kind__in=(INSTRUCTION_EXECUTE, INSTRUCTION_DELIVER), instruction_id__isnull=True,
@@ -143,6 +174,12 @@ def _message_rows(ids: list[int], *, listened_to_only: bool, with_approvals: boo
         )
         messages = messages.annotate(approvals_waiting=Coalesce(Subquery(waiting), 0))
         fields.append("approvals_waiting")
+    if with_viewed:
+        messages = messages.annotate(viewed=Exists(plugin_clients_connected().filter(
+            owner=OuterRef("conversation__owner"), viewing_platform=OuterRef("conversation__platform"),
+            viewing_conversation_id=OuterRef("conversation__remote_id"),
+        )))
+        fields.append("viewed")
     return list(messages.order_by("pk").values(*fields))
 
 

@@ -24,7 +24,7 @@ import { answers } from "./worker/questions.js";
 import { guideForNewChat, insertGuideIntoTab } from "./worker/guide-requests.js";
 import { acknowledged, flush, queueFinalMessage, refused } from "./worker/outbox-sending.js";
 import {
-  conversationStatus, noteWithdrawnAnswer, onConnected, onInstructionStatus, onNotificationClicked, onStatusAnswer, pauseConversation,
+  conversationStatus, noteWithdrawnAnswer, onConnected, onApprovalsWaiting, onInstructionStatus, onNotificationClicked, onStatusAnswer, pauseConversation,
 } from "./worker/panel-relay.js";
 import { countReport, sendDueReports } from "./worker/report-sending.js";
 import { descriptionForPage, isSiteOn, refreshSites, sitesReady, switchSite, syncScripts, takeSites } from "./worker/site-sync.js";
@@ -66,6 +66,8 @@ const FRAME_HANDLERS = {
     await refused(frame);
   },
   "instruction.status": onInstructionStatus,
+  // The owner's count alone, when it changed and this socket's panel looks at none of the change.
+  "approvals.waiting": onApprovalsWaiting,
   "browser.proxy_delivery": onProxyDelivery,
   "browser.dom_delivery": onDomDelivery,
 };

@@ -91,8 +91,10 @@ def plugin_client_connect(
             "capabilities": list(info.capabilities),
             "adapters": info.adapters,
         }
+        # A new socket looks at no conversation until its side panel asks (status.get).
         PluginClient.objects.filter(pk=client.pk).update(
-            connected=True, connection_channel=channel_name, last_seen_at=now, **described
+            connected=True, connection_channel=channel_name, last_seen_at=now, viewing_platform="",
+            viewing_conversation_id="", **described
         )
     log_event(
         logger, "plugin_connect", client_id=client.client_id, replaced=bool(previous),

@@ -34,8 +34,13 @@ class ConversationStatus:
 
 
 def conversation_status_get(*, client_pk: int, platform: str, conversation_id: str) -> ConversationStatus:
-    """``status.get`` for client ``client_pk``: its owner's conversation's last messages with blocks."""
+    """``status.get`` for client ``client_pk``: its owner's conversation's last messages with blocks.
+
+    The client looks at that conversation from now on: its ``instruction.status``
+    frames go to the client (``ingest/status_push.py``) until it asks about another.
+    """
     owner = PluginClient.objects.values_list("owner", flat=True).get(pk=client_pk)
+    PluginClient.objects.filter(pk=client_pk).update(viewing_platform=platform, viewing_conversation_id=conversation_id)
     is_paused, messages = selectors.conversation_status(owner=owner, platform=platform, conversation_id=conversation_id)
     return ConversationStatus(
         is_paused=is_paused, messages=messages, approvals_waiting=selectors.approvals_waiting(owner=owner)

@@ -70,3 +70,35 @@ export function approvalNotification(block, frame) {
   const message = cleanText(`In a ${platform} conversation.${params} Approve it in Conductor (the side panel links to it).`, MAX_MESSAGE_CHARS, { isOneLine: true });
   return { title, message };
 }
+
+/** The admin's list of the tasks waiting for approval. */
+const APPROVALS_PATH = "/admin/automation/automationtask/?status__exact=blocked";
+
+/**
+ * The notification of a count that grew in a conversation the side panel
+ * does not look at (`approvals.waiting`: the server says only the count).
+ *
+ * @param {number} count the owner's blocks waiting for approval
+ * @returns {{title: string, message: string}}
+ */
+export function approvalsWaitingNotification(count) {
+  const blocks = count === 1 ? "1 block waits" : `${count} blocks wait`;
+  return { title: `${blocks} for approval`, message: "In a conversation the side panel does not show. Approve in Conductor's list of tasks waiting for approval." };
+}
+
+/**
+ * The approvals list on the paired server, or null when its address is not
+ * a web address.
+ *
+ * @param {unknown} serverUrl
+ * @returns {string | null}
+ */
+export function approvalsListUrl(serverUrl) {
+  try {
+    const server = new URL(String(serverUrl));
+    if (server.protocol !== "http:" && server.protocol !== "https:") return null;
+    return server.origin + APPROVALS_PATH;
+  } catch {
+    return null;
+  }
+}

@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { ApprovalWatch, approvalNotification } from "../lib/approvals.js";
+import { ApprovalWatch, approvalNotification, approvalsListUrl, approvalsWaitingNotification } from "../lib/approvals.js";
 import { messageStatusOf } from "../lib/panel.js";
 import { BADGES, badgeOf, countText } from "../lib/status.js";
 import { MapStore } from "./stores.js";
@@ -96,5 +96,19 @@ describe("badgeOf with blocks waiting for approval", () => {
     assert.equal(countText(7), "7");
     assert.equal(countText(99), "99");
     assert.equal(countText(100), "99+");
+  });
+});
+
+describe("approvals.waiting", () => {
+  it("names how many blocks wait, one or more", () => {
+    assert.equal(approvalsWaitingNotification(1).title, "1 block waits for approval");
+    assert.equal(approvalsWaitingNotification(3).title, "3 blocks wait for approval");
+  });
+
+  it("links to the approvals list on the paired server's origin only", () => {
+    assert.equal(approvalsListUrl("https://conductor.example:8443/some/path"),
+      "https://conductor.example:8443/admin/automation/automationtask/?status__exact=blocked");
+    assert.equal(approvalsListUrl("javascript:alert(1)"), null);
+    assert.equal(approvalsListUrl(undefined), null);
   });
 });

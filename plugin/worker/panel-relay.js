@@ -16,7 +16,7 @@
 import { adapterByName } from "../adapters/index.js";
 import { answerNoteOf, withNote } from "../lib/answer-notes.js";
 import { answerOf } from "../lib/answers.js";
-import { ApprovalWatch, approvalNotification } from "../lib/approvals.js";
+import { ApprovalWatch, approvalNotification, approvalsListUrl, approvalsWaitingNotification } from "../lib/approvals.js";
 import { countOf, safeApproveUrl } from "../lib/panel.js";
 import { answers, ask } from "./questions.js";
 import { showBadge } from "./connection-status.js";
@@ -80,6 +80,22 @@ export async function onInstructionStatus(frame) {
   }
 }
 
+/**
+ * The server's `approvals.waiting`: the owner's count changed while the
+ * panel looks at none of the change (its conversation's `instruction.status`
+ * would have carried it). A count that grew is a block that starts waiting
+ * in a conversation not looked at: notified with a link to the approvals list.
+ */
+export async function onApprovalsWaiting(frame) {
+  const count = countOf(frame.count);
+  if (count === null) return;
+  const before = (await session.get("approvalsWaiting")) ?? 0;
+  await setApprovalsWaiting(count);
+  if (count <= before || !(await isNotifying())) return;
+  const { settings } = await chrome.storage.local.get("settings");
+  await notifyLink(approvalsWaitingNotification(count), approvalsListUrl(settings?.serverUrl));
+}
+
 /** Whether the option "Notify me when a block waits for approval" is on, and Chrome still grants it. */
 async function isNotifying() {
   if ((await local.get("notifyApprovals")) !== true) return false;
@@ -87,10 +103,13 @@ async function isNotifying() {
 }
 
 async function notify(block, frame) {
-  const { title, message } = approvalNotification(block, frame);
-  const id = `approval-${crypto.randomUUID()}`;
   const { settings } = await chrome.storage.local.get("settings");
-  const url = safeApproveUrl(block.approveUrl, settings?.serverUrl);
+  await notifyLink(approvalNotification(block, frame), safeApproveUrl(block.approveUrl, settings?.serverUrl));
+}
+
+/** A notification whose click opens `url` (null: none). */
+async function notifyLink({ title, message }, url) {
+  const id = `approval-${crypto.randomUUID()}`;
   if (url) {
     const links = ((await session.get("notificationLinks")) ?? []).slice(-(MAX_NOTIFICATION_LINKS - 1));
     await session.set("notificationLinks", [...links, { id, url }]);

@@ -64,7 +64,7 @@ def delivery_frames_per_message(plugins) -> Counter:
 def test_every_message_comes_back_once_and_no_lease_is_lost_under_load(tmp_path):
     clients = [f"load-{n}" for n in range(PLUGINS)]
     for client_id in clients:
-        # A hundred people, each with a browser: every owner's sockets hear of all its blocks.
+        # A hundred people, each with a browser.
         plugin_client_create(name=client_id, token=TEST_TOKEN, owner=client_id)
     total = PER_SECOND * SECONDS
     try:

@@ -257,13 +257,16 @@ async def test_a_message_id_of_another_owner_is_answered_as_one_never_seen(clien
 async def test_twenty_posts_by_bob_leave_her_panel_and_her_badge_alone(clients, status_push):
     a = await hello("alice-laptop")
     await send(a, final(ECHO, message_id="a-1"))
+    await statuses(a)  # her panel looks at the conversation he posts to
     b = await hello("bob-laptop")
     for number in range(1, 21):
         await send(b, final(SHELL, message_id=f"b-{number}", frame_id=f"f-{number}"))
-    # Her socket hears pushes of her own message only (if any comes late), never of his.
-    pushed = [f for f in await frames_within(a, 1.0) if f["type"] == "instruction.status"]
+    # Her socket hears pushes of her own message only (if any comes late), never of his, nor his count.
+    frames = await frames_within(a, 1.0)
+    pushed = [f for f in frames if f["type"] == "instruction.status"]
     assert {f["message"]["message_id"] for f in pushed} <= {"a-1"}
     assert all(f["approvals_waiting"] == 0 for f in pushed)
+    assert not [f for f in frames if f["type"] == "approvals.waiting"]
 
     ids, status = await statuses(a)
     assert (ids, status["approvals_waiting"]) == (["a-1"], 0)

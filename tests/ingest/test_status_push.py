@@ -73,6 +73,12 @@ async def next_frame(communicator, wanted, *, timeout=WAIT):
     raise AssertionError("no such frame in time")
 
 
+async def look_at(communicator, conversation_id="conv-a"):
+    """The side panel's ``status.get``: the socket looks at that conversation from now on."""
+    return await answer(communicator, {"type": "status.get", "id": f"look-{conversation_id}", "platform": "claude",
+                                       "conversation_id": conversation_id}, of_type="status")
+
+
 async def status_where(communicator, *states, delivery=None):
     """The next ``instruction.status`` whose blocks are in ``states``, in order (and the delivery, when given)."""
     return await next_frame(communicator, lambda f: f["type"] == "instruction.status"
@@ -111,8 +117,9 @@ def finish(task_id, *, result=None, fail=None):
         transition_and_follow_up(lambda: tr.task_succeed(task_id, lease=lease, result=result), actor="worker")
 
 
-async def test_every_change_of_a_block_and_of_the_delivery_reaches_the_owners_sockets(clients, status_push):
+async def test_every_change_of_a_block_and_of_the_delivery_reaches_the_socket_looking_at_it(clients, status_push):
     laptop, desktop = await hello("alice-laptop"), await hello("alice-desktop")
+    assert (await look_at(laptop))["messages"] == []  # a conversation not yet stored can be looked at
     ack = await answer(laptop, final(f"{ECHO}\n{SHELL}\n{BROKEN}"), of_type="ack")
     assert ack["instructions"] == 3
 
@@ -126,8 +133,8 @@ async def test_every_change_of_a_block_and_of_the_delivery_reaches_the_owners_so
     assert shell["approve_url"].startswith("http://conductor.test:8000/admin/conversations/conversation/")
     assert "#block-" in shell["approve_url"] and echo["approve_url"] is None
     assert broken["error"].startswith("unknown tool")
-    # Every socket of the owner hears it.
-    await status_where(desktop, "queued", "waiting_approval", "rejected")
+    # Another socket of the owner, looking at no conversation, hears only that the count changed.
+    assert await next_frame(desktop, lambda f: True) == {"type": "approvals.waiting", "count": 1}
 
     echo_task = await sync_to_async(task_of)(INSTRUCTION_EXECUTE, instruction__block_index=1)
     done = await sync_to_async(run)(echo_task.pk, result={"text": "hi"})
@@ -143,6 +150,7 @@ async def test_every_change_of_a_block_and_of_the_delivery_reaches_the_owners_so
     assert report.done == [shell_task.pk]
     approved = await status_where(laptop, "succeeded", "queued", "rejected")
     assert approved["approvals_waiting"] == 0
+    assert await next_frame(desktop, lambda f: True) == {"type": "approvals.waiting", "count": 0}
     done = await sync_to_async(run)(shell_task.pk, fail="exit status 1\nstderr: nope")
     await status_where(laptop, "succeeded", "running", "rejected")
     await sync_to_async(done)()
@@ -157,12 +165,36 @@ async def test_every_change_of_a_block_and_of_the_delivery_reaches_the_owners_so
     assert delivered["message"]["delivery"] == {
         "status": "delivered", "method": "http", "error": None, "waiting_for": None,
         "results_not_delivered": 0}
+    # Nothing else reached the desktop: no status, no count that did not change.
+    assert await desktop.receive_nothing(timeout=0.3)
     await laptop.disconnect()
     await desktop.disconnect()
 
 
+async def test_a_socket_looks_at_one_conversation_at_a_time(clients, status_push):
+    alice = await hello("alice-laptop")
+    await look_at(alice, "conv-b")
+    await answer(alice, final(ECHO), of_type="ack")  # conv-a: looked at by nobody, its count unchanged
+    await answer(alice, final(ECHO, message_id="m-2", frame_id="f-2", conversation_id="conv-b"), of_type="ack")
+    pushed = await status_where(alice, "queued")
+    assert (pushed["conversation_id"], pushed["message"]["message_id"]) == ("conv-b", "m-2")
+    await look_at(alice, "conv-a")  # and no longer at conv-b
+    echo_b = await sync_to_async(task_of)(INSTRUCTION_EXECUTE, instruction__message__remote_message_id="m-2")
+    echo_a = await sync_to_async(task_of)(INSTRUCTION_EXECUTE, instruction__message__remote_message_id="m-1")
+    await sync_to_async(await sync_to_async(run)(echo_b.pk, result={}))()
+    await sync_to_async(await sync_to_async(run)(echo_a.pk, result={}))()
+    succeeded = await status_where(alice, "succeeded")
+    assert succeeded["message"]["message_id"] == "m-1"
+    frames = []
+    while not await alice.receive_nothing(timeout=0.5):
+        frames.append(await alice.receive_json_from())
+    assert {frame["conversation_id"] for frame in frames if frame["type"] == "instruction.status"} <= {"conv-a"}
+    await alice.disconnect()
+
+
 async def test_another_owners_sockets_hear_nothing(clients, status_push):
     alice, bob = await hello("alice-laptop"), await hello("bob-laptop")
+    await look_at(alice)
     await answer(alice, final(f"{ECHO}\n{SHELL}"), of_type="ack")
     await status_where(alice, "queued", "waiting_approval")
     echo_task = await sync_to_async(task_of)(INSTRUCTION_EXECUTE, instruction__block_index=1)
@@ -203,11 +235,16 @@ async def test_a_round_for_many_messages_reads_them_in_three_statements_with_eac
     def one_round():
         sent = []
         with CaptureQueriesContext(connection) as queries:
-            statuses_send([ack["message_id"] for ack in acks], send=lambda group, event: sent.append(event["frame"]))
-        return len(queries), sent
+            statuses_send([ack["message_id"] for ack in acks], send=lambda group, event: sent.append(event))
+        return len(queries), [event["frame"] for event in sent if "frame" in event], [
+            event["count"] for event in sent if "count" in event]
 
-    statements, frames = await sync_to_async(one_round)()
-    assert statements == 3  # the messages, their blocks, why the open ones wait
+    # Nobody looks at the conversation: one statement, the owner's count and no status.
+    statements, frames, counts = await sync_to_async(one_round)()
+    assert (statements, frames, counts) == (1, [], [5])
+    await look_at(alice)
+    statements, frames, counts = await sync_to_async(one_round)()
+    assert (statements, counts) == (3, [5])  # the messages, their blocks, why the open ones wait
     assert [frame["message"]["message_id"] for frame in frames] == [f"m-{n}" for n in range(1, 6)]
     assert {frame["approvals_waiting"] for frame in frames} == {5}
     assert [block["status"] for block in frames[0]["message"]["blocks"]] == ["succeeded", "waiting_approval"]

@@ -46,6 +46,7 @@ def waiting_of(status, message=0):
 
 async def test_a_block_behind_one_waiting_for_approval_says_which_with_its_approval_link(clients, status_push):
     alice = await hello("alice-laptop")
+    await status_get(alice)  # her panel looks at the conversation
     await answer(alice, final(f"{SHELL}\n{ECHO}"), of_type="ack")
     await answer(alice, final(ECHO, message_id="m-2", frame_id="f-2"), of_type="ack")
 
