@@ -186,6 +186,12 @@ class AutomationTask(models.Model):
                 name="task_target_status_due_idx",
             ),
             models.Index(fields=["conversation", "lane", "sequence"], name="task_lane_order_idx"),
+            # The claim's "an earlier task of the lane is unfinished" (claim_rules.earlier_in_lane):
+            # only the open tasks, so its cost does not grow with the conversation's history.
+            models.Index(
+                fields=["conversation", "lane", "sequence"], name="task_lane_open_idx",
+                condition=Q(status__in=sorted(OPEN_STATUSES)),
+            ),
             # The admin's list order (newest first).
             models.Index(fields=["created_at", "task_id"], name="task_created_idx"),
         ]
