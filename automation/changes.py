@@ -4,7 +4,7 @@ Every write of a task's ``status`` (its creation, the claim's lease, each
 transition) calls ``tasks_changed_on_commit`` with the tasks as written.
 The engine knows nobody who listens: a layer above subscribes with
 ``task_changes.subscribe`` at its app's ``ready`` (ingest, which tells the
-person in the chat what became of each block: ``ingest/status_push.py``).
+person in the chat what became of each block: ``ingest/panel/push.py``).
 
 A listener is called after the commit, in the committing thread, with the
 tasks as they were written, and must return at once: it hands the work to a

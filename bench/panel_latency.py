@@ -141,7 +141,7 @@ def main() -> None:
     setup_django(migrate=True)
     # This process's commits wake its own status push, as a worker's do.
     from automation.changes import task_changes
-    from ingest.status_push import tasks_changed
+    from ingest.panel.push import tasks_changed
 
     task_changes.subscribe(tasks_changed)
     from conversations.models import Conversation

@@ -58,14 +58,14 @@ def main() -> None:
     from automation.services import transitions as tr
     from automation.services.leasing import tasks_lease
     from core.clock import now_ms
-    from ingest import status as shown
+    from ingest.panel import status as shown
     from ingest.blocks import MAX_BLOCKS
     from ingest.frames import parse_final_message
     from ingest.models import PluginClient
     from ingest.kinds import INSTRUCTION_EXECUTE
     from ingest.services.messages import ClientMessage, final_messages_ingest
-    from ingest.status_push import status_frame, statuses_send, tasks_changed
-    from ingest.status_selectors import StatusOfMessage
+    from ingest.panel.push import status_frame, statuses_send, tasks_changed
+    from ingest.panel.selectors import StatusOfMessage
 
     client, token = fresh_plugin_client(f"bench-status-{uuid.uuid4().hex[:6]}")
     run = uuid.uuid4().hex[:8]
@@ -144,7 +144,7 @@ def socket_latency(args, client, token, message_ids) -> None:
     from django.db import transaction
 
     from conversations.models import Message
-    from ingest.status_push import status_push
+    from ingest.panel.push import status_push
 
     arrived: dict[int, float] = {}
     ready = threading.Event()

@@ -17,7 +17,7 @@ from django.urls import reverse
 from automation.models import OPEN_STATUSES, AutomationTask, TaskStatus
 from automation.wait_selectors import BEHIND_APPROVAL, Wait, task_waits
 from console.lists import ListColumnsChangeList
-from ingest.status_selectors import approval_path
+from ingest.panel.selectors import approval_path
 
 # A task in these may wait for something; a running or finished one does not.
 MAY_WAIT = OPEN_STATUSES - {TaskStatus.RUNNING}

@@ -6,7 +6,7 @@ handshake that passed the origin check and judges frames afterwards, so that
 bad input gets an ``error`` frame or a close code rather than a dead socket.
 
 The handshake, ``hello`` and ``ping`` are handled here; the frames that carry
-work in ``ingest/work_frames.py``, the side panel's in ``status_frames.py``,
+work in ``ingest/work_frames.py``, the side panel's in ``panel/frames.py``,
 the sites' in ``sites/frames.py``.
 """
 
@@ -31,6 +31,8 @@ from core.logfmt import log_event
 from ingest.frames import decode_frame, echo, frame_id, parse_plugin_info
 from ingest.cleanup import socket_clean_up
 from ingest.models import plugin_group_name, plugin_owner_group_name, plugin_view_group_name
+from ingest.panel.selectors import approvals_waiting as approvals_waiting_count
+from ingest.panel.status import server_base_url, with_absolute_links
 from ingest.prehello import PreHelloRoom
 from ingest.protocol import (
     FRAME_LIMIT_EXTENSION,
@@ -46,9 +48,7 @@ from ingest.ratelimit import SlidingWindowLimiter
 from ingest.selectors import clients as client_selectors
 from ingest.services import clients
 from ingest.sites import platforms_known_for_hello, sites_version
-from ingest.status import server_base_url, with_absolute_links
 from ingest.status_pacing import StatusPacer
-from ingest.status_selectors import approvals_waiting as approvals_waiting_count
 
 logger = logging.getLogger(__name__)
 
@@ -393,7 +393,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         await self.close(code=CloseCode.REVOKED)
 
     async def plugin_status(self, event: dict[str, Any]) -> None:
-        """An ``instruction.status`` of the conversation this socket looks at (``ingest/status_push.py``), paced
+        """An ``instruction.status`` of the conversation this socket looks at (``ingest/panel/push.py``), paced
         (``ingest/status_pacing.py``), its links made absolute."""
         frame = event["frame"]
         self.approvals_told = frame["approvals_waiting"]
@@ -403,7 +403,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
         await self.send_frame(with_absolute_links(frame, base=server_base_url(self.scope)))
 
     async def plugin_approvals(self, event: dict[str, Any]) -> None:
-        """The owner's count of blocks waiting for approval (``ingest/status_push.py``): told only when it
+        """The owner's count of blocks waiting for approval (``ingest/panel/push.py``): told only when it
         changed for this socket (a socket that looks at the change's conversation had it in its status)."""
         if event["count"] != self.approvals_told:
             self.approvals_told = event["count"]

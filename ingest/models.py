@@ -56,7 +56,7 @@ class PluginClient(models.Model):
         max_length=255, blank=True, help_text="Channel-layer name of the client's current socket."
     )
     # The conversation the client's side panel looks at (its latest status.get since its hello):
-    # the only one whose instruction.status it is sent (ingest/status_push.py).
+    # the only one whose instruction.status it is sent (ingest/panel/push.py).
     viewing_platform = models.CharField(max_length=16, blank=True)
     viewing_conversation_id = models.CharField(max_length=255, blank=True)
     # What the plugin said about itself in its latest hello (SPEC §6).

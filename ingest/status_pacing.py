@@ -1,6 +1,6 @@
 """At most one ``instruction.status`` per message per 200 ms on a socket, whichever process sent it (SPEC §6).
 
-Each process coalesces its own changes (``ingest/status_push.py``), but a
+Each process coalesces its own changes (``ingest/panel/push.py``), but a
 server and a worker that change the same message within one window each
 send a frame. Every frame for a socket passes through its consumer, so the
 socket paces them: a message's first frame goes at once; frames of the same

@@ -1,8 +1,9 @@
 """The frames that carry a chat's work (SPEC §6): final messages and their acks, delivery results,
 ``guide.get`` and adapter reports.
 
-Registered on ``PluginConsumer`` when the app is ready (``IngestConfig.ready``),
-as the side panel's (``ingest/status_frames.py``) and the sites' frames are.
+Registered on ``PluginConsumer`` when ``IngestConfig.ready`` imports this module;
+the side panel's (``ingest/panel/frames.py``) and the sites' frames are
+registered there from their ``FRAME_HANDLERS``.
 """
 
 from __future__ import annotations

@@ -71,14 +71,14 @@ def flush_retries_a_deadlock():
 
 @pytest.fixture(autouse=True)
 def status_push_off(request):
-    """The side panel's pushes (``ingest/status_push.py``) are off unless a test asks for ``status_push``.
+    """The side panel's pushes (``ingest/panel/push.py``) are off unless a test asks for ``status_push``.
 
     A socket test that reads its next frame would otherwise find an
     ``instruction.status`` among them, at a moment it cannot choose. Servers
     the tests start in processes of their own push as in production.
     """
     from automation.changes import task_changes
-    from ingest.status_push import tasks_changed
+    from ingest.panel.push import tasks_changed
 
     if "status_push" in request.fixturenames:
         yield
@@ -91,7 +91,7 @@ def status_push_off(request):
 @pytest.fixture
 def status_push(monkeypatch):
     """A fresh ``StatusPush`` of this test's own, whose thread sends what the test's changes mark."""
-    from ingest import status_push as push
+    from ingest.panel import push
 
     fresh = push.StatusPush()
     monkeypatch.setattr(push, "status_push", fresh)

@@ -4,7 +4,7 @@ import pytest
 
 from automation.models import TaskStatus
 from automation.wait_selectors import Wait
-from ingest import status
+from ingest.panel import status
 from ingest.models import Instruction
 
 S = TaskStatus

@@ -26,7 +26,7 @@ from core.clock import now_ms
 from core.layer_send import ChannelLayerUnavailable
 from ingest.models import ClientAction
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
-from ingest.status_push import StatusPush, statuses_send
+from ingest.panel.push import StatusPush, statuses_send
 from tests.factories import TEST_TOKEN, PluginClientFactory, lease_of, make_staff, task_lease
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -382,7 +382,7 @@ def test_a_round_the_database_refuses_is_retried_once_and_logged_in_one_line(cap
         done.set()
 
     push = StatusPush(send_due=send_due, window_seconds=0.05)
-    with caplog.at_level(logging.WARNING, logger="ingest.status_push"):
+    with caplog.at_level(logging.WARNING, logger="ingest.panel.push"):
         push.mark([3])
         deadline = time.monotonic() + 2
         while len(calls) < 2 and time.monotonic() < deadline:
@@ -406,7 +406,7 @@ def test_a_round_cut_short_by_the_process_exiting_is_noted_not_logged_as_an_erro
         raise RuntimeError("cannot schedule new futures after interpreter shutdown")
 
     push = StatusPush(send_due=send_due, window_seconds=0.05)
-    with caplog.at_level(logging.INFO, logger="ingest.status_push"):
+    with caplog.at_level(logging.INFO, logger="ingest.panel.push"):
         push.mark([4])
         assert sent.wait(2)
         push.stop()
@@ -422,7 +422,7 @@ def test_a_round_the_channel_layer_refuses_is_one_warning_line_without_a_traceba
         raise ChannelLayerUnavailable("ConnectionError: Error 111 connecting to 127.0.0.1:6379. Connection refused.")
 
     push = StatusPush(send_due=send_due, window_seconds=0.05)
-    with caplog.at_level(logging.INFO, logger="ingest.status_push"):
+    with caplog.at_level(logging.INFO, logger="ingest.panel.push"):
         push.mark([5])
         assert sent.wait(2)
         time.sleep(0.1)

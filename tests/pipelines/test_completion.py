@@ -18,8 +18,8 @@ from ingest.frames import parse_final_message
 from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from pipelines.deliveries import message_results_text
 from ingest.models import Instruction
+from ingest.panel.selectors import message_statuses
 from ingest.services.messages import message_ingest
-from ingest.status_selectors import message_statuses
 from tests.factories import PluginClientFactory, lease_of, task_lease
 
 pytestmark = pytest.mark.django_db

@@ -1,9 +1,9 @@
 """Reads for the plugin's side panel: what became of each block of a message (SPEC §6 message status).
 
 ``statuses_to_push`` is what ``instruction.status`` is made of
-(``ingest/status_push.py``), ``conversation_status`` what ``status.get``
+(``ingest/panel/push.py``), ``conversation_status`` what ``status.get``
 answers; ``approvals_waiting`` is the plugin's badge. The shapes are
-``ingest.status``'s, pure.
+``ingest.panel.status``'s, pure.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from django.urls import reverse
 from automation.models import OPEN_STATUSES, AutomationTask, TaskStatus
 from automation.wait_selectors import BEHIND_APPROVAL, Wait, task_waits
 from conversations.models import Conversation, Message
-from ingest import status as shown
+from ingest.panel import status as shown
 from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import Instruction
 from ingest.selectors.clients import plugin_clients_connected
@@ -42,7 +42,7 @@ _RESULT_HEAD_CHARS = 2000
 
 @dataclass(frozen=True)
 class StatusOfMessage:
-    """A message status (``ingest.status``) and whose conversation it is, to route its frame."""
+    """A message status (``ingest.panel.status``) and whose conversation it is, to route its frame."""
 
     owner: str
     platform: str
@@ -88,7 +88,7 @@ def message_statuses(
 
 @dataclass(frozen=True)
 class PushRound:
-    """What one push round sends (``ingest/status_push.py``)."""
+    """What one push round sends (``ingest/panel/push.py``)."""
 
     statuses: list[StatusOfMessage]  # of the messages a connected client of their owner looks at
     approvals: dict[str, int]  # every connected owner of a message read: its badge's count

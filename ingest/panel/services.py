@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from automation.services.operator import conversations_pause
 from conversations.models import Conversation
-from ingest import status_selectors as selectors
+from ingest.panel import selectors
 from ingest.models import ClientAction, PluginClient
 
 
@@ -37,7 +37,7 @@ def conversation_status_get(*, client_pk: int, platform: str, conversation_id: s
     """``status.get`` for client ``client_pk``: its owner's conversation's last messages with blocks.
 
     The client looks at that conversation from now on: its ``instruction.status``
-    frames go to the client (``ingest/status_push.py``) until it asks about another.
+    frames go to the client (``ingest/panel/push.py``) until it asks about another.
     """
     owner = PluginClient.objects.values_list("owner", flat=True).get(pk=client_pk)
     PluginClient.objects.filter(pk=client_pk).update(viewing_platform=platform, viewing_conversation_id=conversation_id)

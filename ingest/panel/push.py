@@ -33,7 +33,7 @@ from django.db import OperationalError, close_old_connections, connections
 from automation.models import AutomationTask
 from core import layer_send
 from core.logfmt import log_event
-from ingest import status_selectors as selectors
+from ingest.panel import selectors
 from ingest.models import plugin_owner_group_name, plugin_view_group_name
 from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 

@@ -1,7 +1,7 @@
 """What became of a message's blocks and of its delivery, in the words of the chat (SPEC §6 "message status").
 
 The side panel of the plugin shows it: ``instruction.status`` pushes it on
-every change (``ingest/status_push.py``), ``status.get`` answers with the
+every change (``ingest/panel/push.py``), ``status.get`` answers with the
 last messages' (``ingest.selectors.conversation_status``). This module is
 pure: it turns the rows those read into the frame's shape. Everything in it
 came from an assistant, a page or a tool, so every string is bounded here;
