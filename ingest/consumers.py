@@ -48,7 +48,7 @@ from ingest.ratelimit import SlidingWindowLimiter
 from ingest.selectors import clients as client_selectors
 from ingest.services import clients
 from ingest.sites import platforms_known_for_hello, sites_version
-from ingest.status_pacing import StatusPacer
+from ingest.panel.pacing import StatusPacer
 
 logger = logging.getLogger(__name__)
 
@@ -394,7 +394,7 @@ class PluginConsumer(AsyncWebsocketConsumer):
 
     async def plugin_status(self, event: dict[str, Any]) -> None:
         """An ``instruction.status`` of the conversation this socket looks at (``ingest/panel/push.py``), paced
-        (``ingest/status_pacing.py``), its links made absolute."""
+        (``ingest/panel/pacing.py``), its links made absolute."""
         frame = event["frame"]
         self.approvals_told = frame["approvals_waiting"]
         await self._status_pacer.push(frame["message"]["conductor_message_id"], frame)

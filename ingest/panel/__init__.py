@@ -2,6 +2,6 @@
 
 ``status`` (the status's shapes, pure), ``selectors`` (its reads, and the
 badge's count), ``services`` (a conversation's status and pause, asked from
-the panel), ``push`` (``instruction.status`` after each committed change) and
-``frames`` (``status.get``, pause, resume: registered at ``IngestConfig.ready``).
+the panel), ``push`` (``instruction.status`` after each committed change),
+``pacing`` (a socket's at most one frame per message per 200 ms) and ``frames`` (``status.get``, pause, resume: registered at ``IngestConfig.ready``).
 """

@@ -35,7 +35,7 @@ from core import layer_send
 from core.logfmt import log_event
 from ingest.panel import selectors
 from ingest.models import plugin_owner_group_name, plugin_view_group_name
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from conversations.selectors import conversation_route
 from core.clock import now_ms
 from ingest.frames import parse_final_message
 from ingest.models import ClientAction, Instruction, ToolGuideServed
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.services.messages import ClientMessage, final_messages_ingest, message_ingest
 from pipelines.deliveries import instruction_deliver
 from tests.factories import PluginClientFactory, TEST_TOKEN, lease_of, make_staff, task_lease

@@ -2,7 +2,7 @@
 
 import asyncio
 
-from ingest.status_pacing import StatusPacer
+from ingest.panel.pacing import StatusPacer
 
 WINDOW = 0.05
 

@@ -25,7 +25,7 @@ from conversations.models import Conversation
 from core.clock import now_ms
 from core.layer_send import ChannelLayerUnavailable
 from ingest.models import ClientAction
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.panel.push import StatusPush, statuses_send
 from tests.factories import TEST_TOKEN, PluginClientFactory, lease_of, make_staff, task_lease
 

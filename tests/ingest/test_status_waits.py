@@ -13,7 +13,7 @@ from automation.services import transitions as tr
 from automation.services.dispatcher_state import dispatcher_pause_set, kind_pause_set
 from automation.services.steps import transition_and_follow_up
 from core.clock import now_ms
-from ingest.services.instructions import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
+from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from tests.factories import PluginClientFactory, lease_of, task_lease
 from tests.ingest.test_status_push import ECHO, SHELL, answer, final, hello, next_frame, run
 
