@@ -6,7 +6,7 @@ import datetime as dt
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 from django.db.models import Count
@@ -157,45 +157,58 @@ def messages_store(*, arrivals: Sequence[ClientMessage], now: dt.datetime | None
         return _store(arrivals, now)
 
 
-@dataclass
-class _Batch:
-    """What ``_store`` knows of a batch as its phases go: each phase fills in its part."""
+@dataclass(frozen=True)
+class _Arrivals:
+    """The batch as read before the transaction (``_arrivals_read``): what every later phase reads."""
 
     arrivals: Sequence[ClientMessage]
     now: dt.datetime
-    messages: list[FinalMessage] = field(default_factory=list)
-    all_blocks: list[list[Block]] = field(default_factory=list)
-    keys: list[ConversationKey] = field(default_factory=list)  # each message's (owner, platform, conversation id)
-    client_pk_of: dict[ConversationKey, int | None] = field(default_factory=dict)
-    clients: dict[int, PluginClient] = field(default_factory=dict)
-    dedupe_keys: list[str | None] = field(default_factory=list)
-    titles: dict[ConversationKey, str] = field(default_factory=dict)
-    # Set within the transaction.
-    conversations: dict[ConversationKey, Conversation] = field(default_factory=dict)
-    stored_before: dict[tuple[int, str], int] = field(default_factory=dict)
-    first_of: dict[tuple[int, str], int] = field(default_factory=dict)
-    new: list[int] = field(default_factory=list)
-    stored: dict[int, Message] = field(default_factory=dict)
-    queued: dict[int, int] = field(default_factory=dict)
-    counts: dict[int, int] = field(default_factory=dict)
+    messages: list[FinalMessage]
+    all_blocks: list[list[Block]]
+    keys: list[ConversationKey]  # each message's (owner, platform, conversation id)
+    client_pk_of: dict[ConversationKey, int | None]
+    clients: dict[int, PluginClient]
+    dedupe_keys: list[str | None]
+    titles: dict[ConversationKey, str]
+
+
+@dataclass(frozen=True)
+class _Sorted:
+    """Which messages are new, and what stands for the others (``_duplicates_set_aside``)."""
+
+    new: list[int]  # the indexes of the messages to store
+    stored_before: dict[tuple[int, str], int]  # (conversation, dedupe key) -> the message stored earlier
+    first_of: dict[tuple[int, str], int]  # (conversation, dedupe key) -> the batch's first message with it
+    newest_titles: dict[Conversation, str]
+    links: dict[Conversation, dict[str, str]]  # what the new messages say of each conversation's link
+
+
+@dataclass(frozen=True)
+class _Stored:
+    """What the transaction wrote and counted, for the acks (``_results``)."""
+
+    messages: dict[int, Message]  # index -> the new message stored
+    queued: dict[int, int]  # index -> its tasks queued
+    counts: dict[int, int]  # an earlier message's pk -> its instructions, for a duplicate's ack
 
 
 def _store(arrivals: Sequence[ClientMessage], now: dt.datetime) -> list[IngestResult]:
-    """``messages_store``'s one try, in its phases."""
-    batch = _batch_read(arrivals, now)
+    """``messages_store``'s one try, in its phases, each handing on what it produced."""
+    batch = _arrivals_read(arrivals, now)
     with transaction.atomic():
-        _conversations_resolve(batch)
-        newest_titles, links = _duplicates_set_aside(batch)
-        _sightings_record(batch, newest_titles, links)
-        _messages_insert(batch)
-        batch.queued = _queue_blocks(
-            {index: (batch.stored[index], batch.all_blocks[index]) for index in batch.new}, now
-        )
-        batch.counts = _duplicates_counts(batch)
-    return _results(batch)
+        # Each client's owner's own conversations, locked: created when new, claimed when unclaimed. A client
+        # of another owner naming the same conversation id gets a conversation of its own (docs/security.md,
+        # "Whose conversation"): what one owner sends never shows in, suppresses or changes another's.
+        conversations = conversations_get_locked(titles=batch.titles, now=now)
+        sorted_ = _duplicates_set_aside(batch, conversations)
+        _sightings_record(batch, conversations, sorted_)
+        messages = _messages_insert(batch, conversations, sorted_.new)
+        queued = _queue_blocks({index: (messages[index], batch.all_blocks[index]) for index in sorted_.new}, now)
+        counts = _duplicates_counts(batch, sorted_)
+    return _results(batch, conversations, sorted_, _Stored(messages=messages, queued=queued, counts=counts))
 
 
-def _batch_read(arrivals: Sequence[ClientMessage], now: dt.datetime) -> _Batch:
+def _arrivals_read(arrivals: Sequence[ClientMessage], now: dt.datetime) -> _Arrivals:
     """Before the transaction: the blocks parsed, each message's client, conversation key and dedupe key.
 
     A conversation's key holds the owner of the client its message came
@@ -205,93 +218,89 @@ def _batch_read(arrivals: Sequence[ClientMessage], now: dt.datetime) -> _Batch:
     two keys might name one conversation), or a client of it was deleted
     (those frames fail on their own).
     """
-    batch = _Batch(arrivals=arrivals, now=now, messages=[arrival.message for arrival in arrivals])
+    messages = [arrival.message for arrival in arrivals]
     # Parsed before the transaction: the parse is pure and, for a large
     # message, long enough (a CommonMark parse of up to 1 MiB) that holding
     # the conversations' locks and the write transaction through it would
     # stall every other writer. At most MAX_BLOCKS + 1 blocks per message,
     # whatever the text holds: see ingest.blocks.
-    batch.all_blocks = [
+    all_blocks = [
         arrival.blocks if arrival.blocks is not None else parse_blocks(arrival.message.text) for arrival in arrivals
     ]
     client_pks = {arrival.client_pk for arrival in arrivals if arrival.client_pk is not None}
-    batch.clients = PluginClient.objects.in_bulk(client_pks) if client_pks else {}
-    if len(batch.clients) < len(client_pks):
+    clients = PluginClient.objects.in_bulk(client_pks) if client_pks else {}
+    if len(clients) < len(client_pks):
         if len(arrivals) > 1:
             raise _NotTogether  # a client was deleted: those frames fail on their own
         raise PluginClient.DoesNotExist(f"plugin client {arrivals[0].client_pk} no longer exists")
-    batch.keys = [
+    keys = [
         ConversationKey(
-            owner=batch.clients[arrival.client_pk].owner if arrival.client_pk is not None else "",
+            owner=clients[arrival.client_pk].owner if arrival.client_pk is not None else "",
             platform=arrival.message.platform, remote_id=arrival.message.conversation_id,
         )
         for arrival in arrivals
     ]
-    for key, arrival in zip(batch.keys, arrivals, strict=True):
-        if batch.client_pk_of.setdefault(key, arrival.client_pk) != arrival.client_pk:
+    client_pk_of: dict[ConversationKey, int | None] = {}
+    for key, arrival in zip(keys, arrivals, strict=True):
+        if client_pk_of.setdefault(key, arrival.client_pk) != arrival.client_pk:
             raise _NotTogether  # the conversation's route would change within the batch
-    if {(key.platform, key.remote_id) for key in batch.keys if not key.owner} & {
-        (key.platform, key.remote_id) for key in batch.keys if key.owner
+    if {(key.platform, key.remote_id) for key in keys if not key.owner} & {
+        (key.platform, key.remote_id) for key in keys if key.owner
     }:
         raise _NotTogether  # a message through no client may land in a client's conversation of the batch
-    batch.dedupe_keys = [None if arrival.force else message_dedupe_key(arrival.message) for arrival in arrivals]
-    for key, message in zip(batch.keys, batch.messages, strict=True):
-        batch.titles.setdefault(key, message.title)
-    return batch
+    titles: dict[ConversationKey, str] = {}
+    for key, message in zip(keys, messages, strict=True):
+        titles.setdefault(key, message.title)
+    return _Arrivals(
+        arrivals=arrivals, now=now, messages=messages, all_blocks=all_blocks, keys=keys, client_pk_of=client_pk_of,
+        clients=clients, dedupe_keys=[None if arrival.force else message_dedupe_key(arrival.message)
+                                      for arrival in arrivals],
+        titles=titles,
+    )
 
 
-def _conversations_resolve(batch: _Batch) -> None:
-    """The batch's conversations, locked: each client's owner's own (created when new, claimed when unclaimed).
-
-    A client of another owner naming the same conversation id gets a
-    conversation of its own (docs/security.md, "Whose conversation"): what
-    one owner sends never shows in, suppresses or changes another's.
-    """
-    batch.conversations = conversations_get_locked(titles=batch.titles, now=batch.now)
-
-
-def _duplicates_set_aside(batch: _Batch) -> tuple[dict[Conversation, str], dict[Conversation, dict[str, str]]]:
-    """Which messages are new (``new``), the others being stored already or repeated in the batch;
-    and what the new ones say of each conversation: its newest title and link values."""
+def _duplicates_set_aside(batch: _Arrivals, conversations: dict[ConversationKey, Conversation]) -> _Sorted:
+    """Which messages are new, the others being stored already or repeated in the batch; and what the
+    new ones say of each conversation: its newest title and link values."""
     dedupe_keys = batch.dedupe_keys
-    batch.stored_before = {
+    stored_before = {
         (conversation_pk, dedupe_key): pk
         for conversation_pk, dedupe_key, pk in Message.objects.filter(
-            conversation__in=[conversation.pk for conversation in batch.conversations.values()],
+            conversation__in=[conversation.pk for conversation in conversations.values()],
             dedupe_key__in={key for key in dedupe_keys if key is not None},
         ).values_list("conversation_id", "dedupe_key", "pk")
     } if any(key is not None for key in dedupe_keys) else {}
-    newest_titles: dict[Conversation, str] = {}
-    links: dict[Conversation, dict[str, str]] = {}
+    sorted_ = _Sorted(new=[], stored_before=stored_before, first_of={}, newest_titles={}, links={})
     for index, (key, message, dedupe_key) in enumerate(zip(batch.keys, batch.messages, dedupe_keys, strict=True)):
-        conversation = batch.conversations[key]
+        conversation = conversations[key]
         if dedupe_key is not None:
             identity = (conversation.pk, dedupe_key)
-            if identity in batch.stored_before or identity in batch.first_of:
+            if identity in stored_before or identity in sorted_.first_of:
                 continue
-            batch.first_of[identity] = index  # the first message of the batch with it; the others repeat it
-        batch.new.append(index)
+            sorted_.first_of[identity] = index  # the first message of the batch with it; the others repeat it
+        sorted_.new.append(index)
         # What one message after another would leave: the last non-blank values.
-        newest_titles[conversation] = message.title or newest_titles.get(conversation, "")
+        sorted_.newest_titles[conversation] = message.title or sorted_.newest_titles.get(conversation, "")
         if batch.client_pk_of[key] is None:
             continue
-        seen = links.setdefault(conversation, {})
+        seen = sorted_.links.setdefault(conversation, {})
         for name in ("page_url", "organization_id", "message_id"):
             if value := getattr(message, name):
                 seen[name] = value
-    return newest_titles, links
+    return sorted_
 
 
 def _sightings_record(
-    batch: _Batch, newest_titles: dict[Conversation, str], links: dict[Conversation, dict[str, str]]
+    batch: _Arrivals, conversations: dict[ConversationKey, Conversation], sorted_: _Sorted
 ) -> None:
     """Each conversation's activity and title, its link to the client it was seen through, and its
     not-yet-running outbound tasks sent to that client."""
-    conversations_touch(titles=newest_titles, now=batch.now)
+    conversations_touch(titles=sorted_.newest_titles, now=batch.now)
+    links = sorted_.links
     if not links:
         return
     # Each key with a client names a conversation of that client's owner: a link never crosses owners.
-    client_pk_of = {batch.conversations[key]: client_pk for key, client_pk in batch.client_pk_of.items()
+    client_pk_of = {conversations[key]: client_pk for key, client_pk in batch.client_pk_of.items()
                     if client_pk is not None}
     conversation_links_seen(
         sightings={
@@ -310,28 +319,31 @@ def _sightings_record(
     )
 
 
-def _messages_insert(batch: _Batch) -> None:
+def _messages_insert(
+    batch: _Arrivals, conversations: dict[ConversationKey, Conversation], new: list[int]
+) -> dict[int, Message]:
     """The new messages, in one insert."""
-    batch.stored = {
+    stored = {
         index: Message(
-            conversation=batch.conversations[batch.keys[index]], role=Message.Role.ASSISTANT,
+            conversation=conversations[batch.keys[index]], role=Message.Role.ASSISTANT,
             source=batch.arrivals[index].source, capture=batch.messages[index].capture,
             remote_message_id=batch.messages[index].message_id,
             parent_message_id=batch.messages[index].parent_message_id, dedupe_key=batch.dedupe_keys[index],
             text=batch.messages[index].text, raw_frame=batch.messages[index].raw,
             client=batch.clients.get(batch.arrivals[index].client_pk), received_at=batch.now,
         )
-        for index in batch.new
+        for index in new
     }
-    Message.objects.bulk_create(batch.stored.values())
+    Message.objects.bulk_create(stored.values())
+    return stored
 
 
-def _duplicates_counts(batch: _Batch) -> dict[int, int]:
+def _duplicates_counts(batch: _Arrivals, sorted_: _Sorted) -> dict[int, int]:
     """A duplicate's ack repeats the first ack's count, which its stored rows give back."""
-    if not batch.stored_before or len(batch.new) == len(batch.arrivals):
+    if not sorted_.stored_before or len(sorted_.new) == len(batch.arrivals):
         return {}
     return dict(
-        Instruction.objects.filter(message_id__in=batch.stored_before.values())
+        Instruction.objects.filter(message_id__in=sorted_.stored_before.values())
         .order_by()
         .values_list("message_id")
         .annotate(count=Count("pk"))
@@ -339,26 +351,28 @@ def _duplicates_counts(batch: _Batch) -> dict[int, int]:
     )
 
 
-def _results(batch: _Batch) -> list[IngestResult]:
+def _results(
+    batch: _Arrivals, conversations: dict[ConversationKey, Conversation], sorted_: _Sorted, stored: _Stored
+) -> list[IngestResult]:
     """Each message's ack, in order, once committed; the log lines of what was stored."""
     results: list[IngestResult] = []
     for index, (key, dedupe_key) in enumerate(zip(batch.keys, batch.dedupe_keys, strict=True)):
-        conversation = batch.conversations[key]
-        if index in batch.stored:
+        conversation = conversations[key]
+        if index in stored.messages:
             log_event(
-                logger, "message_ingest", message_id=batch.stored[index].pk, conversation_id=conversation.pk,
-                platform=conversation.platform, blocks=len(batch.all_blocks[index]), queued=batch.queued[index],
+                logger, "message_ingest", message_id=stored.messages[index].pk, conversation_id=conversation.pk,
+                platform=conversation.platform, blocks=len(batch.all_blocks[index]), queued=stored.queued[index],
                 source=batch.arrivals[index].source,
             )
             # One Instruction per block, so this equals what a duplicate's ack counts.
-            results.append(IngestResult(message_id=batch.stored[index].pk,
+            results.append(IngestResult(message_id=stored.messages[index].pk,
                                         instructions=len(batch.all_blocks[index]), duplicate=False))
-        elif (conversation.pk, dedupe_key) in batch.stored_before:
-            pk = batch.stored_before[conversation.pk, dedupe_key]
-            results.append(IngestResult(message_id=pk, instructions=batch.counts.get(pk, 0), duplicate=True))
+        elif (conversation.pk, dedupe_key) in sorted_.stored_before:
+            pk = sorted_.stored_before[conversation.pk, dedupe_key]
+            results.append(IngestResult(message_id=pk, instructions=stored.counts.get(pk, 0), duplicate=True))
         else:
-            first = batch.first_of[conversation.pk, dedupe_key]
-            results.append(IngestResult(message_id=batch.stored[first].pk,
+            first = sorted_.first_of[conversation.pk, dedupe_key]
+            results.append(IngestResult(message_id=stored.messages[first].pk,
                                         instructions=len(batch.all_blocks[first]), duplicate=True))
     return results
 
