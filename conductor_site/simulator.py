@@ -19,6 +19,8 @@ from websockets.sync.client import ClientConnection, connect
 
 DELIVERY_TYPES = ("browser.proxy_delivery", "browser.dom_delivery")
 STATUS_TYPE = "instruction.status"
+# What the server pushes unasked to the side panel and the badge: kept apart from the answers.
+PUSHED_TYPES = frozenset({STATUS_TYPE, "approvals.waiting"})
 MAX_STATUSES_KEPT = 1000
 
 
@@ -40,7 +42,8 @@ class SimulatedPlugin:
     capture: str = "network"
     # Deliveries received but not yet answered, and frames not yet read.
     deliveries: list[dict[str, Any]] = field(default_factory=list)
-    # The latest ``instruction.status`` frames received, oldest first (the side panel's), kept apart from the rest.
+    # The latest ``instruction.status`` and ``approvals.waiting`` frames received, oldest first (the side panel's
+    # and the badge's), kept apart from the rest.
     statuses: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_STATUSES_KEPT))
     _inbox: list[dict[str, Any]] = field(default_factory=list)
     _socket: ClientConnection | None = None
@@ -83,7 +86,7 @@ class SimulatedPlugin:
         deadline = time.monotonic() + timeout
         while True:
             frame = json.loads(self._socket.recv(timeout=max(0.0, deadline - time.monotonic())))
-            if frame.get("type") == STATUS_TYPE:
+            if frame.get("type") in PUSHED_TYPES:
                 self.statuses.append(frame)
                 continue
             if frame.get("type") in DELIVERY_TYPES:
@@ -100,6 +103,21 @@ class SimulatedPlugin:
             if reply.get("type") == "ack" and reply.get("id") == frame.get("id"):
                 return reply
             if reply.get("type") == "error":
+                raise ProtocolError(f"frame refused: {reply}")
+            if reply.get("type") not in DELIVERY_TYPES:
+                self._inbox.append(reply)
+
+    def look_at(self, platform: str, conversation_id: str, *, timeout: float = 10) -> dict[str, Any]:
+        """The side panel's ``status.get``: its ``status`` answer; the conversation's ``instruction.status``
+        frames reach this socket from now on."""
+        frame_id = f"look-{time.monotonic_ns()}"
+        self.send({"type": "status.get", "id": frame_id, "platform": platform, "conversation_id": conversation_id})
+        deadline = time.monotonic() + timeout
+        while True:
+            reply = self._read(timeout=max(0.01, deadline - time.monotonic()))
+            if reply.get("type") == "status" and reply.get("id") == frame_id:
+                return reply
+            if reply.get("type") == "error" and reply.get("id") == frame_id:
                 raise ProtocolError(f"frame refused: {reply}")
             if reply.get("type") not in DELIVERY_TYPES:
                 self._inbox.append(reply)

@@ -185,6 +185,7 @@ def test_a_socket_open_across_a_redis_restart_is_served_or_closed(servers, condu
     the socket was closed and a reconnect gets them."""
     _, cache = servers
     plugin = SimulatedPlugin(url=conductor.ws_url, client_id=WATCHER, token=TEST_TOKEN).connect()
+    plugin.look_at("claude", "watch")  # its side panel is open on the conversation
     try:
         cache.kill()
         time.sleep(REDIS_AWAY_SECONDS)
@@ -202,6 +203,7 @@ def test_a_socket_open_across_a_redis_restart_is_served_or_closed(servers, condu
             assert getattr(getattr(closed, "rcvd", None), "code", None) == CloseCode.TRY_AGAIN, repr(closed)
             plugin.close()
             plugin = SimulatedPlugin(url=conductor.ws_url, client_id=WATCHER, token=TEST_TOKEN).connect()
+            plugin.look_at("claude", "watch")  # its panel asks again on reconnecting, as the reference plugin's does
             plugin.send_final_message(frame)
         delivery = plugin.next_delivery(timeout=60)
         assert "watch" in json.dumps(delivery)
