@@ -26,7 +26,6 @@ import functools
 import logging
 import threading
 from collections.abc import Collection, Iterator
-from concurrent.futures import Future
 from typing import Protocol
 
 import psycopg
@@ -202,12 +201,12 @@ def topic_listener(topic: WakeTopic, receiver: WakeReceiver) -> WakeListener:
 
 
 class WakeListener:
-    """Tells ``receiver`` of each wake-up of ``topic``, from ``start()`` until ``stop()``.
+    """A thread that tells ``receiver`` of each wake-up of ``topic``, from ``start()`` until ``stop()``.
 
-    What the two ways share: ``ready`` (set once it listens, or once it
-    failed, when ticks go on as scheduled), the stop signal, and a failure
-    logged and retried every ``RETRY_SECONDS``. Each way says where it
-    listens and how it ends (``_begin``, ``_end``).
+    What the two ways share: the thread, ``ready`` (set once it listens, or
+    once it failed, when ticks go on as scheduled), the stop signal, and a
+    failure logged and retried every ``RETRY_SECONDS``. Each way says how it
+    listens (``_run``).
     """
 
     RETRY_SECONDS = 1.0
@@ -217,21 +216,18 @@ class WakeListener:
         self.topic = topic
         self.ready = threading.Event()
         self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="conductor-wake", daemon=True)
 
     def start(self) -> WakeListener:
-        self._begin()
+        self._thread.start()
         self.ready.wait(10)
         return self
 
     def stop(self) -> None:
-        """Stop listening; returns once it stopped, or after 10 s."""
         self._stopping.set()
-        self._end()
+        self._thread.join(10)
 
-    def _begin(self) -> None:
-        raise NotImplementedError
-
-    def _end(self) -> None:
+    def _run(self) -> None:
         raise NotImplementedError
 
     def _failed(self, topic_name: str) -> None:
@@ -254,14 +250,6 @@ class NotifyWakeListener(WakeListener):
     # How often the waiting thread looks at its stop signal.
     POLL_SECONDS = 0.5
 
-    def _begin(self) -> None:
-        # A thread of its own: psycopg's ``notifies`` blocks while it waits.
-        self._thread = threading.Thread(target=self._run, name="conductor-wake", daemon=True)
-        self._thread.start()
-
-    def _end(self) -> None:
-        self._thread.join(10)
-
     def _run(self) -> None:
         params = connections[DEFAULT_DB_ALIAS].get_connection_params()
         listened_before = False
@@ -282,50 +270,49 @@ class NotifyWakeListener(WakeListener):
 
 
 class ChannelWakeListener(WakeListener):
-    """Receive on the channel layer, on the process's kept event loop; each message is a wake-up.
+    """Receive on the channel layer, in an event loop of the thread's own; each message is a wake-up.
 
-    A task on the loop the layer's sends use (``core.layer_send.kept_loop``),
-    not a thread and a loop of its own: the receive only awaits, and what it
-    tells the receiver (an event set) does not block the loop. It lives as
-    long as the dispatcher loop, so it never times its receive out (a
-    cancelled receive can drop the message it was taking); ``stop()`` cancels
-    it once and waits for it to leave its group. A lost channel layer (Redis
-    restarted, say) is retried every ``RETRY_SECONDS``, and the group
-    membership, which both layers expire after a day, is renewed every
-    ``REJOIN_SECONDS``.
+    It lives as long as the dispatcher loop, so it never times its receive
+    out (a cancelled receive can drop the message it was taking); ``stop()``
+    cancels it once. A lost channel layer (Redis restarted, say) is retried
+    every ``RETRY_SECONDS``, and the group membership, which both layers
+    expire after a day, is renewed every ``REJOIN_SECONDS``.
     """
 
     REJOIN_SECONDS = 3600.0
 
     def __init__(self, receiver: WakeReceiver, *, topic: WakeTopic = DISPATCHER_WAKES) -> None:
         super().__init__(receiver, topic=topic)
-        self._listening: Future[None] | None = None
-        self._ended = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
 
-    def _begin(self) -> None:
-        self._listening = layer_send.kept_loop().submit(self._main())
+    def stop(self) -> None:
+        self._stopping.set()
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(task.cancel)
+        self._thread.join(10)
 
-    def _end(self) -> None:
-        # Cancelling the future cancels the task on its loop (``run_coroutine_threadsafe``);
-        # ``_ended`` says when it has left its group.
-        if self._listening is not None and self._listening.cancel():
-            self._ended.wait(10)
-
-    async def _main(self) -> None:
+    def _run(self) -> None:
         try:
-            while not self._stopping.is_set():
-                try:
-                    await self._listen()
-                except Exception:
-                    self._failed(self.topic.group)
-                    await asyncio.sleep(self.RETRY_SECONDS)
+            asyncio.run(self._main())
+        except asyncio.CancelledError:
+            pass
         finally:
             self.ready.set()
-            self._ended.set()
+
+    async def _main(self) -> None:
+        self._loop, self._task = asyncio.get_running_loop(), asyncio.current_task()
+        while not self._stopping.is_set():
+            try:
+                await self._listen()
+            except Exception:
+                self._failed(self.topic.group)
+                await asyncio.sleep(self.RETRY_SECONDS)
 
     async def _listen(self) -> None:
-        # A layer of its own, closed when this ends: a layer binds to the event loop that receives
-        # on it, and the process's shared one is received on elsewhere (the ASGI server's loop).
+        # A layer of its own: layers bind to the event loop that receives on them.
         layer = channel_layers.make_backend("default")
         channel = await layer.new_channel()
         await layer.group_add(self.topic.group, channel)
@@ -339,7 +326,6 @@ class ChannelWakeListener(WakeListener):
             rejoin.cancel()
             with contextlib.suppress(Exception):
                 await layer.group_discard(self.topic.group, channel)
-            await _layer_close(layer)
 
     async def _rejoin(self, layer, channel: str) -> None:
         while True:
@@ -349,12 +335,3 @@ class ChannelWakeListener(WakeListener):
             except Exception:
                 log_event(logger, "wake_rejoin_failed", level=logging.ERROR, exc_info=True,
                           topic=self.topic.group, retry_seconds=self.REJOIN_SECONDS)
-
-
-async def _layer_close(layer) -> None:
-    """Let go of what ``layer`` keeps on the kept loop, which outlives it: channels-lite's pollers
-    (``close``), channels_redis's connections (``close_pools``)."""
-    close = getattr(layer, "close", None) or getattr(layer, "close_pools", None)
-    if close is not None:
-        with contextlib.suppress(Exception):
-            await close()

@@ -33,12 +33,6 @@ SEND_TIMEOUT_SECONDS = 30.0
 _kept = PerProcess(lambda: KeptLoop("conductor-layer-send"))
 
 
-def kept_loop() -> KeptLoop:
-    """This process's kept event loop (a forked child makes its own): the layer's sends run on it, and the
-    channel-layer wake listeners receive on it (``automation.wake.ChannelWakeListener``)."""
-    return _kept.get()
-
-
 def _under_an_event_loop() -> bool:
     """True in a thread ``sync_to_async`` runs, whose caller's loop ``async_to_sync`` would use."""
     local = SyncToAsync.threadlocal
@@ -65,7 +59,7 @@ def group_send(group: str, message: dict[str, Any], *, layer=None) -> None:
     layer = layer or get_channel_layer()
     try:
         if getattr(layer, "sends_from_a_kept_loop", False) and not _under_an_event_loop():
-            kept_loop().run(layer.group_send(group, message), timeout=SEND_TIMEOUT_SECONDS)
+            _kept.get().run(layer.group_send(group, message), timeout=SEND_TIMEOUT_SECONDS)
         else:
             async_to_sync(layer.group_send)(group, message)
     except _CALLER_ERRORS:

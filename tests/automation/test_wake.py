@@ -1,6 +1,5 @@
 """The dispatcher's wake-up across processes: PostgreSQL's NOTIFY, or the channel layer on SQLite."""
 
-import asyncio
 import threading
 import time
 
@@ -19,7 +18,6 @@ from automation.wake import (
     wake_send,
     wakes_go_to,
 )
-from core import layer_send
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
 
@@ -78,29 +76,6 @@ def test_a_topics_wake_carries_its_payload_to_that_topics_listeners_only(channel
     finally:
         for listener in listeners:
             listener.stop()
-
-
-def tasks_on_the_kept_loop(name: str) -> list[asyncio.Task]:
-    """The kept loop's tasks running the coroutine function ``name`` (its qualified name)."""
-    return [task for task in asyncio.all_tasks(layer_send.kept_loop().loop)
-            if task.get_coro().__qualname__ == name]
-
-
-@pytest.mark.skipif(connection.vendor == "postgresql", reason="the channel layer's listener")
-def test_a_channel_listener_receives_on_the_kept_loop_and_leaves_nothing_there_once_stopped(channel_layer):
-    event = threading.Event()
-    listener = wake_listener(event).start()
-    try:
-        assert len(tasks_on_the_kept_loop("ChannelWakeListener._main")) == 1
-        time.sleep(0.2)  # the listener's receive is under way
-        event.clear()
-        dispatcher_wake()
-        assert woken(event)
-    finally:
-        listener.stop()
-    # Its task ended, and its layer's pollers with it (the kept loop outlives the listener).
-    assert tasks_on_the_kept_loop("ChannelWakeListener._main") == []
-    assert tasks_on_the_kept_loop("DoorbellSQLiteChannelLayer._poll_and_distribute") == []
 
 
 @postgres_only
