@@ -95,29 +95,25 @@ class SimulatedPlugin:
 
     def send_final_message(self, frame: dict[str, Any], *, timeout: float = 10) -> dict[str, Any]:
         """Send a ``browser.final_message`` and return its ``ack`` (deliveries arriving meanwhile are kept)."""
-        frame = {"capture": self.capture, **frame}
-        self.send(frame)
-        deadline = time.monotonic() + timeout
-        while True:
-            reply = self._read(timeout=max(0.01, deadline - time.monotonic()))
-            if reply.get("type") == "ack" and reply.get("id") == frame.get("id"):
-                return reply
-            if reply.get("type") == "error":
-                raise ProtocolError(f"frame refused: {reply}")
-            if reply.get("type") not in DELIVERY_TYPES:
-                self._inbox.append(reply)
+        return self._ask({"capture": self.capture, **frame}, answer="ack", timeout=timeout)
 
     def look_at(self, platform: str, conversation_id: str, *, timeout: float = 10) -> dict[str, Any]:
         """The side panel's ``status.get``: its ``status`` answer; the conversation's ``instruction.status``
         frames reach this socket from now on."""
-        frame_id = f"look-{time.monotonic_ns()}"
-        self.send({"type": "status.get", "id": frame_id, "platform": platform, "conversation_id": conversation_id})
+        frame = {"type": "status.get", "id": f"look-{time.monotonic_ns()}", "platform": platform,
+                 "conversation_id": conversation_id}
+        return self._ask(frame, answer="status", timeout=timeout)
+
+    def _ask(self, frame: dict[str, Any], *, answer: str, timeout: float) -> dict[str, Any]:
+        """Send ``frame`` and return its answer of type ``answer``; an ``error`` meanwhile raises, and the other
+        frames are kept for ``receive`` (deliveries in ``deliveries``)."""
+        self.send(frame)
         deadline = time.monotonic() + timeout
         while True:
             reply = self._read(timeout=max(0.01, deadline - time.monotonic()))
-            if reply.get("type") == "status" and reply.get("id") == frame_id:
+            if reply.get("type") == answer and reply.get("id") == frame.get("id"):
                 return reply
-            if reply.get("type") == "error" and reply.get("id") == frame_id:
+            if reply.get("type") == "error":
                 raise ProtocolError(f"frame refused: {reply}")
             if reply.get("type") not in DELIVERY_TYPES:
                 self._inbox.append(reply)
