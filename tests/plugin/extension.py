@@ -160,9 +160,31 @@ class PluginBrowser:
         page.set_default_timeout(WAIT_MS)
         page.goto(app.page_url)
         page.wait_for_function("typeof window.mockChat === 'object'")
-        # The content script loads as a module after the hook handed over its port.
-        page.wait_for_timeout(300)
+        self.wait_for_content_script(page)
         return page
+
+    def wait_for_content_script(self, page) -> None:
+        """Wait until the plugin's content script in ``page``'s tab answers the worker's messages.
+
+        It loads as a module after the page hook handed over its port, so on a
+        loaded machine later than the page's own script: a delivery sent before
+        finds no content script there and opens a tab of its own instead. A
+        message of no known type is refused by a listening content script
+        ("port closed") and by none with "Receiving end does not exist".
+        """
+        self.wait_until(lambda: self.worker.evaluate(_CONTENT_SCRIPT_LISTENS, page.url), "the content script in the chat's tab")
+
+
+_CONTENT_SCRIPT_LISTENS = """async (url) => {
+  const tabs = await chrome.tabs.query({url});
+  if (tabs.length !== 1) return false;
+  try {
+    await chrome.tabs.sendMessage(tabs[0].id, {type: "test.ping"});
+    return true;
+  } catch (error) {
+    return !String(error?.message).includes("Receiving end does not exist");
+  }
+}"""
 
 
 @contextlib.contextmanager

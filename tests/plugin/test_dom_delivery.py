@@ -174,7 +174,7 @@ def test_a_page_without_a_composer_answers_an_error_in_time(connected, platform)
     app.has_composer = True
     page.reload()
     page.wait_for_function("typeof window.mockChat === 'object'")
-    page.wait_for_timeout(300)
+    browser.wait_for_content_script(page)
     server.send(delivery(app, "task-7", "results", request_id="r-2"))
     _, retried = server.wait_for_frames(RESULT, 2)
     assert retried["ok"] is True, retried

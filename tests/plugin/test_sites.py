@@ -104,12 +104,14 @@ def assistant_messages(name):
     return Message.objects.filter(conversation__platform=name, role=Message.Role.ASSISTANT).order_by("pk")
 
 
-def open_site(browser, app):
+def open_site(browser, app, *, read=True):
+    """A tab of ``app``'s page; when ``read``, once the plugin's content script watches it."""
     page = browser.context.new_page()
     page.goto(app.page_url)
     page.wait_for_function("typeof window.mockSite === 'object'")
-    # The content script asks the worker for the site's description, then watches the page.
-    page.wait_for_timeout(500)
+    if read:
+        # The content script asks the worker for the site's description, watches the page, then listens.
+        browser.wait_for_content_script(page)
     return page
 
 
@@ -221,7 +223,7 @@ def test_a_site_whose_streaming_selector_never_matches_is_read_once_quiet_report
 
         page.reload()
         page.wait_for_function("typeof window.mockSite === 'object'")
-        page.wait_for_timeout(500)
+        browser.wait_for_content_script(page)
         page.evaluate("([html]) => mockSite.answer(html)", [ASK_HTML % 2])
         message = browser.wait_until(
             lambda: assistant_messages("perplexity").exclude(pk=quiet.pk).first(), "the answer read with the new selector", WAIT,
@@ -256,7 +258,7 @@ def test_a_grant_alone_turns_no_site_on_and_a_description_on_a_taken_origin_is_r
             assert sites_listed(options)[0]["copilot"] is False
             options.close()
             assert registered_sites(browser) == []
-            page = open_site(browser, app)
+            page = open_site(browser, app, read=False)
             page.evaluate("([html]) => mockSite.answer(html)", [ASK_HTML % 1])
             browser.pause(4)
             assert server.frames("browser.final_message") == []
