@@ -8,12 +8,13 @@ answers; ``approvals_waiting`` is the plugin's badge. The shapes are
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db.models import Count, Exists, FilteredRelation, OuterRef, Q, Subquery, TextField
+from django.db.models import Count, Exists, FilteredRelation, OuterRef, Q, QuerySet, Subquery, TextField
 from django.db.models.functions import Cast, Coalesce, Substr
 from django.urls import reverse
 
@@ -98,16 +99,28 @@ def statuses_to_push(*, message_ids: Iterable[int]) -> PushRound:
     """The statuses of ``message_ids`` whose conversation a connected client looks at, and the counts of
     the owners with a client connected.
 
-    One statement when no client looks at any of them (the messages, their
-    owners' counts and whether each is looked at); ``message_statuses``'s
-    others for those looked at.
+    One statement when no client looks at any of them: the messages, their
+    owners' counts and whether each is looked at, without the latest
+    delivery a status shows (four subqueries the ORM would build and
+    compile for nobody). ``message_statuses``'s statements for those looked at.
     """
     ids = sorted(set(message_ids))
     if not ids:
         return PushRound(statuses=[], approvals={})
-    rows = _message_rows(ids, listened_to_only=True, with_approvals=True, with_viewed=True)
+    rows = list(
+        _messages_with_blocks(ids, listened_to_only=True, with_approvals=True, with_viewed=True)
+        .values("pk", "conversation__owner", "approvals_waiting", "viewed")
+    )
     approvals = {row["conversation__owner"]: row["approvals_waiting"] for row in rows}
-    return PushRound(statuses=_statuses_of([row for row in rows if row["viewed"]]), approvals=approvals)
+    viewed = {row["pk"]: row["approvals_waiting"] for row in rows if row["viewed"]}
+    if not viewed:
+        return PushRound(statuses=[], approvals=approvals)
+    statuses = _statuses_of(_message_rows(sorted(viewed), listened_to_only=False, with_approvals=False))
+    return PushRound(
+        statuses=[dataclasses.replace(item, approvals_waiting=viewed[int(item.status["conductor_message_id"])])
+                  for item in statuses],
+        approvals=approvals,
+    )
 
 
 def _statuses_of(rows: list[dict[str, Any]]) -> list[StatusOfMessage]:
@@ -142,29 +155,34 @@ def _statuses_of(rows: list[dict[str, Any]]) -> list[StatusOfMessage]:
     return statuses
 
 
-def _message_rows(
-    ids: list[int], *, listened_to_only: bool, with_approvals: bool, with_viewed: bool = False,
-) -> list[dict[str, Any]]:
-    """The first statement: the messages of ``ids`` that have blocks, with their latest delivery (and owner's
-    count, and whether a connected client looks at the conversation)."""
+def _message_rows(ids: list[int], *, listened_to_only: bool, with_approvals: bool) -> list[dict[str, Any]]:
+    """The first statement: the messages of ``ids`` that have blocks, with their latest delivery (and owner's count)."""
     # A block's task names its block; a delivery names none. The latest delivery counts: a retried block's own.
     deliveries = AutomationTask.objects.filter(
         message_id=OuterRef("pk"), kind__in=(INSTRUCTION_EXECUTE, INSTRUCTION_DELIVER), instruction_id__isnull=True,
     ).order_by("-created_at", "-task_id")
-    messages = Message.objects.filter(pk__in=ids).filter(
-        Exists(Instruction.objects.filter(message_id=OuterRef("pk")))
-    ).annotate(
+    messages = _messages_with_blocks(ids, listened_to_only=listened_to_only, with_approvals=with_approvals).annotate(
         delivery_task_id=Subquery(deliveries.values("task_id")[:1]),
         delivery_status=Subquery(deliveries.values("status")[:1]),
         delivery_error=Subquery(deliveries.values("last_error")[:1]),
         delivery_result=Subquery(deliveries.annotate(head=_result_head_of("result_json")).values("head")[:1]),
     )
-    if listened_to_only:
-        messages = messages.filter(conversation__owner__in=plugin_clients_connected().values("owner"))
     fields = [
         "pk", "remote_message_id", "conversation_id", "conversation__owner", "conversation__platform",
         "conversation__remote_id", "delivery_task_id", "delivery_status", "delivery_error", "delivery_result",
     ]
+    return list(messages.values(*fields, *(["approvals_waiting"] if with_approvals else [])))
+
+
+def _messages_with_blocks(
+    ids: list[int], *, listened_to_only: bool, with_approvals: bool, with_viewed: bool = False,
+) -> QuerySet[Message]:
+    """The messages of ``ids`` that have blocks, in id order; only those whose owner has a client connected
+    (``listened_to_only``), with the owner's count (``approvals_waiting``), and whether a connected client
+    looks at the conversation (``viewed``)."""
+    messages = Message.objects.filter(pk__in=ids).filter(Exists(Instruction.objects.filter(message_id=OuterRef("pk"))))
+    if listened_to_only:
+        messages = messages.filter(conversation__owner__in=plugin_clients_connected().values("owner"))
     if with_approvals:
         waiting = (
             AutomationTask.objects.filter(
@@ -173,14 +191,12 @@ def _message_rows(
             .order_by().values("status").annotate(count=Count("pk")).values("count")
         )
         messages = messages.annotate(approvals_waiting=Coalesce(Subquery(waiting), 0))
-        fields.append("approvals_waiting")
     if with_viewed:
         messages = messages.annotate(viewed=Exists(plugin_clients_connected().filter(
             owner=OuterRef("conversation__owner"), viewing_platform=OuterRef("conversation__platform"),
             viewing_conversation_id=OuterRef("conversation__remote_id"),
         )))
-        fields.append("viewed")
-    return list(messages.order_by("pk").values(*fields))
+    return messages.order_by("pk")
 
 
 def _blocks_by_message(message_pks: list[int]) -> dict[int, Iterable[dict[str, Any]]]:

@@ -219,7 +219,7 @@ async def test_a_client_that_says_hello_learns_how_many_blocks_wait_for_approval
     await desktop.disconnect()
 
 
-async def test_a_round_for_many_messages_reads_them_in_three_statements_with_each_owners_count(clients):
+async def test_a_round_for_many_messages_reads_them_in_four_statements_with_each_owners_count(clients):
     alice, bob = await hello("alice-laptop"), await hello("bob-laptop")
     acks = [await answer(alice, final(f"{ECHO}\n{SHELL}", message_id=f"m-{n}", frame_id=f"f-{n}"), of_type="ack")
             for n in range(1, 6)]
@@ -244,7 +244,8 @@ async def test_a_round_for_many_messages_reads_them_in_three_statements_with_eac
     assert (statements, frames, counts) == (1, [], [5])
     await look_at(alice)
     statements, frames, counts = await sync_to_async(one_round)()
-    assert (statements, counts) == (3, [5])  # the messages, their blocks, why the open ones wait
+    # Who looks, then the messages with their deliveries, their blocks, why the open ones wait.
+    assert (statements, counts) == (4, [5])
     assert [frame["message"]["message_id"] for frame in frames] == [f"m-{n}" for n in range(1, 6)]
     assert {frame["approvals_waiting"] for frame in frames} == {5}
     assert [block["status"] for block in frames[0]["message"]["blocks"]] == ["succeeded", "waiting_approval"]
