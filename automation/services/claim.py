@@ -4,21 +4,24 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
+from typing import Any
 
-from django.db import IntegrityError
+from django.db import IntegrityError, connection
+from django.db.models import QuerySet
 
 from automation.claim_rules import claimable as claimable_now
 from automation.kinds import kinds
 from automation.models import LEASE_HOLDING_STATUSES, AutomationTask, TaskStatus
 from automation.retry import RetryPolicy
-from automation.services.leasing import tasks_lease
+from automation.services.leasing import leasable, tasks_lease
 from automation.services.steps import transition_and_follow_up
 from automation.services.transitions import (
     TransitionError,
     task_reclaim_interrupted,
     task_reclaim_unstarted,
 )
+from core.compiled import CompiledOnce
 from core.logfmt import log_event
 
 logger = logging.getLogger(__name__)
@@ -42,7 +45,8 @@ def tasks_claim(
     outbound ones too when there is no ``outbound_jitter`` to wait (this
     statement itself checked that their client is connected).
 
-    One query reads the best candidates; at most one per target and per
+    One query reads the best candidates (compiled once, ``core/compiled.py``:
+    an empty tick costs that statement and no ORM work); at most one per target and per
     conversation lane is kept (only one of each can be in flight); then one
     conditional update (``tasks_lease``) leases every candidate that is still
     claimable, skipping rows another dispatcher holds locked. The partial
@@ -54,18 +58,14 @@ def tasks_claim(
     if limit <= 0:
         return []
     runnable = kinds.runnable()
-    claimable = claimable_now(now, runnable)
-    found = AutomationTask.objects.filter(claimable)
-    if among is not None:
-        found = found.filter(pk__in=list(among))
-    candidates = (
-        found
-        .order_by("-priority", "execute_after", "sequence")
-        .values_list("task_id", "status", "target_client_id", "target_platform", "conversation_id", "lane")
-    )[: limit * CANDIDATES_PER_SLOT]
+    shape = (tuple((kind, kinds.get(kind).targets) for kind in runnable), limit * CANDIDATES_PER_SLOT)
+    candidates = _CANDIDATES.rows(shape, now=now, ids=None if among is None else list(among))
     chosen = _one_per_target_and_lane(candidates, limit)
+    if not chosen:
+        return []
     lease = functools.partial(
-        tasks_lease, still_claimable=claimable, lease_owner=lease_owner, lease_until=now + lease_ms, now=now,
+        tasks_lease, still_claimable=functools.partial(_still_claimable_ids, shape[0]),
+        lease_owner=lease_owner, lease_until=now + lease_ms, now=now,
         detail=detail,
         start_kinds=[
             kind for kind in runnable if not (outbound_jitter and kinds.get(kind).is_outbound)
@@ -74,6 +74,42 @@ def tasks_claim(
     leased = _lease_all_or_each(lease, chosen)
     order = {task_id: n for n, task_id in enumerate(chosen)}
     return sorted(leased, key=lambda task: order[task.pk])
+
+
+def _candidates(shape: tuple, now: int, among: list[str] | None) -> QuerySet[AutomationTask]:
+    """The claim's read: the best claimable tasks of the shape's kinds (of ``among`` when given), as many as it says."""
+    kinds_and_targets, count = shape
+    found = AutomationTask.objects.filter(claimable_now(now, [kind for kind, _ in kinds_and_targets]))
+    if among is not None:
+        found = found.filter(pk__in=among)
+    return (
+        found
+        .order_by("-priority", "execute_after", "sequence")
+        .values_list("task_id", "status", "target_client_id", "target_platform", "conversation_id", "lane")
+    )[:count]
+
+
+# Compiled once per set of kinds, count and number of ids: the ORM built and compiled it at every claim.
+_CANDIDATES = CompiledOnce(_candidates)
+
+
+def _still_claimable(shape: tuple, now: int, ids: list[str]) -> QuerySet[AutomationTask]:
+    """The lease's sub-select: which of the tasks read (``ids``, in the statuses the shape lists) may be leased now."""
+    statuses, kinds_and_targets = shape
+    seen = dict(zip(ids, statuses, strict=True))
+    return leasable(seen, now).filter(claimable_now(now, [kind for kind, _ in kinds_and_targets])).values("pk")
+
+
+_STILL_CLAIMABLE = CompiledOnce(_still_claimable)
+
+
+def _still_claimable_ids(kinds_and_targets: tuple, seen: Mapping[str, str], now: int) -> tuple[str, list[Any]]:
+    """``_still_claimable``'s statement for ``seen``: its tasks ordered by status, so that the shapes are few."""
+    ordered = sorted(seen.items(), key=lambda item: item[1])
+    return _STILL_CLAIMABLE.statement(
+        (tuple(status for _, status in ordered), kinds_and_targets), now=now, ids=[task_id for task_id, _ in ordered],
+        using=connection.alias,
+    )
 
 
 def _one_per_target_and_lane(candidates: Iterable[tuple], limit: int) -> dict[str, str]:

@@ -24,8 +24,12 @@ from automation.services.statements import TASK_FIELDS, tasks_returned, writes_i
 from automation.services.transitions import log_transition
 
 
+# The SQL and parameters of a query of the ids still claimable among ``seen`` at ``now``.
+ClaimableIds = Callable[[Mapping[str, str], int], tuple[str, list[Any]]]
+
+
 def tasks_lease(
-    seen: Mapping[str, str], *, still_claimable: Q, lease_owner: str, lease_until: int, now: int,
+    seen: Mapping[str, str], *, still_claimable: Q | ClaimableIds, lease_owner: str, lease_until: int, now: int,
     detail: dict[str, Any] | None = None, start_kinds: Collection[str] = (),
 ) -> list[AutomationTask]:
     """pending / retry_wait -> leased for the dispatcher's claim: every task of
@@ -46,6 +50,8 @@ def tasks_lease(
     ``IntegrityError`` when an in-flight limit's unique index refuses the batch
     (another dispatcher leased a task of the same target or lane meanwhile):
     the caller then leases one task at a time. ``detail`` goes on each lease event.
+    ``still_claimable``: a condition on the ``leasable`` rows, or the statement
+    that selects the ids of those still claimable (the claim's, compiled once).
 
     Tasks of ``start_kinds`` (those the dispatcher runs at once, with no
     jitter to wait and no client to check first) are also started in the
@@ -56,8 +62,9 @@ def tasks_lease(
     """
     if not seen:
         return []
-    where = reduce(or_, (Q(pk=task_id, status=status) for task_id, status in seen.items())) & DUE.holds(now)
-    claimable = AutomationTask.objects.filter(where).filter(still_claimable)
+    claimable = still_claimable(seen, now) if callable(still_claimable) else (
+        leasable(seen, now).filter(still_claimable).values("pk").query.get_compiler(connection.alias).as_sql()
+    )
     lease = functools.partial(
         lease_update_sql, tokens_for=list(seen), lease_owner=lease_owner, lease_until=lease_until, now=now,
         start_kinds=start_kinds,
@@ -80,17 +87,23 @@ def tasks_lease(
     return leased
 
 
+def leasable(seen: Mapping[str, str], now: int) -> QuerySet[AutomationTask]:
+    """The tasks of ``seen`` still in the status they were read in, and due."""
+    return AutomationTask.objects.filter(
+        reduce(or_, (Q(pk=task_id, status=status) for task_id, status in seen.items())) & DUE.holds(now)
+    )
+
+
 def _lease_then_record(
-    claimable: QuerySet[AutomationTask], lease: Callable[[str, list[Any]], tuple[str, list[Any]]], *,
+    claimable: tuple[str, list[Any]], lease: Callable[[str, list[Any]], tuple[str, list[Any]]], *,
     seen: Mapping[str, str], lease_owner: str, now: int, detail: dict[str, Any],
 ) -> list[AutomationTask]:
-    """``lease_and_record`` where one statement cannot both update and insert: read, lease, record, in one
-    transaction (on SQLite it holds the write lock from its start)."""
-    if connection.features.has_select_for_update_skip_locked:
-        of = ("self",) if connection.features.has_select_for_update_of else ()
-        claimable = claimable.select_for_update(skip_locked=True, of=of)
+    """``lease_and_record`` where one statement cannot both update and insert (SQLite): read, lease,
+    record, in one transaction, which holds the database's write lock from its start."""
     with transaction.atomic():
-        task_ids = list(claimable.values_list("pk", flat=True))
+        with connection.cursor() as cursor:
+            cursor.execute(*claimable)
+            task_ids = [task_id for task_id, in cursor.fetchall()]
         leased = tasks_returned(*lease(", ".join(["%s"] * len(task_ids)), task_ids), using=connection.alias) \
             if task_ids else []
         events = []
@@ -148,7 +161,7 @@ def lease_update_sql(
 
 
 def lease_and_record(
-    claimable: QuerySet, lease: Callable[[str, list[Any]], tuple[str, list[Any]]], *, seen: Mapping[str, str],
+    claimable: tuple[str, list[Any]], lease: Callable[[str, list[Any]], tuple[str, list[Any]]], *, seen: Mapping[str, str],
     lease_owner: str, now: int, detail: dict[str, Any],
 ) -> list[AutomationTask]:
     """The lease in one statement (PostgreSQL): the claimable rows locked with ``SKIP LOCKED`` by a
@@ -157,7 +170,7 @@ def lease_and_record(
     RETURNING …) INSERT … SELECT … FROM moved``. Atomic on its own, so no transaction either."""
     quote = connection.ops.quote_name
     table = quote(AutomationTask._meta.db_table)
-    ids_sql, ids_params = claimable.values("pk").query.get_compiler(connection.alias).as_sql()
+    ids_sql, ids_params = claimable
     update_sql, update_params = lease(f"{ids_sql} FOR UPDATE OF {table} SKIP LOCKED", list(ids_params))
     task_id, status = quote("task_id"), quote("status")
     was = f"CASE {task_id} {' '.join(['WHEN %s THEN %s'] * len(seen))} END"

@@ -347,3 +347,25 @@ def test_resuming_a_kind_lets_its_waiting_tasks_be_claimed(now):
     assert kind_pause_set(kind="test.local", is_paused=False, actor="alice")
     assert not kind_pause_set(kind="test.local", is_paused=False, actor="alice")
     assert claim(now) == [task.pk]
+
+
+def test_a_claim_compiles_its_statements_once_and_an_empty_one_costs_one_statement(now):
+    from unittest import mock
+
+    from django.db import connection
+    from django.db.models.sql.compiler import SQLCompiler
+    from django.test.utils import CaptureQueriesContext
+
+    conversation = ConversationFactory()
+    connected("laptop")
+    first = outbound(conversation, now=now)
+    assert claim(now) == [first.pk]  # compiled here, and kept
+    finish(first.pk, now)
+    second = outbound(conversation, now=now)
+    with mock.patch.object(SQLCompiler, "as_sql", autospec=True, side_effect=SQLCompiler.as_sql) as compiled:
+        assert claim(now + 1) == [second.pk]
+        assert compiled.call_count == 0  # the read and the lease's sub-select, both as compiled before
+        with CaptureQueriesContext(connection) as queries:
+            assert claim(now + 2) == []
+        assert len(queries) == 1
+        assert compiled.call_count == 0
