@@ -38,7 +38,7 @@ FAST_TESTS ?= tests/test_architecture.py tests/core tests/platforms \
 # The plugin's unit tests, a dot each (failures in full at the end).
 NODE_TESTS = $(NODE) --test --test-reporter=dot plugin/tests/*.test.js
 
-.PHONY: install install-test test test-fast migrate run user check doctor bench soak deploy-check plugin docs screenshots
+.PHONY: install install-test test test-fast migrate run user check doctor bench profile soak deploy-check plugin docs screenshots
 
 # What the app needs (`make run`, `make check`, `make doctor`): the project's
 # Python packages, without the test and docs tools, and nothing from npm.
@@ -135,6 +135,13 @@ doctor: install
 # it the scale phase on PostgreSQL, whose chart needs the bench group (matplotlib).
 bench: install-test
 	$(UV) run --frozen --group bench python bench/suite.py $(BENCH_ARGS)
+
+# Where the server's CPU goes under the cost phase's load: py-spy (the bench
+# group) over daphne and the dispatcher loop, the top frames of each
+# (bench/README.md). The embedded default; with DATABASE_URL and REDIS_URL set,
+# on those (the database must exist). Needs ptrace: root, or ptrace_scope 0.
+profile: install-test
+	$(UV) run --frozen --group bench python bench/profile.py $(PROFILE_ARGS)
 
 # Simulated plugins on two servers and two clusters on PostgreSQL + Redis for
 # MINUTES minutes, then a minute of load with faults (Redis, the database's
