@@ -27,13 +27,16 @@ from django.core.signals import setting_changed
 from django.db import connections
 from django.db.models import QuerySet
 
-# A clock far from any real one (the year 8307), and ids no task has.
+# A clock far from any real one (the year 8307), and ids no row has (a text id, or a number).
 _STAND_IN_NOW = 200_000_000_000_000
-_STAND_IN_ID = "\x1fstand-in-{}"
+_STAND_INS: dict[type, Callable[[int], Any]] = {
+    str: "\x1fstand-in-{}".format,
+    int: lambda n: -7_000_000_000_000_000 - n,
+}
 # Statements kept per query: its shapes are few (kinds, a count, how many ids), so this is a bound, not a size.
 MAX_SHAPES = 512
 
-Build = Callable[[Any, int, Sequence[str] | None], QuerySet]  # (shape, now, ids) -> the query
+Build = Callable[[Any, int, Sequence[Any] | None], QuerySet]  # (shape, now, ids) -> the query
 
 
 class NotCompilable(ValueError):
@@ -47,7 +50,7 @@ class _Statement:
     ids_at: dict[int, int]  # parameter position -> index in the ids
     clock_at: tuple[int, ...]  # positions of the parameters that move with the clock
 
-    def bound(self, now: int, ids: Sequence[str] | None, connection) -> list[Any]:
+    def bound(self, now: int, ids: Sequence[Any] | None, connection) -> list[Any]:
         params = list(self.params)
         for position, index in self.ids_at.items():
             params[position] = ids[index]
@@ -78,12 +81,15 @@ class CompiledOnce:
 
     ``build`` must make the query from its arguments and the shape alone
     (the shape names everything else it reads: the kinds, the limit, how
-    many ids); ``ids`` go where the query compares them, ``now`` where it
-    compares the clock or what it derives from it one for one.
+    many ids); ``ids`` (texts, or numbers with ``ids_are=int``) go where the
+    query compares them, ``now`` where it compares the clock or what it
+    derives from it one for one.
     """
 
-    def __init__(self, build: Build) -> None:
+    def __init__(self, build: Build, *, ids_are: type = str) -> None:
         self._build = build
+        self._stand_in = _STAND_INS[ids_are]
+        self._ids_are = ids_are
         self._statements: dict[tuple[str, Hashable], _Statement] = {}
         self._lock = threading.Lock()
         _instances.add(self)
@@ -92,7 +98,7 @@ class CompiledOnce:
         with self._lock:
             self._statements.clear()
 
-    def rows(self, shape: Hashable, *, now: int, ids: Sequence[str] | None = None, using: str = "default") -> list[tuple]:
+    def rows(self, shape: Hashable, *, now: int, ids: Sequence[Any] | None = None, using: str = "default") -> list[tuple]:
         """The rows of the query for ``now`` and ``ids`` (``values_list``'s tuples, as the database returns them)."""
         sql, params = self.statement(shape, now=now, ids=ids, using=using)
         with connections[using].cursor() as cursor:
@@ -100,7 +106,7 @@ class CompiledOnce:
             return cursor.fetchall()
 
     def statement(
-        self, shape: Hashable, *, now: int, ids: Sequence[str] | None = None, using: str = "default",
+        self, shape: Hashable, *, now: int, ids: Sequence[Any] | None = None, using: str = "default",
     ) -> tuple[str, list[Any]]:
         """The query's SQL and parameters for ``now`` and ``ids``, as its compiler's ``as_sql`` gives them."""
         connection = connections[using]
@@ -119,14 +125,14 @@ class CompiledOnce:
         return statement
 
     def _compile(self, shape: Hashable, id_count: int | None, connection) -> _Statement:
-        stand_ins = None if id_count is None else [_STAND_IN_ID.format(n) for n in range(id_count)]
+        stand_ins = None if id_count is None else [self._stand_in(n) for n in range(id_count)]
         sql, params = self._build(shape, _STAND_IN_NOW, stand_ins).query.get_compiler(connection.alias).as_sql()
         later_sql, later = self._build(shape, _STAND_IN_NOW + 1, stand_ins).query.get_compiler(connection.alias).as_sql()
         if later_sql != sql or len(later) != len(params):
             raise NotCompilable("the statement's text depends on the clock")
         index_of = {stand_in: n for n, stand_in in enumerate(stand_ins or ())}
         ids_at = {position: index_of[value] for position, value in enumerate(params)
-                  if isinstance(value, str) and value in index_of}
+                  if type(value) is self._ids_are and value in index_of}
         clock_at = tuple(position for position, (first, second) in enumerate(zip(params, later, strict=True))
                          if first != second)
         for position in clock_at:

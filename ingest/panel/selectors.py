@@ -9,6 +9,7 @@ answers; ``approvals_waiting`` is the plugin's badge. The shapes are
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,6 +22,8 @@ from django.urls import reverse
 from automation.models import OPEN_STATUSES, AutomationTask, TaskStatus
 from automation.wait_selectors import BEHIND_APPROVAL, Wait, task_waits
 from conversations.models import Conversation, Message
+from core.clock import datetime_from_ms, now_ms
+from core.compiled import CompiledOnce
 from ingest.panel import status as shown
 from ingest.kinds import INSTRUCTION_DELIVER, INSTRUCTION_EXECUTE
 from ingest.models import Instruction
@@ -99,20 +102,17 @@ def statuses_to_push(*, message_ids: Iterable[int]) -> PushRound:
     """The statuses of ``message_ids`` whose conversation a connected client looks at, and the counts of
     the owners with a client connected.
 
-    One statement when no client looks at any of them: the messages, their
-    owners' counts and whether each is looked at, without the latest
-    delivery a status shows (four subqueries the ORM would build and
-    compile for nobody). ``message_statuses``'s statements for those looked at.
+    One statement when no client looks at any of them, compiled once
+    (``core/compiled.py``): the messages, their owners' counts and whether
+    each is looked at, without the latest delivery a status shows (four
+    subqueries the ORM would build and compile for nobody). ``message_statuses``'s statements for those looked at.
     """
     ids = sorted(set(message_ids))
     if not ids:
         return PushRound(statuses=[], approvals={})
-    rows = list(
-        _messages_with_blocks(ids, listened_to_only=True, with_approvals=True, with_viewed=True)
-        .values("pk", "conversation__owner", "approvals_waiting", "viewed")
-    )
-    approvals = {row["conversation__owner"]: row["approvals_waiting"] for row in rows}
-    viewed = {row["pk"]: row["approvals_waiting"] for row in rows if row["viewed"]}
+    rows = _WHO_LOOKS.rows(None, now=now_ms(), ids=ids)
+    approvals = {owner: count for _, owner, count, _ in rows}
+    viewed = {pk: count for pk, _, count, is_viewed in rows if is_viewed}
     if not viewed:
         return PushRound(statuses=[], approvals=approvals)
     statuses = _statuses_of(_message_rows(sorted(viewed), listened_to_only=False, with_approvals=False))
@@ -174,15 +174,27 @@ def _message_rows(ids: list[int], *, listened_to_only: bool, with_approvals: boo
     return list(messages.values(*fields, *(["approvals_waiting"] if with_approvals else [])))
 
 
+def _who_looks(shape: None, now: int, ids: list[int]) -> QuerySet[Message]:
+    """A push round's first statement: the messages of ``ids`` with blocks, their owners' counts and who looks."""
+    return _messages_with_blocks(
+        ids, listened_to_only=True, with_approvals=True, with_viewed=True, now=datetime_from_ms(now),
+    ).values_list("pk", "conversation__owner", "approvals_waiting", "viewed")
+
+
+# Compiled once per number of messages: every push round of every process runs it.
+_WHO_LOOKS = CompiledOnce(_who_looks, ids_are=int)
+
+
 def _messages_with_blocks(
     ids: list[int], *, listened_to_only: bool, with_approvals: bool, with_viewed: bool = False,
+    now: dt.datetime | None = None,
 ) -> QuerySet[Message]:
     """The messages of ``ids`` that have blocks, in id order; only those whose owner has a client connected
     (``listened_to_only``), with the owner's count (``approvals_waiting``), and whether a connected client
     looks at the conversation (``viewed``)."""
     messages = Message.objects.filter(pk__in=ids).filter(Exists(Instruction.objects.filter(message_id=OuterRef("pk"))))
     if listened_to_only:
-        messages = messages.filter(conversation__owner__in=plugin_clients_connected().values("owner"))
+        messages = messages.filter(conversation__owner__in=plugin_clients_connected(now=now).values("owner"))
     if with_approvals:
         waiting = (
             AutomationTask.objects.filter(
@@ -192,7 +204,7 @@ def _messages_with_blocks(
         )
         messages = messages.annotate(approvals_waiting=Coalesce(Subquery(waiting), 0))
     if with_viewed:
-        messages = messages.annotate(viewed=Exists(plugin_clients_connected().filter(
+        messages = messages.annotate(viewed=Exists(plugin_clients_connected(now=now).filter(
             owner=OuterRef("conversation__owner"), viewing_platform=OuterRef("conversation__platform"),
             viewing_conversation_id=OuterRef("conversation__remote_id"),
         )))

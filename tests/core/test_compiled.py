@@ -43,6 +43,16 @@ def test_rows_match_the_orm_for_every_clock_and_ids(clients, window):
     assert orm(window, NOW) != orm(window, NOW + 3_600_000)  # the clock does move the answer
 
 
+def test_numbers_for_ids_go_where_the_query_compares_them(clients):
+    def by_pk(shape, now, ids):
+        return seen_since(shape, now, None).filter(pk__in=ids)
+
+    compiled = CompiledOnce(by_pk, ids_are=int)
+    pks = sorted(PluginClient.objects.values_list("pk", flat=True))
+    for ids in ([pks[0]], [pks[1], pks[3]], [pks[3], pks[2], -1]):
+        assert compiled.rows(60, now=NOW, ids=ids) == list(by_pk(60, NOW, ids))
+
+
 def test_a_parameter_that_moves_with_the_clock_other_than_one_for_one_is_refused(clients):
     def twice_the_clock(shape, now, ids):
         return PluginClient.objects.filter(pk__lt=now * 2).values_list("client_id")
