@@ -375,3 +375,36 @@ def test_a_server_with_junk_in_its_registry_starts_and_answers_healthz_and_a_hel
     finally:
         for path in junk.values():
             path.unlink(missing_ok=True)
+
+
+def test_a_group_send_counts_its_channels_pending_messages_in_one_statement_and_skips_a_full_one(monkeypatch):
+    from channels_lite.layers.core import SQLiteChannelLayer
+
+    from conductor_site.channel_layer import DoorbellSQLiteChannelLayer
+
+    layer = DoorbellSQLiteChannelLayer(database="channels", capacity=2, expiry=60,
+                                       symmetric_encryption_keys=settings.CHANNEL_LAYER_KEYS)
+    asked = []
+    counts = layer._pending_counts
+    monkeypatch.setattr(layer, "_pending_counts", lambda names: asked.append(names) or counts(names))
+    one_by_one = []  # channels-lite's count, one statement per channel (a send still asks it)
+    per_channel = SQLiteChannelLayer._get_channel_pending_count
+    monkeypatch.setattr(layer, "_get_channel_pending_count", lambda name: one_by_one.append(name) or per_channel(layer, name))
+
+    async def main():
+        members = [await layer.new_channel() for _ in range(5)] + ["plain.one", "plain.two"]
+        for channel in members:
+            await layer.group_add("team", channel)
+        await layer.send("plain.two", {"type": "earlier"})
+        await layer.send("plain.two", {"type": "earlier"})  # at capacity (2)
+        one_by_one.clear()
+        await layer.group_send("team", {"type": "news"})
+        assert one_by_one == []
+        received = [await receive(layer, channel) for channel in members[:6]]
+        return members, received, await receive(layer, "plain.two"), await receive(layer, "plain.two")
+
+    members, received, *earlier = asyncio.run(main())
+    [names] = asked  # one statement for the seven channels: the process's own (one name) and two plain ones
+    assert names == sorted({layer.non_local_name(members[0]), "plain.one", "plain.two"})
+    assert received == [{"type": "news"}] * 6
+    assert earlier == [{"type": "earlier"}] * 2  # plain.two was full: the news was dropped for it
