@@ -105,7 +105,8 @@ def statuses_to_push(*, message_ids: Iterable[int]) -> PushRound:
     One statement when no client looks at any of them, compiled once
     (``core/compiled.py``): the messages, their owners' counts and whether
     each is looked at, without the latest delivery a status shows (four
-    subqueries the ORM would build and compile for nobody). ``message_statuses``'s statements for those looked at.
+    subqueries the ORM would build and compile for nobody). Then
+    ``message_statuses``'s statements for those looked at.
     """
     ids = sorted(set(message_ids))
     if not ids:
@@ -156,7 +157,7 @@ def _statuses_of(rows: list[dict[str, Any]]) -> list[StatusOfMessage]:
 
 
 def _message_rows(ids: list[int], *, listened_to_only: bool, with_approvals: bool) -> list[dict[str, Any]]:
-    """The first statement: the messages of ``ids`` that have blocks, with their latest delivery (and owner's count)."""
+    """One statement: the messages of ``ids`` that have blocks, with their latest delivery (and owner's count)."""
     # A block's task names its block; a delivery names none. The latest delivery counts: a retried block's own.
     deliveries = AutomationTask.objects.filter(
         message_id=OuterRef("pk"), kind__in=(INSTRUCTION_EXECUTE, INSTRUCTION_DELIVER), instruction_id__isnull=True,
