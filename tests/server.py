@@ -69,10 +69,11 @@ class RunningServer:
 
     def processes(self) -> list[int]:
         """The server's process and all its descendants still alive."""
-        return [pid for pid in [self.process.pid, *descendants(self.process.pid)] if _alive(pid)]
+        return [pid for pid in [self.process.pid, *descendants(self.process.pid)] if is_alive(pid)]
 
 
-def _alive(pid: int) -> bool:
+def is_alive(pid: int) -> bool:
+    """Whether the process runs: neither gone nor a zombie (one exiting as it is read counts as gone)."""
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except (OSError, IndexError):  # gone (ENOENT), or exiting as it is read (ESRCH)

@@ -1,7 +1,6 @@
 """MCP calls as ``instruction.execute`` tasks through the real dispatcher, against real servers (SPEC §5.4)."""
 
 import json
-import os
 import random
 import time
 
@@ -17,6 +16,7 @@ from pipelines.results_text import parse_results
 from pipelines.deliveries import message_results_text
 from tests.factories import PluginClientFactory
 from tests.mcp_servers.conftest import everything_server, own_http_server, own_stdio_server, time_server
+from tests.server import is_alive
 from tools.registry import Policy
 
 pytestmark = pytest.mark.django_db(transaction=True, databases="__all__")
@@ -151,16 +151,8 @@ def test_a_hanging_call_times_out_and_its_whole_process_group_is_killed(dispatch
     assert time.monotonic() - started < 40
     child = int(log.read_text().split()[2])
 
-    def alive(pid):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().split(")")[1].split()[0] != "Z"
-
     deadline = time.monotonic() + 10
-    while alive(child):
+    while is_alive(child):
         assert time.monotonic() < deadline, "the hanging tool's child outlived the timeout"
         time.sleep(0.1)
 

@@ -17,6 +17,7 @@ import pytest
 
 from automation.models import TaskStatus
 from tests.factories import make_task
+from tests.server import is_alive
 from tools import files as files_module
 from tools import landlock, launcher, shell
 from tools.registry import ToolCall, ToolError, tools
@@ -76,16 +77,6 @@ def finishes_within(seconds: float, function, *args, **kwargs):
     if "error" in outcome:
         raise outcome["error"]
     return outcome["value"]
-
-
-def is_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purposes.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split()[2] != "Z"
 
 
 def test_every_registered_tool_has_an_implementation():
